@@ -76,7 +76,7 @@ ldflags="-s -w \
  -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION \
  -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 cd "$d"
-go mod tidy -e >&2 || true
+go mod tidy >&2
 for b in "${k8s_bins[@]}"; do
   [ -x "$out/$b" ] && continue
   echo "building $b $KUBERNETES_VERSION ..." >&2

@@ -1,0 +1,45 @@
+# kopflet: `make dev` runs the local stack and the agent; `make test` runs every test against it.
+# Both install what they need (Debian packages, the Python venv, Go-built Kubernetes binaries,
+# the project's images) on a fresh machine; later runs reuse the caches.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export KOPFLET_CACHE ?= /var/cache/kopflet
+PYTEST_ARGS ?=
+
+.PHONY: dev test deps venv binaries proto lint unit down status
+
+dev: deps venv binaries
+	$(PY) -m devstack dev
+
+test: deps venv binaries lint
+	$(PY) -m devstack run -- $(PY) -m pytest -ra $(PYTEST_ARGS) tests
+
+unit: venv
+	$(PY) -m pytest -q tests/unit
+
+lint: venv
+	$(PY) -m ruff check .
+
+deps:
+	bash devstack/install-deps.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+binaries:
+	bash devstack/build-binaries.sh >/dev/null
+
+proto: venv
+	bash cri_client/proto/generate.sh
+
+down: venv
+	$(PY) -m devstack down
+
+status: venv
+	$(PY) -m devstack status

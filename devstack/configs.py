@@ -1,0 +1,155 @@
+"""Text of the configuration files the stack writes: pure functions of the layout, easy to test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from devstack.layout import Layout
+
+
+def kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> str:
+    """A kubeconfig with file references, so rotating a cert never needs a rewrite."""
+    return json.dumps({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kopflet-devstack",
+                      "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": "kopflet-devstack", "context": {"cluster": "kopflet-devstack", "user": user}}],
+        "current-context": "kopflet-devstack",
+    }, indent=2) + "\n"
+
+
+def containerd_config(layout: Layout) -> str:
+    """containerd 1.6 (config version 2) with the CRI plugin as kopflet expects it.
+
+    ``restrict_oom_score_adj``: this VM refuses negative oom_score_adj; without it every sandbox
+    fails with "can't get final child's PID from pipe: EOF".
+    """
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    return f"""\
+version = 2
+root = "{layout.containerd_root}"
+state = "{layout.containerd_state}"
+
+[grpc]
+  address = "{layout.containerd_socket}"
+
+[ttrpc]
+  address = "{layout.containerd_state}/containerd.sock.ttrpc"
+
+[{cri}]
+  sandbox_image = "{layout.sandbox_image}"
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  max_container_log_line_size = 16384
+
+[{cri}.containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+
+[{cri}.cni]
+  bin_dir = "/usr/lib/cni"
+  conf_dir = "{layout.cni_conf_dir}"
+  max_conf_num = 1
+
+[{cri}.registry]
+  config_path = "{layout.containerd_dir / "certs.d"}"
+"""
+
+
+def registry_hosts(registry_addr: str) -> str:
+    """hosts.toml routing a registry to the local one; ``server`` too, so nothing goes outside."""
+    return f"""\
+server = "http://{registry_addr}"
+
+[host."http://{registry_addr}"]
+  capabilities = ["pull", "resolve"]
+"""
+
+
+MIRRORED_REGISTRIES = ("docker.io", "registry.k8s.io")
+
+
+def registry_host_files(layout: Layout) -> dict[str, str]:
+    """certs.d/<registry>/hosts.toml for each mirrored registry and the local one itself."""
+    names = (*MIRRORED_REGISTRIES, layout.registry_addr)
+    return {f"{name}/hosts.toml": registry_hosts(layout.registry_addr) for name in names}
+
+
+def cni_conflist(layout: Layout) -> str:
+    """A bridge network with host-local IPAM and hostPort support, from Debian's CNI plugins."""
+    return json.dumps({
+        "cniVersion": "1.0.0",
+        "name": "kopflet",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "kopflet0",
+                "isGateway": True,
+                "ipMasq": True,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": layout.pod_cidr}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(layout.cni_data_dir),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }, indent=2) + "\n"
+
+
+def registry_config(layout: Layout) -> str:
+    return f"""\
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: {layout.registry_storage}
+  delete:
+    enabled: true
+http:
+  addr: {layout.registry_addr}
+"""
+
+
+def env_file(layout: Layout) -> str:
+    """What `source .devstack/env` gives a shell: admin kubectl, the runtime, the node identity."""
+    lines = [
+        "# Written by the kopflet dev stack. Usage: source .devstack/env",
+        f"export KUBECONFIG={layout.admin_kubeconfig}",
+        f"export CONTAINER_RUNTIME_ENDPOINT={layout.runtime_endpoint}",
+        f"export KOPFLET_NODE_NAME={layout.node_name}",
+        f"export KOPFLET_KUBECONFIG={layout.node_kubeconfig}",
+        f"export KOPFLET_DEVSTACK_DIR={layout.root}",
+        f'export PATH="{layout.bin_dir}:$PATH"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+KUBELET_API_ADMIN_BINDING = """\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kube-apiserver-kubelet-api-admin
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:kubelet-api-admin
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: kube-apiserver-kubelet-client
+"""

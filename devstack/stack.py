@@ -1,0 +1,228 @@
+"""Bring the local stack up and down: etcd, kube-apiserver, controller-manager, scheduler, the image
+registry with the project's images, and containerd with CNI.
+
+``up`` is idempotent (a running component is reused) and returns once everything is healthy;
+``down`` stops what runs, after removing every pod sandbox from containerd so no container, shim,
+mount or network namespace outlives the stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from devstack import configs, pki, processes
+from devstack.layout import REPO, Layout, host_ip
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    name: str
+    argv: Sequence[str]
+    healthy: processes.HealthCheck
+    ports: Sequence[int] = ()
+    timeout: float = 90.0
+
+
+def prepare(layout: Layout) -> None:
+    """Certificates, kubeconfigs and config files: created once, kept across restarts."""
+    ip = host_ip()
+    pki.ensure_all(layout.pki, layout.node_name, ip, layout.service_ip, layout.cluster_domain)
+    layout.kubeconfigs.mkdir(parents=True, exist_ok=True)
+    p = layout.pki
+    for path, stem, user in [
+        (layout.admin_kubeconfig, "admin", "kubernetes-admin"),
+        (layout.kubeconfigs / "controller-manager.kubeconfig", "controller-manager", "system:kube-controller-manager"),
+        (layout.kubeconfigs / "scheduler.kubeconfig", "scheduler", "system:kube-scheduler"),
+        (layout.node_kubeconfig, f"node-{layout.node_name}", f"system:node:{layout.node_name}"),
+    ]:
+        path.write_text(configs.kubeconfig(layout.apiserver_url, p / "ca.crt", p / f"{stem}.crt",
+                                           p / f"{stem}.key", user))
+    layout.containerd_dir.mkdir(parents=True, exist_ok=True)
+    (layout.containerd_dir / "config.toml").write_text(configs.containerd_config(layout))
+    for rel, text in configs.registry_host_files(layout).items():
+        (layout.containerd_dir / "certs.d" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (layout.containerd_dir / "certs.d" / rel).write_text(text)
+    layout.cni_conf_dir.mkdir(parents=True, exist_ok=True)
+    (layout.cni_conf_dir / "10-kopflet.conflist").write_text(configs.cni_conflist(layout))
+    (layout.root / "registry.yml").write_text(configs.registry_config(layout))
+    layout.registry_storage.mkdir(parents=True, exist_ok=True)
+    for d in (layout.containerd_state, layout.cni_data_dir, layout.etcd_data):
+        d.mkdir(parents=True, exist_ok=True)
+    layout.etcd_data.chmod(0o700)
+
+
+def components(layout: Layout) -> list[Component]:
+    """The daemons in start order (``down`` stops them in reverse)."""
+    b, p, k = layout.bin_dir, layout.pki, layout.kubeconfigs
+    ca = p / "ca.crt"
+    admin = (p / "admin.crt", p / "admin.key")
+    etcd_url = f"https://127.0.0.1:{layout.etcd_client_port}"
+    peer_url = f"http://127.0.0.1:{layout.etcd_peer_port}"
+    return [
+        Component("registry", ["docker-registry", "serve", str(layout.root / "registry.yml")],
+                  processes.http_ok(f"http://{layout.registry_addr}/v2/"),
+                  ports=(int(layout.registry_addr.rsplit(":", 1)[1]),)),
+        Component("containerd", ["containerd", "--config", str(layout.containerd_dir / "config.toml")],
+                  processes.unix_socket_ok(layout.containerd_socket)),
+        Component("etcd", [
+            str(b / "etcd"), "--name=devstack", f"--data-dir={layout.etcd_data}",
+            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=devstack={peer_url}", "--listen-metrics-urls=http://127.0.0.1:2381",
+            f"--cert-file={p / 'etcd-server.crt'}", f"--key-file={p / 'etcd-server.key'}",
+            f"--trusted-ca-file={ca}", "--client-cert-auth=true", "--log-level=warn",
+        ], processes.http_ok("http://127.0.0.1:2381/health"),
+            ports=(layout.etcd_client_port, layout.etcd_peer_port, 2381)),
+        Component("kube-apiserver", [
+            str(b / "kube-apiserver"),
+            f"--etcd-servers={etcd_url}", f"--etcd-cafile={ca}",
+            f"--etcd-certfile={p / 'apiserver-etcd-client.crt'}", f"--etcd-keyfile={p / 'apiserver-etcd-client.key'}",
+            "--bind-address=0.0.0.0", f"--advertise-address={host_ip()}", f"--secure-port={layout.apiserver_port}",
+            f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
+            f"--client-ca-file={ca}",
+            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            f"--service-cluster-ip-range={layout.service_cidr}",
+            f"--service-account-issuer=https://kubernetes.default.svc.{layout.cluster_domain}",
+            f"--service-account-key-file={p / 'sa.pub'}", f"--service-account-signing-key-file={p / 'sa.key'}",
+            f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={ca}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            "--profiling=false", "--v=1",
+        ], processes.https_ok(f"{layout.apiserver_url}/readyz", ca, admin),
+            ports=(layout.apiserver_port,), timeout=120),
+        Component("kube-controller-manager", [
+            str(b / "kube-controller-manager"),
+            f"--kubeconfig={k / 'controller-manager.kubeconfig'}",
+            f"--authentication-kubeconfig={k / 'controller-manager.kubeconfig'}",
+            f"--authorization-kubeconfig={k / 'controller-manager.kubeconfig'}",
+            "--bind-address=127.0.0.1", "--secure-port=10257", "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={p / 'sa.key'}", f"--root-ca-file={ca}",
+            f"--cluster-signing-cert-file={ca}", f"--cluster-signing-key-file={p / 'ca.key'}",
+            f"--service-cluster-ip-range={layout.service_cidr}",
+            "--controllers=*,bootstrapsigner,tokencleaner", "--profiling=false", "--v=1",
+        ], processes.https_ok("https://127.0.0.1:10257/healthz"), ports=(10257,)),
+        Component("kube-scheduler", [
+            str(b / "kube-scheduler"),
+            f"--kubeconfig={k / 'scheduler.kubeconfig'}",
+            f"--authentication-kubeconfig={k / 'scheduler.kubeconfig'}",
+            f"--authorization-kubeconfig={k / 'scheduler.kubeconfig'}",
+            "--bind-address=127.0.0.1", "--secure-port=10259", "--leader-elect=false",
+            "--profiling=false", "--v=1",
+        ], processes.https_ok("https://127.0.0.1:10259/healthz"), ports=(10259,)),
+    ]
+
+
+def _log(msg: str) -> None:
+    print(f"devstack: {msg}", file=sys.stderr, flush=True)
+
+
+def running(layout: Layout) -> list[str]:
+    return [c.name for c in components(layout) if processes.read_pid(layout.pids / f"{c.name}.pid")]
+
+
+def build_binaries() -> None:
+    subprocess.run(["bash", str(REPO / "devstack" / "build-binaries.sh")], check=True, stdout=subprocess.DEVNULL)
+
+
+def push_images(layout: Layout) -> None:
+    """The project's own images, built from Debian binaries, into the local registry."""
+    subprocess.run([sys.executable, str(REPO / "images" / "build.py"), "--registry", layout.registry_addr,
+                    "--cache", str(layout.cache / "images")], check=True)
+
+
+def up(layout: Layout, on_started: Callable[[str], None] = lambda name: None) -> list[str]:
+    """Start every component not yet running; return the names this call started."""
+    build_binaries()
+    prepare(layout)
+    started: list[str] = []
+    for comp in components(layout):
+        if processes.read_pid(layout.pids / f"{comp.name}.pid") is None:
+            for port in comp.ports:
+                owner = processes.port_owner(port)
+                if owner:
+                    raise processes.StackError(
+                        f"cannot start {comp.name}: port {port} is taken ({owner}). Another kopflet "
+                        f"stack (from another clone?) or a system service runs; stop it first.")
+        _log(f"starting {comp.name}" if comp.name not in running(layout) else f"{comp.name} already runs")
+        if processes.start(comp.name, comp.argv, pids=layout.pids, logs=layout.logs,
+                           healthy=comp.healthy, timeout=comp.timeout):
+            started.append(comp.name)
+            on_started(comp.name)
+        if comp.name == "registry":
+            push_images(layout)
+        if comp.name == "kube-apiserver":
+            bootstrap(layout)
+    layout.env_file.write_text(configs.env_file(layout))
+    return started
+
+
+def kubectl(layout: Layout, *args: str, stdin: str | None = None) -> str:
+    return subprocess.run(
+        [str(layout.bin_dir / "kubectl"), f"--kubeconfig={layout.admin_kubeconfig}", *args],
+        input=stdin, capture_output=True, text=True, check=True).stdout
+
+
+def bootstrap(layout: Layout) -> None:
+    """Cluster objects a kubeadm cluster would have that the stack's identities rely on."""
+    kubectl(layout, "apply", "-f", "-", stdin=configs.KUBELET_API_ADMIN_BINDING)
+
+
+def down(layout: Layout, only: Sequence[str] | None = None) -> None:
+    """Stop the components (all, or ``only`` those), newest first."""
+    for comp in reversed(components(layout)):
+        if only is not None and comp.name not in only:
+            continue
+        if comp.name == "containerd":
+            remove_all_pods(layout)
+        if processes.stop(comp.name, pids=layout.pids):
+            _log(f"stopped {comp.name}")
+        if comp.name == "containerd":
+            sweep_shims(layout)
+
+
+def remove_all_pods(layout: Layout) -> None:
+    """Stop and remove every sandbox (and so every container) through CRI, the clean way."""
+    if processes.read_pid(layout.pids / "containerd.pid") is None:
+        return
+    from cri_client import CriClient, CriError
+
+    async def clean() -> int:
+        async with CriClient(layout.runtime_endpoint, timeout=30) as cri:
+            sandboxes = await cri.sandboxes.list()
+            for sb in sandboxes:
+                with contextlib.suppress(CriError):
+                    await cri.sandboxes.stop(sb.id)
+                with contextlib.suppress(CriError):
+                    await cri.sandboxes.remove(sb.id)
+            return len(sandboxes)
+
+    try:
+        count = asyncio.run(clean())
+    except Exception as exc:  # best effort: sweep_shims still catches leftovers
+        _log(f"could not remove pods through CRI: {exc}")
+        return
+    if count:
+        _log(f"removed {count} pod sandbox(es)")
+
+
+def sweep_shims(layout: Layout) -> None:
+    """Kill any shim (and its container processes) left behind by this stack's containerd."""
+    for pid in processes.processes_matching(f"-address {layout.containerd_socket}"):
+        for child in processes.processes_matching(""):
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{child}/stat").read_text().split(") ")[1].split()[1] == str(pid):
+                    os.kill(child, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            _log(f"killed leftover shim {pid}")
