@@ -1,0 +1,703 @@
+"""
+Translation between `cri_client.types` and the generated CRI v1 protobuf messages.
+
+The only module that knows both sides. Pure functions, no I/O: `client.py` builds requests with the
+`*_to_pb` functions and unpacks responses with the `*_from_pb` ones. Every type converts both ways, so
+round trips are testable without a runtime and a fake runtime could reuse them.
+
+Optional sub-messages map to ``None`` when unset (checked with HasField), and wrapped integers
+(`Int64Value`, `UInt64Value`) map to ``int | None``, so "not set" survives a round trip. Unknown enum
+numbers from a newer runtime do not crash a status read: they fall back to a safe member.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+from cri_client import types
+from cri_client.proto import api_pb2 as pb
+
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def _enum(cls: type[_E], value: int, fallback: _E) -> _E:
+    """Map a proto enum number to our enum, tolerating numbers added by newer CRI versions."""
+    try:
+        return cls(value)
+    except ValueError:
+        return fallback
+
+
+def _map(value: Mapping[str, str]) -> dict[str, str]:
+    return dict(value)
+
+
+def _tuple(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+# ------------------------------------------------------------------------------------------- runtime
+
+
+def version_to_pb(v: types.Version) -> pb.VersionResponse:
+    return pb.VersionResponse(
+        version=v.version,
+        runtime_name=v.runtime_name,
+        runtime_version=v.runtime_version,
+        runtime_api_version=v.runtime_api_version,
+    )
+
+
+def version_from_pb(m: pb.VersionResponse) -> types.Version:
+    return types.Version(
+        version=m.version,
+        runtime_name=m.runtime_name,
+        runtime_version=m.runtime_version,
+        runtime_api_version=m.runtime_api_version,
+    )
+
+
+def runtime_status_to_pb(s: types.RuntimeStatus) -> pb.StatusResponse:
+    return pb.StatusResponse(
+        status=pb.RuntimeStatus(
+            conditions=[
+                pb.RuntimeCondition(type=c.type, status=c.status, reason=c.reason, message=c.message)
+                for c in s.conditions
+            ]
+        ),
+        info=_map(s.info),
+        runtime_handlers=[
+            pb.RuntimeHandler(
+                name=h.name,
+                features=pb.RuntimeHandlerFeatures(
+                    recursive_read_only_mounts=h.recursive_read_only_mounts,
+                    user_namespaces=h.user_namespaces,
+                ),
+            )
+            for h in s.handlers
+        ],
+    )
+
+
+def runtime_status_from_pb(m: pb.StatusResponse) -> types.RuntimeStatus:
+    return types.RuntimeStatus(
+        conditions=tuple(
+            types.RuntimeCondition(type=c.type, status=c.status, reason=c.reason, message=c.message)
+            for c in m.status.conditions
+        ),
+        handlers=tuple(
+            types.RuntimeHandler(
+                name=h.name,
+                recursive_read_only_mounts=h.features.recursive_read_only_mounts,
+                user_namespaces=h.features.user_namespaces,
+            )
+            for h in m.runtime_handlers
+        ),
+        info=_map(m.info),
+    )
+
+
+# ----------------------------------------------------------------------------------- shared sub-parts
+
+
+def namespace_options_to_pb(o: types.NamespaceOptions) -> pb.NamespaceOption:
+    return pb.NamespaceOption(
+        network=int(o.network),
+        pid=int(o.pid),
+        ipc=int(o.ipc),
+        target_id=o.target_id,
+    )
+
+
+def namespace_options_from_pb(m: pb.NamespaceOption) -> types.NamespaceOptions:
+    mode = types.NamespaceMode
+    return types.NamespaceOptions(
+        network=_enum(mode, m.network, mode.POD),
+        pid=_enum(mode, m.pid, mode.POD),
+        ipc=_enum(mode, m.ipc, mode.POD),
+        target_id=m.target_id,
+    )
+
+
+def security_profile_to_pb(p: types.SecurityProfile) -> pb.SecurityProfile:
+    return pb.SecurityProfile(profile_type=int(p.profile_type), localhost_ref=p.localhost_ref)
+
+
+def security_profile_from_pb(m: pb.SecurityProfile) -> types.SecurityProfile:
+    return types.SecurityProfile(
+        profile_type=_enum(types.ProfileType, m.profile_type, types.ProfileType.RUNTIME_DEFAULT),
+        localhost_ref=m.localhost_ref,
+    )
+
+
+def selinux_options_to_pb(o: types.SELinuxOptions) -> pb.SELinuxOption:
+    return pb.SELinuxOption(user=o.user, role=o.role, type=o.type, level=o.level)
+
+
+def selinux_options_from_pb(m: pb.SELinuxOption) -> types.SELinuxOptions:
+    return types.SELinuxOptions(user=m.user, role=m.role, type=m.type, level=m.level)
+
+
+def linux_resources_to_pb(r: types.LinuxContainerResources) -> pb.LinuxContainerResources:
+    return pb.LinuxContainerResources(
+        cpu_period=r.cpu_period,
+        cpu_quota=r.cpu_quota,
+        cpu_shares=r.cpu_shares,
+        memory_limit_in_bytes=r.memory_limit_in_bytes,
+        oom_score_adj=r.oom_score_adj,
+        cpuset_cpus=r.cpuset_cpus,
+        cpuset_mems=r.cpuset_mems,
+        unified=_map(r.unified),
+        memory_swap_limit_in_bytes=r.memory_swap_limit_in_bytes,
+    )
+
+
+def linux_resources_from_pb(m: pb.LinuxContainerResources) -> types.LinuxContainerResources:
+    return types.LinuxContainerResources(
+        cpu_period=m.cpu_period,
+        cpu_quota=m.cpu_quota,
+        cpu_shares=m.cpu_shares,
+        memory_limit_in_bytes=m.memory_limit_in_bytes,
+        oom_score_adj=m.oom_score_adj,
+        cpuset_cpus=m.cpuset_cpus,
+        cpuset_mems=m.cpuset_mems,
+        unified=_map(m.unified),
+        memory_swap_limit_in_bytes=m.memory_swap_limit_in_bytes,
+    )
+
+
+def mount_to_pb(m: types.Mount) -> pb.Mount:
+    return pb.Mount(
+        container_path=m.container_path,
+        host_path=m.host_path,
+        readonly=m.readonly,
+        selinux_relabel=m.selinux_relabel,
+        propagation=int(m.propagation),
+        recursive_read_only=m.recursive_read_only,
+    )
+
+
+def mount_from_pb(m: pb.Mount) -> types.Mount:
+    return types.Mount(
+        container_path=m.container_path,
+        host_path=m.host_path,
+        readonly=m.readonly,
+        selinux_relabel=m.selinux_relabel,
+        propagation=_enum(types.MountPropagation, m.propagation, types.MountPropagation.PRIVATE),
+        recursive_read_only=m.recursive_read_only,
+    )
+
+
+# ------------------------------------------------------------------------------------------ sandboxes
+
+
+def sandbox_metadata_to_pb(md: types.PodSandboxMetadata) -> pb.PodSandboxMetadata:
+    return pb.PodSandboxMetadata(name=md.name, namespace=md.namespace, uid=md.uid, attempt=md.attempt)
+
+
+def sandbox_metadata_from_pb(m: pb.PodSandboxMetadata) -> types.PodSandboxMetadata:
+    return types.PodSandboxMetadata(name=m.name, namespace=m.namespace, uid=m.uid, attempt=m.attempt)
+
+
+def sandbox_security_context_to_pb(sc: types.SandboxSecurityContext) -> pb.LinuxSandboxSecurityContext:
+    m = pb.LinuxSandboxSecurityContext(
+        readonly_rootfs=sc.readonly_rootfs,
+        supplemental_groups=list(sc.supplemental_groups),
+        privileged=sc.privileged,
+    )
+    if sc.namespace_options is not None:
+        m.namespace_options.CopyFrom(namespace_options_to_pb(sc.namespace_options))
+    if sc.selinux_options is not None:
+        m.selinux_options.CopyFrom(selinux_options_to_pb(sc.selinux_options))
+    if sc.run_as_user is not None:
+        m.run_as_user.value = sc.run_as_user
+    if sc.run_as_group is not None:
+        m.run_as_group.value = sc.run_as_group
+    if sc.seccomp is not None:
+        m.seccomp.CopyFrom(security_profile_to_pb(sc.seccomp))
+    if sc.apparmor is not None:
+        m.apparmor.CopyFrom(security_profile_to_pb(sc.apparmor))
+    return m
+
+
+def sandbox_security_context_from_pb(m: pb.LinuxSandboxSecurityContext) -> types.SandboxSecurityContext:
+    return types.SandboxSecurityContext(
+        namespace_options=(namespace_options_from_pb(m.namespace_options) if m.HasField("namespace_options") else None),
+        selinux_options=selinux_options_from_pb(m.selinux_options) if m.HasField("selinux_options") else None,
+        run_as_user=m.run_as_user.value if m.HasField("run_as_user") else None,
+        run_as_group=m.run_as_group.value if m.HasField("run_as_group") else None,
+        readonly_rootfs=m.readonly_rootfs,
+        supplemental_groups=tuple(m.supplemental_groups),
+        privileged=m.privileged,
+        seccomp=security_profile_from_pb(m.seccomp) if m.HasField("seccomp") else None,
+        apparmor=security_profile_from_pb(m.apparmor) if m.HasField("apparmor") else None,
+    )
+
+
+def linux_sandbox_config_to_pb(lc: types.LinuxSandboxConfig) -> pb.LinuxPodSandboxConfig:
+    m = pb.LinuxPodSandboxConfig(cgroup_parent=lc.cgroup_parent, sysctls=_map(lc.sysctls))
+    if lc.security_context is not None:
+        m.security_context.CopyFrom(sandbox_security_context_to_pb(lc.security_context))
+    return m
+
+
+def linux_sandbox_config_from_pb(m: pb.LinuxPodSandboxConfig) -> types.LinuxSandboxConfig:
+    return types.LinuxSandboxConfig(
+        cgroup_parent=m.cgroup_parent,
+        security_context=(
+            sandbox_security_context_from_pb(m.security_context) if m.HasField("security_context") else None
+        ),
+        sysctls=_map(m.sysctls),
+    )
+
+
+def dns_config_to_pb(d: types.DNSConfig) -> pb.DNSConfig:
+    return pb.DNSConfig(servers=list(d.servers), searches=list(d.searches), options=list(d.options))
+
+
+def dns_config_from_pb(m: pb.DNSConfig) -> types.DNSConfig:
+    return types.DNSConfig(servers=_tuple(m.servers), searches=_tuple(m.searches), options=_tuple(m.options))
+
+
+def port_mapping_to_pb(p: types.PortMapping) -> pb.PortMapping:
+    return pb.PortMapping(
+        protocol=int(p.protocol),
+        container_port=p.container_port,
+        host_port=p.host_port,
+        host_ip=p.host_ip,
+    )
+
+
+def port_mapping_from_pb(m: pb.PortMapping) -> types.PortMapping:
+    return types.PortMapping(
+        container_port=m.container_port,
+        host_port=m.host_port,
+        protocol=_enum(types.Protocol, m.protocol, types.Protocol.TCP),
+        host_ip=m.host_ip,
+    )
+
+
+def sandbox_config_to_pb(c: types.PodSandboxConfig) -> pb.PodSandboxConfig:
+    m = pb.PodSandboxConfig(
+        metadata=sandbox_metadata_to_pb(c.metadata),
+        hostname=c.hostname,
+        log_directory=c.log_directory,
+        port_mappings=[port_mapping_to_pb(p) for p in c.port_mappings],
+        labels=_map(c.labels),
+        annotations=_map(c.annotations),
+    )
+    if c.dns_config is not None:
+        m.dns_config.CopyFrom(dns_config_to_pb(c.dns_config))
+    if c.linux is not None:
+        m.linux.CopyFrom(linux_sandbox_config_to_pb(c.linux))
+    return m
+
+
+def sandbox_config_from_pb(m: pb.PodSandboxConfig) -> types.PodSandboxConfig:
+    return types.PodSandboxConfig(
+        metadata=sandbox_metadata_from_pb(m.metadata),
+        hostname=m.hostname,
+        log_directory=m.log_directory,
+        dns_config=dns_config_from_pb(m.dns_config) if m.HasField("dns_config") else None,
+        port_mappings=tuple(port_mapping_from_pb(p) for p in m.port_mappings),
+        labels=_map(m.labels),
+        annotations=_map(m.annotations),
+        linux=linux_sandbox_config_from_pb(m.linux) if m.HasField("linux") else None,
+    )
+
+
+def sandbox_to_pb(s: types.PodSandbox) -> pb.PodSandbox:
+    m = pb.PodSandbox(
+        id=s.id,
+        state=int(s.state),
+        created_at=s.created_at,
+        labels=_map(s.labels),
+        annotations=_map(s.annotations),
+        runtime_handler=s.runtime_handler,
+    )
+    if s.metadata is not None:
+        m.metadata.CopyFrom(sandbox_metadata_to_pb(s.metadata))
+    return m
+
+
+def sandbox_from_pb(m: pb.PodSandbox) -> types.PodSandbox:
+    return types.PodSandbox(
+        id=m.id,
+        metadata=sandbox_metadata_from_pb(m.metadata) if m.HasField("metadata") else None,
+        # An unknown state is reported as not ready: the safe reading for a sandbox.
+        state=_enum(types.SandboxState, m.state, types.SandboxState.NOTREADY),
+        created_at=m.created_at,
+        labels=_map(m.labels),
+        annotations=_map(m.annotations),
+        runtime_handler=m.runtime_handler,
+    )
+
+
+def sandbox_status_to_pb(s: types.PodSandboxStatus) -> pb.PodSandboxStatus:
+    m = pb.PodSandboxStatus(
+        id=s.id,
+        state=int(s.state),
+        created_at=s.created_at,
+        labels=_map(s.labels),
+        annotations=_map(s.annotations),
+        runtime_handler=s.runtime_handler,
+    )
+    if s.metadata is not None:
+        m.metadata.CopyFrom(sandbox_metadata_to_pb(s.metadata))
+    if s.ip or s.additional_ips:
+        m.network.ip = s.ip
+        m.network.additional_ips.extend(pb.PodIP(ip=ip) for ip in s.additional_ips)
+    if s.namespace_options is not None:
+        m.linux.namespaces.options.CopyFrom(namespace_options_to_pb(s.namespace_options))
+    return m
+
+
+def sandbox_status_from_pb(m: pb.PodSandboxStatus) -> types.PodSandboxStatus:
+    has_ns = m.HasField("linux") and m.linux.HasField("namespaces") and m.linux.namespaces.HasField("options")
+    return types.PodSandboxStatus(
+        id=m.id,
+        metadata=sandbox_metadata_from_pb(m.metadata) if m.HasField("metadata") else None,
+        state=_enum(types.SandboxState, m.state, types.SandboxState.NOTREADY),
+        created_at=m.created_at,
+        ip=m.network.ip,
+        additional_ips=tuple(p.ip for p in m.network.additional_ips),
+        namespace_options=namespace_options_from_pb(m.linux.namespaces.options) if has_ns else None,
+        labels=_map(m.labels),
+        annotations=_map(m.annotations),
+        runtime_handler=m.runtime_handler,
+    )
+
+
+def sandbox_filter_to_pb(f: types.PodSandboxFilter) -> pb.PodSandboxFilter:
+    m = pb.PodSandboxFilter(id=f.id, label_selector=_map(f.label_selector))
+    if f.state is not None:
+        m.state.state = int(f.state)
+    return m
+
+
+def sandbox_filter_from_pb(m: pb.PodSandboxFilter) -> types.PodSandboxFilter:
+    return types.PodSandboxFilter(
+        id=m.id,
+        state=(_enum(types.SandboxState, m.state.state, types.SandboxState.NOTREADY) if m.HasField("state") else None),
+        label_selector=_map(m.label_selector),
+    )
+
+
+# ----------------------------------------------------------------------------------------- containers
+
+
+def container_metadata_to_pb(md: types.ContainerMetadata) -> pb.ContainerMetadata:
+    return pb.ContainerMetadata(name=md.name, attempt=md.attempt)
+
+
+def container_metadata_from_pb(m: pb.ContainerMetadata) -> types.ContainerMetadata:
+    return types.ContainerMetadata(name=m.name, attempt=m.attempt)
+
+
+def capabilities_to_pb(c: types.Capabilities) -> pb.Capability:
+    return pb.Capability(
+        add_capabilities=list(c.add),
+        drop_capabilities=list(c.drop),
+        add_ambient_capabilities=list(c.add_ambient),
+    )
+
+
+def capabilities_from_pb(m: pb.Capability) -> types.Capabilities:
+    return types.Capabilities(
+        add=_tuple(m.add_capabilities),
+        drop=_tuple(m.drop_capabilities),
+        add_ambient=_tuple(m.add_ambient_capabilities),
+    )
+
+
+def container_security_context_to_pb(sc: types.ContainerSecurityContext) -> pb.LinuxContainerSecurityContext:
+    m = pb.LinuxContainerSecurityContext(
+        privileged=sc.privileged,
+        run_as_username=sc.run_as_username,
+        readonly_rootfs=sc.readonly_rootfs,
+        supplemental_groups=list(sc.supplemental_groups),
+        no_new_privs=sc.no_new_privs,
+        masked_paths=list(sc.masked_paths),
+        readonly_paths=list(sc.readonly_paths),
+    )
+    if sc.capabilities is not None:
+        m.capabilities.CopyFrom(capabilities_to_pb(sc.capabilities))
+    if sc.namespace_options is not None:
+        m.namespace_options.CopyFrom(namespace_options_to_pb(sc.namespace_options))
+    if sc.selinux_options is not None:
+        m.selinux_options.CopyFrom(selinux_options_to_pb(sc.selinux_options))
+    if sc.run_as_user is not None:
+        m.run_as_user.value = sc.run_as_user
+    if sc.run_as_group is not None:
+        m.run_as_group.value = sc.run_as_group
+    if sc.seccomp is not None:
+        m.seccomp.CopyFrom(security_profile_to_pb(sc.seccomp))
+    if sc.apparmor is not None:
+        m.apparmor.CopyFrom(security_profile_to_pb(sc.apparmor))
+    return m
+
+
+def container_security_context_from_pb(m: pb.LinuxContainerSecurityContext) -> types.ContainerSecurityContext:
+    return types.ContainerSecurityContext(
+        capabilities=capabilities_from_pb(m.capabilities) if m.HasField("capabilities") else None,
+        privileged=m.privileged,
+        namespace_options=(namespace_options_from_pb(m.namespace_options) if m.HasField("namespace_options") else None),
+        selinux_options=selinux_options_from_pb(m.selinux_options) if m.HasField("selinux_options") else None,
+        run_as_user=m.run_as_user.value if m.HasField("run_as_user") else None,
+        run_as_group=m.run_as_group.value if m.HasField("run_as_group") else None,
+        run_as_username=m.run_as_username,
+        readonly_rootfs=m.readonly_rootfs,
+        supplemental_groups=tuple(m.supplemental_groups),
+        no_new_privs=m.no_new_privs,
+        masked_paths=_tuple(m.masked_paths),
+        readonly_paths=_tuple(m.readonly_paths),
+        seccomp=security_profile_from_pb(m.seccomp) if m.HasField("seccomp") else None,
+        apparmor=security_profile_from_pb(m.apparmor) if m.HasField("apparmor") else None,
+    )
+
+
+def linux_container_config_to_pb(lc: types.LinuxContainerConfig) -> pb.LinuxContainerConfig:
+    m = pb.LinuxContainerConfig()
+    if lc.resources is not None:
+        m.resources.CopyFrom(linux_resources_to_pb(lc.resources))
+    if lc.security_context is not None:
+        m.security_context.CopyFrom(container_security_context_to_pb(lc.security_context))
+    return m
+
+
+def linux_container_config_from_pb(m: pb.LinuxContainerConfig) -> types.LinuxContainerConfig:
+    return types.LinuxContainerConfig(
+        resources=linux_resources_from_pb(m.resources) if m.HasField("resources") else None,
+        security_context=(
+            container_security_context_from_pb(m.security_context) if m.HasField("security_context") else None
+        ),
+    )
+
+
+def container_config_to_pb(c: types.ContainerConfig) -> pb.ContainerConfig:
+    m = pb.ContainerConfig(
+        metadata=container_metadata_to_pb(c.metadata),
+        image=pb.ImageSpec(image=c.image, user_specified_image=c.user_specified_image),
+        command=list(c.command),
+        args=list(c.args),
+        working_dir=c.working_dir,
+        # KeyValue.value is `bytes` in CRI v1 (wire-compatible with the older `string`): send UTF-8.
+        envs=[pb.KeyValue(key=k, value=v.encode()) for k, v in c.envs.items()],
+        mounts=[mount_to_pb(x) for x in c.mounts],
+        labels=_map(c.labels),
+        annotations=_map(c.annotations),
+        log_path=c.log_path,
+        stdin=c.stdin,
+        stdin_once=c.stdin_once,
+        tty=c.tty,
+    )
+    if c.linux is not None:
+        m.linux.CopyFrom(linux_container_config_to_pb(c.linux))
+    return m
+
+
+def container_config_from_pb(m: pb.ContainerConfig) -> types.ContainerConfig:
+    return types.ContainerConfig(
+        metadata=container_metadata_from_pb(m.metadata),
+        image=m.image.image,
+        user_specified_image=m.image.user_specified_image,
+        command=_tuple(m.command),
+        args=_tuple(m.args),
+        working_dir=m.working_dir,
+        envs={kv.key: kv.value.decode(errors="replace") for kv in m.envs},
+        mounts=tuple(mount_from_pb(x) for x in m.mounts),
+        labels=_map(m.labels),
+        annotations=_map(m.annotations),
+        log_path=m.log_path,
+        stdin=m.stdin,
+        stdin_once=m.stdin_once,
+        tty=m.tty,
+        linux=linux_container_config_from_pb(m.linux) if m.HasField("linux") else None,
+    )
+
+
+def container_to_pb(c: types.Container) -> pb.Container:
+    m = pb.Container(
+        id=c.id,
+        pod_sandbox_id=c.pod_sandbox_id,
+        image=pb.ImageSpec(image=c.image),
+        image_ref=c.image_ref,
+        image_id=c.image_id,
+        state=int(c.state),
+        created_at=c.created_at,
+        labels=_map(c.labels),
+        annotations=_map(c.annotations),
+    )
+    if c.metadata is not None:
+        m.metadata.CopyFrom(container_metadata_to_pb(c.metadata))
+    return m
+
+
+def container_from_pb(m: pb.Container) -> types.Container:
+    return types.Container(
+        id=m.id,
+        pod_sandbox_id=m.pod_sandbox_id,
+        metadata=container_metadata_from_pb(m.metadata) if m.HasField("metadata") else None,
+        image=m.image.image,
+        image_ref=m.image_ref,
+        image_id=m.image_id,
+        state=_enum(types.ContainerState, m.state, types.ContainerState.UNKNOWN),
+        created_at=m.created_at,
+        labels=_map(m.labels),
+        annotations=_map(m.annotations),
+    )
+
+
+def container_status_to_pb(s: types.ContainerStatus) -> pb.ContainerStatus:
+    m = pb.ContainerStatus(
+        id=s.id,
+        state=int(s.state),
+        created_at=s.created_at,
+        started_at=s.started_at,
+        finished_at=s.finished_at,
+        exit_code=s.exit_code,
+        image=pb.ImageSpec(image=s.image),
+        image_ref=s.image_ref,
+        image_id=s.image_id,
+        reason=s.reason,
+        message=s.message,
+        labels=_map(s.labels),
+        annotations=_map(s.annotations),
+        mounts=[mount_to_pb(x) for x in s.mounts],
+        log_path=s.log_path,
+    )
+    if s.metadata is not None:
+        m.metadata.CopyFrom(container_metadata_to_pb(s.metadata))
+    return m
+
+
+def container_status_from_pb(m: pb.ContainerStatus) -> types.ContainerStatus:
+    return types.ContainerStatus(
+        id=m.id,
+        metadata=container_metadata_from_pb(m.metadata) if m.HasField("metadata") else None,
+        state=_enum(types.ContainerState, m.state, types.ContainerState.UNKNOWN),
+        created_at=m.created_at,
+        started_at=m.started_at,
+        finished_at=m.finished_at,
+        exit_code=m.exit_code,
+        image=m.image.image,
+        image_ref=m.image_ref,
+        image_id=m.image_id,
+        reason=m.reason,
+        message=m.message,
+        labels=_map(m.labels),
+        annotations=_map(m.annotations),
+        mounts=tuple(mount_from_pb(x) for x in m.mounts),
+        log_path=m.log_path,
+    )
+
+
+def container_filter_to_pb(f: types.ContainerFilter) -> pb.ContainerFilter:
+    m = pb.ContainerFilter(id=f.id, pod_sandbox_id=f.pod_sandbox_id, label_selector=_map(f.label_selector))
+    if f.state is not None:
+        m.state.state = int(f.state)
+    return m
+
+
+def container_filter_from_pb(m: pb.ContainerFilter) -> types.ContainerFilter:
+    return types.ContainerFilter(
+        id=m.id,
+        state=(
+            _enum(types.ContainerState, m.state.state, types.ContainerState.UNKNOWN) if m.HasField("state") else None
+        ),
+        pod_sandbox_id=m.pod_sandbox_id,
+        label_selector=_map(m.label_selector),
+    )
+
+
+def exec_sync_result_to_pb(r: types.ExecSyncResult) -> pb.ExecSyncResponse:
+    return pb.ExecSyncResponse(stdout=r.stdout, stderr=r.stderr, exit_code=r.exit_code)
+
+
+def exec_sync_result_from_pb(m: pb.ExecSyncResponse) -> types.ExecSyncResult:
+    return types.ExecSyncResult(stdout=m.stdout, stderr=m.stderr, exit_code=m.exit_code)
+
+
+# --------------------------------------------------------------------------------------------- images
+
+
+def auth_config_to_pb(a: types.AuthConfig) -> pb.AuthConfig:
+    return pb.AuthConfig(
+        username=a.username,
+        password=a.password,
+        auth=a.auth,
+        server_address=a.server_address,
+        identity_token=a.identity_token,
+        registry_token=a.registry_token,
+    )
+
+
+def auth_config_from_pb(m: pb.AuthConfig) -> types.AuthConfig:
+    return types.AuthConfig(
+        username=m.username,
+        password=m.password,
+        auth=m.auth,
+        server_address=m.server_address,
+        identity_token=m.identity_token,
+        registry_token=m.registry_token,
+    )
+
+
+def image_to_pb(i: types.Image) -> pb.Image:
+    m = pb.Image(
+        id=i.id,
+        repo_tags=list(i.repo_tags),
+        repo_digests=list(i.repo_digests),
+        size=i.size,
+        username=i.username,
+        pinned=i.pinned,
+    )
+    if i.uid is not None:
+        m.uid.value = i.uid
+    return m
+
+
+def image_from_pb(m: pb.Image) -> types.Image:
+    return types.Image(
+        id=m.id,
+        repo_tags=_tuple(m.repo_tags),
+        repo_digests=_tuple(m.repo_digests),
+        size=m.size,
+        uid=m.uid.value if m.HasField("uid") else None,
+        username=m.username,
+        pinned=m.pinned,
+    )
+
+
+def filesystem_usage_to_pb(u: types.FilesystemUsage) -> pb.FilesystemUsage:
+    m = pb.FilesystemUsage(timestamp=u.timestamp, fs_id=pb.FilesystemIdentifier(mountpoint=u.mountpoint))
+    if u.used_bytes is not None:
+        m.used_bytes.value = u.used_bytes
+    if u.inodes_used is not None:
+        m.inodes_used.value = u.inodes_used
+    return m
+
+
+def filesystem_usage_from_pb(m: pb.FilesystemUsage) -> types.FilesystemUsage:
+    return types.FilesystemUsage(
+        mountpoint=m.fs_id.mountpoint,
+        timestamp=m.timestamp,
+        used_bytes=m.used_bytes.value if m.HasField("used_bytes") else None,
+        inodes_used=m.inodes_used.value if m.HasField("inodes_used") else None,
+    )
+
+
+def image_fs_info_to_pb(i: types.ImageFsInfo) -> pb.ImageFsInfoResponse:
+    return pb.ImageFsInfoResponse(
+        image_filesystems=[filesystem_usage_to_pb(u) for u in i.image_filesystems],
+        container_filesystems=[filesystem_usage_to_pb(u) for u in i.container_filesystems],
+    )
+
+
+def image_fs_info_from_pb(m: pb.ImageFsInfoResponse) -> types.ImageFsInfo:
+    return types.ImageFsInfo(
+        image_filesystems=tuple(filesystem_usage_from_pb(u) for u in m.image_filesystems),
+        container_filesystems=tuple(filesystem_usage_from_pb(u) for u in m.container_filesystems),
+    )

@@ -1,0 +1,529 @@
+"""
+Plain data for the CRI v1 API: what callers build and what the runtime reports.
+
+Pure: no gRPC, no protobuf, no I/O. `cri_client.convert` is the only place that maps these to and from
+the generated messages, so the rest of kopflet never sees protobuf and can build configs tersely:
+every field that the CRI treats as optional has a default that means "not set" (the proto zero value,
+or ``None`` for optional sub-messages and wrapped integers).
+
+Conventions:
+- Timestamps are nanoseconds since the epoch (ints), exactly as the CRI reports them; 0 means "never".
+- Repeated fields are tuples (the converters produce tuples; callers may pass lists or tuples).
+- Map fields are dicts (read them, do not mutate them: the dataclasses are frozen but dicts are not).
+- Enum values equal the proto numbers, so conversion is ``Enum(pb_value)`` and back ``int(value)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+
+# --------------------------------------------------------------------------------------------- enums
+
+
+class SandboxState(enum.IntEnum):
+    """`PodSandboxState`: a sandbox is ready (its network and infra container are up) or not."""
+
+    READY = 0
+    NOTREADY = 1
+
+
+class ContainerState(enum.IntEnum):
+    """`ContainerState`: the runtime's view of one container's lifecycle."""
+
+    CREATED = 0
+    RUNNING = 1
+    EXITED = 2
+    UNKNOWN = 3
+
+
+class Protocol(enum.IntEnum):
+    """`Protocol` of a port mapping."""
+
+    TCP = 0
+    UDP = 1
+    SCTP = 2
+
+
+class MountPropagation(enum.IntEnum):
+    """`MountPropagation` of a bind mount (private, rslave, rshared)."""
+
+    PRIVATE = 0
+    HOST_TO_CONTAINER = 1
+    BIDIRECTIONAL = 2
+
+
+class NamespaceMode(enum.IntEnum):
+    """`NamespaceMode`: whose namespace a container or sandbox uses (the pod's, its own, the node's)."""
+
+    POD = 0
+    CONTAINER = 1
+    NODE = 2
+    TARGET = 3
+
+
+class ProfileType(enum.IntEnum):
+    """`SecurityProfile.ProfileType` for seccomp and AppArmor."""
+
+    RUNTIME_DEFAULT = 0
+    UNCONFINED = 1
+    LOCALHOST = 2
+
+
+# ------------------------------------------------------------------------------------------- runtime
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Version:
+    """`VersionResponse`: who the runtime is and which CRI version it speaks (kopflet needs "v1")."""
+
+    version: str = ""
+    runtime_name: str = ""
+    runtime_version: str = ""
+    runtime_api_version: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RuntimeCondition:
+    """One `RuntimeCondition`; the node's readiness derives from RuntimeReady and NetworkReady."""
+
+    type: str
+    status: bool = False
+    reason: str = ""
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RuntimeHandler:
+    """One `RuntimeHandler` (a runtime class) with the features it supports."""
+
+    name: str = ""
+    recursive_read_only_mounts: bool = False
+    user_namespaces: bool = False
+
+
+RUNTIME_READY = "RuntimeReady"
+NETWORK_READY = "NetworkReady"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RuntimeStatus:
+    """`StatusResponse`: the runtime's conditions, optional verbose info, and its runtime handlers."""
+
+    conditions: tuple[RuntimeCondition, ...] = ()
+    handlers: tuple[RuntimeHandler, ...] = ()
+    info: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def condition(self, type_: str) -> RuntimeCondition | None:
+        """The condition of that type, or None when the runtime does not report it."""
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    @property
+    def runtime_ready(self) -> bool:
+        """Whether the runtime can run containers; a missing condition counts as not ready."""
+        cond = self.condition(RUNTIME_READY)
+        return cond is not None and cond.status
+
+    @property
+    def network_ready(self) -> bool:
+        """Whether pod networking (CNI) is ready; a missing condition counts as not ready."""
+        cond = self.condition(NETWORK_READY)
+        return cond is not None and cond.status
+
+
+# ----------------------------------------------------------------------------------- shared sub-parts
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NamespaceOptions:
+    """`NamespaceOption`; defaults are the proto zero values (all POD), not kubelet's pod defaults."""
+
+    network: NamespaceMode = NamespaceMode.POD
+    pid: NamespaceMode = NamespaceMode.POD
+    ipc: NamespaceMode = NamespaceMode.POD
+    target_id: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SecurityProfile:
+    """`SecurityProfile` for seccomp or AppArmor; `localhost_ref` only with LOCALHOST."""
+
+    profile_type: ProfileType = ProfileType.RUNTIME_DEFAULT
+    localhost_ref: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SELinuxOptions:
+    """`SELinuxOption`: the label applied to the sandbox or container."""
+
+    user: str = ""
+    role: str = ""
+    type: str = ""
+    level: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LinuxContainerResources:
+    """`LinuxContainerResources` (cgroup knobs); zero means "not set" for every field."""
+
+    cpu_period: int = 0
+    cpu_quota: int = 0
+    cpu_shares: int = 0
+    memory_limit_in_bytes: int = 0
+    oom_score_adj: int = 0
+    cpuset_cpus: str = ""
+    cpuset_mems: str = ""
+    unified: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    memory_swap_limit_in_bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Mount:
+    """`Mount`: a host path bind-mounted into a container."""
+
+    container_path: str
+    host_path: str = ""
+    readonly: bool = False
+    selinux_relabel: bool = False
+    propagation: MountPropagation = MountPropagation.PRIVATE
+    recursive_read_only: bool = False
+
+
+# ------------------------------------------------------------------------------------------ sandboxes
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodSandboxMetadata:
+    """`PodSandboxMetadata`: identifies the pod (and the attempt) a sandbox belongs to."""
+
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    attempt: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DNSConfig:
+    """`DNSConfig`: what the runtime writes to the sandbox's resolv.conf."""
+
+    servers: tuple[str, ...] = ()
+    searches: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PortMapping:
+    """`PortMapping`: a hostPort published by the CNI portmap plugin."""
+
+    container_port: int
+    host_port: int = 0
+    protocol: Protocol = Protocol.TCP
+    host_ip: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SandboxSecurityContext:
+    """`LinuxSandboxSecurityContext` basics; `None` integers mean "not set" (Int64Value absent)."""
+
+    namespace_options: NamespaceOptions | None = None
+    selinux_options: SELinuxOptions | None = None
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    readonly_rootfs: bool = False
+    supplemental_groups: tuple[int, ...] = ()
+    privileged: bool = False
+    seccomp: SecurityProfile | None = None
+    apparmor: SecurityProfile | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LinuxSandboxConfig:
+    """`LinuxPodSandboxConfig`: cgroup parent, security context and namespaced sysctls of a pod."""
+
+    cgroup_parent: str = ""
+    security_context: SandboxSecurityContext | None = None
+    sysctls: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodSandboxConfig:
+    """`PodSandboxConfig`: everything RunPodSandbox needs (and CreateContainer/PullImage repeat)."""
+
+    metadata: PodSandboxMetadata
+    hostname: str = ""
+    log_directory: str = ""
+    dns_config: DNSConfig | None = None
+    port_mappings: tuple[PortMapping, ...] = ()
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    linux: LinuxSandboxConfig | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodSandbox:
+    """`PodSandbox`: one item of ListPodSandbox (no network, no namespaces: use status for those)."""
+
+    id: str
+    metadata: PodSandboxMetadata | None = None
+    state: SandboxState = SandboxState.READY
+    created_at: int = 0
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    runtime_handler: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodSandboxStatus:
+    """`PodSandboxStatus`: the sandbox's state, pod IPs and namespace modes."""
+
+    id: str
+    metadata: PodSandboxMetadata | None = None
+    state: SandboxState = SandboxState.READY
+    created_at: int = 0
+    ip: str = ""
+    additional_ips: tuple[str, ...] = ()
+    namespace_options: NamespaceOptions | None = None
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    runtime_handler: str = ""
+
+    @property
+    def ips(self) -> tuple[str, ...]:
+        """All pod IPs, primary first, as the pod's status.podIPs lists them (empty without a network)."""
+        return ((self.ip,) if self.ip else ()) + self.additional_ips
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodSandboxFilter:
+    """`PodSandboxFilter` for ListPodSandbox; empty fields do not filter."""
+
+    id: str = ""
+    state: SandboxState | None = None
+    label_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------- containers
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerMetadata:
+    """`ContainerMetadata`: the container's name in the pod and its restart attempt."""
+
+    name: str
+    attempt: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """`Capability`: capabilities to add to or drop from the runtime's default set."""
+
+    add: tuple[str, ...] = ()
+    drop: tuple[str, ...] = ()
+    add_ambient: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerSecurityContext:
+    """`LinuxContainerSecurityContext` basics; `None` integers mean "not set" (Int64Value absent)."""
+
+    capabilities: Capabilities | None = None
+    privileged: bool = False
+    namespace_options: NamespaceOptions | None = None
+    selinux_options: SELinuxOptions | None = None
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    run_as_username: str = ""
+    readonly_rootfs: bool = False
+    supplemental_groups: tuple[int, ...] = ()
+    no_new_privs: bool = False
+    masked_paths: tuple[str, ...] = ()
+    readonly_paths: tuple[str, ...] = ()
+    seccomp: SecurityProfile | None = None
+    apparmor: SecurityProfile | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LinuxContainerConfig:
+    """`LinuxContainerConfig`: cgroup resources and security context of one container."""
+
+    resources: LinuxContainerResources | None = None
+    security_context: ContainerSecurityContext | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerConfig:
+    """`ContainerConfig` for CreateContainer.
+
+    `image` is what the runtime resolves (kubelet passes the image ref returned by the pull);
+    `user_specified_image` is the pod spec's image string, for the runtime's bookkeeping only.
+    `envs` keeps insertion order. `log_path` is relative to the sandbox's `log_directory`.
+    """
+
+    metadata: ContainerMetadata
+    image: str
+    user_specified_image: str = ""
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    working_dir: str = ""
+    envs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    log_path: str = ""
+    stdin: bool = False
+    stdin_once: bool = False
+    tty: bool = False
+    linux: LinuxContainerConfig | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Container:
+    """`Container`: one item of ListContainers (no exit code, no times but creation: see status)."""
+
+    id: str
+    pod_sandbox_id: str = ""
+    metadata: ContainerMetadata | None = None
+    image: str = ""
+    image_ref: str = ""
+    image_id: str = ""
+    state: ContainerState = ContainerState.CREATED
+    created_at: int = 0
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerStatus:
+    """`ContainerStatus`: what kubelet turns into a pod's containerStatuses[] entry.
+
+    `image` is the image spec the container was created with, `image_ref` the resolved reference
+    (usually repo@digest) and `image_id` the image's ID (config digest), when the runtime reports them.
+    """
+
+    id: str
+    metadata: ContainerMetadata | None = None
+    state: ContainerState = ContainerState.CREATED
+    created_at: int = 0
+    started_at: int = 0
+    finished_at: int = 0
+    exit_code: int = 0
+    image: str = ""
+    image_ref: str = ""
+    image_id: str = ""
+    reason: str = ""
+    message: str = ""
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    log_path: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerFilter:
+    """`ContainerFilter` for ListContainers; empty fields do not filter."""
+
+    id: str = ""
+    state: ContainerState | None = None
+    pod_sandbox_id: str = ""
+    label_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExecSyncResult:
+    """`ExecSyncResponse`: the raw output of a command run to completion (exec probes use it)."""
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    exit_code: int = 0
+
+
+# --------------------------------------------------------------------------------------------- images
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AuthConfig:
+    """`AuthConfig`: registry credentials for one pull; secrets are kept out of repr()."""
+
+    username: str = ""
+    password: str = dataclasses.field(default="", repr=False)
+    auth: str = dataclasses.field(default="", repr=False)
+    server_address: str = ""
+    identity_token: str = dataclasses.field(default="", repr=False)
+    registry_token: str = dataclasses.field(default="", repr=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Image:
+    """`Image`: an image the runtime has, as ListImages and ImageStatus report it.
+
+    `uid`/`username` are the image's configured user (a numeric uid or a name), for runAsNonRoot checks.
+    """
+
+    id: str
+    repo_tags: tuple[str, ...] = ()
+    repo_digests: tuple[str, ...] = ()
+    size: int = 0
+    uid: int | None = None
+    username: str = ""
+    pinned: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FilesystemUsage:
+    """`FilesystemUsage` of the image or container filesystem; `None` when the runtime leaves it unset."""
+
+    mountpoint: str = ""
+    timestamp: int = 0
+    used_bytes: int | None = None
+    inodes_used: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ImageFsInfo:
+    """`ImageFsInfoResponse`: usage of the filesystems holding images and container layers."""
+
+    image_filesystems: tuple[FilesystemUsage, ...] = ()
+    container_filesystems: tuple[FilesystemUsage, ...] = ()
+
+
+__all__ = [
+    "NETWORK_READY",
+    "RUNTIME_READY",
+    "AuthConfig",
+    "Capabilities",
+    "Container",
+    "ContainerConfig",
+    "ContainerFilter",
+    "ContainerMetadata",
+    "ContainerSecurityContext",
+    "ContainerState",
+    "ContainerStatus",
+    "DNSConfig",
+    "ExecSyncResult",
+    "FilesystemUsage",
+    "Image",
+    "ImageFsInfo",
+    "LinuxContainerConfig",
+    "LinuxContainerResources",
+    "LinuxSandboxConfig",
+    "Mount",
+    "MountPropagation",
+    "NamespaceMode",
+    "NamespaceOptions",
+    "PodSandbox",
+    "PodSandboxConfig",
+    "PodSandboxFilter",
+    "PodSandboxMetadata",
+    "PodSandboxStatus",
+    "PortMapping",
+    "ProfileType",
+    "Protocol",
+    "RuntimeCondition",
+    "RuntimeHandler",
+    "RuntimeStatus",
+    "SELinuxOptions",
+    "SandboxSecurityContext",
+    "SecurityProfile",
+    "Version",
+]
