@@ -32,6 +32,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     settings.peering.standalone = True
     settings.peering.mandatory = False
     settings.posting.enabled = False  # Kopf's own log events are not kubelet events
+    settings.scanning.disabled = True  # a node may not list CRDs or namespaces; pods are all it watches
     memo.config = cfg
     logger.info(f"kopflet for node {cfg.node_name!r}: watching pods with {cfg.pod_field_selector!r}")
 

@@ -1,0 +1,89 @@
+"""Run the real agent (`kopf run operator/main.py`) as the node against the real stack."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devstack.layout import Layout
+from tests.conftest import REPO, Kubectl
+
+
+class Agent:
+    """The agent process; its combined output goes to a log file the test can wait on."""
+
+    def __init__(self, layout: Layout, log: Path) -> None:
+        self.layout, self.log = layout, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.layout.node_kubeconfig),
+               "KOPFLET_NODE_NAME": self.layout.node_name,
+               "CONTAINER_RUNTIME_ENDPOINT": self.layout.runtime_endpoint}
+        kopf = Path(sys.executable).with_name("kopf")
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [str(kopf), "run", "--standalone", "--all-namespaces", "--verbose", str(REPO / "operator" / "main.py")],
+                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def wait_for(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = re.search(pattern, self.output())
+            if match:
+                return match
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"agent log never matched {pattern!r}; it ends:\n{self.output()[-4000:]}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"agent ignored SIGTERM for {timeout}s") from None
+        return self.proc.returncode
+
+
+@pytest.fixture
+def agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
+    a = Agent(layout, tmp_path / "agent.log")
+    a.start()
+    try:
+        yield a
+    finally:
+        if a.proc is not None and a.proc.poll() is None:
+            a.proc.kill()
+            a.proc.wait()
+
+
+@pytest.fixture
+def namespace(admin: Kubectl) -> Iterator[str]:
+    """A fresh namespace, ready for pods (its default ServiceAccount exists)."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    admin.run("create", "namespace", name)
+    deadline = time.monotonic() + 60
+    while admin.run("get", "serviceaccount", "default", "-n", name, check=False).returncode != 0:
+        assert time.monotonic() < deadline, "the default ServiceAccount never appeared"
+        time.sleep(0.2)
+    try:
+        yield name
+    finally:
+        admin.run("delete", "namespace", name, "--wait=false")

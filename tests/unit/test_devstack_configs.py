@@ -1,0 +1,68 @@
+"""The stack's generated configuration files (pure text; the stack tests run them for real)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from devstack import configs, pki
+from devstack.layout import Layout, read_versions
+
+LAYOUT = Layout(root=Path("/r/.devstack"), cache=Path("/c"), node_name="node-a")
+CRI = "io.containerd.grpc.v1.cri"
+
+
+def test_containerd_config_has_cri_settings_this_vm_needs() -> None:
+    cfg = tomllib.loads(configs.containerd_config(LAYOUT))
+    cri = cfg["plugins"][CRI]
+    assert cri["restrict_oom_score_adj"] is True
+    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.10.1"
+    assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False  # cgroupfs
+    assert cri["cni"]["bin_dir"] == "/usr/lib/cni"
+    assert cri["registry"]["config_path"] == "/r/.devstack/containerd/certs.d"
+    assert cfg["grpc"]["address"] == "/run/kopflet/containerd/containerd.sock"
+
+
+def test_mirrors_route_public_registries_to_the_local_one_and_nowhere_else() -> None:
+    files = configs.registry_host_files(LAYOUT)
+    assert set(files) == {"docker.io/hosts.toml", "registry.k8s.io/hosts.toml", "127.0.0.1:5000/hosts.toml"}
+    for text in files.values():
+        hosts = tomllib.loads(text)
+        assert hosts["server"] == "http://127.0.0.1:5000"
+        assert list(hosts["host"]) == ["http://127.0.0.1:5000"]
+
+
+def test_cni_conflist_is_a_bridge_with_portmap() -> None:
+    conf = json.loads(configs.cni_conflist(LAYOUT))
+    assert [p["type"] for p in conf["plugins"]] == ["bridge", "portmap"]
+    assert conf["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.88.0.0/16"}]]
+
+
+def test_env_file_exports_what_the_readme_promises() -> None:
+    text = configs.env_file(LAYOUT)
+    exported = dict(line[len("export "):].split("=", 1) for line in text.splitlines() if line.startswith("export "))
+    assert exported["KUBECONFIG"] == "/r/.devstack/kubeconfig/admin.kubeconfig"
+    assert exported["CONTAINER_RUNTIME_ENDPOINT"] == "unix:///run/kopflet/containerd/containerd.sock"
+    assert exported["PATH"].startswith(f'"{LAYOUT.bin_dir}:')
+
+
+def test_kubeconfig_is_valid_yaml_with_file_references() -> None:
+    kc = yaml.safe_load(configs.kubeconfig("https://127.0.0.1:6443", Path("/p/ca.crt"), Path("/p/a.crt"),
+                                           Path("/p/a.key"), "u"))
+    assert kc["clusters"][0]["cluster"] == {"server": "https://127.0.0.1:6443", "certificate-authority": "/p/ca.crt"}
+    assert kc["users"][0]["user"] == {"client-certificate": "/p/a.crt", "client-key": "/p/a.key"}
+
+
+def test_node_certificate_is_what_the_node_authorizer_recognises() -> None:
+    cert = pki.node_cert("node-a")
+    assert (cert.cn, cert.orgs, cert.client, cert.server) == ("system:node:node-a", ("system:nodes",), True, False)
+
+
+def test_versions_pin_one_kubernetes_release_for_all_components() -> None:
+    v = read_versions()
+    major_minor_patch = v["KUBERNETES_VERSION"].removeprefix("v1.")
+    assert v["KUBERNETES_STAGING_VERSION"] == f"v0.{major_minor_patch}"
+    assert LAYOUT.bin_dir == Path(f"/c/bin/{v['KUBERNETES_VERSION']}-etcd-{v['ETCD_VERSION']}")
