@@ -1,0 +1,361 @@
+"""
+What to do next for one pod: `compute_pod_actions(pod, runtime, backoff=..., now=...) -> PodActions`.
+
+Mirrors upstream `computePodActions` (pkg/kubelet/kuberuntime/kuberuntime_manager.go) with its helpers
+`PodSandboxChanged`, `computeInitContainerActions`, `ShouldContainerBeRestarted` and `containerChanged`, and
+folds in the crash-loop check upstream's `SyncPod` makes right before each start (`doBackOff`), so the
+caller learns here which containers wait in CrashLoopBackOff and with which message.
+
+Pure: the pod, the runtime's view and the backoff table go in, a frozen `PodActions` comes out; nothing is
+mutated (the executor bumps the backoff with `note_restarts` when it actually starts containers). Decisions
+are re-derived from the current state on every sync, kubelet style, so a restarted agent converges.
+
+The executor applies PodActions in upstream `SyncPod` order: kill the pod (if `kill_pod`) or else the
+`containers_to_kill`; create the sandbox (if `create_sandbox`); start `next_init_container`; start
+`containers_to_start`.
+
+Not covered yet: sidecars (init containers with restartPolicy Always are treated like ordinary init
+containers, so a pod with one never finishes initialising), ephemeral containers, in-place resize, and
+the post-start hook failure kill reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable, Mapping
+
+from cri_client import types as cri
+from kopflet import backoff as backoffs
+from kopflet import podstate, spec
+from kopflet.podstate import State
+
+# Kill reasons, upstream `containerKillReason` ("" for a changed spec).
+REASON_UNKNOWN = "Unknown"
+REASON_LIVENESS_PROBE = "LivenessProbe"
+REASON_STARTUP_PROBE = "StartupProbe"
+
+OOM_KILLED = "OOMKilled"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KillInfo:
+    """Why one container gets stopped (upstream `containerToKillInfo`); the message goes into the Killing event."""
+
+    name: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodActions:
+    """The outcome of one sync decision for a pod (upstream `podActions`, plus the crash-loop verdicts).
+
+    Container names, not indexes: starts are in spec order.
+    """
+
+    kill_pod: bool = False
+    """Stop every running container and every sandbox of the pod (containers are kept for status)."""
+    create_sandbox: bool = False
+    """Create a new sandbox with `attempt` (after killing the pod; init containers restart from the first)."""
+    sandbox_id: str = ""
+    """The existing sandbox to start containers in; when re-creating, the old one ("" if none or if only the
+    network mode changed): a non-empty id with `create_sandbox` is upstream's cue for a SandboxChanged event."""
+    attempt: int = 0
+    """Attempt number for a new sandbox (0 for the first), else the current highest attempt."""
+    next_init_container: str | None = None
+    """The one init container to start now (init containers run strictly one at a time)."""
+    containers_to_start: tuple[str, ...] = ()
+    """Regular containers to start now, in spec order (those in backoff are left out)."""
+    containers_to_kill: Mapping[str, KillInfo] = dataclasses.field(default_factory=dict)
+    """Container id -> why, for containers to stop when the pod itself is not killed."""
+    containers_in_backoff: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Container name -> CrashLoopBackOff message (``back-off 40s restarting failed container=...``)."""
+    backoff_since: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Container name -> finishedAt (seconds) of the exited instance a start replaces: pass to `note_restarts`."""
+    retry_after: float | None = None
+    """Seconds until the earliest backoff in `containers_in_backoff` ends: when to sync this pod again."""
+    reason: str = ""
+    """Why the pod is killed or its sandbox re-created, for logs (empty when neither)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SandboxChange:
+    """Upstream `PodSandboxChanged`: whether a new sandbox is needed, with its attempt and the old id."""
+
+    create: bool
+    attempt: int
+    sandbox_id: str
+    reason: str = ""
+
+
+# ------------------------------------------------------------------------------------------------- rules
+
+
+def network_mode(pod: spec.Pod) -> cri.NamespaceMode:
+    """The network namespace the pod's sandbox must have (upstream `NetworkNamespaceForPod`)."""
+    return cri.NamespaceMode.NODE if pod.spec.host_network else cri.NamespaceMode.POD
+
+
+def sandbox_change(pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> SandboxChange:
+    """Upstream `PodSandboxChanged`: judge the newest sandbox; any problem means a new one with attempt + 1."""
+    latest = runtime.latest_sandbox
+    if latest is None:
+        return SandboxChange(create=True, attempt=0, sandbox_id="",
+                             reason="No sandbox for pod can be found. Need to start a new one")
+    attempt = max(s.attempt for s in runtime.sandboxes)
+    if sum(1 for s in runtime.sandboxes if s.ready) > 1:
+        return SandboxChange(create=True, attempt=attempt + 1, sandbox_id=latest.id,
+                             reason="Multiple sandboxes are ready for Pod. Need to reconcile them")
+    if not latest.ready:
+        return SandboxChange(create=True, attempt=attempt + 1, sandbox_id=latest.id,
+                             reason="No ready sandbox for pod can be found. Need to start a new one")
+    if latest.network_mode != network_mode(pod):
+        return SandboxChange(create=True, attempt=attempt + 1, sandbox_id="",
+                             reason="Sandbox for pod has changed. Need to start a new one")
+    if not pod.spec.host_network and not latest.ip:
+        return SandboxChange(create=True, attempt=attempt + 1, sandbox_id=latest.id,
+                             reason="Sandbox for pod has no IP address. Need to start a new one")
+    return SandboxChange(create=False, attempt=attempt, sandbox_id=latest.id)
+
+
+def should_restart(container: spec.ContainerSpec, pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> bool:
+    """Upstream `ShouldContainerBeRestarted`, for a container that is not running."""
+    if pod.is_deleting:
+        return False
+    status = runtime.latest_container(container.name)
+    if status is None:
+        return True
+    if status.state is State.RUNNING:
+        return False
+    if status.state in (State.UNKNOWN, State.CREATED):
+        return True
+    if pod.spec.restart_policy == spec.RESTART_NEVER:
+        return False
+    return not (pod.spec.restart_policy == spec.RESTART_ON_FAILURE and status.exit_code == 0)
+
+
+def init_container_failed(status: podstate.ContainerInfo) -> bool:
+    """Upstream `isInitContainerFailed`: OOM-killed, exited non-zero, or in unknown state."""
+    return (status.reason == OOM_KILLED
+            or (status.state is State.EXITED and status.exit_code != 0)
+            or status.state is State.UNKNOWN)
+
+
+def backoff_key(pod: spec.Pod, container_name: str) -> backoffs.BackoffKey:
+    """The crash-loop key of a container of this pod (upstream `GetStableKey`, spec hash included)."""
+    container = pod.spec.container(container_name)
+    return backoffs.crash_loop_key(pod.uid, container_name, pod_name=pod.name, namespace=pod.namespace,
+                                   container_hash=container.hash if container is not None else "")
+
+
+def crash_loop_message(pod: spec.Pod, container_name: str, delay: float) -> str:
+    """The CrashLoopBackOff waiting message, worded as upstream `doBackOff`."""
+    return (f"back-off {backoffs.go_duration(delay)} restarting failed container={container_name} "
+            f"pod={pod.full_name}")
+
+
+def note_restarts(actions: PodActions, pod: spec.Pod, backoff: backoffs.Backoff, now: float,
+                  started: Iterable[str] | None = None) -> None:
+    """Bump the crash-loop backoff of the containers the executor starts (upstream `doBackOff` calls `Next`).
+
+    `started` limits it to the names actually attempted (default: every name in `backoff_since`).
+    """
+    names = set(actions.backoff_since) if started is None else set(started) & set(actions.backoff_since)
+    for name in sorted(names):
+        backoff.next(backoff_key(pod, name), now, event_time=actions.backoff_since[name])
+
+
+# -------------------------------------------------------------------------------------------- the planner
+
+
+@dataclasses.dataclass
+class _Draft:
+    """The mutable working copy of PodActions while the rules run."""
+
+    kill_pod: bool
+    create_sandbox: bool
+    sandbox_id: str
+    attempt: int
+    reason: str = ""
+    next_init_container: str | None = None
+    containers_to_start: list[str] = dataclasses.field(default_factory=list)
+    containers_to_kill: dict[str, KillInfo] = dataclasses.field(default_factory=dict)
+    containers_in_backoff: dict[str, str] = dataclasses.field(default_factory=dict)
+    backoff_since: dict[str, float] = dataclasses.field(default_factory=dict)
+    retry_after: float | None = None
+
+    def freeze(self) -> PodActions:
+        return PodActions(
+            kill_pod=self.kill_pod, create_sandbox=self.create_sandbox, sandbox_id=self.sandbox_id,
+            attempt=self.attempt, next_init_container=self.next_init_container,
+            containers_to_start=tuple(self.containers_to_start), containers_to_kill=dict(self.containers_to_kill),
+            containers_in_backoff=dict(self.containers_in_backoff), backoff_since=dict(self.backoff_since),
+            retry_after=self.retry_after, reason=self.reason,
+        )
+
+
+def compute_pod_actions(pod: spec.Pod,
+                        runtime: podstate.RuntimePodStatus,
+                        *,
+                        backoff: backoffs.Backoff,
+                        now: float,
+                        liveness_failures: Collection[str] = (),
+                        startup_failures: Collection[str] = ()) -> PodActions:
+    """Decide the next step for a pod from its spec and what the runtime has (upstream `computePodActions`).
+
+    `now` is seconds since the epoch (the runtime's nanosecond times are compared against it);
+    `liveness_failures` / `startup_failures` are ids of running containers whose probe failed.
+    """
+    if pod.is_deleting:
+        # Upstream's pod worker stops calling SyncPod and kills the pod instead (SyncTerminatingPod).
+        latest = runtime.latest_sandbox
+        return PodActions(kill_pod=True, sandbox_id=latest.id if latest else "",
+                          attempt=max((s.attempt for s in runtime.sandboxes), default=0),
+                          reason="Pod is being deleted")
+
+    change = sandbox_change(pod, runtime)
+    draft = _Draft(kill_pod=change.create, create_sandbox=change.create, sandbox_id=change.sandbox_id,
+                   attempt=change.attempt, reason=change.reason)
+    if change.create:
+        _plan_new_sandbox(pod, runtime, draft)
+    elif _plan_init_containers(pod, runtime, draft) and not draft.kill_pod:
+        _plan_containers(pod, runtime, draft, set(liveness_failures), set(startup_failures))
+    _apply_backoff(pod, runtime, draft, backoff, now)
+    return draft.freeze()
+
+
+def _succeeded(name: str, runtime: podstate.RuntimePodStatus) -> bool:
+    """Upstream `containerSucceeded`: the latest instance exited with code 0."""
+    status = runtime.latest_container(name)
+    return status is not None and status.state is State.EXITED and status.exit_code == 0
+
+
+def _plan_new_sandbox(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft) -> None:
+    """Everything restarts in a new sandbox, unless the restart policy says the pod is done."""
+    if pod.spec.restart_policy == spec.RESTART_NEVER and draft.attempt != 0 and runtime.containers:
+        # Containers already ran under Never: stop what is left rather than run them again.
+        draft.create_sandbox = False
+        draft.reason += "; restartPolicy Never and containers already ran: not re-creating it"
+        return
+    to_start = [c.name for c in pod.spec.containers
+                if not (pod.spec.restart_policy == spec.RESTART_ON_FAILURE and _succeeded(c.name, runtime))]
+    if not to_start and _any_regular_container_created(pod, runtime):
+        # Initialised before, and nothing left to run (all succeeded under OnFailure): the pod is done.
+        draft.create_sandbox = False
+        draft.reason += "; all containers succeeded: not re-creating it"
+        return
+    if pod.spec.init_containers:
+        draft.next_init_container = pod.spec.init_containers[0].name
+        return
+    draft.containers_to_start = to_start
+
+
+def _any_regular_container_created(pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> bool:
+    """Upstream `hasAnyRegularContainerCreated`: a regular container exists, so initialisation happened."""
+    for container in pod.spec.containers:
+        status = runtime.latest_container(container.name)
+        if status is not None and status.state in (State.CREATED, State.RUNNING, State.EXITED):
+            return True
+    return False
+
+
+def _plan_init_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft) -> bool:
+    """Upstream `computeInitContainerActions` for ordinary init containers; True once the pod is initialised.
+
+    Init containers run strictly one at a time in spec order and each must exit 0. The newest one with any
+    status decides (earlier ones may have been garbage-collected): running -> wait; created -> start it
+    again; exited 0 -> start the next one (or done after the last); failed -> restart it, or kill the pod
+    under restartPolicy Never; unknown -> kill it and restart it (or kill the pod under Never).
+    """
+    inits = pod.spec.init_containers
+    if not inits:
+        return True
+    for container in pod.spec.containers:
+        status = runtime.latest_container(container.name)
+        if status is not None and status.state in (State.CREATED, State.RUNNING):
+            return True  # a regular container exists in this sandbox: initialisation finished before
+    restart_on_failure = pod.spec.restart_policy != spec.RESTART_NEVER
+    for index in range(len(inits) - 1, -1, -1):
+        container = inits[index]
+        status = runtime.latest_container(container.name)
+        if status is None:
+            continue
+        if status.state is State.RUNNING:
+            return False
+        if status.state is State.CREATED:
+            draft.next_init_container = container.name
+            return False
+        if status.state is State.EXITED and not init_container_failed(status):
+            if index == len(inits) - 1:
+                return True
+            draft.next_init_container = inits[index + 1].name
+            return False
+        # Failed (exited non-zero or OOM-killed) or in unknown state.
+        if not restart_on_failure:
+            draft.kill_pod = True
+            draft.reason = f"Init container {container.name} failed and restartPolicy is Never"
+            return False
+        if status.state is State.UNKNOWN:
+            draft.containers_to_kill[status.id] = KillInfo(
+                name=container.name, reason=REASON_UNKNOWN,
+                message=f'Init container is in "{status.state}" state, try killing it before restart')
+        draft.next_init_container = container.name
+        return False
+    draft.next_init_container = inits[0].name
+    return False
+
+
+def _plan_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft,
+                     liveness_failures: set[str], startup_failures: set[str]) -> None:
+    """Regular containers: start what should run, kill and restart what changed or failed its probes."""
+    keep = 0
+    for container in pod.spec.containers:
+        status = runtime.latest_container(container.name)
+        if status is None or status.state is not State.RUNNING:
+            if should_restart(container, pod, runtime):
+                draft.containers_to_start.append(container.name)
+                if status is not None and status.state is State.UNKNOWN:
+                    # It may still run: stop it first so two instances never run side by side.
+                    draft.containers_to_kill[status.id] = KillInfo(
+                        name=container.name, reason=REASON_UNKNOWN,
+                        message=f'Container is in "{status.state}" state, try killing it before restart')
+            continue
+        restart = pod.spec.restart_policy != spec.RESTART_NEVER
+        if status.hash != container.hash:
+            message, reason = f"Container {container.name} definition changed", ""
+            restart = True  # a changed spec restarts regardless of the restart policy
+        elif status.id in liveness_failures:
+            message, reason = f"Container {container.name} failed liveness probe", REASON_LIVENESS_PROBE
+        elif status.id in startup_failures:
+            message, reason = f"Container {container.name} failed startup probe", REASON_STARTUP_PROBE
+        else:
+            keep += 1
+            continue
+        if restart:
+            message += ", will be restarted"
+            draft.containers_to_start.append(container.name)
+        draft.containers_to_kill[status.id] = KillInfo(name=container.name, reason=reason, message=message)
+    if keep == 0 and not draft.containers_to_start:
+        draft.kill_pod = True
+        draft.reason = "All containers are dead and none is due to restart"
+
+
+def _apply_backoff(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft,
+                   backoff: backoffs.Backoff, now: float) -> None:
+    """Hold back starts still in crash-loop backoff since their last exit (upstream `doBackOff`)."""
+    candidates = [draft.next_init_container] if draft.next_init_container else []
+    for name in [*candidates, *draft.containers_to_start]:
+        exited = runtime.latest_exited(name)
+        if exited is None:
+            continue
+        since = exited.finished_at / 1e9
+        key = backoff_key(pod, name)
+        if backoff.is_in_backoff_since(key, since, now):
+            draft.containers_in_backoff[name] = crash_loop_message(pod, name, backoff.get(key))
+            remaining = backoff.remaining(key, since, now)
+            draft.retry_after = remaining if draft.retry_after is None else min(draft.retry_after, remaining)
+        else:
+            draft.backoff_since[name] = since
+    if draft.next_init_container in draft.containers_in_backoff:
+        draft.next_init_container = None
+    draft.containers_to_start = [n for n in draft.containers_to_start if n not in draft.containers_in_backoff]

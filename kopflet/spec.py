@@ -1,0 +1,527 @@
+"""
+The Pod as the agent needs it: frozen dataclasses parsed from the API body by `pod_from_body`.
+
+Pure: no I/O, no clock. The body is the plain mapping Kopf delivers (already validated and defaulted by the
+apiserver), but static pods and tests bypass the apiserver, so parsing checks what kopflet relies on (types,
+required fields, names that end up in labels and log paths) and fills in the apiserver's defaults where a
+field is absent (`pkg/apis/core/v1/defaults.go`). Anything wrong raises `SpecError` naming the field path in
+the apiserver's own style (``spec.containers[1].image: Required value``), because the agent shows the
+message in the pod's status.
+
+Fields the agent does not interpret yet (volumes, probes, lifecycle, security contexts ...) are kept as
+plain mappings; every ContainerSpec also keeps its raw body (`raw`), from which `container_hash` is computed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+RESTART_ALWAYS = "Always"
+RESTART_ON_FAILURE = "OnFailure"
+RESTART_NEVER = "Never"
+RESTART_POLICIES = (RESTART_ALWAYS, RESTART_ON_FAILURE, RESTART_NEVER)
+
+PULL_ALWAYS = "Always"
+PULL_IF_NOT_PRESENT = "IfNotPresent"
+PULL_NEVER = "Never"
+PULL_POLICIES = (PULL_ALWAYS, PULL_IF_NOT_PRESENT, PULL_NEVER)
+
+TERMINATION_MESSAGE_FILE = "File"
+TERMINATION_MESSAGE_FALLBACK_TO_LOGS = "FallbackToLogsOnError"
+TERMINATION_MESSAGE_POLICIES = (TERMINATION_MESSAGE_FILE, TERMINATION_MESSAGE_FALLBACK_TO_LOGS)
+
+DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+
+# Upstream defaults (SetDefaults_PodSpec / SetDefaults_Container).
+DEFAULT_TERMINATION_GRACE_PERIOD = 30
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+DEFAULT_DNS_POLICY = "ClusterFirst"
+DEFAULT_NAMESPACE = "default"
+
+# Names flow into runtime labels and into paths (/var/log/pods/<ns>_<pod>_<uid>/<container>/), so they are
+# checked as the apiserver would, even though API-delivered pods are already valid.
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class SpecError(ValueError):
+    """The pod body cannot be run as given; `field` is the path (``spec.containers[1].image``)."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"{field}: {detail}")
+        self.field = field
+        self.detail = detail
+
+
+# ------------------------------------------------------------------------------------------- dataclasses
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EnvVar:
+    """One ``env`` entry; `value_from` (configMapKeyRef, secretKeyRef, fieldRef ...) stays raw for now."""
+
+    name: str
+    value: str = ""
+    value_from: Mapping[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerPort:
+    """One ``ports`` entry with the apiserver's default protocol (TCP)."""
+
+    container_port: int
+    name: str = ""
+    host_port: int = 0
+    host_ip: str = ""
+    protocol: str = "TCP"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Resources:
+    """``resources`` as raw quantity strings (``"100m"``, ``"64Mi"``); parsing quantities is the config's job."""
+
+    requests: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    limits: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerSpec:
+    """One container (regular or init) with the apiserver's defaults applied; `raw` is the body as sent."""
+
+    name: str
+    image: str
+    image_pull_policy: str
+    hash: str
+    """`container_hash(raw)`: stored on the runtime container; a different value means kill and restart."""
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    working_dir: str = ""
+    env: tuple[EnvVar, ...] = ()
+    env_from: tuple[Mapping[str, Any], ...] = ()
+    ports: tuple[ContainerPort, ...] = ()
+    resources: Resources = dataclasses.field(default_factory=Resources)
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()
+    termination_message_path: str = DEFAULT_TERMINATION_MESSAGE_PATH
+    termination_message_policy: str = TERMINATION_MESSAGE_FILE
+    liveness_probe: Mapping[str, Any] | None = None
+    readiness_probe: Mapping[str, Any] | None = None
+    startup_probe: Mapping[str, Any] | None = None
+    lifecycle: Mapping[str, Any] | None = None
+    security_context: Mapping[str, Any] | None = None
+    stdin: bool = False
+    stdin_once: bool = False
+    tty: bool = False
+    restart_policy: str | None = None
+    """Only for init containers: ``"Always"`` makes it a sidecar (not supported by the reconciler yet)."""
+    raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_sidecar(self) -> bool:
+        """An init container with restartPolicy Always (upstream `IsRestartableInitContainer`)."""
+        return self.restart_policy == RESTART_ALWAYS
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodSpec:
+    """The parts of ``spec`` the agent uses, defaulted as the apiserver does; `raw` is ``spec`` as sent."""
+
+    containers: tuple[ContainerSpec, ...]
+    init_containers: tuple[ContainerSpec, ...] = ()
+    restart_policy: str = RESTART_ALWAYS
+    termination_grace_period_seconds: int = DEFAULT_TERMINATION_GRACE_PERIOD
+    active_deadline_seconds: int | None = None
+    dns_policy: str = DEFAULT_DNS_POLICY
+    dns_config: Mapping[str, Any] | None = None
+    hostname: str = ""
+    subdomain: str = ""
+    host_network: bool = False
+    host_pid: bool = False
+    host_ipc: bool = False
+    share_process_namespace: bool = False
+    node_name: str = ""
+    service_account_name: str = ""
+    automount_service_account_token: bool | None = None
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    security_context: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    readiness_gates: tuple[str, ...] = ()
+    priority: int | None = None
+    runtime_class_name: str | None = None
+    enable_service_links: bool = True
+    host_aliases: tuple[Mapping[str, Any], ...] = ()
+    os_name: str | None = None
+    raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def container(self, name: str) -> ContainerSpec | None:
+        """The init or regular container of that name (names are unique across both), or None."""
+        return next((c for c in (*self.init_containers, *self.containers) if c.name == name), None)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Pod:
+    """A Pod bound to this node: identity, metadata the runtime labels need, deletion state and spec."""
+
+    name: str
+    namespace: str
+    uid: str
+    spec: PodSpec
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    deletion_timestamp: datetime.datetime | None = None
+    deletion_grace_period_seconds: int | None = None
+
+    @property
+    def full_name(self) -> str:
+        """``<name>_<namespace>(<uid>)``, upstream `format.Pod`, used in kubelet messages."""
+        return f"{self.name}_{self.namespace}({self.uid})"
+
+    @property
+    def is_deleting(self) -> bool:
+        """The apiserver asked for termination (deletionTimestamp set): stop everything, start nothing."""
+        return self.deletion_timestamp is not None
+
+
+# -------------------------------------------------------------------------------------------- the hash
+
+
+def _go_json(value: Mapping[str, str]) -> bytes:
+    """Go's `json.Marshal` of a map[string]string: sorted keys, compact, HTML-safe, UTF-8."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escape)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _fnv1a_32_of_spewed_bytes(data: bytes) -> int:
+    """fnv-1a 32 over spew's ``%#v`` of a []byte, as upstream `hashutil.DeepHashObject` writes it."""
+    value = 0x811C9DC5
+    for byte in b"([]uint8)[" + b" ".join(str(b).encode() for b in data) + b"]":
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return value
+
+
+def container_hash(container_body: Mapping[str, Any]) -> str:
+    """The container's spec hash, exactly as upstream `kubecontainer.HashContainer` (1.31+) computes it.
+
+    Upstream hashes only the fields a pod update may change in place that need a restart, `name` and
+    `image` (`pickFieldsToHash`): hashing the whole container restarted containers whenever an apiserver
+    upgrade added a defaulted field. Same algorithm (JSON, spew, fnv-1a 32) and same text form
+    (``strconv.FormatUint(hash, 16)``), so values match what a kubelet would write.
+    """
+    picked = {"name": _as_text(container_body.get("name")), "image": _as_text(container_body.get("image"))}
+    return format(_fnv1a_32_of_spewed_bytes(_go_json(picked)), "x")
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+def default_pull_policy(image: str) -> str:
+    """The apiserver's default imagePullPolicy: Always when the tag is ``latest`` or absent, else IfNotPresent.
+
+    Mirrors `SetDefaults_Container` with `parsers.ParseImageName`: no tag and no digest means ``latest``; a
+    digest without a tag means IfNotPresent; the tag is after the last ``:`` of the last path component
+    (so ``localhost:5000/app`` has no tag).
+    """
+    name, _, digest = image.partition("@")
+    last = name.rsplit("/", 1)[-1]
+    tag = last.rpartition(":")[2] if ":" in last else ""
+    if not tag and not digest:
+        tag = "latest"
+    return PULL_ALWAYS if tag == "latest" else PULL_IF_NOT_PRESENT
+
+
+def pod_from_body(body: Mapping[str, Any]) -> Pod:
+    """Parse a Pod API body (a plain mapping) into a `Pod`, or raise `SpecError` naming the bad field."""
+    body = _mapping(body, "")
+    metadata = _mapping(body.get("metadata"), "metadata", required=True)
+    name = _name(metadata.get("name"), "metadata.name", _DNS1123_SUBDOMAIN, 253, "a lowercase RFC 1123 subdomain")
+    raw_namespace = metadata.get("namespace")
+    namespace = DEFAULT_NAMESPACE if raw_namespace in (None, "") else _name(
+        raw_namespace, "metadata.namespace", _DNS1123_LABEL, 63, "a lowercase RFC 1123 label")
+    uid = _name(metadata.get("uid"), "metadata.uid", _UID, 128, "letters, digits, '.', '_' or '-'")
+    spec_body = _mapping(body.get("spec"), "spec", required=True)
+    return Pod(
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        labels=_string_map(metadata.get("labels"), "metadata.labels"),
+        annotations=_string_map(metadata.get("annotations"), "metadata.annotations"),
+        deletion_timestamp=_timestamp(metadata.get("deletionTimestamp"), "metadata.deletionTimestamp"),
+        deletion_grace_period_seconds=_int(metadata.get("deletionGracePeriodSeconds"),
+                                           "metadata.deletionGracePeriodSeconds", minimum=0),
+        spec=_pod_spec(spec_body),
+    )
+
+
+def _pod_spec(spec: Mapping[str, Any]) -> PodSpec:
+    containers = _containers(spec.get("containers"), "spec.containers", required=True)
+    init_containers = _containers(spec.get("initContainers"), "spec.initContainers", required=False)
+    seen: set[str] = set()
+    for path, container in [*((f"spec.initContainers[{i}]", c) for i, c in enumerate(init_containers)),
+                            *((f"spec.containers[{i}]", c) for i, c in enumerate(containers))]:
+        if container.name in seen:
+            raise SpecError(f"{path}.name", f"Duplicate value: {container.name!r}")
+        seen.add(container.name)
+    grace = _int(spec.get("terminationGracePeriodSeconds"), "spec.terminationGracePeriodSeconds", minimum=0)
+    os_body = _mapping(spec.get("os"), "spec.os")
+    return PodSpec(
+        containers=containers,
+        init_containers=init_containers,
+        restart_policy=_choice(spec.get("restartPolicy"), "spec.restartPolicy", RESTART_POLICIES, RESTART_ALWAYS),
+        termination_grace_period_seconds=DEFAULT_TERMINATION_GRACE_PERIOD if grace is None else grace,
+        active_deadline_seconds=_int(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", minimum=1),
+        dns_policy=_choice(spec.get("dnsPolicy"), "spec.dnsPolicy", DNS_POLICIES, DEFAULT_DNS_POLICY),
+        dns_config=_optional_mapping(spec.get("dnsConfig"), "spec.dnsConfig"),
+        hostname=_str(spec.get("hostname"), "spec.hostname"),
+        subdomain=_str(spec.get("subdomain"), "spec.subdomain"),
+        host_network=_bool(spec.get("hostNetwork"), "spec.hostNetwork"),
+        host_pid=_bool(spec.get("hostPID"), "spec.hostPID"),
+        host_ipc=_bool(spec.get("hostIPC"), "spec.hostIPC"),
+        share_process_namespace=_bool(spec.get("shareProcessNamespace"), "spec.shareProcessNamespace"),
+        node_name=_str(spec.get("nodeName"), "spec.nodeName"),
+        service_account_name=_str(spec.get("serviceAccountName"), "spec.serviceAccountName"),
+        automount_service_account_token=_optional_bool(spec.get("automountServiceAccountToken"),
+                                                       "spec.automountServiceAccountToken"),
+        volumes=_raw_list(spec.get("volumes"), "spec.volumes"),
+        security_context=_mapping(spec.get("securityContext"), "spec.securityContext"),
+        readiness_gates=tuple(
+            _str(_mapping(gate, f"spec.readinessGates[{i}]").get("conditionType"),
+                 f"spec.readinessGates[{i}].conditionType", required=True)
+            for i, gate in enumerate(_list(spec.get("readinessGates"), "spec.readinessGates"))),
+        priority=_int(spec.get("priority"), "spec.priority"),
+        runtime_class_name=_str(spec.get("runtimeClassName"), "spec.runtimeClassName") or None,
+        enable_service_links=_optional_bool(spec.get("enableServiceLinks"), "spec.enableServiceLinks") is not False,
+        host_aliases=_raw_list(spec.get("hostAliases"), "spec.hostAliases"),
+        os_name=_str(os_body.get("name"), "spec.os.name") or None,
+        raw=_plain(spec),
+    )
+
+
+def _containers(value: Any, path: str, *, required: bool) -> tuple[ContainerSpec, ...]:
+    items = _list(value, path)
+    if required and not items:
+        raise SpecError(path, "Required value: a pod needs at least one container")
+    return tuple(_container(item, f"{path}[{i}]", init=path.endswith("initContainers"))
+                 for i, item in enumerate(items))
+
+
+def _container(value: Any, path: str, *, init: bool) -> ContainerSpec:
+    body = _mapping(value, path)
+    name = _name(body.get("name"), f"{path}.name", _DNS1123_LABEL, 63, "a lowercase RFC 1123 label")
+    image = _str(body.get("image"), f"{path}.image", required=True)
+    if image != image.strip():
+        raise SpecError(f"{path}.image", f"Invalid value: {image!r}: must not have leading or trailing whitespace")
+    resources = _mapping(body.get("resources"), f"{path}.resources")
+    restart_policy = body.get("restartPolicy")
+    if restart_policy is not None:
+        allowed = (RESTART_ALWAYS,) if init else RESTART_POLICIES
+        restart_policy = _choice(restart_policy, f"{path}.restartPolicy", allowed, RESTART_ALWAYS)
+    return ContainerSpec(
+        name=name,
+        image=image,
+        image_pull_policy=_choice(body.get("imagePullPolicy"), f"{path}.imagePullPolicy", PULL_POLICIES,
+                                  default_pull_policy(image)),
+        hash=container_hash(body),
+        command=_strings(body.get("command"), f"{path}.command"),
+        args=_strings(body.get("args"), f"{path}.args"),
+        working_dir=_str(body.get("workingDir"), f"{path}.workingDir"),
+        env=tuple(_env(item, f"{path}.env[{i}]") for i, item in enumerate(_list(body.get("env"), f"{path}.env"))),
+        env_from=_raw_list(body.get("envFrom"), f"{path}.envFrom"),
+        ports=tuple(_port(item, f"{path}.ports[{i}]")
+                    for i, item in enumerate(_list(body.get("ports"), f"{path}.ports"))),
+        resources=Resources(requests=_quantities(resources.get("requests"), f"{path}.resources.requests"),
+                            limits=_quantities(resources.get("limits"), f"{path}.resources.limits")),
+        volume_mounts=_raw_list(body.get("volumeMounts"), f"{path}.volumeMounts"),
+        termination_message_path=_str(body.get("terminationMessagePath"), f"{path}.terminationMessagePath")
+        or DEFAULT_TERMINATION_MESSAGE_PATH,
+        termination_message_policy=_choice(body.get("terminationMessagePolicy"), f"{path}.terminationMessagePolicy",
+                                           TERMINATION_MESSAGE_POLICIES, TERMINATION_MESSAGE_FILE),
+        liveness_probe=_optional_mapping(body.get("livenessProbe"), f"{path}.livenessProbe"),
+        readiness_probe=_optional_mapping(body.get("readinessProbe"), f"{path}.readinessProbe"),
+        startup_probe=_optional_mapping(body.get("startupProbe"), f"{path}.startupProbe"),
+        lifecycle=_optional_mapping(body.get("lifecycle"), f"{path}.lifecycle"),
+        security_context=_optional_mapping(body.get("securityContext"), f"{path}.securityContext"),
+        stdin=_bool(body.get("stdin"), f"{path}.stdin"),
+        stdin_once=_bool(body.get("stdinOnce"), f"{path}.stdinOnce"),
+        tty=_bool(body.get("tty"), f"{path}.tty"),
+        restart_policy=restart_policy,
+        raw=_plain(body),
+    )
+
+
+def _env(value: Any, path: str) -> EnvVar:
+    body = _mapping(value, path)
+    return EnvVar(name=_str(body.get("name"), f"{path}.name", required=True),
+                  value=_str(body.get("value"), f"{path}.value"),
+                  value_from=_optional_mapping(body.get("valueFrom"), f"{path}.valueFrom"))
+
+
+def _port(value: Any, path: str) -> ContainerPort:
+    body = _mapping(value, path)
+    container_port = _int(body.get("containerPort"), f"{path}.containerPort", minimum=1, maximum=65535)
+    if container_port is None:
+        raise SpecError(f"{path}.containerPort", "Required value")
+    return ContainerPort(
+        container_port=container_port,
+        name=_str(body.get("name"), f"{path}.name"),
+        host_port=_int(body.get("hostPort"), f"{path}.hostPort", minimum=0, maximum=65535) or 0,
+        host_ip=_str(body.get("hostIP"), f"{path}.hostIP"),
+        protocol=_choice(body.get("protocol"), f"{path}.protocol", PROTOCOLS, "TCP"),
+    )
+
+
+# ------------------------------------------------------------------------------------ field primitives
+
+
+def _describe(value: Any) -> str:
+    return type(value).__name__ if isinstance(value, Mapping | list | tuple) else repr(value)
+
+
+def _mapping(value: Any, path: str, *, required: bool = False) -> Mapping[str, Any]:
+    if value is None:
+        if required:
+            raise SpecError(path, "Required value")
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(path or "<body>", f"Invalid value: {_describe(value)}: must be an object")
+    return value
+
+
+def _optional_mapping(value: Any, path: str) -> Mapping[str, Any] | None:
+    return None if value is None else _plain(_mapping(value, path))
+
+
+def _list(value: Any, path: str) -> Sequence[Any]:
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise SpecError(path, f"Invalid value: {_describe(value)}: must be a list")
+    return value
+
+
+def _raw_list(value: Any, path: str) -> tuple[Mapping[str, Any], ...]:
+    return tuple(_plain(_mapping(item, f"{path}[{i}]")) for i, item in enumerate(_list(value, path)))
+
+
+def _str(value: Any, path: str, *, required: bool = False) -> str:
+    if value is None or value == "":
+        if required:
+            raise SpecError(path, "Required value")
+        return ""
+    if not isinstance(value, str):
+        raise SpecError(path, f"Invalid value: {_describe(value)}: must be a string")
+    return value
+
+
+def _strings(value: Any, path: str) -> tuple[str, ...]:
+    items = _list(value, path)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise SpecError(f"{path}[{i}]", f"Invalid value: {_describe(item)}: must be a string")
+    return tuple(items)
+
+
+def _string_map(value: Any, path: str) -> Mapping[str, str]:
+    body = _mapping(value, path)
+    for key, item in body.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise SpecError(f"{path}[{key!r}]", f"Invalid value: {_describe(item)}: must be a string")
+    return dict(body)
+
+
+def _quantities(value: Any, path: str) -> Mapping[str, str]:
+    """Quantities stay strings; a bare JSON number (``cpu: 1``) is accepted and kept as its text."""
+    body = _mapping(value, path)
+    result: dict[str, str] = {}
+    for key, item in body.items():
+        if isinstance(item, bool) or not isinstance(item, str | int | float):
+            raise SpecError(f"{path}.{key}", f"Invalid value: {_describe(item)}: must be a quantity")
+        result[str(key)] = item if isinstance(item, str) else format(item, "g")
+    return result
+
+
+def _bool(value: Any, path: str) -> bool:
+    return _optional_bool(value, path) is True
+
+
+def _optional_bool(value: Any, path: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise SpecError(path, f"Invalid value: {_describe(value)}: must be true or false")
+
+
+def _int(value: Any, path: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(path, f"Invalid value: {_describe(value)}: must be an integer")
+    if minimum is not None and value < minimum:
+        raise SpecError(path, f"Invalid value: {value}: must be greater than or equal to {minimum}")
+    if maximum is not None and value > maximum:
+        raise SpecError(path, f"Invalid value: {value}: must be less than or equal to {maximum}")
+    return value
+
+
+def _choice(value: Any, path: str, allowed: Iterable[str], default: str) -> str:
+    if value is None or value == "":
+        return default
+    allowed = tuple(allowed)
+    if value not in allowed:
+        supported = ", ".join(f'"{a}"' for a in allowed)
+        raise SpecError(path, f"Unsupported value: {_describe(value)}: supported values: {supported}")
+    return value
+
+
+def _name(value: Any, path: str, pattern: re.Pattern[str], max_length: int, what: str) -> str:
+    text = _str(value, path, required=True)
+    if len(text) > max_length or not pattern.match(text) or text in (".", ".."):
+        raise SpecError(path, f"Invalid value: {text!r}: must be {what} of at most {max_length} characters")
+    return text
+
+
+def _timestamp(value: Any, path: str) -> datetime.datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime.datetime):  # some clients hand over parsed timestamps
+        parsed = value
+    else:
+        text = _str(value, path, required=True)
+        try:
+            parsed = datetime.datetime.fromisoformat(text)
+        except ValueError:
+            raise SpecError(path, f"Invalid value: {text!r}: must be an RFC 3339 timestamp") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy as plain dicts and lists, detached from the caller's (possibly mutable, view) body."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+__all__ = [
+    "ContainerPort",
+    "ContainerSpec",
+    "EnvVar",
+    "Pod",
+    "PodSpec",
+    "Resources",
+    "SpecError",
+    "container_hash",
+    "default_pull_policy",
+    "pod_from_body",
+]

@@ -1,0 +1,469 @@
+"""kopflet.reconciler.compute_pod_actions: table-driven like upstream TestComputePodActions.
+
+One base pod (three containers, optionally three init containers) and one base runtime status where all is
+running and ready; each case mutates either and states the whole expected PodActions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cri_client.types import NamespaceMode
+from kopflet import podstate, reconciler
+from kopflet.backoff import Backoff
+from kopflet.podstate import ContainerInfo, SandboxInfo, State
+from kopflet.reconciler import KillInfo, PodActions, compute_pod_actions
+from kopflet.spec import Pod, container_hash, pod_from_body
+
+NOW = 10_000.0
+S = 1_000_000_000  # ns per second
+FULL_NAME = "foo_foo-ns(12345678)"
+
+
+def base_body(init: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "metadata": {"name": "foo", "namespace": "foo-ns", "uid": "12345678"},
+        "spec": {"containers": [{"name": n, "image": "busybox"} for n in ("foo1", "foo2", "foo3")]},
+    }
+    if init:
+        body["spec"]["initContainers"] = [{"name": n, "image": "bar-image"} for n in ("init1", "init2", "init3")]
+    return body
+
+
+@dataclasses.dataclass
+class Runtime:
+    """A mutable runtime status for the cases to edit; lists are newest first, as podstate keeps them."""
+
+    sandboxes: list[SandboxInfo]
+    containers: list[ContainerInfo]
+    failed_probes: dict[str, set[str]] = dataclasses.field(
+        default_factory=lambda: {"liveness": set(), "startup": set()})
+
+    def c(self, index: int, **changes: Any) -> None:
+        self.containers[index] = dataclasses.replace(self.containers[index], **changes)
+
+    def s(self, index: int, **changes: Any) -> None:
+        self.sandboxes[index] = dataclasses.replace(self.sandboxes[index], **changes)
+
+    def exited(self, index: int, code: int, at: float = NOW - 1000) -> None:
+        self.c(index, state=State.EXITED, exit_code=code, finished_at=int(at * S))
+
+    def build(self) -> podstate.RuntimePodStatus:
+        return podstate.RuntimePodStatus(uid="12345678", name="foo", namespace="foo-ns",
+                                         sandboxes=tuple(self.sandboxes), containers=tuple(self.containers))
+
+
+def _info(cid: str, name: str, state: State) -> ContainerInfo:
+    return ContainerInfo(id=cid, name=name, state=state, image="busybox",
+                         hash=container_hash({"name": name, "image": "bar-image" if name.startswith("init")
+                                              else "busybox"}))
+
+
+def base_runtime(init: bool = False) -> Runtime:
+    sandboxes = [SandboxInfo(id="sandboxID", attempt=0, ready=True, ip="10.0.0.1")]
+    if init:  # upstream makeBasePodAndStatusWithInitContainers: every init container exited 0, nothing else
+        return Runtime(sandboxes, [_info(f"initid{i}", f"init{i}", State.EXITED) for i in (1, 2, 3)])
+    return Runtime(sandboxes, [_info(f"id{i}", f"foo{i}", State.RUNNING) for i in (1, 2, 3)])
+
+
+def policy(name: str) -> Callable[[dict[str, Any]], None]:
+    def mutate(body: dict[str, Any]) -> None:
+        body["spec"]["restartPolicy"] = name
+    return mutate
+
+
+NO_ACTION = PodActions(sandbox_id="sandboxID")
+AGO = NOW - 1000  # finishedAt of the exited containers in most cases: long out of any backoff
+NEW_SANDBOX = "No sandbox for pod can be found. Need to start a new one"
+NOT_READY = "No ready sandbox for pod can be found. Need to start a new one"
+ALL_DEAD = "All containers are dead and none is due to restart"
+NOT_RECREATED_NEVER = NOT_READY + "; restartPolicy Never and containers already ran: not re-creating it"
+NOT_RECREATED_DONE = NOT_READY + "; all containers succeeded: not re-creating it"
+
+
+def killed(name: str, message: str, reason: str = "") -> KillInfo:
+    return KillInfo(name=name, reason=reason, message=message)
+
+
+def _all_exited(code: int) -> Callable[[Runtime], None]:
+    def mutate(rt: Runtime) -> None:
+        for i in range(len(rt.containers)):
+            rt.exited(i, code)
+    return mutate
+
+
+def _keep_only(*indexes: int) -> Callable[[Runtime], None]:
+    def mutate(rt: Runtime) -> None:
+        rt.containers[:] = [rt.containers[i] for i in indexes]
+    return mutate
+
+
+def _add_exited_regulars(rt: Runtime) -> None:
+    """Every regular container ran and exited 0 after the init containers (newest first)."""
+    rt.containers[:0] = [_info(f"id{i}", f"foo{i}", State.EXITED) for i in (1, 2, 3)]
+
+
+def _probe_failed(kind: str) -> Callable[[Runtime], None]:
+    def mutate(rt: Runtime) -> None:
+        rt.failed_probes[kind].add("id2")
+    return mutate
+
+
+LIVENESS_FAILED = _probe_failed("liveness")
+STARTUP_FAILED = _probe_failed("startup")
+
+
+def _set_ready_sandboxes(rt: Runtime) -> None:
+    rt.sandboxes.insert(0, SandboxInfo(id="sandbox2", attempt=3, ready=True, ip="10.0.0.2", created_at=5))
+
+
+Case = tuple[Callable[[dict[str, Any]], None] | None, Callable[[Runtime], None] | None, PodActions]
+
+CASES: dict[str, Case] = {
+    "everything is good; do nothing": (None, None, NO_ACTION),
+    "start pod sandbox and all containers for a new pod": (
+        None, lambda rt: (rt.sandboxes.clear(), rt.containers.clear()),
+        PodActions(kill_pod=True, create_sandbox=True, attempt=0, containers_to_start=("foo1", "foo2", "foo3"),
+                   reason=NEW_SANDBOX)),
+    "restart exited containers if RestartPolicy == Always": (
+        policy("Always"), lambda rt: (rt.exited(0, 0), rt.exited(1, 111)),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo1", "foo2"),
+                   backoff_since={"foo1": AGO, "foo2": AGO})),
+    "restart failed containers if RestartPolicy == OnFailure": (
+        policy("OnFailure"), lambda rt: (rt.exited(0, 0), rt.exited(1, 111)),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",), backoff_since={"foo2": AGO})),
+    "restart created but not started containers if RestartPolicy == OnFailure": (
+        policy("OnFailure"), lambda rt: (rt.exited(0, 0), rt.c(1, state=State.CREATED)),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",))),
+    "don't restart containers if RestartPolicy == Never": (
+        policy("Never"), lambda rt: (rt.exited(0, 0), rt.exited(1, 111)), NO_ACTION),
+    "kill pod and recreate everything if the sandbox is dead, RestartPolicy == Always": (
+        policy("Always"), lambda rt: rt.s(0, ready=False),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
+                   containers_to_start=("foo1", "foo2", "foo3"), reason=NOT_READY)),
+    "kill pod and recreate all but the succeeded containers if the sandbox is dead, OnFailure": (
+        policy("OnFailure"), lambda rt: (rt.s(0, ready=False), rt.exited(1, 0)),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
+                   containers_to_start=("foo1", "foo3"), reason=NOT_READY)),
+    "kill pod and recreate all containers if the sandbox has no IP": (
+        None, lambda rt: rt.s(0, ip=""),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
+                   containers_to_start=("foo1", "foo2", "foo3"),
+                   reason="Sandbox for pod has no IP address. Need to start a new one")),
+    "a hostNetwork sandbox needs no IP": (
+        lambda b: b["spec"].update(hostNetwork=True), lambda rt: rt.s(0, ip="", network_mode=NamespaceMode.NODE),
+        NO_ACTION),
+    "recreate the sandbox without an id if the network namespace mode changed": (
+        lambda b: b["spec"].update(hostNetwork=True), None,
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="", attempt=1,
+                   containers_to_start=("foo1", "foo2", "foo3"),
+                   reason="Sandbox for pod has changed. Need to start a new one")),
+    "reconcile more than one ready sandbox with a new one": (
+        None, _set_ready_sandboxes,
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandbox2", attempt=4,
+                   containers_to_start=("foo1", "foo2", "foo3"),
+                   reason="Multiple sandboxes are ready for Pod. Need to reconcile them")),
+    "a newer ready sandbox next to an older dead one is fine": (
+        None, lambda rt: rt.sandboxes.append(SandboxInfo(id="old", attempt=7, ready=False)),
+        PodActions(sandbox_id="sandboxID", attempt=7)),
+    "kill and recreate the container if the container's spec changed": (
+        policy("Always"), lambda rt: rt.c(1, hash="deadbeef"),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",),
+                   containers_to_kill={"id2": killed("foo2", "Container foo2 definition changed, will be restarted")})),
+    "a changed spec restarts even under RestartPolicy == Never": (
+        policy("Never"), lambda rt: rt.c(1, hash=""),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",),
+                   containers_to_kill={"id2": killed("foo2", "Container foo2 definition changed, will be restarted")})),
+    "kill and recreate the container if the liveness check has failed": (
+        policy("Always"), LIVENESS_FAILED,
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",),
+                   containers_to_kill={"id2": killed("foo2", "Container foo2 failed liveness probe, will be restarted",
+                                                     "LivenessProbe")})),
+    "kill and recreate the container if the startup check has failed": (
+        policy("OnFailure"), STARTUP_FAILED,
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",),
+                   containers_to_kill={"id2": killed("foo2", "Container foo2 failed startup probe, will be restarted",
+                                                     "StartupProbe")})),
+    "a failed liveness check under RestartPolicy == Never kills without restart": (
+        policy("Never"), LIVENESS_FAILED,
+        PodActions(sandbox_id="sandboxID",
+                   containers_to_kill={"id2": killed("foo2", "Container foo2 failed liveness probe",
+                                                     "LivenessProbe")})),
+    "do not create a sandbox for a dead sandbox with RestartPolicy=Never and all containers exited": (
+        policy("Never"), lambda rt: (rt.s(0, ready=False, attempt=1), _all_exited(0)(rt)),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", attempt=2, reason=NOT_RECREATED_NEVER)),
+    "do not create a sandbox for a dead sandbox with RestartPolicy=OnFailure and all containers succeeded": (
+        policy("OnFailure"), lambda rt: (rt.s(0, ready=False, attempt=1), _all_exited(0)(rt)),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", attempt=2, reason=NOT_RECREATED_DONE)),
+    "create a sandbox with RestartPolicy=Never when no container was ever created": (
+        policy("Never"), lambda rt: (rt.s(0, ready=False, attempt=2), rt.containers.clear()),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=3,
+                   containers_to_start=("foo1", "foo2", "foo3"), reason=NOT_READY)),
+    "kill and recreate the container if the container is in unknown state": (
+        policy("Never"), lambda rt: rt.c(1, state=State.UNKNOWN),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",),
+                   containers_to_kill={"id2": killed("foo2", 'Container is in "unknown" state, try killing it '
+                                                     "before restart", "Unknown")})),
+    "restart the container if the container is in created state": (
+        policy("Never"), lambda rt: rt.c(1, state=State.CREATED),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",))),
+    "kill the pod (stop the sandbox) when all containers exited under RestartPolicy == Never": (
+        policy("Never"), _all_exited(1),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", reason=ALL_DEAD)),
+    "kill the pod when all containers succeeded under RestartPolicy == OnFailure": (
+        policy("OnFailure"), _all_exited(0),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", reason=ALL_DEAD)),
+    "kill everything and start nothing once the pod is being deleted": (
+        lambda b: b["metadata"].update(deletionTimestamp="2024-01-01T00:00:00Z"),
+        lambda rt: (rt.exited(0, 1), rt.s(0, attempt=2)),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", attempt=2, reason="Pod is being deleted")),
+    "a deleted pod without a sandbox is still killed (idempotent)": (
+        lambda b: b["metadata"].update(deletionTimestamp="2024-01-01T00:00:00Z"),
+        lambda rt: rt.sandboxes.clear(),
+        PodActions(kill_pod=True, reason="Pod is being deleted")),
+}
+
+INIT_CASES: dict[str, Case] = {
+    "initialization completed; start all containers": (
+        None, None, PodActions(sandbox_id="sandboxID", containers_to_start=("foo1", "foo2", "foo3"))),
+    "no init containers have been started; start the first one": (
+        None, lambda rt: rt.containers.clear(), PodActions(sandbox_id="sandboxID", next_init_container="init1")),
+    "initialization in progress; do nothing": (
+        policy("Always"), lambda rt: rt.c(2, state=State.RUNNING), NO_ACTION),
+    "first init container done; start the second": (
+        None, _keep_only(0),
+        PodActions(sandbox_id="sandboxID", next_init_container="init2")),
+    "kill pod and restart the first init container if the pod sandbox is dead": (
+        policy("Always"), lambda rt: rt.s(0, ready=False),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
+                   next_init_container="init1", backoff_since={"init1": 0.0}, reason=NOT_READY)),
+    "initialization failed; restart the last init container if RestartPolicy == Always": (
+        policy("Always"), lambda rt: rt.exited(2, 137),
+        PodActions(sandbox_id="sandboxID", next_init_container="init3", backoff_since={"init3": AGO})),
+    "initialization failed; restart the last init container if RestartPolicy == OnFailure": (
+        policy("OnFailure"), lambda rt: rt.exited(2, 137),
+        PodActions(sandbox_id="sandboxID", next_init_container="init3", backoff_since={"init3": AGO})),
+    "an OOM-killed init container failed even with exit code 0": (
+        policy("OnFailure"), lambda rt: (rt.exited(2, 0), rt.c(2, reason="OOMKilled")),
+        PodActions(sandbox_id="sandboxID", next_init_container="init3", backoff_since={"init3": AGO})),
+    "initialization failed; kill pod if RestartPolicy == Never": (
+        policy("Never"), lambda rt: rt.exited(2, 137),
+        PodActions(kill_pod=True, sandbox_id="sandboxID",
+                   reason="Init container init3 failed and restartPolicy is Never")),
+    "init container state unknown; kill and recreate the last init container if RestartPolicy == Always": (
+        policy("Always"), lambda rt: rt.c(2, state=State.UNKNOWN),
+        PodActions(sandbox_id="sandboxID", next_init_container="init3",
+                   containers_to_kill={"initid3": killed("init3", 'Init container is in "unknown" state, try killing '
+                                                         "it before restart", "Unknown")})),
+    "init container state unknown; kill pod if RestartPolicy == Never": (
+        policy("Never"), lambda rt: rt.c(2, state=State.UNKNOWN),
+        PodActions(kill_pod=True, sandbox_id="sandboxID",
+                   reason="Init container init3 failed and restartPolicy is Never")),
+    "sandbox not ready, init containers ran, RestartPolicy == Never; kill pod only": (
+        policy("Never"), lambda rt: rt.s(0, ready=False),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", attempt=1, reason=NOT_RECREATED_NEVER)),
+    "sandbox not ready, RestartPolicy == Never, no visible containers; create a new sandbox": (
+        policy("Never"), lambda rt: (rt.s(0, ready=False), rt.containers.clear()),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
+                   next_init_container="init1", reason=NOT_READY)),
+    "sandbox not ready, init container failed, RestartPolicy == OnFailure; create a new sandbox": (
+        policy("OnFailure"), lambda rt: (rt.s(0, ready=False), rt.exited(2, 137)),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
+                   next_init_container="init1", backoff_since={"init1": 0.0}, reason=NOT_READY)),
+    "some init container statuses are missing but the last one runs; don't restart preceding ones": (
+        policy("Always"), lambda rt: (rt.c(2, state=State.RUNNING), _keep_only(2)(rt)),
+        NO_ACTION),
+    "an init container is in the created state after a failed start; restart it": (
+        policy("Always"), lambda rt: rt.c(2, state=State.CREATED),
+        PodActions(sandbox_id="sandboxID", next_init_container="init3")),
+    "a regular container runs: initialisation is done even if init statuses were removed": (
+        None, lambda rt: (rt.containers.clear(), rt.containers.append(_info("id1", "foo1", State.RUNNING))),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2", "foo3"))),
+    "sandbox dead with exited containers under Always: run the init containers again": (
+        policy("Always"), lambda rt: (rt.s(0, ready=False),
+                                      rt.containers.insert(0, _info("id1", "foo1", State.EXITED))),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
+                   next_init_container="init1", backoff_since={"init1": 0.0}, reason=NOT_READY)),
+    "sandbox dead, OnFailure, every container succeeded: done, no new sandbox": (
+        policy("OnFailure"), lambda rt: (rt.s(0, ready=False), _add_exited_regulars(rt)),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", attempt=1, reason=NOT_RECREATED_DONE)),
+}
+
+
+def _run(init: bool, mutate_pod: Any, mutate_rt: Any) -> PodActions:
+    body = base_body(init)
+    if mutate_pod is not None:
+        mutate_pod(body)
+    pod = pod_from_body(body)
+    rt = base_runtime(init)
+    if mutate_rt is not None:
+        mutate_rt(rt)
+    return compute_pod_actions(pod, rt.build(), backoff=Backoff(), now=NOW,
+                               liveness_failures=rt.failed_probes["liveness"],
+                               startup_failures=rt.failed_probes["startup"])
+
+
+@pytest.mark.parametrize(("mutate_pod", "mutate_rt", "expected"), list(CASES.values()), ids=list(CASES))
+def test_compute_pod_actions(mutate_pod: Any, mutate_rt: Any, expected: PodActions) -> None:
+    assert _run(False, mutate_pod, mutate_rt) == expected
+
+
+@pytest.mark.parametrize(("mutate_pod", "mutate_rt", "expected"), list(INIT_CASES.values()), ids=list(INIT_CASES))
+def test_compute_pod_actions_with_init_containers(mutate_pod: Any, mutate_rt: Any, expected: PodActions) -> None:
+    assert _run(True, mutate_pod, mutate_rt) == expected
+
+
+# --------------------------------------------------------------------------------------- crash-loop backoff
+
+
+def _pod(init: bool = False, **spec_fields: Any) -> Pod:
+    body = base_body(init)
+    body["spec"].update(spec_fields)
+    return pod_from_body(body)
+
+
+def _backoff_with(pod: Pod, name: str, bumps: list[float]) -> Backoff:
+    b = Backoff()
+    for t in bumps:
+        b.next(reconciler.backoff_key(pod, name), t)
+    return b
+
+
+def test_container_in_backoff_is_held_back_with_the_upstream_message() -> None:
+    pod = _pod()
+    b = _backoff_with(pod, "foo2", [NOW - 40, NOW - 20])  # delay now 20s
+    rt = base_runtime()
+    rt.exited(1, 1, at=NOW - 5)
+    actions = compute_pod_actions(pod, rt.build(), backoff=b, now=NOW)
+    assert actions == PodActions(
+        sandbox_id="sandboxID",
+        containers_in_backoff={"foo2": f"back-off 20s restarting failed container=foo2 pod={FULL_NAME}"},
+        retry_after=15.0)
+
+
+def test_container_out_of_backoff_is_started_and_reports_its_exit_time() -> None:
+    pod = _pod()
+    b = _backoff_with(pod, "foo2", [NOW - 60, NOW - 40])
+    rt = base_runtime()
+    rt.exited(1, 1, at=NOW - 30)
+    actions = compute_pod_actions(pod, rt.build(), backoff=b, now=NOW)
+    assert actions == PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",),
+                                 backoff_since={"foo2": NOW - 30})
+
+
+def test_every_container_in_backoff_does_not_kill_the_pod() -> None:
+    pod = _pod()
+    b = Backoff()
+    rt = base_runtime()
+    for i, name in enumerate(("foo1", "foo2", "foo3")):
+        b.next(reconciler.backoff_key(pod, name), NOW - 10 * (i + 1))
+        rt.exited(i, 2, at=NOW - 1)
+    actions = compute_pod_actions(pod, rt.build(), backoff=b, now=NOW)
+    assert not actions.kill_pod and actions.containers_to_start == ()
+    assert list(actions.containers_in_backoff) == ["foo1", "foo2", "foo3"]
+    assert actions.containers_in_backoff["foo3"] == f"back-off 10s restarting failed container=foo3 pod={FULL_NAME}"
+    assert actions.retry_after == 9.0
+
+
+def test_a_changed_spec_gets_a_fresh_backoff() -> None:
+    old = _pod()
+    b = _backoff_with(old, "foo2", [NOW - 50, NOW - 30, NOW - 10])  # 40s for the old spec
+    new_body = base_body()
+    new_body["spec"]["containers"][1]["image"] = "busybox:1.37"
+    new = pod_from_body(new_body)
+    rt = base_runtime()
+    rt.exited(1, 1, at=NOW - 2)
+    assert compute_pod_actions(old, rt.build(), backoff=b, now=NOW).containers_in_backoff
+    assert compute_pod_actions(new, rt.build(), backoff=b, now=NOW).containers_to_start == ("foo2",)
+
+
+def test_init_container_in_backoff_is_not_started() -> None:
+    pod = _pod(init=True)
+    b = _backoff_with(pod, "init3", [NOW - 30])
+    rt = base_runtime(init=True)
+    rt.exited(2, 1, at=NOW - 3)
+    actions = compute_pod_actions(pod, rt.build(), backoff=b, now=NOW)
+    assert actions == PodActions(
+        sandbox_id="sandboxID",
+        containers_in_backoff={"init3": f"back-off 10s restarting failed container=init3 pod={FULL_NAME}"},
+        retry_after=7.0)
+
+
+def test_backoff_also_applies_after_sandbox_recreation() -> None:
+    pod = _pod()
+    b = _backoff_with(pod, "foo2", [NOW - 5])
+    rt = base_runtime()
+    rt.s(0, ready=False)
+    rt.exited(1, 1, at=NOW - 4)
+    actions = compute_pod_actions(pod, rt.build(), backoff=b, now=NOW)
+    assert actions.create_sandbox and actions.kill_pod
+    assert actions.containers_to_start == ("foo1", "foo3")
+    assert set(actions.containers_in_backoff) == {"foo2"}
+
+
+def test_compute_does_not_touch_the_backoff_and_note_restarts_does() -> None:
+    pod = _pod()
+    b = Backoff()
+    rt = base_runtime()
+    rt.exited(1, 1, at=NOW - 1)
+    first = compute_pod_actions(pod, rt.build(), backoff=b, now=NOW)
+    assert len(b) == 0 and first.containers_to_start == ("foo2",)
+    assert compute_pod_actions(pod, rt.build(), backoff=b, now=NOW) == first  # same input, same answer
+
+    reconciler.note_restarts(first, pod, b, NOW)
+    assert b.get(reconciler.backoff_key(pod, "foo2")) == 10
+    # The restarted instance crashes 2s later: now it waits.
+    rt.containers.insert(0, dataclasses.replace(rt.containers[1], id="id2b", finished_at=int((NOW + 2) * S)))
+    later = compute_pod_actions(pod, rt.build(), backoff=b, now=NOW + 3)
+    assert later.containers_in_backoff == {"foo2": f"back-off 10s restarting failed container=foo2 pod={FULL_NAME}"}
+    assert later.retry_after == pytest.approx(9.0)
+
+
+def test_note_restarts_only_for_started_names() -> None:
+    pod = _pod()
+    actions = PodActions(backoff_since={"foo1": 1.0, "foo2": 2.0})
+    b = Backoff()
+    reconciler.note_restarts(actions, pod, b, NOW, started=["foo2", "foo3"])
+    assert b.get(reconciler.backoff_key(pod, "foo1")) == 0
+    assert b.get(reconciler.backoff_key(pod, "foo2")) == 10
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def test_sandbox_change_rules_directly() -> None:
+    pod = _pod()
+    rt = base_runtime()
+    assert reconciler.sandbox_change(pod, rt.build()) == reconciler.SandboxChange(create=False, attempt=0,
+                                                                                  sandbox_id="sandboxID")
+    assert reconciler.network_mode(_pod(hostNetwork=True)) is NamespaceMode.NODE
+    assert reconciler.network_mode(pod) is NamespaceMode.POD
+
+
+@pytest.mark.parametrize(("restart_policy", "state", "exit_code", "expected"), [
+    ("Always", None, 0, True),
+    ("Never", None, 0, True),
+    ("Always", State.RUNNING, 0, False),
+    ("Never", State.UNKNOWN, 0, True),
+    ("Never", State.CREATED, 0, True),
+    ("Never", State.EXITED, 1, False),
+    ("OnFailure", State.EXITED, 0, False),
+    ("OnFailure", State.EXITED, 1, True),
+    ("Always", State.EXITED, 0, True),
+])
+def test_should_restart(restart_policy: str, state: State | None, exit_code: int, expected: bool) -> None:
+    pod = _pod(restartPolicy=restart_policy)
+    containers = () if state is None else (ContainerInfo(id="c", name="foo1", state=state, exit_code=exit_code),)
+    rt = podstate.RuntimePodStatus(uid="12345678", containers=containers)
+    assert reconciler.should_restart(pod.spec.containers[0], pod, rt) is expected
+
+
+def test_should_restart_never_for_a_deleted_pod() -> None:
+    body = base_body()
+    body["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    pod = pod_from_body(body)
+    assert not reconciler.should_restart(pod.spec.containers[0], pod, podstate.RuntimePodStatus(uid="12345678"))
