@@ -115,7 +115,8 @@ def cmd_dev(layout: Layout) -> int:
             started: list[str] = []
             try:
                 started = stack.up(layout)
-                print(usage_text(layout), file=sys.stderr, flush=True)
+                with contextlib.suppress(OSError):
+                    print(usage_text(layout), file=sys.stderr, flush=True)
                 env = stack_env(layout)
                 env["KUBECONFIG"] = str(layout.node_kubeconfig)  # the agent is a node, never admin
                 return run_foreground(agent_argv(), env)

@@ -124,7 +124,9 @@ def components(layout: Layout) -> list[Component]:
 
 
 def _log(msg: str) -> None:
-    print(f"devstack: {msg}", file=sys.stderr, flush=True)
+    """Progress to stderr; never fails, so a closed terminal or pipe cannot abort a shutdown half-way."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"devstack: {msg}", file=sys.stderr, flush=True)
 
 
 def running(layout: Layout) -> list[str]:
@@ -183,12 +185,15 @@ def down(layout: Layout, only: Sequence[str] | None = None) -> None:
     for comp in reversed(components(layout)):
         if only is not None and comp.name not in only:
             continue
-        if comp.name == "containerd":
-            remove_all_pods(layout)
-        if processes.stop(comp.name, pids=layout.pids):
-            _log(f"stopped {comp.name}")
-        if comp.name == "containerd":
-            sweep_shims(layout)
+        try:
+            if comp.name == "containerd":
+                remove_all_pods(layout)
+            if processes.stop(comp.name, pids=layout.pids):
+                _log(f"stopped {comp.name}")
+            if comp.name == "containerd":
+                sweep_shims(layout)
+        except Exception as exc:  # keep stopping the others: no stray processes
+            _log(f"could not stop {comp.name} cleanly: {exc}")
 
 
 def remove_all_pods(layout: Layout) -> None:
