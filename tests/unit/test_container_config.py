@@ -1,0 +1,183 @@
+"""kopflet.container_config: ContainerConfig (upstream generateContainerConfig) and the cgroup math.
+
+One base pod; resource cases give requests/limits and state shares, quota and memory limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cri_client import types as cri
+from kopflet import container_config
+from kopflet.spec import Pod, container_hash, pod_from_body
+
+GI = 2**30
+CAPACITY = 8 * GI
+
+
+def make_pod(container: dict[str, Any] | None = None, **spec: Any) -> Pod:
+    return pod_from_body({
+        "metadata": {"name": "web", "namespace": "shop", "uid": "uid-1"},
+        "spec": {"containers": [{"name": "app", "image": "nginx:1.27", **(container or {})}], **spec},
+    })
+
+
+def test_build_container_config_for_the_base_pod() -> None:
+    pod = make_pod({"command": ["sh", "-c", "echo $(GREETING) $$(HOME) $(MISSING)"], "args": ["--name=$(NAME)"],
+                    "workingDir": "/srv", "tty": True, "stdin": True,
+                    "resources": {"requests": {"cpu": "250m", "memory": "64Mi"},
+                                  "limits": {"cpu": "500m", "memory": "128Mi"}}},
+                   terminationGracePeriodSeconds=10)
+    container = pod.spec.containers[0]
+    mounts = (cri.Mount(container_path="/dev/termination-log", host_path="/var/lib/kopflet/uid-1/containers/app/x"),)
+    config = container_config.build_container_config(
+        pod, container, restart_count=3, env=[("GREETING", "hello"), ("NAME", "web")],
+        image_ref="sha256:0123", memory_capacity=CAPACITY, mounts=mounts)
+    assert config == cri.ContainerConfig(
+        metadata=cri.ContainerMetadata(name="app", attempt=3),
+        image="sha256:0123",
+        user_specified_image="nginx:1.27",
+        command=("sh", "-c", "echo hello $(HOME) $(MISSING)"),
+        args=("--name=web",),
+        working_dir="/srv",
+        envs={"GREETING": "hello", "NAME": "web"},
+        mounts=mounts,
+        labels={"io.kubernetes.pod.name": "web", "io.kubernetes.pod.namespace": "shop",
+                "io.kubernetes.pod.uid": "uid-1", "io.kubernetes.container.name": "app"},
+        annotations={"io.kubernetes.container.hash": container_hash({"name": "app", "image": "nginx:1.27"}),
+                     "io.kubernetes.container.restartCount": "3",
+                     "io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
+                     "io.kubernetes.container.terminationMessagePolicy": "File",
+                     "io.kubernetes.pod.terminationGracePeriod": "10",
+                     "io.kubernetes.container.type": "container"},
+        log_path="app/3.log",
+        stdin=True,
+        tty=True,
+        linux=cri.LinuxContainerConfig(
+            resources=cri.LinuxContainerResources(cpu_period=100000, cpu_quota=50000, cpu_shares=256,
+                                                  memory_limit_in_bytes=128 * 2**20,
+                                                  oom_score_adj=1000 - 1000 * 64 * 2**20 // CAPACITY),
+            security_context=cri.ContainerSecurityContext(
+                namespace_options=cri.NamespaceOptions(pid=cri.NamespaceMode.CONTAINER),
+                seccomp=cri.SecurityProfile(profile_type=cri.ProfileType.UNCONFINED)),
+        ),
+    )
+
+
+def test_empty_command_and_args_mean_the_image_defaults() -> None:
+    pod = make_pod()
+    config = container_config.build_container_config(pod, pod.spec.containers[0], restart_count=0, env=[],
+                                                     image_ref="sha256:0123", memory_capacity=CAPACITY)
+    assert (config.command, config.args, config.log_path) == ((), (), "app/0.log")
+
+
+RESOURCE_CASES: list[tuple[str, dict[str, Any], tuple[int, int, int]]] = [
+    ("nothing set: minimum shares, no quota", {}, (2, 0, 0)),
+    ("request 100m", {"requests": {"cpu": "100m"}}, (102, 0, 0)),
+    ("request 1", {"requests": {"cpu": "1"}}, (1024, 0, 0)),
+    ("request 1m: at least 2 shares", {"requests": {"cpu": "1m"}}, (2, 0, 0)),
+    ("request 300 cores: at most 262144 shares", {"requests": {"cpu": "300"}}, (262144, 0, 0)),
+    ("limit only: shares from the limit", {"limits": {"cpu": "500m"}}, (512, 50000, 0)),
+    ("request and limit", {"requests": {"cpu": "250m"}, "limits": {"cpu": "2"}}, (256, 200000, 0)),
+    ("explicit zero request keeps minimum shares", {"requests": {"cpu": "0"}, "limits": {"cpu": "1"}},
+     (2, 100000, 0)),
+    ("tiny limit: quota at least 1000", {"limits": {"cpu": "5m"}}, (5, 1000, 0)),
+    ("memory limit", {"limits": {"memory": "128Mi"}}, (2, 0, 128 * 2**20)),
+    ("memory limit rounds up", {"limits": {"memory": "1.5"}}, (2, 0, 2)),
+]
+
+
+@pytest.mark.parametrize(("resources", "expected"), [c[1:] for c in RESOURCE_CASES], ids=[c[0] for c in RESOURCE_CASES])
+def test_linux_resources(resources: dict[str, Any], expected: tuple[int, int, int]) -> None:
+    pod = make_pod({"resources": resources})
+    result = container_config.linux_resources(pod, pod.spec.containers[0], memory_capacity=CAPACITY)
+    assert (result.cpu_shares, result.cpu_quota, result.memory_limit_in_bytes) == expected
+    assert result.cpu_period == 100000
+
+
+@pytest.mark.parametrize(("resources", "expected"), [
+    ({}, 1000),
+    ({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}, -997),
+    ({"requests": {"memory": "2Gi"}}, 750),
+], ids=["BestEffort", "Guaranteed", "Burstable"])
+def test_oom_score_adj_by_qos(resources: dict[str, Any], expected: int) -> None:
+    pod = make_pod({"resources": resources})
+    resources_ = container_config.linux_resources(pod, pod.spec.containers[0], memory_capacity=CAPACITY)
+    assert resources_.oom_score_adj == expected
+
+
+def test_cfs_quota_can_be_off_and_oom_group_on() -> None:
+    pod = make_pod({"resources": {"limits": {"cpu": "1"}}})
+    result = container_config.linux_resources(pod, pod.spec.containers[0], memory_capacity=CAPACITY,
+                                              cpu_cfs_quota=False, memory_oom_group=True)
+    assert (result.cpu_period, result.cpu_quota, result.unified) == (0, 0, {"memory.oom.group": "1"})
+
+
+def test_security_context() -> None:
+    pod = make_pod({"securityContext": {"privileged": True, "runAsUser": 1001, "readOnlyRootFilesystem": True,
+                                        "allowPrivilegeEscalation": False,
+                                        "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]},
+                                        "seccompProfile": {"type": "RuntimeDefault"}}},
+                   hostPID=True, hostNetwork=True,
+                   securityContext={"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000,
+                                    "seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}})
+    assert container_config.container_security_context(pod, pod.spec.containers[0]) == cri.ContainerSecurityContext(
+        capabilities=cri.Capabilities(add=("NET_ADMIN",), drop=("ALL",)),
+        privileged=True,
+        namespace_options=cri.NamespaceOptions(network=cri.NamespaceMode.NODE, pid=cri.NamespaceMode.NODE),
+        run_as_user=1001,
+        run_as_group=3000,
+        readonly_rootfs=True,
+        supplemental_groups=(2000,),
+        no_new_privs=True,
+        seccomp=cri.SecurityProfile(profile_type=cri.ProfileType.RUNTIME_DEFAULT),
+    )
+    plain = make_pod(securityContext={"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}})
+    seccomp = container_config.container_security_context(plain, plain.spec.containers[0]).seccomp
+    assert seccomp == cri.SecurityProfile(profile_type=cri.ProfileType.LOCALHOST, localhost_ref="p.json")
+
+
+def test_log_paths() -> None:
+    pod = make_pod()
+    root = container_config.pod_log_dir(pod)
+    assert root == "/var/log/pods/shop_web_uid-1"
+    assert container_config.container_log_dir(root, "app") == "/var/log/pods/shop_web_uid-1/app"
+    assert container_config.container_log_path(root, "app", 2) == "/var/log/pods/shop_web_uid-1/app/2.log"
+    assert container_config.relative_log_path("app", 2) == "app/2.log"
+
+
+def test_termination_message_mount() -> None:
+    pod = make_pod({"terminationMessagePath": "/tmp/msg"})
+    assert container_config.termination_message_mount(pod.spec.containers[0], "/var/lib/x/1234abcd") == cri.Mount(
+        container_path="/tmp/msg", host_path="/var/lib/x/1234abcd")
+
+
+@pytest.mark.parametrize(("container", "spec", "pod_ips", "expected"), [
+    ({}, {}, ("10.0.0.5",), True),
+    ({}, {}, (), False),                                   # no IP yet: no managed hosts file
+    ({}, {"hostNetwork": True}, (), True),
+    ({"volumeMounts": [{"name": "h", "mountPath": "/etc/hosts"}]}, {"volumes": [{"name": "h", "emptyDir": {}}]},
+     ("10.0.0.5",), False),                                # the container brings its own
+], ids=["pod IP", "no IP", "host network", "own /etc/hosts"])
+def test_should_mount_etc_hosts(container: dict[str, Any], spec: dict[str, Any], pod_ips: tuple[str, ...],
+                                expected: bool) -> None:
+    pod = make_pod(container, **spec)
+    assert container_config.should_mount_etc_hosts(pod, pod.spec.containers[0], pod_ips) is expected
+
+
+def test_hosts_files() -> None:
+    aliases = [{"ip": "127.0.0.1", "hostnames": ["foo.local", "bar.local"]}]
+    assert container_config.managed_hosts_file(["10.0.0.5"], "web-0", "web.shop.svc.cluster.local", aliases) == (
+        "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+        "fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n"
+        "10.0.0.5\tweb-0.web.shop.svc.cluster.local\tweb-0\n"
+        "\n# Entries added by HostAliases.\n127.0.0.1\tfoo.local\tbar.local\n")
+    short = container_config.managed_hosts_file(["10.0.0.5"], "web", "")
+    assert short.endswith("fe00::2\tip6-allrouters\n10.0.0.5\tweb\n")
+    assert container_config.node_hosts_file("127.0.0.1 localhost\n") == (
+        "# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n")
+    assert container_config.etc_hosts_mount("/p/etc-hosts") == cri.Mount(container_path="/etc/hosts",
+                                                                           host_path="/p/etc-hosts",
+                                                                           selinux_relabel=True)

@@ -1,0 +1,545 @@
+"""kopflet.status: the pod status as upstream generateAPIPodStatus + the status manager would write it.
+
+One base pod (containers ``web`` and ``log``; optionally init containers ``init1``/``init2``) and one base
+runtime where everything runs; cases edit either and compare whole status dicts where practical.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+from typing import Any
+
+import pytest
+
+from cri_client.types import NamespaceMode
+from kopflet import status as pod_status
+from kopflet.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
+from kopflet.spec import Pod, pod_from_body
+from kopflet.status import Waiting, compute_pod_status, get_phase, status_changed, status_patch, terminal_status
+
+S = 1_000_000_000
+T0 = 1_717_243_000  # seconds: when the containers started
+NOW = datetime.datetime.fromtimestamp(T0 + 600, tz=datetime.UTC)
+LATER = NOW + datetime.timedelta(minutes=5)
+HOST_IP = "192.168.1.10"
+POD_IP = "10.244.0.5"
+IMAGES = {"web": "docker.io/library/busybox:latest", "log": "docker.io/library/alpine:3.20",
+          "init1": "docker.io/library/busybox:latest", "init2": "docker.io/library/busybox:latest"}
+
+
+def ts(seconds: float) -> str:
+    return pod_status.timestamp(datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC))
+
+
+def make_pod(init: bool = False, policy: str = "Always", deleting: bool = False, **spec: Any) -> Pod:
+    body: dict[str, Any] = {
+        "metadata": {"name": "foo", "namespace": "ns", "uid": "uid-1"},
+        "spec": {"restartPolicy": policy, "containers": [{"name": "web", "image": "busybox"},
+                                                          {"name": "log", "image": "alpine:3.20"}], **spec},
+    }
+    if init:
+        body["spec"]["initContainers"] = [{"name": n, "image": "busybox"} for n in ("init1", "init2")]
+    if deleting:
+        body["metadata"]["deletionTimestamp"] = "2024-06-01T12:00:00Z"
+    return pod_from_body(body)
+
+
+def info(name: str, cid: str, state: State, *, started: float = T0, finished: float = 0, code: int = 0,
+         restart: int = 0, reason: str = "", message: str = "", created: float | None = None) -> ContainerInfo:
+    return ContainerInfo(id=cid, name=name, state=state, created_at=int((created or started - 1) * S),
+                         started_at=int(started * S) if state is not State.CREATED else 0,
+                         finished_at=int(finished * S), exit_code=code, image=IMAGES[name],
+                         image_ref=IMAGES[name].rsplit(":", 1)[0] + f"@sha256:{name}", restart_count=restart,
+                         reason=reason, message=message)
+
+
+def exited(name: str, cid: str, code: int, *, started: float = T0, finished: float = T0 + 60, restart: int = 0,
+           **kwargs: Any) -> ContainerInfo:
+    return info(name, cid, State.EXITED, started=started, finished=finished, code=code, restart=restart,
+                reason=kwargs.pop("reason", "Completed" if code == 0 else "Error"), **kwargs)
+
+
+SANDBOX = SandboxInfo(id="sb1", attempt=0, ready=True, ip=POD_IP, created_at=(T0 - 10) * S)
+
+
+def runtime(*containers: ContainerInfo, sandbox: SandboxInfo | None = SANDBOX) -> RuntimePodStatus:
+    ordered = sorted(containers, key=lambda c: c.created_at, reverse=True)  # newest first, as podstate keeps them
+    return RuntimePodStatus(uid="uid-1", name="foo", namespace="ns", sandboxes=(sandbox,) if sandbox else (),
+                            containers=tuple(ordered))
+
+
+BASE_RUNTIME = runtime(info("web", "c-web", State.RUNNING), info("log", "c-log", State.RUNNING, started=T0 + 1))
+
+
+def compute(pod: Pod, rt: RuntimePodStatus, previous: dict[str, Any] | None = None, now: datetime.datetime = NOW,
+            **kwargs: Any) -> dict[str, Any]:
+    return compute_pod_status(pod, rt, previous=previous or {}, now=now, host_ip=HOST_IP, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------ expected parts
+
+
+def cond(kind: str, ok: bool, at: datetime.datetime = NOW, reason: str = "", message: str = "") -> dict[str, Any]:
+    result: dict[str, Any] = {"type": kind, "status": "True" if ok else "False", "lastProbeTime": None,
+                              "lastTransitionTime": pod_status.timestamp(at)}
+    if reason:
+        result["reason"] = reason
+    if message:
+        result["message"] = message
+    return result
+
+
+def conditions(ready_to_start: bool = True, initialized: bool = True, ready: bool = True, at: datetime.datetime = NOW,
+               reason: str = "", message: str = "", init_reason: str = "", init_message: str = "",
+               ) -> list[dict[str, Any]]:
+    """The five kubelet conditions in upstream order; Ready and ContainersReady share reason and message."""
+    return [cond("PodReadyToStartContainers", ready_to_start, at),
+            cond("Initialized", initialized, at, init_reason, init_message),
+            cond("Ready", ready, at, reason, message),
+            cond("ContainersReady", ready, at, reason, message),
+            cond("PodScheduled", True, at)]
+
+
+def running(name: str, cid: str, started: float = T0, *, restart: int = 0, ready: bool = True,
+            last: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "image": IMAGES[name], "imageID": IMAGES[name].rsplit(":", 1)[0] + f"@sha256:{name}",
+            "containerID": f"containerd://{cid}", "restartCount": restart, "ready": ready, "started": True,
+            "lastState": last or {}, "state": {"running": {"startedAt": ts(started)}}, "resources": {}}
+
+
+def terminated(cid: str, code: int, started: float = T0, finished: float = T0 + 60, reason: str = "",
+               message: str = "") -> dict[str, Any]:
+    result: dict[str, Any] = {"exitCode": code, "reason": reason or ("Completed" if code == 0 else "Error")}
+    if message:
+        result["message"] = message
+    result.update(startedAt=ts(started), finishedAt=ts(finished), containerID=f"containerd://{cid}")
+    return {"terminated": result}
+
+
+def stopped(name: str, cid: str, code: int, *, restart: int = 0, ready: bool = False, **kwargs: Any) -> dict[str, Any]:
+    result = running(name, cid, restart=restart, ready=ready)
+    result.update(state=terminated(cid, code, **kwargs), started=False)
+    return result
+
+
+def waiting(name: str, reason: str, message: str = "", *, restart: int = 0,
+            last: dict[str, Any] | None = None) -> dict[str, Any]:
+    state: dict[str, Any] = {"reason": reason}
+    if message:
+        state["message"] = message
+    return {"name": name, "image": {"web": "busybox", "log": "alpine:3.20"}.get(name, "busybox"), "imageID": "",
+            "state": {"waiting": state}, "lastState": last or {}, "ready": False, "restartCount": restart,
+            "started": False}
+
+
+def status(phase: str, container_statuses: list[dict[str, Any]], conds: list[dict[str, Any]], *,
+           init_statuses: list[dict[str, Any]] | None = None, pod_ip: str | None = POD_IP,
+           qos: str = "BestEffort", start: datetime.datetime = NOW) -> dict[str, Any]:
+    result: dict[str, Any] = {"phase": phase, "conditions": conds, "hostIP": HOST_IP, "hostIPs": [{"ip": HOST_IP}]}
+    if pod_ip:
+        result.update(podIP=pod_ip, podIPs=[{"ip": pod_ip}])
+    result["startTime"] = pod_status.timestamp(start)
+    if init_statuses is not None:
+        result["initContainerStatuses"] = init_statuses
+    result.update(containerStatuses=container_statuses, qosClass=qos)
+    return result
+
+
+RUNNING_STATUS = status("Running", [running("log", "c-log", T0 + 1), running("web", "c-web")], conditions())
+
+
+# ------------------------------------------------------------------------------------------------ the table
+
+UNREADY = "containers with unready status: [{}]"
+CRASH_MESSAGE = "back-off 20s restarting failed container=web pod=foo_ns(uid-1)"
+PULL_MESSAGE = 'Failed to pull image "busybox": not found'
+INIT_DONE = (exited("init1", "c-i1", 0, started=T0 - 30, finished=T0 - 20, created=T0 - 31),
+             exited("init2", "c-i2", 0, started=T0 - 19, finished=T0 - 10, created=T0 - 20))
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    pod: Pod
+    runtime: RuntimePodStatus
+    expected: dict[str, Any]
+    previous: dict[str, Any] = dataclasses.field(default_factory=dict)
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+CASES = [
+    Case("running pod is Ready; statuses sorted by name", make_pod(), BASE_RUNTIME, RUNNING_STATUS),
+    Case("readiness probe without a result: not ready",
+         make_pod(containers=[{"name": "web", "image": "busybox", "readinessProbe": {"exec": {"command": ["true"]}}},
+                              {"name": "log", "image": "alpine:3.20"}]),
+         BASE_RUNTIME,
+         status("Running", [running("log", "c-log", T0 + 1), running("web", "c-web", ready=False)],
+                conditions(ready=False, reason="ContainersNotReady", message=UNREADY.format("web")))),
+    Case("readiness results by container id", make_pod(), BASE_RUNTIME,
+         status("Running", [running("log", "c-log", T0 + 1, ready=False), running("web", "c-web")],
+                conditions(ready=False, reason="ContainersNotReady", message=UNREADY.format("log"))),
+         kwargs={"readiness": {"c-log": False, "c-web": True}}),
+    Case("no sandbox yet: ContainerCreating", make_pod(), runtime(sandbox=None),
+         status("Pending", [waiting("log", "ContainerCreating"), waiting("web", "ContainerCreating")],
+                conditions(ready_to_start=False, ready=False, reason="ContainersNotReady",
+                           message=UNREADY.format("web log")), pod_ip=None)),
+    Case("init container running: PodInitializing, Initialized False", make_pod(init=True),
+         runtime(info("init1", "c-i1", State.RUNNING, started=T0 - 30)),
+         status("Pending", [waiting("log", "PodInitializing"), waiting("web", "PodInitializing")],
+                conditions(initialized=False, ready=False, reason="ContainersNotReady",
+                           message=UNREADY.format("web log"), init_reason="ContainersNotInitialized",
+                           init_message="containers with incomplete status: [init1 init2]"),
+                init_statuses=[running("init1", "c-i1", T0 - 30, ready=False), waiting("init2", "PodInitializing")])),
+    Case("init containers done, containers running: Initialized True", make_pod(init=True),
+         runtime(*INIT_DONE, info("web", "c-web", State.RUNNING), info("log", "c-log", State.RUNNING, started=T0 + 1)),
+         status("Running", [running("log", "c-log", T0 + 1), running("web", "c-web")], conditions(),
+                init_statuses=[stopped("init1", "c-i1", 0, ready=True, started=T0 - 30, finished=T0 - 20),
+                               stopped("init2", "c-i2", 0, ready=True, started=T0 - 19, finished=T0 - 10)])),
+    Case("init containers gone from the runtime once regular containers exist: assumed Completed", make_pod(init=True),
+         BASE_RUNTIME,
+         status("Running", [running("log", "c-log", T0 + 1), running("web", "c-web")], conditions(),
+                init_statuses=[
+                    {**waiting(n, "PodInitializing"), "ready": True,
+                     "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                              "message": pod_status.MESSAGE_INIT_ASSUMED_DONE,
+                                              "startedAt": None, "finishedAt": None}}} for n in ("init1", "init2")])),
+    Case("Succeeded: all exited 0 under Never", make_pod(policy="Never"),
+         runtime(exited("web", "c-web", 0), exited("log", "c-log", 0, finished=T0 + 61)),
+         status("Succeeded", [stopped("log", "c-log", 0, finished=T0 + 61), stopped("web", "c-web", 0)],
+                conditions(init_reason="PodCompleted", ready=False, reason="PodCompleted"))),
+    Case("Succeeded: all exited 0 under OnFailure", make_pod(policy="OnFailure"),
+         runtime(exited("web", "c-web", 0), exited("log", "c-log", 0)),
+         status("Succeeded", [stopped("log", "c-log", 0), stopped("web", "c-web", 0)],
+                conditions(init_reason="PodCompleted", ready=False, reason="PodCompleted"))),
+    Case("Failed: exit 1 under Never", make_pod(policy="Never"),
+         runtime(exited("web", "c-web", 1), exited("log", "c-log", 0)),
+         status("Failed", [stopped("log", "c-log", 0), stopped("web", "c-web", 1)],
+                conditions(ready=False, reason="PodFailed"))),
+    Case("OnFailure with a failure is Running (restarting)", make_pod(policy="OnFailure"),
+         runtime(exited("web", "c-web", 1), exited("log", "c-log", 0)),
+         status("Running", [stopped("log", "c-log", 0), stopped("web", "c-web", 1)],
+                conditions(ready=False, reason="ContainersNotReady", message=UNREADY.format("web log")))),
+    Case("Failed: failed init container under Never", make_pod(init=True, policy="Never"),
+         runtime(exited("init1", "c-i1", 2, started=T0 - 30, finished=T0 - 20)),
+         status("Failed", [waiting("log", "PodInitializing"), waiting("web", "PodInitializing")],
+                conditions(initialized=False, ready=False, reason="PodFailed", init_reason="ContainersNotInitialized",
+                           init_message="containers with incomplete status: [init1 init2]"),
+                init_statuses=[stopped("init1", "c-i1", 2, started=T0 - 30, finished=T0 - 20),
+                               waiting("init2", "PodInitializing")])),
+    Case("failed init container under Always: Pending, waiting with lastState", make_pod(init=True),
+         runtime(exited("init1", "c-i1", 2, started=T0 - 30, finished=T0 - 20)),
+         status("Pending", [waiting("log", "PodInitializing"), waiting("web", "PodInitializing")],
+                conditions(initialized=False, ready=False, reason="ContainersNotReady",
+                           message=UNREADY.format("web log"), init_reason="ContainersNotInitialized",
+                           init_message="containers with incomplete status: [init1 init2]"),
+                init_statuses=[
+                    {**stopped("init1", "c-i1", 0), "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                                                          "message": "back-off 10s"}},
+                     "lastState": terminated("c-i1", 2, started=T0 - 30, finished=T0 - 20)},
+                    waiting("init2", "PodInitializing")]),
+         kwargs={"waiting": {"init1": Waiting("CrashLoopBackOff", "back-off 10s")}}),
+    Case("CrashLoopBackOff: waiting with lastState and restartCount", make_pod(),
+         runtime(exited("web", "c-web-2", 1, restart=2, started=T0 + 100, finished=T0 + 110, created=T0 + 99),
+                 exited("web", "c-web-1", 1, restart=1, started=T0 + 50, finished=T0 + 60, created=T0 + 49),
+                 info("log", "c-log", State.RUNNING, started=T0 + 1)),
+         status("Running", [running("log", "c-log", T0 + 1),
+                            {**stopped("web", "c-web-2", 1, restart=2),
+                             "state": {"waiting": {"reason": "CrashLoopBackOff", "message": CRASH_MESSAGE}},
+                             "lastState": terminated("c-web-2", 1, started=T0 + 100, finished=T0 + 110)}],
+                conditions(ready=False, reason="ContainersNotReady", message=UNREADY.format("web"))),
+         kwargs={"waiting": {"web": Waiting("CrashLoopBackOff", CRASH_MESSAGE)}}),
+    Case("restarted container: lastState is the previous instance", make_pod(),
+         runtime(info("web", "c-web-2", State.RUNNING, restart=1, started=T0 + 100),
+                 exited("web", "c-web-1", 137, started=T0, finished=T0 + 90, reason="OOMKilled"),
+                 info("log", "c-log", State.RUNNING, started=T0 + 1)),
+         status("Running", [running("log", "c-log", T0 + 1),
+                            running("web", "c-web-2", T0 + 100, restart=1,
+                                    last=terminated("c-web-1", 137, finished=T0 + 90, reason="OOMKilled"))],
+                conditions())),
+    Case("ErrImagePull with its message", make_pod(),
+         runtime(info("log", "c-log", State.RUNNING, started=T0 + 1)),
+         status("Pending", [running("log", "c-log", T0 + 1), waiting("web", "ErrImagePull", PULL_MESSAGE)],
+                conditions(ready=False, reason="ContainersNotReady", message=UNREADY.format("web"))),
+         kwargs={"waiting": {"web": Waiting("ErrImagePull", PULL_MESSAGE)}}),
+    Case("created, not started: waiting without reason", make_pod(),
+         runtime(info("web", "c-web", State.CREATED), info("log", "c-log", State.RUNNING, started=T0 + 1)),
+         status("Pending", [running("log", "c-log", T0 + 1),
+                            {**stopped("web", "c-web", 0), "state": {"waiting": {}}}],
+                conditions(ready=False, reason="ContainersNotReady", message=UNREADY.format("web")))),
+    Case("termination message appended to the runtime's", make_pod(policy="Never"),
+         runtime(exited("web", "c-web", 1, message="exit status 1"), exited("log", "c-log", 0)),
+         status("Failed", [stopped("log", "c-log", 0, message="bye"),
+                           stopped("web", "c-web", 1, message="exit status 1: oops")],
+                conditions(ready=False, reason="PodFailed")),
+         kwargs={"termination_messages": {"c-web": "oops", "c-log": "bye"}}),
+    Case("terminal phase stays terminal", make_pod(), BASE_RUNTIME,
+         {**RUNNING_STATUS, "phase": "Succeeded", "reason": "Done",
+          "conditions": conditions(init_reason="PodCompleted", ready=False, reason="PodCompleted")},
+         previous={"phase": "Succeeded", "reason": "Done"}),
+    Case("host network pod gets the node IP", make_pod(hostNetwork=True),
+         runtime(info("web", "c-web", State.RUNNING), info("log", "c-log", State.RUNNING, started=T0 + 1),
+                 sandbox=dataclasses.replace(SANDBOX, ip="", network_mode=NamespaceMode.NODE)),
+         {**RUNNING_STATUS, "podIP": HOST_IP, "podIPs": [{"ip": HOST_IP}]}),
+    Case("dual stack: the node's family first", make_pod(),
+         runtime(info("web", "c-web", State.RUNNING), info("log", "c-log", State.RUNNING, started=T0 + 1),
+                 sandbox=dataclasses.replace(SANDBOX, ip="fd00::5", additional_ips=("10.244.0.5", "10.244.0.6"))),
+         {**RUNNING_STATUS, "podIPs": [{"ip": POD_IP}, {"ip": "fd00::5"}]}),
+    Case("qosClass and observedGeneration", make_pod(), BASE_RUNTIME,
+         {**RUNNING_STATUS, "qosClass": "Guaranteed", "observedGeneration": 3,
+          "conditions": [{**c, "observedGeneration": 3} for c in conditions()]},
+         previous={"qosClass": "Guaranteed"}, kwargs={"generation": 3}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_compute_pod_status(case: Case) -> None:
+    assert compute(case.pod, case.runtime, case.previous, **case.kwargs) == case.expected
+
+
+# --------------------------------------------------------------------------------------- history rules
+
+
+def test_last_transition_time_and_start_time_are_kept_while_nothing_flips() -> None:
+    first = compute(make_pod(), BASE_RUNTIME)
+    again = compute(make_pod(), BASE_RUNTIME, previous=first, now=LATER)
+    assert again == first
+    assert not status_changed(first, again)
+    assert status_patch(first, again) == {}
+
+
+def test_last_transition_time_moves_only_for_conditions_that_flip() -> None:
+    first = compute(make_pod(), BASE_RUNTIME)
+    unready = compute(make_pod(), BASE_RUNTIME, previous=first, now=LATER, readiness={"c-web": False})
+    assert unready["conditions"] == [
+        *conditions()[:2],
+        cond("Ready", False, LATER, "ContainersNotReady", UNREADY.format("web")),
+        cond("ContainersReady", False, LATER, "ContainersNotReady", UNREADY.format("web")),
+        cond("PodScheduled", True)]
+    assert unready["startTime"] == pod_status.timestamp(NOW)
+    assert status_changed(first, unready)
+
+
+def test_conditions_the_kubelet_does_not_own_are_kept() -> None:
+    gate = {"type": "example.com/gate", "status": "True", "lastProbeTime": None,
+            "lastTransitionTime": "2024-01-01T00:00:00Z"}
+    disruption = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                  "lastTransitionTime": "2024-01-01T00:00:00Z"}
+    scheduled = {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                 "lastTransitionTime": "2024-01-01T00:00:00Z"}
+    previous = {"conditions": [scheduled, gate, disruption]}
+    result = compute(make_pod(readinessGates=[{"conditionType": "example.com/gate"}]), BASE_RUNTIME, previous)
+    assert result["conditions"] == [gate, disruption, *conditions()[:4], scheduled]
+
+
+@pytest.mark.parametrize(("gates", "message"), [
+    (["example.com/missing"], 'corresponding condition of pod readiness gate "example.com/missing" does not exist.'),
+    (["example.com/off"], 'the status of pod readiness gate "example.com/off" is not "True", but False'),
+])
+def test_readiness_gates(gates: list[str], message: str) -> None:
+    previous = {"conditions": [{"type": "example.com/off", "status": "False"}]}
+    pod = make_pod(readinessGates=[{"conditionType": g} for g in gates])
+    result = compute(pod, BASE_RUNTIME, previous)
+    assert result["conditions"][3] == cond("Ready", False, NOW, "ReadinessGatesNotReady", message)
+    assert result["conditions"][4] == cond("ContainersReady", True)
+
+
+def test_a_container_that_vanished_while_running() -> None:
+    first = compute(make_pod(), BASE_RUNTIME)
+    gone = runtime(info("log", "c-log", State.RUNNING, started=T0 + 1))
+    result = compute(make_pod(), gone, previous=first, now=LATER)
+    assert result["phase"] == "Running"  # stopped, not back to Pending
+    assert result["containerStatuses"][1] == {
+        **waiting("web", "ContainerCreating", restart=1), "image": "busybox",
+        "lastState": {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown",
+                                     "message": pod_status.MESSAGE_UNKNOWN_DELETED, "startedAt": None,
+                                     "finishedAt": None}}}
+
+
+def test_a_container_in_unknown_state_that_was_running() -> None:
+    first = compute(make_pod(), BASE_RUNTIME)
+    unknown = runtime(info("web", "c-web", State.UNKNOWN), info("log", "c-log", State.RUNNING, started=T0 + 1))
+    result = compute(make_pod(), unknown, previous=first, now=LATER)
+    assert result["containerStatuses"][1]["state"] == {"terminated": {
+        "exitCode": 137, "reason": "ContainerStatusUnknown", "message": pod_status.MESSAGE_UNKNOWN_TERMINATED,
+        "startedAt": None, "finishedAt": None}}
+    assert result["containerStatuses"][1]["restartCount"] == 1
+
+
+def test_a_terminated_container_stays_terminated_when_the_runtime_lost_it() -> None:
+    pod = make_pod(policy="Never")
+    done = compute(pod, runtime(exited("web", "c-web", 0), exited("log", "c-log", 0)))
+    assert done["phase"] == "Succeeded"
+    again = compute(pod, runtime(), previous=done, now=LATER)  # containers garbage-collected, sandbox gone
+    assert again == done
+
+
+def test_pod_ip_dropped_while_running_kept_once_terminal() -> None:
+    first = compute(make_pod(), BASE_RUNTIME)
+    no_sandbox = runtime(info("web", "c-web", State.RUNNING), info("log", "c-log", State.RUNNING, started=T0 + 1),
+                         sandbox=dataclasses.replace(SANDBOX, ready=False))
+    result = compute(make_pod(), no_sandbox, previous=first, now=LATER)
+    assert "podIP" not in result
+    assert status_patch(first, result)["status"]["podIP"] is None
+    assert result["conditions"][0] == cond("PodReadyToStartContainers", False, LATER)
+    stopped_pod = make_pod(policy="Never")
+    done = compute(stopped_pod, runtime(exited("web", "c-web", 0), exited("log", "c-log", 0), sandbox=None),
+                   previous=first, now=LATER)
+    assert (done["phase"], done["podIP"], done["podIPs"]) == ("Succeeded", POD_IP, [{"ip": POD_IP}])
+
+
+def test_status_patch_clears_the_reason_of_an_older_phase() -> None:
+    previous = {**RUNNING_STATUS, "phase": "Pending", "reason": "Old"}
+    patch = status_patch(previous, compute(make_pod(), BASE_RUNTIME, previous))
+    assert patch["status"]["phase"] == "Running"
+    assert patch["status"]["reason"] is None
+
+
+def test_status_changed_ignores_condition_order() -> None:
+    reordered = {**RUNNING_STATUS, "conditions": list(reversed(RUNNING_STATUS["conditions"]))}
+    assert not status_changed(RUNNING_STATUS, reordered)
+    assert status_changed(RUNNING_STATUS, {**RUNNING_STATUS, "podIP": "10.0.0.1"})
+
+
+def test_termination_messages_share_12_kib() -> None:
+    pod = make_pod(policy="Never")
+    result = compute(pod, runtime(exited("web", "c-web", 1), exited("log", "c-log", 0)),
+                     termination_messages={"c-web": "é" * 5000})
+    message = result["containerStatuses"][1]["state"]["terminated"]["message"]
+    assert message == "é" * 3072  # 6144 bytes for each of the two containers
+
+
+def test_volume_mounts_appear_in_waiting_statuses_and_are_carried_over() -> None:
+    pod = make_pod(volumes=[{"name": "data", "emptyDir": {}}],
+                   containers=[{"name": "web", "image": "busybox",
+                                "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}]},
+                               {"name": "log", "image": "alpine:3.20"}])
+    mounts = [{"name": "data", "mountPath": "/data", "readOnly": True, "recursiveReadOnly": "Disabled"}]
+    pending = compute(pod, runtime(sandbox=None))
+    assert pending["containerStatuses"][1]["volumeMounts"] == mounts
+    started = compute(pod, BASE_RUNTIME, previous=pending, now=LATER)
+    assert started["containerStatuses"][1] == {**running("web", "c-web"), "volumeMounts": mounts}
+
+
+def test_spec_resources_are_reported() -> None:
+    resources = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}
+    pod = make_pod(containers=[{"name": "web", "image": "busybox", "resources": resources},
+                               {"name": "log", "image": "alpine:3.20"}])
+    web = compute(pod, BASE_RUNTIME)["containerStatuses"][1]
+    assert (web["resources"], web["allocatedResources"]) == (resources, resources["requests"])
+
+
+# --------------------------------------------------------------------------------------------- termination
+
+
+def test_terminal_status_after_a_graceful_delete() -> None:
+    pod = make_pod(deleting=True)
+    first = compute(make_pod(), BASE_RUNTIME)
+    killed = runtime(exited("web", "c-web", 137, finished=T0 + 700), exited("log", "c-log", 0, finished=T0 + 700),
+                     sandbox=dataclasses.replace(SANDBOX, ready=False))
+    result = terminal_status(pod, killed, previous=first, now=LATER, host_ip=HOST_IP)
+    assert result == status(
+        "Failed", [stopped("log", "c-log", 0, finished=T0 + 700), stopped("web", "c-web", 137, finished=T0 + 700)],
+        [cond("PodReadyToStartContainers", False, LATER), cond("Initialized", True),
+         cond("Ready", False, LATER, "PodFailed"), cond("ContainersReady", False, LATER, "PodFailed"),
+         cond("PodScheduled", True)])
+
+
+def test_terminal_status_all_exited_zero_is_succeeded_even_under_always() -> None:
+    killed = runtime(exited("web", "c-web", 0), exited("log", "c-log", 0), sandbox=None)
+    result = terminal_status(make_pod(deleting=True), killed, previous=RUNNING_STATUS, now=LATER, host_ip=HOST_IP)
+    assert result["phase"] == "Succeeded"
+    assert [c["reason"] for c in result["conditions"] if c["type"] in ("Ready", "ContainersReady")] == [
+        "PodCompleted", "PodCompleted"]
+    assert result["podIP"] == POD_IP
+
+
+def test_terminal_status_of_a_container_that_never_started() -> None:
+    pod = make_pod(deleting=True)
+    rt = runtime(exited("log", "c-log", 0), sandbox=None)
+    result = terminal_status(pod, rt, previous={}, now=NOW, host_ip=HOST_IP,
+                             waiting={"web": Waiting("ErrImagePull", PULL_MESSAGE)})
+    assert result["phase"] == "Failed"
+    assert result["containerStatuses"][1]["state"] == {"terminated": {
+        "exitCode": 137, "reason": "ContainerStatusUnknown", "message": pod_status.MESSAGE_UNKNOWN_TERMINATED,
+        "startedAt": None, "finishedAt": None}}
+
+
+def test_terminal_status_init_containers() -> None:
+    pod = make_pod(init=True, deleting=True)
+    rt = runtime(info("init1", "c-i1", State.RUNNING, started=T0 - 30), sandbox=None)
+    previous = compute(make_pod(init=True), rt)
+    stopped_rt = runtime(exited("init1", "c-i1", 143, started=T0 - 30, finished=T0), sandbox=None)
+    result = terminal_status(pod, stopped_rt, previous=previous, now=LATER, host_ip=HOST_IP)
+    assert result["phase"] == "Failed"
+    assert [s["state"] for s in result["initContainerStatuses"]] == [
+        terminated("c-i1", 143, started=T0 - 30, finished=T0), {"waiting": {"reason": "PodInitializing"}}]
+    # Not initialised: regular containers keep waiting rather than claiming they ran.
+    assert [s["state"] for s in result["containerStatuses"]] == [{"waiting": {"reason": "PodInitializing"}}] * 2
+
+
+# ------------------------------------------------------------------------------------------------ getPhase
+
+
+def st(name: str, state: str, *, code: int = 0, last_code: int | None = None,
+       started: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"waiting": {}} if state == "waiting" else (
+        {"running": {}} if state == "running" else {"terminated": {"exitCode": code}})
+    result: dict[str, Any] = {"name": name, "state": body, "lastState": {}, "started": started}
+    if last_code is not None:
+        result["lastState"] = {"terminated": {"exitCode": last_code}}
+    return result
+
+
+@pytest.mark.parametrize(("policy", "statuses", "terminal", "expected"), [
+    ("Always", [st("web", "running"), st("log", "running")], False, "Running"),
+    ("Always", [st("web", "running"), st("log", "waiting")], False, "Pending"),
+    ("Always", [st("web", "running")], False, "Pending"),                                # log unknown
+    ("Always", [st("web", "running"), st("log", "waiting", last_code=1)], False, "Running"),
+    ("Always", [st("web", "terminated"), st("log", "terminated", code=1)], False, "Running"),
+    ("OnFailure", [st("web", "terminated"), st("log", "terminated", code=1)], False, "Running"),
+    ("OnFailure", [st("web", "terminated"), st("log", "terminated")], False, "Succeeded"),
+    ("Never", [st("web", "terminated"), st("log", "terminated", code=1)], False, "Failed"),
+    ("Never", [st("web", "terminated"), st("log", "terminated")], False, "Succeeded"),
+    ("Always", [st("web", "terminated"), st("log", "terminated")], True, "Succeeded"),
+    ("Always", [st("web", "terminated", code=143), st("log", "terminated")], True, "Failed"),
+    ("Always", [st("web", "waiting"), st("log", "waiting")], True, "Pending"),
+], ids=str)
+def test_get_phase(policy: str, statuses: list[dict[str, Any]], terminal: bool, expected: str) -> None:
+    assert get_phase(make_pod(policy=policy), statuses, pod_is_terminal=terminal) == expected
+
+
+@pytest.mark.parametrize(("policy", "init", "expected"), [
+    ("Never", [st("init1", "terminated", code=1)], "Failed"),
+    ("Always", [st("init1", "terminated", code=1)], "Pending"),
+    ("Never", [st("init1", "waiting", last_code=1)], "Failed"),
+    ("Always", [st("init1", "terminated"), st("init2", "running")], "Pending"),
+    ("Always", [st("init1", "terminated"), st("init2", "terminated")], "Running"),
+], ids=str)
+def test_get_phase_with_init_containers(policy: str, init: list[dict[str, Any]], expected: str) -> None:
+    regular = [st("web", "running"), st("log", "running")] if expected == "Running" else [
+        st("web", "waiting"), st("log", "waiting")]
+    assert get_phase(make_pod(init=True, policy=policy), [*regular, *init]) == expected
+
+
+def test_sidecars_count_for_the_phase_and_readiness() -> None:
+    pod = make_pod(initContainers=[{"name": "init1", "image": "busybox"},
+                                              {"name": "init2", "image": "busybox", "restartPolicy": "Always"}])
+    not_started = [st("init1", "terminated"), st("init2", "running"), st("web", "waiting"), st("log", "waiting")]
+    assert get_phase(pod, not_started) == "Pending"
+    up = [st("init1", "terminated"), st("init2", "running", started=True), st("web", "running"), st("log", "running")]
+    assert get_phase(pod, up) == "Running"
+    ready = [{**s, "ready": s["name"] != "init2"} for s in up]
+    assert pod_status.containers_ready_condition(pod, ready, "Running") == {
+        "type": "ContainersReady", "status": "False", "reason": "ContainersNotReady",
+        "message": "containers with unready status: [init2]"}
+
+
+def test_statuses_are_deep_copies_of_previous() -> None:
+    pod = make_pod(policy="Never")
+    done = compute(pod, runtime(exited("web", "c-web", 0), exited("log", "c-log", 0)))
+    snapshot = copy.deepcopy(done)
+    again = compute(pod, runtime(), previous=done, now=LATER)
+    again["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 99
+    assert done == snapshot
