@@ -1,4 +1,5 @@
-"""Pod watch glue. ``@kopf.on.event`` only: it writes nothing to the Pod (no finalizer, no annotation)."""
+"""Pod watch glue: every event goes to the pod's worker. ``@kopf.on.event`` only: it writes nothing to
+the Pod (no finalizer, no annotation)."""
 
 from __future__ import annotations
 
@@ -9,5 +10,14 @@ import kopf
 
 
 @kopf.on.event("v1", "pods")
-async def pod_event(type: str | None, name: str, namespace: str, logger: logging.Logger, **_: Any) -> None:
+async def pod_event(type: str | None, body: kopf.Body, name: str, namespace: str, memo: kopf.Memo,
+                    logger: logging.Logger, **_: Any) -> None:
     logger.debug(f"pod {namespace}/{name}: {type or 'LISTED'}")
+    workers = memo.get("workers")
+    if workers is None:
+        return
+    raw = dict(body)  # the latest object as the watch delivered it
+    if type == "DELETED":
+        workers.deleted(raw)
+    else:
+        workers.update(raw)

@@ -1,13 +1,15 @@
-"""Operator start and stop: settings for a node identity, and the connection to the runtime.
+"""Operator start and stop: settings for a node identity, the runtime connection, and the agent's parts.
 
 Under ``system:node:<name>`` the Node authorizer lets the agent list/watch only the Pods bound to
 its node (``fieldSelector=spec.nodeName=<name>``), and NodeRestriction lets it write only their
-status. So Kopf must filter on the server, run without peering, and never store anything on Pods:
-only ``@kopf.on.event`` handlers are used (no finalizers, no diff-base or progress annotations).
+status. So Kopf must filter on the server, run without peering or CRD scanning, and never store
+anything on Pods: only ``@kopf.on.event`` handlers are used (no finalizers, no diff-base or progress
+annotations).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -15,11 +17,53 @@ from typing import Any
 
 import kopf
 
+from agent import housekeeping
+from agent.events import EventRecorder
+from agent.images import ImageManager
+from agent.kubeapi import Credentials, KubeClient
+from agent.node import NodeAgent
+from agent.runtime import RuntimeCache
+from agent.sync import PodSyncer
+from agent.workers import PodWorkers
 from cri_client import CriClient, CriError
+from kopflet import backoff as backoffs
 from kopflet import config as configuration
+from kopflet import sandbox_config
 
 # How long to wait before retrying when the runtime is not reachable at start.
 RUNTIME_RETRY_DELAY = 5.0
+
+
+def detect_node_ip() -> str:
+    """The primary IPv4 address (a UDP connect sends nothing; it only picks the route)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+            return str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+
+
+def host_resolv_conf(path: str = "/etc/resolv.conf") -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Nameservers, search domains and options of the host: what dnsPolicy Default gives pods."""
+    servers: list[str] = []
+    searches: list[str] = []
+    options: list[str] = []
+    try:
+        with open(path) as f:
+            for line in f:
+                fields = line.split("#", 1)[0].split()
+                if not fields:
+                    continue
+                if fields[0] == "nameserver" and len(fields) > 1:
+                    servers.append(fields[1])
+                elif fields[0] in ("search", "domain"):
+                    searches = fields[1:]
+                elif fields[0] == "options":
+                    options += fields[1:]
+    except OSError:
+        pass
+    return tuple(servers), tuple(searches), tuple(options)
 
 
 @kopf.on.startup()
@@ -28,6 +72,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
         cfg = configuration.from_env(os.environ, socket.gethostname())
     except configuration.ConfigError as exc:
         raise kopf.PermanentError(str(exc)) from exc
+    if not cfg.node_ip:
+        cfg = configuration.AgentConfig(**{**cfg.__dict__, "node_ip": detect_node_ip()})
     settings.watching.field_selectors["v1", "pods"] = cfg.pod_field_selector
     settings.peering.standalone = True
     settings.peering.mandatory = False
@@ -51,13 +97,65 @@ async def connect_runtime(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> 
             raise kopf.TemporaryError(f"container runtime not reachable: {exc}", delay=RUNTIME_RETRY_DELAY) from exc
         raise kopf.PermanentError(f"container runtime unusable: {exc}") from exc
     memo.cri = cri
+    memo.runtime_version = f"{version.runtime_name}://{version.runtime_version}"
     logger.info(f"container runtime {version.runtime_name} {version.runtime_version} "
                 f"(CRI {version.runtime_api_version}) at {cfg.runtime_endpoint}")
 
 
+@kopf.on.startup()
+async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger,
+                      **_: Any) -> None:
+    """Register the node and start the runtime relist, the heartbeats and housekeeping."""
+    cfg: configuration.AgentConfig = memo.config
+    cri: CriClient = memo.cri
+    info = await asyncio.to_thread(kopf.login_via_client, logger=logger, settings=settings)
+    if info is None:
+        raise kopf.PermanentError("no credentials for the apiserver (KUBECONFIG or in-cluster)")
+    api = KubeClient(Credentials.from_kopf(info), user_agent=f"kopflet/{cfg.node_name}")
+    await api.open()
+    recorder = EventRecorder(api, cfg.node_name)
+    backoff = backoffs.Backoff()
+    servers, searches, options = await asyncio.to_thread(host_resolv_conf)
+    dns = sandbox_config.DnsSettings(cluster_dns=cfg.cluster_dns, cluster_domain=cfg.cluster_domain,
+                                     host_servers=servers, host_searches=searches, host_options=options)
+    syncer = PodSyncer(cfg, cri, api, recorder, ImageManager(cri, recorder, backoff), backoff, dns,
+                       node_memory_capacity=_memory_bytes())
+    cache = RuntimeCache(cri)
+    workers = PodWorkers(cfg, api, cache, syncer, recorder, backoff)
+    node = NodeAgent(cfg, api, cri, memo.runtime_version)
+    await node.register()
+    memo.api, memo.recorder, memo.workers = api, recorder, workers
+    memo.tasks = [
+        asyncio.create_task(cache.run(workers.wake), name="runtime-relist"),
+        asyncio.create_task(node.run(), name="node-heartbeat"),
+        asyncio.create_task(housekeeping.run(api, cache, workers, syncer, cfg.pod_field_selector),
+                            name="housekeeping"),
+    ]
+
+
 @kopf.on.cleanup()
-async def disconnect_runtime(memo: kopf.Memo, **_: Any) -> None:
-    """Close the runtime connection only: running pods are left as they are for the next start."""
+async def stop_agent(memo: kopf.Memo, **_: Any) -> None:
+    """Stop the agent's own tasks only: running pods are left as they are for the next start."""
+    for task in memo.get("tasks", []):
+        task.cancel()
+    await asyncio.gather(*memo.get("tasks", []), return_exceptions=True)
+    if "workers" in memo:
+        await memo.workers.stop()
+    if "recorder" in memo:
+        await memo.recorder.flush()
+    if "api" in memo:
+        await memo.api.close()
     cri: CriClient | None = memo.get("cri")
     if cri is not None:
         await cri.close()
+
+
+def _memory_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0

@@ -30,6 +30,18 @@ class AgentConfig:
     """CRI socket, ``unix://`` only (as the upstream kubelet on Linux)."""
     runtime_request_timeout: float = DEFAULT_RUNTIME_REQUEST_TIMEOUT
     """Deadline for every CRI call except image pulls, which get their own."""
+    node_ip: str = ""
+    """The node's InternalIP (``--node-ip``): hostIP of its pods. Empty: detected at start."""
+    root_dir: str = "/var/lib/kopflet"
+    """Per-pod files (termination-log files, later volumes), as ``/var/lib/kubelet`` upstream."""
+    pod_log_root: str = "/var/log/pods"
+    """Where CRI container logs go; fixed upstream, log collectors expect it."""
+    cluster_dns: tuple[str, ...] = ()
+    """``--cluster-dns``: nameservers for ClusterFirst pods; empty means pods fall back to the host's."""
+    cluster_domain: str = "cluster.local"
+    """``--cluster-domain``."""
+    resync_period: float = 60.0
+    """``syncFrequency``: every pod is synced at least this often."""
 
     @property
     def pod_field_selector(self) -> str:
@@ -51,4 +63,10 @@ def from_env(environ: Mapping[str, str], hostname: str) -> AgentConfig:
         raise ConfigError(f"KOPFLET_RUNTIME_REQUEST_TIMEOUT {raw_timeout!r} is not a number of seconds") from None
     if timeout <= 0:
         raise ConfigError(f"KOPFLET_RUNTIME_REQUEST_TIMEOUT must be positive, not {raw_timeout!r}")
-    return AgentConfig(node_name=node_name, runtime_endpoint=endpoint, runtime_request_timeout=timeout)
+    return AgentConfig(
+        node_name=node_name, runtime_endpoint=endpoint, runtime_request_timeout=timeout,
+        node_ip=environ.get("KOPFLET_NODE_IP", ""),
+        root_dir=environ.get("KOPFLET_ROOT_DIR") or "/var/lib/kopflet",
+        cluster_dns=tuple(s.strip() for s in environ.get("KOPFLET_CLUSTER_DNS", "").split(",") if s.strip()),
+        cluster_domain=environ.get("KOPFLET_CLUSTER_DOMAIN") or "cluster.local",
+    )

@@ -1,0 +1,49 @@
+"""Removing what the runtime runs for pods that no longer exist (upstream HandlePodCleanups).
+
+Only after the pod watch has synced: an agent that restarts must not kill healthy pods it has not
+heard of yet. So each round lists this node's pods from the apiserver first, and only runtime pods that
+are neither listed nor handled by a worker are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from agent.kubeapi import KubeApiError, KubeClient
+from agent.runtime import RuntimeCache
+from agent.sync import PodSyncer
+from agent.workers import PodWorkers
+from cri_client import CriError
+from kopflet import spec
+
+logger = logging.getLogger(__name__)
+
+PERIOD = 30.0
+
+
+async def cleanup_orphans(api: KubeClient, cache: RuntimeCache, workers: PodWorkers, syncer: PodSyncer,
+                          field_selector: str) -> int:
+    await cache.synced.wait()
+    listed = {p.get("metadata", {}).get("uid", "") for p in await api.list_pods(field_selector)}
+    orphans = [uid for uid in list(cache.pods) if uid not in listed and uid not in workers.workers]
+    for uid in orphans:
+        runtime = cache.pods.get(uid)
+        if runtime is None:
+            continue
+        logger.info(f"removing orphaned pod {runtime.namespace}/{runtime.name} ({uid}) from the runtime")
+        pod = spec.Pod(name=runtime.name, namespace=runtime.namespace, uid=uid, spec=spec.PodSpec(containers=()))
+        await syncer.kill_pod(pod, runtime, grace=0)
+        await syncer.remove_pod(await cache.refresh_pod(uid), uid)
+        cache.pods.pop(uid, None)
+    return len(orphans)
+
+
+async def run(api: KubeClient, cache: RuntimeCache, workers: PodWorkers, syncer: PodSyncer,
+              field_selector: str, period: float = PERIOD) -> None:
+    while True:
+        try:
+            await cleanup_orphans(api, cache, workers, syncer, field_selector)
+        except (KubeApiError, CriError, OSError, TimeoutError) as exc:
+            logger.warning(f"housekeeping failed, retrying later: {exc}")
+        await asyncio.sleep(period)

@@ -1,0 +1,204 @@
+"""A small async client for the apiserver calls Kopf has no public API for.
+
+Kopf owns the pod watch; the agent still needs to write ``pods/status`` from its workers, delete a
+finished pod with grace 0 and a UID precondition, post events and read the ConfigMaps/Secrets a pod
+references one at a time (the node identity cannot list them). It reuses the credentials Kopf logged
+in with, so both speak as the same node.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import ssl
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+DEFAULT_TIMEOUT = 30.0
+
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+
+
+class KubeApiError(Exception):
+    """A non-2xx answer: the HTTP status, the API's reason (NotFound, Conflict ...) and message."""
+
+    def __init__(self, status: int, reason: str, message: str, method: str, path: str) -> None:
+        super().__init__(f"{method} {path}: {status} {reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+@dataclasses.dataclass(frozen=True)
+class Credentials:
+    """What is needed to reach the apiserver; built from Kopf's ConnectionInfo."""
+
+    server: str
+    ca_path: str | None = None
+    ca_data: bytes | None = None
+    insecure: bool = False
+    token: str | None = None
+    scheme: str | None = None
+    certificate_path: str | None = None
+    certificate_data: bytes | None = None
+    private_key_path: str | None = None
+    private_key_data: bytes | None = None
+
+    @classmethod
+    def from_kopf(cls, info: Any) -> Credentials:
+        def data(value: str | bytes | None) -> bytes | None:
+            if value is None:
+                return None
+            raw = value.encode() if isinstance(value, str) else value
+            # Kopf passes kubeconfig *-data fields through as base64 text.
+            return raw if raw.lstrip().startswith(b"-----") else base64.b64decode(raw)
+
+        def path(value: Any) -> str | None:
+            return None if value is None else str(value)
+
+        return cls(
+            server=info.server.rstrip("/"), ca_path=path(info.ca_path), ca_data=data(info.ca_data),
+            insecure=bool(info.insecure), token=info.token, scheme=info.scheme,
+            certificate_path=path(info.certificate_path), certificate_data=data(info.certificate_data),
+            private_key_path=path(info.private_key_path), private_key_data=data(info.private_key_data),
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """TLS with the cluster CA and the node's client certificate (read once, at start)."""
+        ctx = ssl.create_default_context(cafile=self.ca_path,
+                                         cadata=self.ca_data.decode() if self.ca_data else None)
+        if self.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.certificate_path or self.certificate_data:
+            with tempfile.TemporaryDirectory() as tmp:
+                cert, key = self.certificate_path, self.private_key_path
+                if self.certificate_data:
+                    cert = f"{tmp}/tls.crt"
+                    with open(cert, "wb") as f:
+                        f.write(self.certificate_data)
+                if self.private_key_data:
+                    key = f"{tmp}/tls.key"
+                    with open(key, "wb") as f:
+                        f.write(self.private_key_data)
+                ctx.load_cert_chain(cert, key)  # type: ignore[arg-type]
+        return ctx
+
+
+class KubeClient:
+    """One aiohttp session to the apiserver; every request has a timeout."""
+
+    def __init__(self, credentials: Credentials, *, timeout: float = DEFAULT_TIMEOUT,
+                 user_agent: str = "kopflet") -> None:
+        self.credentials, self.timeout = credentials, timeout
+        headers = {"User-Agent": user_agent, "Accept": "application/json"}
+        if credentials.token:
+            headers["Authorization"] = f"{credentials.scheme or 'Bearer'} {credentials.token}"
+        self._headers = headers
+        self._session: aiohttp.ClientSession | None = None
+
+    async def open(self) -> None:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(ssl=self.credentials.ssl_context(), limit=32)
+            self._session = aiohttp.ClientSession(connector=connector, headers=self._headers,
+                                                  timeout=aiohttp.ClientTimeout(total=self.timeout))
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def request(self, method: str, path: str, *, body: Any = None, content_type: str = "application/json",
+                      params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The one choke point: non-2xx answers become KubeApiError with the API's own reason."""
+        if self._session is None:
+            await self.open()
+        assert self._session is not None
+        data = None if body is None else json.dumps(body)
+        headers = {"Content-Type": content_type} if data is not None else {}
+        async with self._session.request(method, f"{self.credentials.server}{path}", data=data,
+                                         headers=headers, params=params) as resp:
+            text = await resp.text()
+            try:
+                payload = json.loads(text) if text else {}
+            except ValueError:
+                payload = {"message": text}
+            if resp.status >= 400:
+                raise KubeApiError(resp.status, str(payload.get("reason", "")), str(payload.get("message", text)),
+                                   method, path)
+            return payload if isinstance(payload, dict) else {}
+
+    # ---------------------------------------------------------------------------------------------- pods
+
+    async def list_pods(self, field_selector: str) -> list[dict[str, Any]]:
+        payload = await self.request("GET", "/api/v1/pods", params={"fieldSelector": field_selector})
+        return list(payload.get("items", []))
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.request("GET", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}")
+        except KubeApiError as e:
+            if e.not_found:
+                return None
+            raise
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Strategic merge on ``pods/status``: lists merge by key, so conditions others own survive."""
+        return await self.request("PATCH", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}/status",
+                                  body=patch, content_type=STRATEGIC_MERGE)
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """The final delete after the terminal status: grace 0 and a UID precondition, as the kubelet's
+        status manager does, so a new pod with the same name is never deleted by mistake."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                "preconditions": {"uid": uid}}
+        try:
+            await self.request("DELETE", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}", body=body)
+        except KubeApiError as e:
+            if e.not_found or e.conflict:
+                return False
+            raise
+        return True
+
+    # --------------------------------------------------------------------------- objects pods reference
+
+    async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.request("GET", f"/api/v1/namespaces/{q(namespace)}/configmaps/{q(name)}")
+        except KubeApiError as e:
+            if e.not_found:
+                return None
+            raise
+
+    async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.request("GET", f"/api/v1/namespaces/{q(namespace)}/secrets/{q(name)}")
+        except KubeApiError as e:
+            if e.not_found:
+                return None
+            raise
+
+    # -------------------------------------------------------------------------------------------- events
+
+    async def create_event(self, namespace: str, event: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", f"/api/v1/namespaces/{q(namespace)}/events", body=event)
+
+    async def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.request("PATCH", f"/api/v1/namespaces/{q(namespace)}/events/{q(name)}",
+                                  body=patch, content_type=STRATEGIC_MERGE)
+
+
+def q(segment: str) -> str:
+    return quote(segment, safe="")

@@ -1,0 +1,271 @@
+"""Carrying out a pod's PodActions on the runtime, in upstream ``SyncPod`` order; it decides nothing.
+
+Order: kill the pod (or the containers to kill), create the sandbox, start the next init container,
+start the containers. Each step records what the pod's status must show (waiting reasons) and the
+kubelet's events. Where the sandbox, a container's log directory and its termination-log file are
+made: here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import logging
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+from kopflet.status import Waiting
+
+from agent.events import NORMAL, WARNING, EventRecorder
+from agent.images import ImageError, ImageManager
+from agent.kubeapi import KubeApiError, KubeClient
+from cri_client import CriClient, CriError
+from cri_client import types as cri
+from kopflet import backoff as backoffs
+from kopflet import container_config, envvars, podstate, reconciler, sandbox_config, spec
+from kopflet.config import AgentConfig
+
+logger = logging.getLogger(__name__)
+
+CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
+CREATE_CONTAINER_ERROR = "CreateContainerError"
+RUN_CONTAINER_ERROR = "RunContainerError"
+CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
+# Upstream's minimum grace period when stopping a container that is not force-deleted.
+MINIMUM_GRACE_PERIOD = 2
+
+
+@dataclasses.dataclass
+class SyncResult:
+    """What one sync could not do, for the pod's status and the worker's next wake-up."""
+
+    waiting: dict[str, Waiting] = dataclasses.field(default_factory=dict)
+    sandbox_error: str = ""
+    retry_after: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.sandbox_error) or any(w.reason != CRASH_LOOP_BACK_OFF for w in self.waiting.values())
+
+
+class PodSyncer:
+    def __init__(self, cfg: AgentConfig, cri_client: CriClient, api: KubeClient, recorder: EventRecorder,
+                 images: ImageManager, backoff: backoffs.Backoff, dns: sandbox_config.DnsSettings,
+                 node_memory_capacity: int) -> None:
+        self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
+        self.images, self.backoff, self.dns = images, backoff, dns
+        self.node_memory_capacity = node_memory_capacity
+
+    # ------------------------------------------------------------------------------------------ sync
+
+    async def sync(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
+                   actions: reconciler.PodActions) -> SyncResult:
+        result = SyncResult()
+        for name, message in actions.containers_in_backoff.items():
+            result.waiting[name] = Waiting(CRASH_LOOP_BACK_OFF, message)
+            self.recorder.pod_event(pod, WARNING, "BackOff",
+                                    f"Back-off restarting failed container {name} in pod {_pod_desc(pod)}", name)
+        result.retry_after = actions.retry_after
+
+        if actions.kill_pod:
+            if actions.create_sandbox and actions.sandbox_id:
+                self.recorder.pod_event(pod, NORMAL, "SandboxChanged",
+                                        "Pod sandbox changed, it will be killed and re-created.")
+            await self.kill_pod(pod, runtime, grace=None)
+        else:
+            await asyncio.gather(*(
+                self.stop_container(pod, runtime, cid, info.message, grace=None)
+                for cid, info in actions.containers_to_kill.items()))
+
+        sandbox_id = actions.sandbox_id
+        try:
+            config = sandbox_config.build_sandbox_config(pod, actions.attempt, dns=self.dns,
+                                                         pod_log_root=self.cfg.pod_log_root)
+        except sandbox_config.SandboxConfigError as exc:
+            result.sandbox_error = f"Failed to create pod sandbox: {exc}"
+            self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
+            return result
+        if actions.create_sandbox:
+            sandbox_id = await self.create_sandbox(pod, config, result)
+            if not sandbox_id:
+                return result
+        if not sandbox_id:
+            return result
+        sandbox = await self.cri.sandboxes.status(sandbox_id)
+
+        to_start: list[tuple[spec.ContainerSpec, bool]] = []
+        if actions.next_init_container:
+            init = next(c for c in pod.spec.init_containers if c.name == actions.next_init_container)
+            to_start.append((init, True))
+        to_start += [(c, False) for c in pod.spec.containers if c.name in actions.containers_to_start]
+        started: list[str] = []
+        for container, is_init in to_start:
+            if await self.start_container(pod, container, is_init, sandbox_id, config, sandbox, runtime, result):
+                started.append(container.name)
+            elif is_init:
+                break
+        reconciler.note_restarts(actions, pod, self.backoff, time.time(), started=started)
+        return result
+
+    async def create_sandbox(self, pod: spec.Pod, config: cri.PodSandboxConfig, result: SyncResult) -> str:
+        """RunPodSandbox with the pod's log directory in place (upstream createPodSandbox)."""
+        try:
+            await asyncio.to_thread(Path(config.log_directory).mkdir, mode=0o755, parents=True, exist_ok=True)
+            return await self.cri.sandboxes.run(config)
+        except (CriError, OSError) as exc:
+            message = f"Failed to create pod sandbox: {_details(exc)}"
+            result.sandbox_error = message
+            self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", message)
+            logger.warning(f"{pod.namespace}/{pod.name}: {message}")
+            return ""
+
+    async def start_container(self, pod: spec.Pod, container: spec.ContainerSpec, init: bool, sandbox_id: str,
+                              config: cri.PodSandboxConfig, sandbox: cri.PodSandboxStatus,
+                              runtime: podstate.RuntimePodStatus, result: SyncResult) -> bool:
+        """Pull, create, start (upstream startContainer); failures become the container's waiting reason."""
+        name = container.name
+
+        def failed(reason: str, message: str) -> bool:
+            result.waiting[name] = Waiting(reason, message)
+            self.recorder.pod_event(pod, WARNING, "Failed", f"Error: {message}", name, init)
+            return False
+
+        try:
+            image_ref = await self.images.ensure(pod, container, config, init)
+        except ImageError as exc:
+            result.waiting[name] = Waiting(exc.reason, exc.message)
+            return False
+        except CriError as exc:
+            return failed(CREATE_CONTAINER_ERROR, _details(exc))
+
+        try:
+            env = await self.environment(pod, container, sandbox)
+        except envvars.EnvError as exc:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
+        except KubeApiError as exc:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, exc.message)
+
+        previous = runtime.latest_container(name)
+        restart_count = previous.restart_count + 1 if previous is not None else 0
+        pod_log_dir = config.log_directory
+        try:
+            mounts = await asyncio.to_thread(self._prepare_files, pod, container, pod_log_dir)
+            ccfg = container_config.build_container_config(
+                pod, container, restart_count=restart_count, env=env, image_ref=image_ref, mounts=mounts,
+                memory_capacity=self.node_memory_capacity)
+            container_id = await self.cri.containers.create(sandbox_id, ccfg, config)
+        except (CriError, OSError) as exc:
+            return failed(CREATE_CONTAINER_ERROR, _details(exc))
+        self.recorder.pod_event(pod, NORMAL, "Created", f"Created container: {name}", name, init)
+        try:
+            await self.cri.containers.start(container_id)
+        except CriError as exc:
+            return failed(RUN_CONTAINER_ERROR, _details(exc))
+        self.recorder.pod_event(pod, NORMAL, "Started", f"Started container {name}", name, init)
+        return True
+
+    async def environment(self, pod: spec.Pod, container: spec.ContainerSpec,
+                          sandbox: cri.PodSandboxStatus) -> list[tuple[str, str]]:
+        """Fetch the ConfigMaps/Secrets the container references, one object at a time (the node
+        authorizer allows only what its pods reference, never a list), then resolve in upstream order."""
+        config_map_names, secret_names = envvars.referenced_objects(pod, container)
+        config_maps: dict[str, dict[str, str] | None] = {}
+        for name in sorted(config_map_names):
+            obj = await self.api.get_config_map(pod.namespace, name)
+            config_maps[name] = None if obj is None else {**obj.get("data", {}), **{
+                k: base64.b64decode(v).decode(errors="replace") for k, v in obj.get("binaryData", {}).items()}}
+        secret_values: dict[str, dict[str, str] | None] = {}
+        for name in sorted(secret_names):
+            obj = await self.api.get_secret(pod.namespace, name)
+            secret_values[name] = None if obj is None else {
+                k: base64.b64decode(v).decode(errors="replace") for k, v in obj.get("data", {}).items()}
+        pod_ips = tuple(ip for ip in (sandbox.ip, *sandbox.additional_ips) if ip)
+        return envvars.resolve_env(
+            pod, container, config_maps=config_maps, secrets=secret_values, node_name=self.cfg.node_name,
+            host_ip=self.cfg.node_ip, pod_ip=pod_ips[0] if pod_ips else "", pod_ips=pod_ips,
+            service_env={}, node_allocatable={})
+
+    def _prepare_files(self, pod: spec.Pod, container: spec.ContainerSpec, pod_log_dir: str) -> list[cri.Mount]:
+        """The container's log directory and its termination-log file (blocking: run in a thread)."""
+        Path(pod_log_dir, container.name).mkdir(mode=0o755, parents=True, exist_ok=True)
+        mounts: list[cri.Mount] = []
+        if container.termination_message_path:
+            folder = Path(self.cfg.root_dir, "pods", pod.uid, "containers", container.name)
+            folder.mkdir(mode=0o750, parents=True, exist_ok=True)
+            file = folder / secrets.token_hex(4)
+            file.touch(mode=0o666)
+            os.chmod(file, 0o666)  # writable by any uid the container runs as, as upstream
+            mount = container_config.termination_message_mount(container, str(file))
+            if mount is not None:
+                mounts.append(mount)
+        return mounts
+
+    # ----------------------------------------------------------------------------------------- kill
+
+    async def stop_container(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, container_id: str,
+                             message: str, grace: int | None) -> None:
+        info = next((c for c in runtime.containers if c.id == container_id), None)
+        name = info.name if info is not None else ""
+        seconds = self._grace(pod, grace)
+        is_init = any(c.name == name for c in pod.spec.init_containers)
+        self.recorder.pod_event(pod, NORMAL, "Killing", message or f"Stopping container {name}", name or None, is_init)
+        try:
+            await self.cri.containers.stop(container_id, seconds)
+        except CriError as exc:
+            if not exc.not_found:
+                raise
+
+    async def kill_pod(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, grace: int | None) -> None:
+        """Stop every running container concurrently, then every sandbox (upstream killPodWithSyncResult)."""
+        running = [c for c in runtime.containers if c.state in (podstate.State.RUNNING, podstate.State.UNKNOWN)]
+        await asyncio.gather(*(self.stop_container(pod, runtime, c.id, "", grace) for c in running))
+        for sandbox in runtime.sandboxes:
+            if sandbox.ready:
+                try:
+                    await self.cri.sandboxes.stop(sandbox.id)
+                except CriError as exc:
+                    if not exc.not_found:
+                        raise
+
+    async def remove_pod(self, runtime: podstate.RuntimePodStatus, uid: str) -> None:
+        """Remove a deleted pod's containers, sandboxes and directories (upstream: GC and cleanup)."""
+        for c in runtime.containers:
+            try:
+                await self.cri.containers.remove(c.id)
+            except CriError as exc:
+                if not exc.not_found:
+                    raise
+        for s in runtime.sandboxes:
+            try:
+                await self.cri.sandboxes.stop(s.id)
+                await self.cri.sandboxes.remove(s.id)
+            except CriError as exc:
+                if not exc.not_found:
+                    raise
+        await asyncio.to_thread(_remove_tree, Path(self.cfg.root_dir, "pods", uid))
+        if runtime.namespace and runtime.name:
+            await asyncio.to_thread(_remove_tree, Path(self.cfg.pod_log_root,
+                                                       f"{runtime.namespace}_{runtime.name}_{uid}"))
+
+    def _grace(self, pod: spec.Pod, grace: int | None) -> int:
+        if grace is None:
+            grace = pod.deletion_grace_period_seconds if pod.is_deleting and \
+                pod.deletion_grace_period_seconds is not None else pod.spec.termination_grace_period_seconds
+        return max(int(grace), MINIMUM_GRACE_PERIOD) if grace else MINIMUM_GRACE_PERIOD
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _details(exc: Exception) -> str:
+    return exc.details if isinstance(exc, CriError) else str(exc)
+
+
+def _pod_desc(pod: spec.Pod) -> str:
+    """Upstream format.Pod: ``name_namespace(uid)``."""
+    return f"{pod.name}_{pod.namespace}({pod.uid})"

@@ -1,0 +1,252 @@
+"""One worker per pod (upstream podWorkers): everything done for a pod is serialized in its worker,
+pods are worked in parallel.
+
+A worker wakes on a pod update from the watch, on a runtime change noticed by the relist, when a
+backoff ends, and at least every resync period. Each wake is one sync: fresh runtime view, pure
+decision (``compute_pod_actions``), execution, fresh runtime view, pure status, and a status patch
+only if something changed. Its coarse lifecycle is syncing -> terminating (deletionTimestamp: stop
+containers, write the terminal status, delete the Pod with grace 0 and a UID precondition) ->
+gone (object deleted: remove containers, sandboxes and directories).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from agent.events import WARNING, EventRecorder
+from agent.kubeapi import KubeApiError, KubeClient
+from agent.runtime import RuntimeCache
+from agent.sync import PodSyncer, SyncResult
+from cri_client import CriError
+from kopflet import backoff as backoffs
+from kopflet import podstate, reconciler, spec, status
+from kopflet.config import AgentConfig
+
+logger = logging.getLogger(__name__)
+
+ERROR_RETRY = 10.0  # upstream backOffPeriod for a failed sync
+MAX_TERMINATION_MESSAGE = 4096  # upstream: bytes per container
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class _Worker:
+    def __init__(self, uid: str, body: Mapping[str, Any]) -> None:
+        self.uid, self.body = uid, body
+        self.wake = asyncio.Event()
+        self.gone = False
+        self.task: asyncio.Task[None] | None = None
+        self.reported_error = ""
+
+
+class PodWorkers:
+    def __init__(self, cfg: AgentConfig, api: KubeClient, cache: RuntimeCache, syncer: PodSyncer,
+                 recorder: EventRecorder, backoff: backoffs.Backoff) -> None:
+        self.cfg, self.api, self.cache, self.syncer = cfg, api, cache, syncer
+        self.recorder, self.backoff = recorder, backoff
+        self.workers: dict[str, _Worker] = {}
+
+    # ------------------------------------------------------------------------------------- inputs
+
+    def update(self, body: Mapping[str, Any]) -> None:
+        """A pod as the watch delivered it (ADDED, MODIFIED, or listed at start)."""
+        uid = body.get("metadata", {}).get("uid", "")
+        if not uid:
+            return
+        worker = self.workers.get(uid)
+        if worker is None:
+            worker = self.workers[uid] = _Worker(uid, body)
+            worker.task = asyncio.create_task(self._run(worker), name=f"pod-worker-{uid}")
+        else:
+            changed = _sync_relevant(worker.body) != _sync_relevant(body)
+            worker.body = body
+            if not changed:
+                return  # only the status moved (often our own patch): nothing to do before the next wake
+        worker.wake.set()
+
+    def deleted(self, body: Mapping[str, Any]) -> None:
+        """The Pod object is gone from the API: clean up what is left of it on the node."""
+        uid = body.get("metadata", {}).get("uid", "")
+        worker = self.workers.get(uid)
+        if worker is None:
+            self.update(body)
+            worker = self.workers[uid]
+        worker.gone = True
+        worker.wake.set()
+
+    def wake(self, uids: Iterable[str]) -> None:
+        for uid in uids:
+            worker = self.workers.get(uid)
+            if worker is not None:
+                worker.wake.set()
+
+    async def stop(self) -> None:
+        """The agent stops: workers stop, containers keep running for the next start to adopt."""
+        tasks = [w.task for w in self.workers.values() if w.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --------------------------------------------------------------------------------------- loop
+
+    async def _run(self, worker: _Worker) -> None:
+        delay: float = 0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(worker.wake.wait(), timeout=delay)
+            worker.wake.clear()
+            try:
+                delay = await self._sync(worker)
+            except (CriError, KubeApiError, OSError, TimeoutError) as exc:
+                logger.warning(f"pod {_ref(worker.body)}: sync failed, retrying in {ERROR_RETRY:.0f}s: {exc}")
+                delay = ERROR_RETRY
+            except Exception:
+                logger.exception(f"pod {_ref(worker.body)}: sync crashed, retrying in {ERROR_RETRY:.0f}s")
+                delay = ERROR_RETRY
+            if worker.gone and worker.uid not in self.cache.pods:
+                self.workers.pop(worker.uid, None)
+                return
+
+    async def _sync(self, worker: _Worker) -> float:
+        body = worker.body
+        uid = worker.uid
+        runtime = await self.cache.refresh_pod(uid)
+        if worker.gone:
+            await self.syncer.kill_pod(_minimal_pod(body), runtime, grace=0)
+            await self.syncer.remove_pod(await self.cache.refresh_pod(uid), uid)
+            await self.cache.refresh_pod(uid)
+            self.cache.pods.pop(uid, None)
+            return self.cfg.resync_period
+        try:
+            pod = spec.pod_from_body(body)
+        except spec.SpecError as exc:
+            return await self._invalid(worker, str(exc))
+
+        previous = body.get("status", {}) or {}
+        if pod.is_deleting:
+            return await self._terminate(worker, pod, runtime, previous)
+        if previous.get("phase") in TERMINAL_PHASES:
+            # Final: never restarted. Make sure nothing of it still runs; the status stays as written.
+            if runtime.running_containers() or any(s.ready for s in runtime.sandboxes):
+                await self.syncer.kill_pod(pod, runtime, grace=None)
+            return self.cfg.resync_period
+
+        actions = reconciler.compute_pod_actions(pod, runtime, backoff=self.backoff, now=time.time())
+        if actions.reason:
+            logger.info(f"pod {pod.namespace}/{pod.name}: {actions.reason}")
+        result = await self.syncer.sync(pod, runtime, actions)
+        runtime = await self.cache.refresh_pod(uid)
+        await self._write_status(worker, pod, runtime, result)
+        return self._next_delay(result)
+
+    def _next_delay(self, result: SyncResult) -> float:
+        delay = self.cfg.resync_period
+        if result.failed:
+            delay = ERROR_RETRY
+        if result.retry_after is not None:
+            delay = min(delay, max(result.retry_after, 0.5))
+        return delay
+
+    async def _terminate(self, worker: _Worker, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
+                         previous: Mapping[str, Any]) -> float:
+        """deletionTimestamp: stop within the grace period, write the terminal status, then delete."""
+        if runtime.running_containers() or any(s.ready for s in runtime.sandboxes):
+            await self.syncer.kill_pod(pod, runtime, grace=None)
+            runtime = await self.cache.refresh_pod(worker.uid)
+        if runtime.running_containers():
+            return 1.0  # still stopping: look again shortly
+        await self._write_status(worker, pod, runtime, SyncResult(), terminal=True)
+        await self.api.delete_pod(pod.namespace, pod.name, pod.uid)
+        return self.cfg.resync_period
+
+    async def _invalid(self, worker: _Worker, message: str) -> float:
+        """A spec the agent cannot run: say so on the pod, once, and keep the other pods going."""
+        if worker.reported_error != message:
+            worker.reported_error = message
+            logger.warning(f"pod {_ref(worker.body)}: {message}")
+            self.recorder.pod_event(_minimal_pod(worker.body), WARNING, "Failed", f"Error: {message}")
+        return self.cfg.resync_period
+
+    async def _write_status(self, worker: _Worker, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
+                            result: SyncResult, terminal: bool = False) -> None:
+        previous = worker.body.get("status", {}) or {}
+        messages = await asyncio.to_thread(self._termination_messages, pod, runtime)
+        desired = status.compute_pod_status(
+            pod, runtime, previous=previous, waiting=result.waiting, termination_messages=messages,
+            host_ip=self.cfg.node_ip, host_ips=(self.cfg.node_ip,) if self.cfg.node_ip else (),
+            now=datetime.datetime.now(datetime.UTC), pod_is_terminal=terminal)
+        patch = status.status_patch(previous, desired)
+        if not patch:
+            return
+        updated = await self.api.patch_pod_status(pod.namespace, pod.name, patch)
+        if updated.get("metadata", {}).get("uid") == worker.uid:
+            worker.body = {**worker.body, "status": updated.get("status", {})}
+
+    def _termination_messages(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> dict[str, str]:
+        """Upstream getTerminationMessage: the file the container wrote, or (FallbackToLogsOnError) the
+        tail of its log after a failure. Blocking reads: called in a thread."""
+        out: dict[str, str] = {}
+        for info in runtime.containers:
+            if info.state != podstate.State.EXITED:
+                continue
+            raw = self.cache.container_status(info.id)
+            if raw is None:
+                continue
+            message = ""
+            for mount in raw.mounts:
+                if info.termination_message_path and mount.container_path == info.termination_message_path:
+                    with contextlib.suppress(OSError):
+                        with open(mount.host_path, "rb") as f:
+                            message = f.read(MAX_TERMINATION_MESSAGE).decode(errors="replace")
+            if not message and info.exit_code != 0 and \
+                    info.termination_message_policy == spec.TERMINATION_MESSAGE_FALLBACK_TO_LOGS and raw.log_path:
+                message = _log_tail(Path(raw.log_path))
+            if message:
+                out[info.id] = message
+        return out
+
+
+def _log_tail(path: Path) -> str:
+    """The last lines of a CRI log file, message text only (upstream: 80 lines, at most 2 KiB)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(size - 64 * 1024, 0))
+            lines = f.read().decode(errors="replace").splitlines()[-FALLBACK_LOG_LINES:]
+    except OSError:
+        return ""
+    text = ""
+    for line in lines:
+        parts = line.split(" ", 3)  # <time> <stream> <P|F> <message>
+        if len(parts) == 4:
+            text += parts[3] + ("" if parts[2] == "P" else "\n")
+    return text[-FALLBACK_LOG_BYTES:]
+
+
+def _sync_relevant(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What an update must change to make the worker sync now (upstream checkAndUpdatePod: spec, labels,
+    annotations, deletion), so a status-only update, such as the agent's own patch, wakes nothing."""
+    meta = body.get("metadata", {})
+    return (body.get("spec"), meta.get("labels"), meta.get("annotations"), meta.get("deletionTimestamp"),
+            meta.get("deletionGracePeriodSeconds"))
+
+
+def _minimal_pod(body: Mapping[str, Any]) -> spec.Pod:
+    """Enough of a pod to kill it and post events when its spec cannot be parsed."""
+    meta = body.get("metadata", {})
+    return spec.Pod(name=meta.get("name", ""), namespace=meta.get("namespace", ""), uid=meta.get("uid", ""),
+                    spec=spec.PodSpec(containers=()))
+
+
+def _ref(body: Mapping[str, Any]) -> str:
+    meta = body.get("metadata", {})
+    return f"{meta.get('namespace')}/{meta.get('name')}"
