@@ -16,9 +16,8 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Iterable
 from pathlib import Path
-
-from kopflet.status import Waiting
 
 from agent.events import NORMAL, WARNING, EventRecorder
 from agent.images import ImageError, ImageManager
@@ -28,6 +27,7 @@ from cri_client import types as cri
 from kopflet import backoff as backoffs
 from kopflet import container_config, envvars, podstate, reconciler, sandbox_config, spec
 from kopflet.config import AgentConfig
+from kopflet.status import Waiting
 
 logger = logging.getLogger(__name__)
 
@@ -231,21 +231,25 @@ class PodSyncer:
                     if not exc.not_found:
                         raise
 
+    async def remove(self, container_ids: Iterable[str], sandbox_ids: Iterable[str]) -> None:
+        """Remove containers, then sandboxes (stopped first); already gone is fine."""
+        for cid in container_ids:
+            try:
+                await self.cri.containers.remove(cid)
+            except CriError as exc:
+                if not exc.not_found:
+                    raise
+        for sid in sandbox_ids:
+            try:
+                await self.cri.sandboxes.stop(sid)
+                await self.cri.sandboxes.remove(sid)
+            except CriError as exc:
+                if not exc.not_found:
+                    raise
+
     async def remove_pod(self, runtime: podstate.RuntimePodStatus, uid: str) -> None:
         """Remove a deleted pod's containers, sandboxes and directories (upstream: GC and cleanup)."""
-        for c in runtime.containers:
-            try:
-                await self.cri.containers.remove(c.id)
-            except CriError as exc:
-                if not exc.not_found:
-                    raise
-        for s in runtime.sandboxes:
-            try:
-                await self.cri.sandboxes.stop(s.id)
-                await self.cri.sandboxes.remove(s.id)
-            except CriError as exc:
-                if not exc.not_found:
-                    raise
+        await self.remove([c.id for c in runtime.containers], [s.id for s in runtime.sandboxes])
         await asyncio.to_thread(_remove_tree, Path(self.cfg.root_dir, "pods", uid))
         if runtime.namespace and runtime.name:
             await asyncio.to_thread(_remove_tree, Path(self.cfg.pod_log_root,

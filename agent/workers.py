@@ -26,7 +26,7 @@ from agent.runtime import RuntimeCache
 from agent.sync import PodSyncer, SyncResult
 from cri_client import CriError
 from kopflet import backoff as backoffs
-from kopflet import podstate, reconciler, spec, status
+from kopflet import gc, podstate, reconciler, spec, status
 from kopflet.config import AgentConfig
 
 logger = logging.getLogger(__name__)
@@ -145,6 +145,9 @@ class PodWorkers:
         result = await self.syncer.sync(pod, runtime, actions)
         runtime = await self.cache.refresh_pod(uid)
         await self._write_status(worker, pod, runtime, result)
+        evictions = gc.evictable(runtime)
+        if evictions.containers or evictions.sandboxes:
+            await self.syncer.remove(evictions.containers, evictions.sandboxes)
         return self._next_delay(result)
 
     def _next_delay(self, result: SyncResult) -> float:

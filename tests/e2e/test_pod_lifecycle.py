@@ -174,6 +174,12 @@ def test_crash_loop_backoff(running_agent: Agent, admin: Kubectl, layout: Layout
     assert main["lastState"]["terminated"]["exitCode"] == 1
     assert pod["status"]["phase"] == "Running"
     assert "BackOff" in {e["reason"] for e in events(admin, namespace, "crash")}
+    # Container GC keeps the newest dead instance (lastState, logs --previous), removes older ones.
+    uid = pod["metadata"]["uid"]
+    deadline = time.monotonic() + 15
+    while len(runtime_containers(layout, uid)) > 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert 1 <= len(runtime_containers(layout, uid)) <= 2
 
 
 def test_init_containers_run_in_order(running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
