@@ -1,3 +1,3 @@
 """Kopf glue: thin handlers that wire the watch, the runtime and the pure core together."""
 
-from handlers import pods, startup  # noqa: F401  (importing registers the handlers)
+from handlers import configuring, pods, startup  # noqa: F401  (importing registers the handlers)

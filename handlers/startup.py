@@ -21,11 +21,12 @@ from agent import housekeeping
 from agent.events import EventRecorder
 from agent.images import ImageManager
 from agent.kubeapi import Credentials, KubeClient
-from agent.node import NodeAgent
+from agent.node import NodeAgent, read_machine_facts
 from agent.runtime import RuntimeCache
 from agent.sync import PodSyncer
 from agent.workers import PodWorkers
 from cri_client import CriClient, CriError
+from handlers import configuring
 from kopflet import backoff as backoffs
 from kopflet import config as configuration
 from kopflet import sandbox_config
@@ -69,7 +70,7 @@ def host_resolv_conf(path: str = "/etc/resolv.conf") -> tuple[tuple[str, ...], t
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     try:
-        cfg = configuration.from_env(os.environ, socket.gethostname())
+        cfg = configuration.from_env(os.environ, socket.gethostname(), read_file=configuring.read_text)
     except configuration.ConfigError as exc:
         raise kopf.PermanentError(str(exc)) from exc
     if not cfg.node_ip:
@@ -86,7 +87,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
 @kopf.on.startup()
 async def connect_runtime(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     """Connect to the CRI runtime and check it speaks CRI v1, as the upstream kubelet does at start."""
-    cfg: configuration.AgentConfig = memo.config
+    cfg: configuration.AgentConfig | None = memo.get("config")
+    if cfg is None:
+        raise kopf.PermanentError("not configured: see the error of the 'configure' activity")
     cri = CriClient(cfg.runtime_endpoint, timeout=cfg.runtime_request_timeout)
     await cri.open()
     try:
@@ -97,6 +100,10 @@ async def connect_runtime(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> 
             raise kopf.TemporaryError(f"container runtime not reachable: {exc}", delay=RUNTIME_RETRY_DELAY) from exc
         raise kopf.PermanentError(f"container runtime unusable: {exc}") from exc
     memo.cri = cri
+    # --image-service-endpoint: images may be served by another endpoint (same runtime by default).
+    memo.image_cri = cri if cfg.image_endpoint == cfg.runtime_endpoint else \
+        CriClient(cfg.image_endpoint, timeout=cfg.runtime_request_timeout)
+    await memo.image_cri.open()
     memo.runtime_version = f"{version.runtime_name}://{version.runtime_version}"
     logger.info(f"container runtime {version.runtime_name} {version.runtime_version} "
                 f"(CRI {version.runtime_api_version}) at {cfg.runtime_endpoint}")
@@ -106,24 +113,27 @@ async def connect_runtime(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> 
 async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger,
                       **_: Any) -> None:
     """Register the node and start the runtime relist, the heartbeats and housekeeping."""
-    cfg: configuration.AgentConfig = memo.config
-    cri: CriClient = memo.cri
-    info = await asyncio.to_thread(kopf.login_via_client, logger=logger, settings=settings)
-    if info is None:
-        raise kopf.PermanentError("no credentials for the apiserver (KUBECONFIG or in-cluster)")
+    cfg: configuration.AgentConfig | None = memo.get("config")
+    if cfg is None:
+        raise kopf.PermanentError("not configured: see the error of the 'configure' activity")
+    cri: CriClient | None = memo.get("cri")
+    if cri is None:
+        raise kopf.TemporaryError("waiting for the container runtime", delay=RUNTIME_RETRY_DELAY)
+    info = await asyncio.to_thread(configuring.connection_info, cfg, logger=logger, settings=settings)
     api = KubeClient(Credentials.from_kopf(info), user_agent=f"kopflet/{cfg.node_name}")
     await api.open()
     recorder = EventRecorder(api, cfg.node_name)
+    facts = await asyncio.to_thread(read_machine_facts, cfg.root_dir)
     backoff = backoffs.Backoff()
     servers, searches, options = await asyncio.to_thread(host_resolv_conf)
     dns = sandbox_config.DnsSettings(cluster_dns=cfg.cluster_dns, cluster_domain=cfg.cluster_domain,
                                      host_servers=servers, host_searches=searches, host_options=options)
-    syncer = PodSyncer(cfg, cri, api, recorder, ImageManager(cri, recorder, backoff), backoff, dns,
-                       node_memory_capacity=_memory_bytes())
+    syncer = PodSyncer(cfg, cri, api, recorder, ImageManager(memo.image_cri, recorder, backoff), backoff, dns,
+                       node_memory_capacity=facts.memory_bytes)
     cache = RuntimeCache(cri)
-    workers = PodWorkers(cfg, api, cache, syncer, recorder, backoff)
-    node = NodeAgent(cfg, api, cri, memo.runtime_version)
+    node = NodeAgent(cfg, api, cri, memo.runtime_version, facts)
     await node.register()
+    workers = PodWorkers(cfg, api, cache, syncer, recorder, backoff, node.admission_info)
     memo.api, memo.recorder, memo.workers = api, recorder, workers
     memo.tasks = [
         asyncio.create_task(cache.run(workers.wake), name="runtime-relist"),
@@ -145,17 +155,7 @@ async def stop_agent(memo: kopf.Memo, **_: Any) -> None:
         await memo.recorder.flush()
     if "api" in memo:
         await memo.api.close()
-    cri: CriClient | None = memo.get("cri")
-    if cri is not None:
-        await cri.close()
-
-
-def _memory_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    for name in ("image_cri", "cri"):
+        client: CriClient | None = memo.get(name)
+        if client is not None:
+            await client.close()

@@ -1,37 +1,562 @@
-"""kopflet.config.from_env: defaults, overrides and clear errors."""
+"""kopflet.config: the kubelet's flags, the KubeletConfiguration file, the legacy environment, and their precedence.
+
+Every case goes through `load(argv, environ, hostname, read_file)`; the config file lives in a dict, so no test
+touches the disk. Error cases check that the message names the flag, field or variable at fault.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from kopflet.config import DEFAULT_RUNTIME_ENDPOINT, AgentConfig, ConfigError, from_env
+from kopflet import config
+from kopflet.config import DEFAULT_RUNTIME_ENDPOINT, AgentConfig, ConfigError, Taint, load
+
+REPO = Path(__file__).resolve().parents[2]
+HEADER = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
 
 
-@pytest.mark.parametrize(("environ", "hostname", "expected"), [
-    ({}, "Worker-1", AgentConfig(node_name="worker-1")),
-    ({"KOPFLET_NODE_NAME": "edge-7"}, "ignored", AgentConfig(node_name="edge-7")),
-    ({"CONTAINER_RUNTIME_ENDPOINT": "unix:///run/x.sock"}, "n",
-     AgentConfig(node_name="n", runtime_endpoint="unix:///run/x.sock")),
-    ({"KOPFLET_RUNTIME_REQUEST_TIMEOUT": "30"}, "n", AgentConfig(node_name="n", runtime_request_timeout=30.0)),
+def files(**contents: str) -> Any:
+    """A read_file over in-memory files; a missing one raises OSError as open() would."""
+    def read(path: str) -> str:
+        name = path.lstrip("/")
+        if name not in contents:
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return contents[name]
+    return read
+
+
+def run(argv: list[str] | tuple[str, ...] = (), environ: Mapping[str, str] | None = None, hostname: str = "node-1",
+        **contents: str) -> AgentConfig:
+    return load(list(argv), environ or {}, hostname, files(**contents))
+
+
+def with_file(body: str, *argv: str) -> AgentConfig:
+    return run(["--config=/k.yaml", *argv], **{"k.yaml": HEADER + body})
+
+
+# --- defaults -------------------------------------------------------------------------------------------------
+
+def test_defaults_match_the_upstream_kubelet() -> None:
+    cfg = run()
+    assert cfg == AgentConfig(node_name="node-1")
+    assert cfg.runtime_endpoint == cfg.image_endpoint == DEFAULT_RUNTIME_ENDPOINT == "unix:///run/containerd/containerd.sock"
+    assert cfg.runtime_request_timeout == 120.0
+    assert (cfg.resync_period, cfg.file_check_frequency) == (60.0, 20.0)
+    assert (cfg.node_status_update_frequency, cfg.node_status_report_frequency) == (10.0, 300.0)
+    assert (cfg.max_pods, cfg.serialize_image_pulls) == (110, True)
+    assert (cfg.healthz_port, cfg.healthz_bind_address) == (10248, "127.0.0.1")
+    assert cfg.healthz_endpoint == "http://127.0.0.1:10248/healthz"
+    assert (cfg.kubeconfig, cfg.pod_manifest_path, cfg.pod_log_root) == ("", "", "/var/log/pods")
+    assert cfg.node_labels == {} and cfg.system_reserved == {} and cfg.kube_reserved == {}
+    assert cfg.register_with_taints == () and cfg.allowed_unsafe_sysctls == () and cfg.cluster_dns == ()
+    assert cfg.pod_field_selector == "spec.nodeName=node-1"
+
+
+# --- flags ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--kubeconfig=/etc/kopflet/node.kubeconfig"], {"kubeconfig": "/etc/kopflet/node.kubeconfig"}),
+    (["--kubeconfig", "/k"], {"kubeconfig": "/k"}),
+    (["--hostname-override=Edge-7"], {"node_name": "edge-7"}),
+    (["--node-ip", "10.0.0.5"], {"node_ip": "10.0.0.5"}),
+    (["--node-ip=fd00::5"], {"node_ip": "fd00::5"}),
+    (["--container-runtime-endpoint=unix:///run/x.sock"],
+     {"runtime_endpoint": "unix:///run/x.sock", "image_endpoint": "unix:///run/x.sock"}),
+    (["--container-runtime-endpoint=/run/x.sock"],
+     {"runtime_endpoint": "unix:///run/x.sock", "image_endpoint": "unix:///run/x.sock"}),
+    (["--image-service-endpoint=unix:///run/img.sock"], {"image_endpoint": "unix:///run/img.sock"}),
+    (["--pod-manifest-path=/etc/kubernetes/manifests"], {"pod_manifest_path": "/etc/kubernetes/manifests"}),
+    (["--max-pods=20"], {"max_pods": 20}),
+    (["--max-pods", "0"], {"max_pods": 0}),
+    (["--root-dir=/srv/kopflet"], {"root_dir": "/srv/kopflet"}),
+    (["--cluster-dns=10.96.0.10,fd00::10"], {"cluster_dns": ("10.96.0.10", "fd00::10")}),
+    (["--cluster-dns=10.96.0.10", "--cluster-dns=10.96.0.11"], {"cluster_dns": ("10.96.0.10", "10.96.0.11")}),
+    (["--cluster-dns="], {"cluster_dns": ()}),
+    (["--cluster-domain=Example.ORG."], {"cluster_domain": "example.org"}),
+    (["--runtime-request-timeout=2m0s"], {"runtime_request_timeout": 120.0}),
+    (["--runtime-request-timeout=1h30m"], {"runtime_request_timeout": 5400.0}),
+    (["--runtime-request-timeout=1.5s"], {"runtime_request_timeout": 1.5}),
+    (["--runtime-request-timeout=250ms"], {"runtime_request_timeout": 0.25}),
+    (["--sync-frequency=30s"], {"resync_period": 30.0}),
+    (["--file-check-frequency=5s"], {"file_check_frequency": 5.0}),
+    (["--node-status-update-frequency=4s"], {"node_status_update_frequency": 4.0}),
+    (["--healthz-port=0"], {"healthz_port": 0}),
+    (["--healthz-port=9999", "--healthz-bind-address=0.0.0.0"],
+     {"healthz_port": 9999, "healthz_bind_address": "0.0.0.0"}),
+    (["--serialize-image-pulls=false"], {"serialize_image_pulls": False}),
+    (["--serialize-image-pulls"], {"serialize_image_pulls": True}),
+    (["--system-reserved=cpu=100m, memory=200Mi"], {"system_reserved": {"cpu": "100m", "memory": "200Mi"}}),
+    (["--kube-reserved=ephemeral-storage=1Gi,pid=100"], {"kube_reserved": {"ephemeral-storage": "1Gi", "pid": "100"}}),
+    (["--allowed-unsafe-sysctls=net.core.somaxconn,kernel.msg*"],
+     {"allowed_unsafe_sysctls": ("net.core.somaxconn", "kernel.msg*")}),
+    (["-v", "4"], {"log_verbosity": 4}),
+    (["-v=5"], {"log_verbosity": 5}),
+    (["-v6"], {"log_verbosity": 6}),
+    (["--v=2"], {"log_verbosity": 2}),
+    # The last of a repeated scalar flag wins; an empty value falls back to the default.
+    (["--max-pods=5", "--max-pods=7"], {"max_pods": 7}),
+    (["--node-ip=10.0.0.5", "--node-ip="], {}),
+    (["--hostname-override="], {}),
+    (["--"], {}),
 ])
-def test_from_env(environ: dict[str, str], hostname: str, expected: AgentConfig) -> None:
-    assert from_env(environ, hostname) == expected
+def test_flags(argv: list[str], expected: dict[str, Any]) -> None:
+    cfg = run(argv)
+    assert {name: getattr(cfg, name) for name in expected} == expected
+    untouched = {name for name in AgentConfig.__dataclass_fields__ if name not in expected}
+    default = AgentConfig(node_name="node-1")
+    changed = {name for name in untouched if getattr(cfg, name) != getattr(default, name)}
+    assert changed <= {"image_endpoint"}, f"unexpected changes: {changed}"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--foo=1"], "unknown flag: --foo"),
+    (["--max-pod=3"], "unknown flag: --max-pod (did you mean --max-pods?)"),
+    (["-x"], "unknown shorthand flag"),
+    (["run"], 'unexpected argument "run"'),
+    (["--", "extra"], 'unexpected argument "extra"'),
+    (["--kubeconfig"], "flag needs an argument: --kubeconfig"),
+    (["--max-pods=many"], '--max-pods: expected an integer, got "many"'),
+    (["--max-pods=-1"], "--max-pods: must not be negative"),
+    (["--healthz-port=70000"], "--healthz-port: must be a port number"),
+    (["--serialize-image-pulls=maybe"], "--serialize-image-pulls: expected true or false"),
+    (["--serialize-image-pulls", "false"], 'unexpected argument "false"'),
+    (["--runtime-request-timeout=soon"], '--runtime-request-timeout: expected a duration such as "1m30s"'),
+    (["--runtime-request-timeout=10"], "--runtime-request-timeout: expected a duration"),
+    (["--runtime-request-timeout=0s"], "--runtime-request-timeout: must be a positive duration"),
+    (["--sync-frequency=-1s"], "--sync-frequency: must be a positive duration"),
+    (["--container-runtime-endpoint=tcp://1.2.3.4:1"], "--container-runtime-endpoint: \"tcp://1.2.3.4:1\" must be a unix://"),
+    (["--image-service-endpoint=unix://"], "--image-service-endpoint"),
+    (["--node-ip=10.0.0.300"], '--node-ip: "10.0.0.300" is not an IP address'),
+    (["--node-ip=10.0.0.1,fd00::1"], "--node-ip: \"10.0.0.1,fd00::1\": dual-stack"),
+    (["--cluster-dns=10.96.0.10,dns.local"], '--cluster-dns: "dns.local" is not an IP address'),
+    (["--cluster-domain=bad_domain"], "--cluster-domain"),
+    (["--healthz-bind-address=localhost"], "--healthz-bind-address"),
+    (["--root-dir=relative/dir"], "--root-dir: \"relative/dir\" must be an absolute path"),
+    (["--system-reserved=gpu=1"], '--system-reserved: cannot reserve "gpu"'),
+    (["--system-reserved=cpu=lots"], "--system-reserved: cpu: "),
+    (["--kube-reserved=memory=-1Gi"], "--kube-reserved: resource quantity for \"memory\" cannot be negative"),
+    (["--kube-reserved=memory"], "--kube-reserved: malformed pair \"memory\""),
+    (["--allowed-unsafe-sysctls=net core"], "--allowed-unsafe-sysctls"),
+    (["--allowed-unsafe-sysctls=vm.swappiness"], '--allowed-unsafe-sysctls: the sysctl "vm.swappiness" are not known'),
+    (["-v=loud"], '-v: expected an integer, got "loud"'),
+    (["--hostname-override=Not_Valid!"], "--hostname-override: \"Not_Valid!\" is not a valid node name"),
+])
+def test_flag_errors_name_the_flag(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        run(argv)
+    assert message in str(info.value)
+
+
+# --- --node-labels ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "labels"), [
+    (["--node-labels=role=edge"], {"role": "edge"}),
+    (["--node-labels=a=1,b=2", "--node-labels=b=3,c="], {"a": "1", "b": "3", "c": ""}),
+    (["--node-labels=example.com/tier=gold, node.kubernetes.io/pool=p1"],
+     {"example.com/tier": "gold", "node.kubernetes.io/pool": "p1"}),
+    (["--node-labels=topology.kubernetes.io/zone=z1,x.kubelet.kubernetes.io/y=1"],
+     {"topology.kubernetes.io/zone": "z1", "x.kubelet.kubernetes.io/y": "1"}),
+    (["--node-labels="], {}),
+])
+def test_node_labels(argv: list[str], labels: dict[str, str]) -> None:
+    assert run(argv).node_labels == labels
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("role", 'malformed pair "role"'),
+    ("Bad Key=1", 'invalid label key "Bad Key"'),
+    ("a/b/c=1", "at most one '/'"),
+    ("Example.com/x=1", "the prefix must be a lowercase DNS subdomain"),
+    ("/x=1", "the prefix must be a lowercase DNS subdomain"),
+    ("k=" + "v" * 64, "invalid value"),
+    ("k=-v", "invalid value"),
+    ("kubernetes.io/role=edge", "kubernetes.io"),
+    ("node-role.kubernetes.io/worker=", "kubernetes.io"),
+    ("x.k8s.io/y=1", "k8s.io"),
+])
+def test_node_label_errors(value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match="--node-labels") as info:
+        run([f"--node-labels={value}"])
+    assert message in str(info.value)
+
+
+# --- --register-with-taints ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("value", "taints"), [
+    ("dedicated=edge:NoSchedule", (Taint("dedicated", "edge", "NoSchedule"),)),
+    ("example.com/gpu:NoExecute,spot=true:PreferNoSchedule",
+     (Taint("example.com/gpu", "", "NoExecute"), Taint("spot", "true", "PreferNoSchedule"))),
+    ("k=:NoSchedule", (Taint("k", "", "NoSchedule"),)),
+    ("k:NoSchedule,k:NoExecute", (Taint("k", "", "NoSchedule"), Taint("k", "", "NoExecute"))),
+    ("", ()),
+])
+def test_register_with_taints(value: str, taints: tuple[Taint, ...]) -> None:
+    assert run([f"--register-with-taints={value}"]).register_with_taints == taints
+
+
+def test_taint_forms() -> None:
+    taint = Taint("k", "v", "NoSchedule")
+    assert str(taint) == "k=v:NoSchedule" and str(Taint("k", "", "NoExecute")) == "k:NoExecute"
+    assert taint.as_dict() == {"key": "k", "value": "v", "effect": "NoSchedule"}
+    assert Taint("k", "", "NoExecute").as_dict() == {"key": "k", "effect": "NoExecute"}
+
+
+def test_register_with_taints_last_flag_wins() -> None:
+    cfg = run(["--register-with-taints=a:NoSchedule", "--register-with-taints=b:NoExecute"])
+    assert cfg.register_with_taints == (Taint("b", "", "NoExecute"),)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("dedicated=edge", "expected key=value:Effect or key:Effect"),
+    ("dedicated", "expected key=value:Effect or key:Effect"),
+    ("k=v:Sometimes", 'effect "Sometimes" is not one of NoSchedule, PreferNoSchedule, NoExecute'),
+    ("k=v:noschedule", "is not one of"),
+    ("a:b:NoSchedule", "more than one ':'"),
+    ("k=v=w:NoSchedule", "more than one '='"),
+    ("=v:NoSchedule", "invalid label key"),
+    ("bad key=v:NoSchedule", "invalid label key"),
+    ("k=bad value:NoSchedule", "invalid value"),
+    ("k=1:NoSchedule,k=2:NoSchedule", "duplicated taints with the same key and effect: k:NoSchedule"),
+])
+def test_taint_errors(value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match="--register-with-taints") as info:
+        run([f"--register-with-taints={value}"])
+    assert message in str(info.value)
+
+
+# --- durations -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("0", 0.0), ("0s", 0.0), ("2m0s", 120.0), ("1h", 3600.0), ("1h2m3s", 3723.0), ("1.5h", 5400.0),
+    ("300ms", 0.3), ("10us", 1e-5), ("10µs", 1e-5), ("7ns", 7e-9), (".5s", 0.5), ("-1m", -60.0), ("+5s", 5.0),
+])
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert config.parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "1", "5 s", "s", "1d", "1m 2s", "m1", "--1s", "1.2.3s"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        config.parse_duration(text)
+
+
+# --- the node name ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "environ", "hostname", "name"), [
+    ([], {}, "Worker-1", "worker-1"),
+    ([], {}, " worker-1\n", "worker-1"),
+    ([], {"NODE_NAME": "ds-node"}, "host", "ds-node"),
+    ([], {"KOPFLET_NODE_NAME": "legacy"}, "host", "legacy"),
+    ([], {"NODE_NAME": "ds-node", "KOPFLET_NODE_NAME": "legacy"}, "host", "ds-node"),
+    (["--hostname-override=flag"], {"NODE_NAME": "ds-node", "KOPFLET_NODE_NAME": "legacy"}, "host", "flag"),
+    ([], {"NODE_NAME": ""}, "host", "host"),
+    ([], {}, "a.b-c.d", "a.b-c.d"),
+])
+def test_node_name_precedence(argv: list[str], environ: dict[str, str], hostname: str, name: str) -> None:
+    assert run(argv, environ, hostname).node_name == name
+
+
+@pytest.mark.parametrize(("argv", "environ", "hostname", "message"), [
+    ([], {"NODE_NAME": "Not_Valid!"}, "host", "NODE_NAME"),
+    ([], {"KOPFLET_NODE_NAME": "x" * 254}, "host", "KOPFLET_NODE_NAME"),
+    ([], {}, "bad_host", "the hostname"),
+    ([], {}, "", "the hostname"),
+    (["--hostname-override=-edge"], {}, "host", "--hostname-override"),
+])
+def test_node_name_errors_name_the_source(argv: list[str], environ: dict[str, str], hostname: str,
+                                          message: str) -> None:
+    with pytest.raises(ConfigError, match="not a valid node name") as info:
+        run(argv, environ, hostname)
+    assert str(info.value).startswith(message)
+
+
+# --- the legacy environment ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    ({"CONTAINER_RUNTIME_ENDPOINT": "unix:///run/x.sock"},
+     {"runtime_endpoint": "unix:///run/x.sock", "image_endpoint": "unix:///run/x.sock"}),
+    ({"KOPFLET_RUNTIME_REQUEST_TIMEOUT": "30"}, {"runtime_request_timeout": 30.0}),
+    ({"KOPFLET_RUNTIME_REQUEST_TIMEOUT": "1m"}, {"runtime_request_timeout": 60.0}),
+    ({"KOPFLET_NODE_IP": "192.168.1.9"}, {"node_ip": "192.168.1.9"}),
+    ({"KOPFLET_ROOT_DIR": "/srv/k"}, {"root_dir": "/srv/k"}),
+    ({"KOPFLET_CLUSTER_DNS": "10.96.0.10, 10.96.0.11"}, {"cluster_dns": ("10.96.0.10", "10.96.0.11")}),
+    ({"KOPFLET_CLUSTER_DOMAIN": "corp.local"}, {"cluster_domain": "corp.local"}),
+    ({"KOPFLET_ROOT_DIR": "", "CONTAINER_RUNTIME_ENDPOINT": ""}, {}),
+    ({"KUBECONFIG": "/admin.kubeconfig"}, {"kubeconfig": ""}),  # KUBECONFIG is the fallback login, not a setting
+])
+def test_legacy_environment(environ: dict[str, str], expected: dict[str, Any]) -> None:
+    cfg = run([], environ)
+    assert {name: getattr(cfg, name) for name in expected} == expected
 
 
 @pytest.mark.parametrize(("environ", "message"), [
-    ({"KOPFLET_NODE_NAME": "Not_Valid!"}, "KOPFLET_NODE_NAME"),
-    ({"KOPFLET_NODE_NAME": "a" * 254}, "KOPFLET_NODE_NAME"),
-    ({"CONTAINER_RUNTIME_ENDPOINT": "tcp://1.2.3.4:1"}, "unix://"),
-    ({"KOPFLET_RUNTIME_REQUEST_TIMEOUT": "soon"}, "number of seconds"),
-    ({"KOPFLET_RUNTIME_REQUEST_TIMEOUT": "0"}, "positive"),
+    ({"CONTAINER_RUNTIME_ENDPOINT": "tcp://1.2.3.4:1"}, "CONTAINER_RUNTIME_ENDPOINT: "),
+    ({"KOPFLET_RUNTIME_REQUEST_TIMEOUT": "soon"}, "KOPFLET_RUNTIME_REQUEST_TIMEOUT: expected a number of seconds"),
+    ({"KOPFLET_RUNTIME_REQUEST_TIMEOUT": "0"}, "KOPFLET_RUNTIME_REQUEST_TIMEOUT: must be positive"),
+    ({"KOPFLET_RUNTIME_REQUEST_TIMEOUT": "inf"}, "KOPFLET_RUNTIME_REQUEST_TIMEOUT: must be positive"),
+    ({"KOPFLET_NODE_IP": "nope"}, "KOPFLET_NODE_IP: "),
+    ({"KOPFLET_ROOT_DIR": "rel"}, "KOPFLET_ROOT_DIR: "),
+    ({"KOPFLET_CLUSTER_DNS": "10.96.0.10,x"}, "KOPFLET_CLUSTER_DNS: "),
 ])
-def test_from_env_errors_name_the_setting(environ: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        from_env(environ, "node")
+def test_legacy_environment_errors(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        run([], environ)
+    assert str(info.value).startswith(message)
 
 
-def test_defaults_match_the_upstream_kubelet() -> None:
-    cfg = from_env({}, "n")
-    assert cfg.runtime_endpoint == DEFAULT_RUNTIME_ENDPOINT == "unix:///run/containerd/containerd.sock"
-    assert cfg.runtime_request_timeout == 120.0
-    assert cfg.pod_field_selector == "spec.nodeName=n"
+# --- KOPFLET_ARGS (how the flags reach the agent under `kopf run`) -------------------------------------------
+
+def test_from_env_reads_the_flags_from_kopflet_args() -> None:
+    environ = {"KOPFLET_ARGS": "--hostname-override=edge-2 --pod-manifest-path='/etc/static pods' --max-pods 9",
+               "KOPFLET_NODE_NAME": "ignored"}
+    cfg = config.from_env(environ, "host", files())
+    assert (cfg.node_name, cfg.max_pods, cfg.pod_manifest_path) == ("edge-2", 9, "/etc/static pods")
+
+
+def test_from_env_validates_kopflet_args() -> None:
+    with pytest.raises(ConfigError, match="--node-labels"):
+        config.from_env({"KOPFLET_ARGS": "--node-labels='a=x y'"}, "host", files())
+
+
+def test_from_env_without_kopflet_args_is_the_old_behaviour() -> None:
+    environ = {"KOPFLET_NODE_NAME": "edge-7", "CONTAINER_RUNTIME_ENDPOINT": "unix:///run/x.sock"}
+    assert config.from_env(environ, "host", files()) == AgentConfig(
+        node_name="edge-7", runtime_endpoint="unix:///run/x.sock", image_endpoint="unix:///run/x.sock")
+
+
+def test_kopflet_args_with_broken_quoting() -> None:
+    with pytest.raises(ConfigError, match="KOPFLET_ARGS: cannot split"):
+        config.from_env({"KOPFLET_ARGS": "--node-labels='a=b"}, "host", files())
+
+
+def test_kopflet_args_with_config_file() -> None:
+    cfg = config.from_env({"KOPFLET_ARGS": "--config /etc/kopflet/config.yaml"}, "host",
+                          files(**{"etc/kopflet/config.yaml": HEADER + "maxPods: 12\n"}))
+    assert cfg.max_pods == 12
+
+
+# --- the config file -------------------------------------------------------------------------------------------
+
+FULL_FILE = """\
+staticPodPath: /etc/kubernetes/manifests
+podLogsDir: /srv/logs/pods
+syncFrequency: 30s
+fileCheckFrequency: 10s
+healthzPort: 10300
+healthzBindAddress: 0.0.0.0
+clusterDomain: corp.local
+clusterDNS: [10.96.0.10, 10.96.0.11]
+nodeStatusUpdateFrequency: 5s
+nodeStatusReportFrequency: 1m
+runtimeRequestTimeout: 4m0s
+maxPods: 50
+serializeImagePulls: false
+systemReserved: {cpu: 100m, memory: 256Mi}
+kubeReserved:
+  cpu: 200m
+  ephemeral-storage: 1Gi
+allowedUnsafeSysctls: ["net.core.somaxconn", "kernel.shm*"]
+registerWithTaints:
+- key: dedicated
+  value: edge
+  effect: NoSchedule
+- {key: example.com/spot, effect: PreferNoSchedule}
+containerRuntimeEndpoint: unix:///run/containerd/other.sock
+imageServiceEndpoint: unix:///run/images.sock
+"""
+
+
+def test_full_config_file() -> None:
+    cfg = with_file(FULL_FILE)
+    assert cfg == AgentConfig(
+        node_name="node-1", pod_manifest_path="/etc/kubernetes/manifests", pod_log_root="/srv/logs/pods",
+        resync_period=30.0, file_check_frequency=10.0, healthz_port=10300, healthz_bind_address="0.0.0.0",
+        cluster_domain="corp.local", cluster_dns=("10.96.0.10", "10.96.0.11"), node_status_update_frequency=5.0,
+        node_status_report_frequency=60.0, runtime_request_timeout=240.0, max_pods=50, serialize_image_pulls=False,
+        system_reserved={"cpu": "100m", "memory": "256Mi"}, kube_reserved={"cpu": "200m", "ephemeral-storage": "1Gi"},
+        allowed_unsafe_sysctls=("net.core.somaxconn", "kernel.shm*"),
+        register_with_taints=(Taint("dedicated", "edge", "NoSchedule"),
+                              Taint("example.com/spot", "", "PreferNoSchedule")),
+        runtime_endpoint="unix:///run/containerd/other.sock", image_endpoint="unix:///run/images.sock",
+    )
+    assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
+
+
+def test_json_config_file() -> None:
+    text = '{"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "maxPods": 7}'
+    assert run(["--config=/k.json"], **{"k.json": text}).max_pods == 7
+
+
+def test_empty_config_file_body_gives_the_defaults() -> None:
+    assert with_file("") == AgentConfig(node_name="node-1")
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    # Upstream defaulting: zero or null values of omitempty fields mean the default.
+    ("maxPods: 0\n", {"max_pods": 110}),
+    ("syncFrequency: 0s\n", {"resync_period": 60.0}),
+    ("staticPodPath: ''\n", {"pod_manifest_path": ""}),
+    ("maxPods: null\n", {"max_pods": 110}),
+    ("clusterDNS: []\n", {"cluster_dns": ()}),
+    # ... but pointer fields keep an explicit zero.
+    ("healthzPort: 0\n", {"healthz_port": 0, "healthz_endpoint": ""}),
+    ("serializeImagePulls: false\n", {"serialize_image_pulls": False}),
+    # nodeStatusReportFrequency defaults to an explicit nodeStatusUpdateFrequency of the file.
+    ("nodeStatusUpdateFrequency: 20s\n", {"node_status_update_frequency": 20.0, "node_status_report_frequency": 20.0}),
+    ("nodeStatusUpdateFrequency: 20s\nnodeStatusReportFrequency: 2m\n", {"node_status_report_frequency": 120.0}),
+    ("containerRuntimeEndpoint: unix:///run/r.sock\n", {"image_endpoint": "unix:///run/r.sock"}),
+    ("healthzBindAddress: '::1'\n", {"healthz_endpoint": "http://[::1]:10248/healthz"}),
+])
+def test_config_file_defaulting(body: str, expected: dict[str, Any]) -> None:
+    cfg = with_file(body)
+    assert {name: getattr(cfg, name) for name in expected} == expected
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("fooBar: 1\n", 'unknown field "fooBar"'),
+    ("maxpods: 1\n", 'unknown field "maxpods" (did you mean maxPods?)'),
+    ("evictionHard: {memory.available: 100Mi}\n", 'field "evictionHard" is not supported by kopflet'),
+    ("cgroupDriver: systemd\n", 'field "cgroupDriver" is not supported'),
+    ("authentication: {}\n", 'field "authentication" is not supported'),
+    ("maxPods: many\n", 'field "maxPods": expected an integer, got "many"'),
+    ("maxPods: '110'\n", 'field "maxPods": expected an integer, got "110"'),
+    ("maxPods: 1.5\n", 'field "maxPods": expected an integer, got 1.5'),
+    ("maxPods: true\n", 'field "maxPods": expected an integer, got true'),
+    ("maxPods: -3\n", 'field "maxPods": must not be negative'),
+    ("healthzPort: 65536\n", 'field "healthzPort": must be a port number'),
+    ("syncFrequency: 60\n", 'field "syncFrequency": expected a string, got 60'),
+    ("syncFrequency: soon\n", 'field "syncFrequency": expected a duration'),
+    ("syncFrequency: -1s\n", 'field "syncFrequency": must not be a negative duration'),
+    ("serializeImagePulls: 'no'\n", 'field "serializeImagePulls": expected true or false, got "no"'),
+    ("clusterDNS: 10.96.0.10\n", 'field "clusterDNS": expected a list of strings, got "10.96.0.10"'),
+    ("clusterDNS: [10.96.0.300]\n", 'field "clusterDNS": "10.96.0.300" is not an IP address'),
+    ("clusterDomain: [a]\n", 'field "clusterDomain": expected a string, got a list'),
+    ("staticPodPath: {a: b}\n", 'field "staticPodPath": expected a string, got a mapping'),
+    ("podLogsDir: logs\n", 'field "podLogsDir": "logs" must be an absolute path'),
+    ("systemReserved: {cpu: 1}\n", 'field "systemReserved": expected a mapping of strings, got 1 for "cpu"'),
+    ("systemReserved: {gpu: '1'}\n", 'field "systemReserved": cannot reserve "gpu"'),
+    ("kubeReserved: [cpu]\n", 'field "kubeReserved": expected a mapping of strings, got a list'),
+    ("allowedUnsafeSysctls: [1]\n", 'field "allowedUnsafeSysctls": expected a list of strings, got an item 1'),
+    ("registerWithTaints: [{key: k, effect: Bad}]\n", 'field "registerWithTaints": invalid taint "k:Bad"'),
+    ("registerWithTaints: [{key: k}]\n", 'field "registerWithTaints": item 0: a taint needs a key and an effect'),
+    ("registerWithTaints: [{key: k, effect: NoSchedule, timeAdded: x}]\n",
+     'field "registerWithTaints": item 0: unknown field "timeAdded"'),
+    ("registerWithTaints: [k:NoSchedule]\n", 'field "registerWithTaints": item 0: expected a taint'),
+    ("registerWithTaints: {key: k}\n", 'field "registerWithTaints": expected a list of taints'),
+    ("containerRuntimeEndpoint: tcp://x:1\n", 'field "containerRuntimeEndpoint": "tcp://x:1" must be a unix://'),
+    ("maxPods: 1\nmaxPods: 2\n", 'duplicate field "maxPods"'),
+    ("maxPods: [\n", "not valid YAML"),
+])
+def test_config_file_errors_name_the_field(body: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        with_file(body)
+    text = str(info.value)
+    assert text.startswith("config file /k.yaml: ")
+    assert message in text
+
+
+def test_config_file_reports_every_problem_at_once() -> None:
+    with pytest.raises(ConfigError) as info:
+        with_file("fooBar: 1\nmaxPods: many\ncgroupDriver: systemd\n")
+    text = str(info.value)
+    assert text.startswith("config file /k.yaml: 3 problems:")
+    for part in ('unknown field "fooBar"', 'field "maxPods"', 'field "cgroupDriver"'):
+        assert part in text
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("kind: KubeletConfiguration\n", 'apiVersion must be "kubelet.config.k8s.io/v1beta1", got null'),
+    ("apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n", 'got "kubelet.config.k8s.io/v1"'),
+    ("apiVersion: kubelet.config.k8s.io/v1beta1\n", 'kind must be "KubeletConfiguration", got null'),
+    ("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeProxyConfiguration\n", 'got "KubeProxyConfiguration"'),
+    ("", "expected one KubeletConfiguration document, found 0"),
+    (HEADER + "---\n" + HEADER, "found 2"),
+    ("- a\n- b\n", "expected a KubeletConfiguration mapping, got a list"),
+])
+def test_config_file_header_errors(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        run(["--config=/k.yaml"], **{"k.yaml": text})
+    assert str(info.value).startswith("config file /k.yaml: ")
+    assert message in str(info.value)
+
+
+def test_unreadable_config_file() -> None:
+    with pytest.raises(ConfigError, match=r"--config /missing\.yaml: cannot read it: No such file or directory"):
+        run(["--config=/missing.yaml"])
+
+
+def test_every_known_field_is_either_honoured_or_refused() -> None:
+    honoured = {s.field for s in config.SETTINGS if s.field}
+    assert not honoured & config.UNSUPPORTED_FIELDS
+    for field in sorted(honoured):
+        assert field in FULL_FILE, f"{field} is not exercised by FULL_FILE"
+
+
+# --- precedence: flag > file > legacy environment > default ---------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "body", "environ", "expected"), [
+    ([], "", {}, 110),
+    ([], "maxPods: 50\n", {}, 50),
+    (["--max-pods=20"], "maxPods: 50\n", {}, 20),
+    (["--max-pods=20"], "", {}, 20),
+])
+def test_precedence_max_pods(argv: list[str], body: str, environ: dict[str, str], expected: int) -> None:
+    cfg = run(["--config=/k.yaml", *argv], environ, **{"k.yaml": HEADER + body})
+    assert cfg.max_pods == expected
+
+
+@pytest.mark.parametrize(("argv", "body", "environ", "expected"), [
+    ([], "", {}, DEFAULT_RUNTIME_ENDPOINT),
+    ([], "", {"CONTAINER_RUNTIME_ENDPOINT": "unix:///env.sock"}, "unix:///env.sock"),
+    ([], "containerRuntimeEndpoint: unix:///file.sock\n", {"CONTAINER_RUNTIME_ENDPOINT": "unix:///env.sock"},
+     "unix:///file.sock"),
+    (["--container-runtime-endpoint=unix:///flag.sock"], "containerRuntimeEndpoint: unix:///file.sock\n",
+     {"CONTAINER_RUNTIME_ENDPOINT": "unix:///env.sock"}, "unix:///flag.sock"),
+])
+def test_precedence_runtime_endpoint(argv: list[str], body: str, environ: dict[str, str], expected: str) -> None:
+    cfg = run(["--config=/k.yaml", *argv], environ, **{"k.yaml": HEADER + body})
+    assert (cfg.runtime_endpoint, cfg.image_endpoint) == (expected, expected)
+
+
+def test_precedence_maps_and_lists_from_a_flag_replace_the_file() -> None:
+    cfg = with_file("systemReserved: {cpu: 1m, memory: 1Mi}\nclusterDNS: [10.0.0.1]\n"
+                    "registerWithTaints: [{key: a, effect: NoSchedule}]\n",
+                    "--system-reserved=cpu=5m", "--cluster-dns=10.0.0.2", "--register-with-taints=b:NoExecute")
+    assert cfg.system_reserved == {"cpu": "5m"}
+    assert cfg.cluster_dns == ("10.0.0.2",)
+    assert cfg.register_with_taints == (Taint("b", "", "NoExecute"),)
+
+
+def test_flag_update_frequency_keeps_the_report_default() -> None:
+    # The flag applies after the file's defaulting upstream: only a file's update frequency moves the report's.
+    assert run(["--node-status-update-frequency=20s"]).node_status_report_frequency == 300.0
+
+
+def test_config_flag_position_does_not_matter() -> None:
+    cfg = run(["--max-pods=3", "--config=/k.yaml"], **{"k.yaml": HEADER + "maxPods: 9\n"})
+    assert cfg.max_pods == 3
+
+
+# --- the documentation matches the code -----------------------------------------------------------------------
+
+def test_readme_documents_every_flag_and_honoured_field() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Running the agent", 1)[1].split("\n## ", 1)[0]
+    for setting in config.SETTINGS:
+        if setting.flag and setting.flag != "v":
+            assert f"`--{setting.flag}" in section, f"--{setting.flag} is not in README's Running the agent"
+        if setting.field:
+            assert f"`{setting.field}`" in section, f"{setting.field} is not in README's config file table"
+    for name in config.LEGACY_ENV:
+        assert f"`{name}`" in section
+
+
+def test_usage_lists_every_flag() -> None:
+    text = config.usage()
+    for setting in config.SETTINGS:
+        if setting.flag:
+            assert f"--{setting.flag}" in text

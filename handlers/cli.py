@@ -1,0 +1,64 @@
+"""The ``kopflet`` command: the upstream kubelet's flags, checked first, then the operator in this process.
+
+``kopflet --kubeconfig=/etc/kopflet/node.kubeconfig --hostname-override=edge-1 --cluster-dns=10.96.0.10`` is
+``KOPFLET_ARGS='...' kopf run --standalone --all-namespaces --liveness=http://127.0.0.1:10248/healthz
+operator/main.py``, except that a bad flag or config file is reported (exit status 2) before anything starts.
+The flags travel to the agent's start-up handler in ``KOPFLET_ARGS``, exactly as under ``kopf run``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+
+import kopf
+
+import handlers  # noqa: F401  (registers every handler, as operator/main.py does for `kopf run`)
+from handlers import configuring
+from kopflet import config as configuration
+
+USAGE_ERROR = 2
+
+
+def _version() -> str:
+    try:
+        return metadata.version("kopflet")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _wants(args: Sequence[str], *flags: str) -> bool:
+    head = list(args)[:list(args).index("--")] if "--" in args else list(args)
+    return any(arg in flags for arg in head)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if _wants(args, "-h", "--help"):
+        sys.stdout.write(configuration.usage("kopflet"))
+        return 0
+    if _wants(args, "--version"):
+        print(f"kopflet {_version()}")
+        return 0
+
+    try:
+        all_args = configuration.split_args(os.environ.get(configuration.ARGS_ENV, "")) + args
+        cfg = configuring.load_agent_config({**os.environ, configuration.ARGS_ENV: shlex.join(all_args)})
+    except configuration.ConfigError as exc:
+        print(f"kopflet: {exc}\nRun 'kopflet --help' for usage.", file=sys.stderr)
+        return USAGE_ERROR
+    if cfg.kubeconfig and not os.path.isfile(cfg.kubeconfig):
+        print(f"kopflet: --kubeconfig {cfg.kubeconfig}: no such file", file=sys.stderr)
+        return USAGE_ERROR
+    os.environ[configuration.ARGS_ENV] = shlex.join(all_args)
+
+    kopf.configure(verbose=cfg.log_verbosity >= 4, debug=cfg.log_verbosity >= 6)
+    kopf.run(standalone=True, clusterwide=True, liveness_endpoint=cfg.healthz_endpoint or None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

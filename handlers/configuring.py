@@ -1,0 +1,91 @@
+"""Reading the agent's configuration at start, and logging in to the apiserver with its ``--kubeconfig``.
+
+The configuration is :func:`kopflet.config.from_env` over the real environment (``KOPFLET_ARGS`` carries the
+kubelet flags, since ``kopf run`` owns the command line), the hostname and the real file system for
+``--config``. The credentials come from one function, :func:`connection_info`, used by both Kopf (through the
+``@kopf.on.login`` handler here) and the agent's own apiserver client, so both speak as the same node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from kopflet import config as configuration
+
+
+def read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def load_agent_config(environ: Mapping[str, str] | None = None) -> configuration.AgentConfig:
+    """The configuration from ``$KOPFLET_ARGS``, the legacy variables, the hostname and the ``--config`` file."""
+    return configuration.from_env(os.environ if environ is None else environ, socket.gethostname(), read_text)
+
+
+def connection_info(cfg: configuration.AgentConfig, *, logger: logging.Logger | logging.LoggerAdapter[Any],
+                    settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
+    """Credentials from ``--kubeconfig``; without it, Kopf's own client login (in-cluster, then ``$KUBECONFIG``).
+
+    Blocking (files, maybe an exec credential plugin): call it in a thread from async code.
+    A missing or broken kubeconfig is a permanent error: retrying would not fix it.
+    """
+    if not cfg.kubeconfig:
+        try:
+            info = kopf.login_via_client(logger=logger, settings=settings)
+        except kopf.LoginError as exc:
+            raise kopf.PermanentError(f"no credentials for the apiserver: {exc} (use --kubeconfig)") from exc
+        if info is None:
+            raise kopf.PermanentError("no credentials for the apiserver (--kubeconfig, KUBECONFIG or in-cluster)")
+        return info
+    return _login_with_kubeconfig(cfg.kubeconfig, logger=logger, settings=settings)
+
+
+def _login_with_kubeconfig(path: str, *, logger: logging.Logger | logging.LoggerAdapter[Any],
+                           settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
+    """As ``kopf.login_via_client``, but from one given file and without touching the client's global default."""
+    import kubernetes.client
+    import kubernetes.config
+
+    client_config = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_kube_config(config_file=path, client_configuration=client_config)
+    except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
+        raise kopf.PermanentError(f"--kubeconfig {path}: {exc}") from exc
+    logger.debug(f"Logged in with the kubeconfig file {path}.")
+    # The bearer token, if any (an auth provider's or exec plugin's too): newer clients keep it under BearerToken.
+    header = (client_config.get_api_key_with_prefix("BearerToken")
+              or client_config.get_api_key_with_prefix("authorization"))
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    return kopf.ConnectionInfo(
+        server=client_config.host,
+        ca_path=client_config.ssl_ca_cert,
+        insecure=not client_config.verify_ssl,
+        username=client_config.username or None,
+        password=client_config.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=client_config.cert_file,
+        private_key_path=client_config.key_file,
+        trust_env=settings.networking.trust_env,
+    )
+
+
+@kopf.on.login()
+def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettings,
+          **_: Any) -> kopf.ConnectionInfo:
+    """Kopf's credentials: the same as the agent's client (startup's ``configure`` has put the config in memo)."""
+    cfg = memo.get("config")
+    if cfg is None:
+        try:
+            cfg = load_agent_config()
+        except configuration.ConfigError as exc:
+            raise kopf.PermanentError(str(exc)) from exc
+    return connection_info(cfg, logger=logger, settings=settings)

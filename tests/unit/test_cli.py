@@ -1,0 +1,189 @@
+"""The `kopflet` command (handlers/cli.py) and the login with --kubeconfig (handlers/configuring.py).
+
+No cluster: the command is run as a subprocess for --help and bad flags (it must exit before anything starts),
+and in-process with kopf.run replaced to see what it would start. The login reads real kubeconfig files.
+"""
+
+from __future__ import annotations
+
+import configparser
+import logging
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+
+from handlers import cli, configuring
+from kopflet.config import AgentConfig
+
+REPO = Path(__file__).resolve().parents[2]
+LOGGER = logging.getLogger("test")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KOPFLET_ARGS", "NODE_NAME", "KOPFLET_NODE_NAME") and not k.startswith("KOPFLET_")}
+    return {**env, "NODE_NAME": "test-node", **extra}
+
+
+def kopflet(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "handlers.cli", *args], cwd=REPO, env=clean_env(**env),
+                          capture_output=True, text=True, timeout=60)
+
+
+# --- as a process -----------------------------------------------------------------------------------------------
+
+def test_help_lists_the_kubelet_flags() -> None:
+    proc = kopflet("--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Usage: kopflet [flags]")
+    for flag in ("--kubeconfig", "--hostname-override", "--register-with-taints", "--config", "--healthz-port"):
+        assert flag in proc.stdout
+    assert proc.stderr == ""
+
+
+def test_version() -> None:
+    proc = kopflet("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("kopflet ")
+
+
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["--max-pods=many"], {}, '--max-pods: expected an integer, got "many"'),
+    (["--no-such-flag"], {}, "unknown flag: --no-such-flag"),
+    (["run", "operator/main.py"], {}, 'unexpected argument "run"'),
+    ([], {"KOPFLET_ARGS": "--register-with-taints=k=v"}, "--register-with-taints: invalid taint"),
+    ([], {"KOPFLET_ARGS": "'unbalanced"}, "KOPFLET_ARGS: cannot split"),
+    (["--config=/nonexistent/kubelet.yaml"], {}, "--config /nonexistent/kubelet.yaml: cannot read it"),
+    (["--kubeconfig=/nonexistent/node.kubeconfig"], {}, "--kubeconfig /nonexistent/node.kubeconfig: no such file"),
+])
+def test_a_bad_flag_exits_2_before_anything_starts(args: list[str], env: dict[str, str], message: str) -> None:
+    proc = kopflet(*args, **env)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_a_bad_config_file_names_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "kubelet.yaml"
+    path.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfooBar: 1\n")
+    proc = kopflet(f"--config={path}")
+    assert proc.returncode == 2
+    assert f'config file {path}: unknown field "fooBar"' in proc.stderr
+
+
+def test_the_console_script_is_declared() -> None:
+    parser = configparser.ConfigParser()
+    parser.read(REPO / "setup.cfg")
+    scripts = parser["options.entry_points"]["console_scripts"].strip().splitlines()
+    assert "kopflet = handlers.cli:main" in [line.strip() for line in scripts]
+    installed = Path(sys.executable).with_name("kopflet")
+    if installed.exists():  # after `pip install -e .` (make venv): the real script behaves the same
+        proc = subprocess.run([str(installed), "--max-pods=x"], env=clean_env(), capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2 and "--max-pods" in proc.stderr
+
+
+# --- in-process: what it starts ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(kopf, "run", lambda **kwargs: calls.append({**kwargs, "env": os.environ.get("KOPFLET_ARGS")}))
+    monkeypatch.setattr(kopf, "configure", lambda **kwargs: calls.append({"configure": kwargs}))
+    for name in list(os.environ):
+        if name.startswith("KOPFLET_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("NODE_NAME", "test-node")
+    return calls
+
+
+def test_main_runs_the_operator_with_the_flags_in_kopflet_args(started: list[dict[str, Any]]) -> None:
+    args = ["--hostname-override=edge-1", "--node-labels=tier=a", "-v", "4"]
+    assert cli.main(args) == 0
+    configure, run = started
+    assert configure == {"configure": {"verbose": True, "debug": False}}
+    assert run == {"standalone": True, "clusterwide": True, "liveness_endpoint": "http://127.0.0.1:10248/healthz",
+                   "env": shlex.join(args)}
+
+
+def test_main_puts_kopflet_args_from_the_environment_first(started: list[dict[str, Any]],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KOPFLET_ARGS", "--max-pods=3 --healthz-port=0")
+    assert cli.main(["--max-pods=4"]) == 0
+    run = started[-1]
+    assert shlex.split(run["env"]) == ["--max-pods=3", "--healthz-port=0", "--max-pods=4"]
+    assert run["liveness_endpoint"] is None
+
+
+def test_main_bad_flag_starts_nothing(started: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--max-pods=x"]) == 2
+    assert started == []
+    assert "--max-pods" in capsys.readouterr().err
+
+
+# --- login ---------------------------------------------------------------------------------------------------------
+
+def write_kubeconfig(folder: Path) -> Path:
+    (folder / "ca.crt").write_text("not really a certificate")
+    path = folder / "node.kubeconfig"
+    path.write_text("""\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", certificate-authority: ca.crt}}]
+users: [{name: u, user: {token: secret-token}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+""")
+    return path
+
+
+def test_login_with_the_kubeconfig_flag(tmp_path: Path) -> None:
+    path = write_kubeconfig(tmp_path)
+    cfg = AgentConfig(node_name="n", kubeconfig=str(path))
+    info = configuring.connection_info(cfg, logger=LOGGER, settings=kopf.OperatorSettings())
+    assert info.server == "https://127.0.0.1:6443"
+    assert (info.scheme, info.token) == ("Bearer", "secret-token")
+    assert info.ca_path == str(tmp_path / "ca.crt")  # relative to the kubeconfig, as kubectl resolves it
+    assert info.insecure is False
+
+
+def test_kopf_and_the_agent_log_in_the_same_way(tmp_path: Path) -> None:
+    cfg = AgentConfig(node_name="n", kubeconfig=str(write_kubeconfig(tmp_path)))
+    settings = kopf.OperatorSettings()
+    from_handler = configuring.login(memo=kopf.Memo(config=cfg), logger=LOGGER, settings=settings)
+    assert from_handler == configuring.connection_info(cfg, logger=LOGGER, settings=settings)
+
+
+def test_login_with_a_missing_kubeconfig_is_permanent(tmp_path: Path) -> None:
+    cfg = AgentConfig(node_name="n", kubeconfig=str(tmp_path / "missing"))
+    with pytest.raises(kopf.PermanentError, match=r"--kubeconfig .*missing"):
+        configuring.connection_info(cfg, logger=LOGGER, settings=kopf.OperatorSettings())
+
+
+@pytest.mark.parametrize(("result", "error"), [
+    (None, "no credentials for the apiserver"),
+    (kopf.LoginError("nothing"), "no credentials for the apiserver: nothing"),
+])
+def test_without_kubeconfig_kopf_client_login_is_used(monkeypatch: pytest.MonkeyPatch, result: Any,
+                                                      error: str) -> None:
+    def fake(**_: Any) -> Any:
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    monkeypatch.setattr(kopf, "login_via_client", fake)
+    with pytest.raises(kopf.PermanentError, match=error):
+        configuring.connection_info(AgentConfig(node_name="n"), logger=LOGGER, settings=kopf.OperatorSettings())
+
+
+def test_without_kubeconfig_the_client_login_result_is_returned(monkeypatch: pytest.MonkeyPatch) -> None:
+    info = kopf.ConnectionInfo(server="https://in-cluster:443", token="t")
+    monkeypatch.setattr(kopf, "login_via_client", lambda **_: info)
+    assert configuring.connection_info(AgentConfig(node_name="n"), logger=LOGGER,
+                                       settings=kopf.OperatorSettings()) is info
