@@ -1,9 +1,9 @@
-"""The agent's Node: registration, the Lease heartbeat and the Ready condition (a first cut).
+"""The agent's Node: registration, the Lease heartbeat and node status (upstream kubelet_node_status.go).
 
-Pods bound to a Node that does not exist are deleted by the pod garbage collector within a minute,
-and a Node without heartbeats gets NoExecute taints, so even the pod lifecycle needs this much:
-register the Node, renew ``kube-node-lease/<node>`` every 10s (duration 40s), and post node status
-when it changes or every 5 minutes, with Ready following the runtime's CRI Status.
+Register (create, or adopt and reconcile labels of) the Node; renew ``kube-node-lease/<node>`` every
+10s with a 40s duration; compute node status every ``nodeStatusUpdateFrequency`` (10s) and post it when
+it changed (heartbeat times aside) or ``nodeStatusReportFrequency`` (5m) passed. What goes into the
+status is computed by the pure ``kopflet.nodestatus``; this module only gathers facts and talks.
 """
 
 from __future__ import annotations
@@ -17,45 +17,80 @@ from typing import Any
 
 from agent.kubeapi import MERGE, STRATEGIC_MERGE, KubeApiError, KubeClient, q
 from cri_client import CriClient, CriError
-from kopflet import __version__
+from kopflet import __version__, admission, nodestatus
 from kopflet.config import AgentConfig
 
 logger = logging.getLogger(__name__)
 
-LEASE_DURATION = 40  # upstream nodeLeaseDurationSeconds
+LEASE_DURATION = 40  # nodeLeaseDurationSeconds
 RENEW_INTERVAL = 10.0  # upstream: 25% of the lease duration
-STATUS_UPDATE_FREQUENCY = 10.0  # nodeStatusUpdateFrequency
-STATUS_REPORT_FREQUENCY = 300.0  # nodeStatusReportFrequency
-MAX_PODS = 110
-
-ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
+LEASE_NAMESPACE = "kube-node-lease"
+KUBELET_VERSION = f"v{__version__}-kopflet"
 
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _stamp(t: datetime.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+def read_machine_facts(root_dir: str) -> nodestatus.MachineFacts:
+    """The machine's facts (blocking reads of /proc, /sys, /etc: call in a thread, once)."""
+    memory_kib = 0
+    for line in _read("/proc/meminfo").splitlines():
+        if line.startswith("MemTotal:"):
+            memory_kib = int(line.split()[1])
+    path = root_dir
+    while not os.path.exists(path) and path not in ("", "/"):
+        path = os.path.dirname(path)
+    st = os.statvfs(path or "/")
+    os_image = "Linux"
+    for line in _read("/etc/os-release").splitlines():
+        if line.startswith("PRETTY_NAME="):
+            os_image = line.split("=", 1)[1].strip('"')
+    return nodestatus.MachineFacts(
+        cpus=os.cpu_count() or 1, memory_bytes=memory_kib * 1024, ephemeral_storage_bytes=st.f_blocks * st.f_frsize,
+        machine=platform.machine(), kernel_version=platform.release(), os_image=os_image,
+        machine_id=_read("/etc/machine-id"), system_uuid=_read("/sys/class/dmi/id/product_uuid").lower(),
+        boot_id=_read("/proc/sys/kernel/random/boot_id"))
 
 
 class NodeAgent:
-    def __init__(self, cfg: AgentConfig, api: KubeClient, cri_client: CriClient, runtime_version: str) -> None:
-        self.cfg, self.api, self.cri = cfg, api, cri_client
+    def __init__(self, cfg: AgentConfig, api: KubeClient, cri_client: CriClient, runtime_version: str,
+                 facts: nodestatus.MachineFacts) -> None:
+        self.cfg, self.api, self.cri, self.facts = cfg, api, cri_client, facts
         self.runtime_version = runtime_version
         self.uid = ""
-        self._last_conditions: dict[str, tuple[str, str, str]] = {}
-        self._transitions: dict[str, str] = {}
+        self.taints: tuple[admission.Taint, ...] = tuple(cfg.register_with_taints)
+        self._posted: dict[str, Any] = {}
+        self._conditions: list[dict[str, str]] = []
         self._last_report = 0.0
 
-    def labels(self) -> dict[str, str]:
-        arch = ARCH.get(platform.machine(), platform.machine())
-        return {"kubernetes.io/hostname": self.cfg.node_name, "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": arch, "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": arch}
+    async def admission_info(self) -> admission.NodeInfo:
+        """This node as admission sees it: its labels, current taints and allocatable resources.
+
+        The taints are read fresh (one GET per admitted pod): upstream reads them from a Node informer,
+        and a pod must not be rejected for a taint that is already gone."""
+        try:
+            await self.refresh_node()
+        except (KubeApiError, OSError, TimeoutError) as exc:
+            logger.warning(f"could not read node {self.cfg.node_name}, admitting with known taints: {exc}")
+        capacity = nodestatus.capacity(self.facts, self.cfg.max_pods)
+        return admission.NodeInfo(
+            name=self.cfg.node_name,
+            labels=nodestatus.node_labels(self.cfg.node_name, self.facts, self.cfg.node_labels),
+            taints=self.taints, os="linux", kernel_version=self.facts.kernel_version,
+            allowed_unsafe_sysctls=self.cfg.allowed_unsafe_sysctls,
+            allocatable=nodestatus.allocatable(capacity, system_reserved=self.cfg.system_reserved,
+                                               kube_reserved=self.cfg.kube_reserved))
 
     async def register(self) -> None:
-        """Create the Node, or adopt the existing one (upstream registerWithAPIServer)."""
-        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.cfg.node_name, "labels": self.labels()}}
+        """Create the Node with its taints, or adopt the existing one and reconcile its labels
+        (upstream registerWithAPIServer + reconcileExtendedResource/labels; NodeRestriction forbids a
+        node to change its taints after creation, so they are only set here)."""
+        labels = nodestatus.node_labels(self.cfg.node_name, self.facts, self.cfg.node_labels)
+        taints = [t.as_dict() for t in self.cfg.register_with_taints]
+        body = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": self.cfg.node_name, "labels": labels},
+                "spec": {"taints": taints} if taints else {}}
         try:
             node = await self.api.request("POST", "/api/v1/nodes", body=body)
             logger.info(f"registered node {self.cfg.node_name}")
@@ -63,109 +98,86 @@ class NodeAgent:
             if exc.status != 409:
                 raise
             node = await self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}",
-                                          body={"metadata": {"labels": self.labels()}}, content_type=MERGE)
+                                          body={"metadata": {"labels": labels}}, content_type=MERGE)
+            logger.info(f"node {self.cfg.node_name} already registered; adopted it")
         self.uid = node["metadata"]["uid"]
+        await self.refresh_node()
+        self._conditions = list(node.get("status", {}).get("conditions", []))
+        await self.renew_lease()
         await self.post_status(force=True)
 
     async def run(self) -> None:
         """Lease renewals and status updates until cancelled; API or runtime outages are waited out."""
-        next_status = 0.0
         loop = asyncio.get_running_loop()
+        next_status = loop.time() + self.cfg.node_status_update_frequency
         while True:
+            await asyncio.sleep(min(RENEW_INTERVAL, self.cfg.node_status_update_frequency))
             try:
                 await self.renew_lease()
                 if loop.time() >= next_status:
+                    next_status = loop.time() + self.cfg.node_status_update_frequency
+                    await self.refresh_node()
                     await self.post_status()
-                    next_status = loop.time() + STATUS_UPDATE_FREQUENCY
             except (KubeApiError, OSError, TimeoutError) as exc:
                 logger.warning(f"node heartbeat failed: {exc}")
-            await asyncio.sleep(RENEW_INTERVAL)
 
     async def renew_lease(self) -> None:
-        name, ns = q(self.cfg.node_name), "kube-node-lease"
         renew = _now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         spec = {"holderIdentity": self.cfg.node_name, "leaseDurationSeconds": LEASE_DURATION, "renewTime": renew}
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
         try:
-            await self.api.request("PATCH", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
-                                   body={"spec": spec}, content_type=MERGE)
+            await self.api.request("PATCH", f"{path}/{q(self.cfg.node_name)}", body={"spec": spec}, content_type=MERGE)
         except KubeApiError as exc:
             if not exc.not_found:
                 raise
             owner = [{"apiVersion": "v1", "kind": "Node", "name": self.cfg.node_name, "uid": self.uid}] \
                 if self.uid else []
-            await self.api.request("POST", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", body={
+            await self.api.request("POST", path, body={
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.cfg.node_name, "namespace": ns, "ownerReferences": owner},
+                "metadata": {"name": self.cfg.node_name, "namespace": LEASE_NAMESPACE, "ownerReferences": owner},
                 "spec": spec})
 
-    async def ready_condition(self) -> tuple[str, str, str]:
-        """Ready from the runtime's CRI Status, with upstream's reasons and messages."""
+    async def refresh_node(self) -> None:
+        """Follow the Node's taints as others change them (upstream reads them from its node informer)."""
+        node = await self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}")
+        self.taints = tuple(admission.Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""))
+                            for t in node.get("spec", {}).get("taints", []) or [])
+
+    async def compute_status(self) -> dict[str, Any]:
         try:
-            status = await self.cri.status()
+            runtime: Any = await self.cri.status()
+            error = ""
         except CriError as exc:
-            return "False", "KubeletNotReady", f"container runtime is down: {exc.details}"
-        conditions = {c.type: c for c in status.conditions}
-        for kind, what in (("RuntimeReady", "container runtime"), ("NetworkReady", "container runtime network")):
-            c = conditions.get(kind)
-            if c is None or not c.status:
-                detail = f"{kind}=false reason:{c.reason if c else ''} message:{c.message if c else ''}"
-                return "False", "KubeletNotReady", f"{what} not ready: {detail}"
-        return "True", "KubeletReady", "kubelet is posting ready status"
+            runtime, error = None, exc.details
+        try:
+            images = nodestatus.images(await self.cri.images.list())
+        except CriError:
+            images = self._posted.get("images", [])
+        ready = nodestatus.ready_condition(runtime, error)
+        capacity = nodestatus.capacity(self.facts, self.cfg.max_pods)
+        return {
+            "conditions": nodestatus.conditions(ready, self._conditions, _now()),
+            "capacity": capacity,
+            "allocatable": nodestatus.allocatable(capacity, system_reserved=self.cfg.system_reserved,
+                                                  kube_reserved=self.cfg.kube_reserved),
+            "addresses": nodestatus.addresses(self.cfg.node_name, self.cfg.node_ip),
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": nodestatus.node_info(self.facts, KUBELET_VERSION, self.runtime_version),
+            "images": images,
+        }
 
     async def post_status(self, force: bool = False) -> None:
-        now = _now()
-        ready = await self.ready_condition()
-        wanted = {
-            "Ready": ready,
-            "MemoryPressure": ("False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-            "DiskPressure": ("False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            "PIDPressure": ("False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        }
+        status = await self.compute_status()
         loop_now = asyncio.get_running_loop().time()
-        changed = wanted != self._last_conditions
-        if not (force or changed or loop_now - self._last_report >= STATUS_REPORT_FREQUENCY):
+        changed = nodestatus.without_heartbeats(status) != nodestatus.without_heartbeats(self._posted)
+        if not (force or changed or loop_now - self._last_report >= self.cfg.node_status_report_frequency):
             return
-        for kind, value in wanted.items():
-            if self._last_conditions.get(kind, ("",))[0] != value[0] or kind not in self._transitions:
-                self._transitions[kind] = _stamp(now)
-        conditions = [{"type": kind, "status": s, "reason": r, "message": m, "lastHeartbeatTime": _stamp(now),
-                       "lastTransitionTime": self._transitions[kind]} for kind, (s, r, m) in wanted.items()]
-        resources = machine_resources()
-        addresses = [{"type": "Hostname", "address": self.cfg.node_name}]
-        if self.cfg.node_ip:
-            addresses.insert(0, {"type": "InternalIP", "address": self.cfg.node_ip})
-        status: dict[str, Any] = {
-            "conditions": conditions, "capacity": resources, "allocatable": resources, "addresses": addresses,
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "kubeletVersion": f"v{__version__}-kopflet", "kubeProxyVersion": "",
-                "containerRuntimeVersion": self.runtime_version, "kernelVersion": platform.release(),
-                "osImage": os_image(), "operatingSystem": "linux",
-                "architecture": ARCH.get(platform.machine(), platform.machine()),
-                "machineID": _read("/etc/machine-id"), "systemUUID": _read("/sys/class/dmi/id/product_uuid"),
-                "bootID": _read("/proc/sys/kernel/random/boot_id"),
-            },
-        }
         await self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}/status",
                                body={"status": status}, content_type=STRATEGIC_MERGE)
-        self._last_conditions = wanted
-        self._last_report = loop_now
-
-
-def machine_resources() -> dict[str, str]:
-    cpus = os.cpu_count() or 1
-    memory_kib = 0
-    for line in _read("/proc/meminfo").splitlines():
-        if line.startswith("MemTotal:"):
-            memory_kib = int(line.split()[1])
-    return {"cpu": str(cpus), "memory": f"{memory_kib}Ki", "pods": str(MAX_PODS)}
-
-
-def os_image() -> str:
-    for line in _read("/etc/os-release").splitlines():
-        if line.startswith("PRETTY_NAME="):
-            return line.split("=", 1)[1].strip('"')
-    return "Linux"
+        if changed and self._posted and status["conditions"] != self._posted.get("conditions"):
+            ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+            logger.info(f"node {self.cfg.node_name} Ready={ready['status']}: {ready['message']}")
+        self._posted, self._conditions, self._last_report = status, status["conditions"], loop_now
 
 
 def _read(path: str) -> str:

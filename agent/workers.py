@@ -16,7 +16,7 @@ import contextlib
 import datetime
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,8 @@ from agent.kubeapi import KubeApiError, KubeClient
 from agent.runtime import RuntimeCache
 from agent.sync import PodSyncer, SyncResult
 from cri_client import CriError
+from kopflet import admission, gc, podstate, reconciler, spec, status
 from kopflet import backoff as backoffs
-from kopflet import gc, podstate, reconciler, spec, status
 from kopflet.config import AgentConfig
 
 logger = logging.getLogger(__name__)
@@ -43,15 +43,18 @@ class _Worker:
         self.uid, self.body = uid, body
         self.wake = asyncio.Event()
         self.gone = False
+        self.admitted = False
+        self.pod: spec.Pod | None = None
         self.task: asyncio.Task[None] | None = None
         self.reported_error = ""
 
 
 class PodWorkers:
     def __init__(self, cfg: AgentConfig, api: KubeClient, cache: RuntimeCache, syncer: PodSyncer,
-                 recorder: EventRecorder, backoff: backoffs.Backoff) -> None:
+                 recorder: EventRecorder, backoff: backoffs.Backoff,
+                 node_info: Callable[[], Awaitable[admission.NodeInfo]]) -> None:
         self.cfg, self.api, self.cache, self.syncer = cfg, api, cache, syncer
-        self.recorder, self.backoff = recorder, backoff
+        self.recorder, self.backoff, self.node_info = recorder, backoff, node_info
         self.workers: dict[str, _Worker] = {}
 
     # ------------------------------------------------------------------------------------- inputs
@@ -139,6 +142,12 @@ class PodWorkers:
                 await self.syncer.kill_pod(pod, runtime, grace=None)
             return self.cfg.resync_period
 
+        worker.pod = pod
+        if not worker.admitted:
+            if await self._admit(worker, pod, runtime, previous):
+                worker.admitted = True
+            else:
+                return self.cfg.resync_period
         actions = reconciler.compute_pod_actions(pod, runtime, backoff=self.backoff, now=time.time())
         if actions.reason:
             logger.info(f"pod {pod.namespace}/{pod.name}: {actions.reason}")
@@ -169,6 +178,26 @@ class PodWorkers:
         await self._write_status(worker, pod, runtime, SyncResult(), terminal=True)
         await self.api.delete_pod(pod.namespace, pod.name, pod.uid)
         return self.cfg.resync_period
+
+    async def _admit(self, worker: _Worker, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
+                     previous: Mapping[str, Any]) -> bool:
+        """Upstream canAdmitPod, once per pod before anything runs. A pod that already has something on
+        the runtime, or is past Pending, was admitted before (by this agent before a restart)."""
+        if runtime.sandboxes or runtime.containers or previous.get("phase", "Pending") != "Pending":
+            return True
+        others = [w.pod for w in self.workers.values()
+                  if w is not worker and w.admitted and w.pod is not None and not w.gone
+                  and (w.body.get("status", {}) or {}).get("phase") not in TERMINAL_PHASES]
+        rejection = admission.admit(pod, await self.node_info(), others)
+        if rejection is None:
+            return True
+        # Final: phase Failed with the reason and message, never retried (upstream rejectPod).
+        logger.warning(f"pod {pod.namespace}/{pod.name} rejected: {rejection.reason}: {rejection.message}")
+        self.recorder.pod_event(pod, WARNING, rejection.reason, rejection.event_message)
+        updated = await self.api.patch_pod_status(pod.namespace, pod.name, {"status": {
+            "phase": "Failed", "reason": rejection.reason, "message": rejection.message}})
+        worker.body = {**worker.body, "status": updated.get("status", {})}
+        return False
 
     async def _invalid(self, worker: _Worker, message: str) -> float:
         """A spec the agent cannot run: say so on the pod, once, and keep the other pods going."""

@@ -21,14 +21,14 @@ from tests.conftest import REPO, Kubectl
 class Agent:
     """The agent process; its combined output goes to a log file the test can wait on."""
 
-    def __init__(self, layout: Layout, log: Path) -> None:
-        self.layout, self.log = layout, log
+    def __init__(self, layout: Layout, log: Path, env: dict[str, str] | None = None) -> None:
+        self.layout, self.log, self.extra_env = layout, log, env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.layout.node_kubeconfig),
                "KOPFLET_NODE_NAME": self.layout.node_name,
-               "CONTAINER_RUNTIME_ENDPOINT": self.layout.runtime_endpoint}
+               "CONTAINER_RUNTIME_ENDPOINT": self.layout.runtime_endpoint, **self.extra_env}
         kopf = Path(sys.executable).with_name("kopf")
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -72,6 +72,21 @@ def agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
         if a.proc is not None and a.proc.poll() is None:
             a.proc.kill()
             a.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def running_agent(layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+    """One agent for a whole test module; it must never crash while syncing."""
+    a = Agent(layout, tmp_path_factory.mktemp("agent") / "agent.log")
+    a.start()
+    a.wait_for(r"Activity 'start_agent' succeeded")
+    try:
+        yield a
+    finally:
+        if a.proc is not None and a.proc.poll() is None:
+            a.stop()
+    crashes = [line for line in a.output().splitlines() if "sync crashed" in line or "Traceback" in line]
+    assert not crashes, "the agent crashed while syncing:\n" + "\n".join(crashes)
 
 
 @pytest.fixture

@@ -10,10 +10,8 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from cri_client import CriClient
 from cri_client import types as cri
@@ -22,20 +20,6 @@ from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent
 
 BUSYBOX = "docker.io/library/busybox:1.36"
-
-
-@pytest.fixture(scope="module")
-def running_agent(layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
-    a = Agent(layout, tmp_path_factory.mktemp("agent") / "agent.log")
-    a.start()
-    a.wait_for(r"registered node|Activity 'start_agent' succeeded")
-    try:
-        yield a
-    finally:
-        if a.proc is not None and a.proc.poll() is None:
-            a.stop()
-    crashes = [line for line in a.output().splitlines() if "sync crashed" in line or "Traceback" in line]
-    assert not crashes, "the agent crashed while syncing:\n" + "\n".join(crashes)
 
 
 def pod_manifest(name: str, namespace: str, node: str, containers: list[dict[str, Any]],
@@ -296,3 +280,18 @@ def test_agent_restart_adopts_running_containers(running_agent: Agent, admin: Ku
     after = admin.json("get", "pod", "survivor", "-n", namespace)
     assert statuses(after)["main"]["containerID"] == before and statuses(after)["main"]["restartCount"] == 0
     assert len(runtime_containers(layout, uid)) == 1 and len(runtime_sandboxes(layout, uid)) == 1
+
+
+def test_agent_sigterm_leaves_pods_running(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                           namespace: str) -> None:
+    admin.apply(pod_manifest("steady", namespace, layout.node_name, [container("main", "sleep 3600")]))
+    pod = wait_pod(admin, namespace, "steady", is_ready, what="Ready")
+    uid, before = pod["metadata"]["uid"], statuses(pod)["main"]["containerID"]
+    assert running_agent.stop() == 0  # SIGTERM: a clean stop
+    running = [c for c in runtime_containers(layout, uid) if c.state == cri.ContainerState.RUNNING]
+    assert [f"containerd://{c.id}" for c in running] == [before]
+    running_agent.start()
+    running_agent.wait_for(r"Activity 'start_agent' succeeded")
+    time.sleep(3)
+    after = admin.json("get", "pod", "steady", "-n", namespace)
+    assert statuses(after)["main"]["containerID"] == before and statuses(after)["main"]["restartCount"] == 0
