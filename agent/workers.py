@@ -85,6 +85,13 @@ class PodWorkers:
         worker.gone = True
         worker.wake.set()
 
+    def status_lost(self, uid: str) -> None:
+        """The API object lost the pod's status (a static pod's mirror was re-created): write it all again."""
+        worker = self.workers.get(uid)
+        if worker is not None:
+            worker.body = {**worker.body, "status": {}}
+            worker.wake.set()
+
     def wake(self, uids: Iterable[str]) -> None:
         for uid in uids:
             worker = self.workers.get(uid)

@@ -8,6 +8,8 @@ from typing import Any
 
 import kopf
 
+from kopflet import static_pods
+
 
 @kopf.on.event("v1", "pods")
 async def pod_event(type: str | None, body: kopf.Body, name: str, namespace: str, memo: kopf.Memo,
@@ -17,6 +19,8 @@ async def pod_event(type: str | None, body: kopf.Body, name: str, namespace: str
     if workers is None:
         return
     raw = dict(body)  # the latest object as the watch delivered it
+    if static_pods.is_mirror(raw):
+        return  # a static pod's mirror: its manifest file is the source of truth, not the API object
     if type == "DELETED":
         workers.deleted(raw)
     else:

@@ -23,6 +23,7 @@ from agent.images import ImageManager
 from agent.kubeapi import Credentials, KubeClient
 from agent.node import NodeAgent, read_machine_facts
 from agent.runtime import RuntimeCache
+from agent.static_pods import StaticPodSource
 from agent.sync import PodSyncer
 from agent.workers import PodWorkers
 from cri_client import CriClient, CriError
@@ -135,12 +136,19 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     await node.register()
     workers = PodWorkers(cfg, api, cache, syncer, recorder, backoff, node.admission_info)
     memo.api, memo.recorder, memo.workers = api, recorder, workers
-    memo.tasks = [
+    tasks = []
+    if cfg.pod_manifest_path:
+        # The first scan runs before housekeeping can run: static pods' containers are not orphans.
+        source = StaticPodSource(cfg, api, workers, node)
+        await source.scan()
+        tasks.append(asyncio.create_task(source.run(), name="static-pods"))
+    tasks += [
         asyncio.create_task(cache.run(workers.wake), name="runtime-relist"),
         asyncio.create_task(node.run(), name="node-heartbeat"),
         asyncio.create_task(housekeeping.run(api, cache, workers, syncer, cfg.pod_field_selector),
                             name="housekeeping"),
     ]
+    memo.tasks = tasks
 
 
 @kopf.on.cleanup()

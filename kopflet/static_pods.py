@@ -1,0 +1,103 @@
+"""Static pods from manifest files, as the upstream kubelet's file source makes them (pkg/kubelet/config).
+
+A manifest becomes a pod bound to this node: its name gets ``-<node>`` appended, its namespace defaults
+to ``default``, its UID is a hash of the manifest, the node and the file (so an edited file is a new pod),
+and it carries the ``kubernetes.io/config.{hash,source,seen}`` annotations. Its mirror pod in the API is
+the same pod with ``kubernetes.io/config.mirror`` and an owner reference to the Node. Pure: file contents
+come in as text.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+CONFIG_HASH = "kubernetes.io/config.hash"
+CONFIG_MIRROR = "kubernetes.io/config.mirror"
+CONFIG_SOURCE = "kubernetes.io/config.source"
+CONFIG_SEEN = "kubernetes.io/config.seen"
+SOURCE_FILE = "file"
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class ManifestError(ValueError):
+    """A manifest file that is not a usable Pod; the message names the file and the problem."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticPod:
+    path: str
+    uid: str
+    body: Mapping[str, Any]
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+
+def is_manifest_name(filename: str) -> bool:
+    """Upstream skips hidden files; we also skip editors' leftovers by taking only YAML/JSON names."""
+    return not filename.startswith(".") and filename.endswith(MANIFEST_SUFFIXES)
+
+
+def is_mirror(body: Mapping[str, Any]) -> bool:
+    return CONFIG_MIRROR in (body.get("metadata", {}).get("annotations") or {})
+
+
+def static_pod(path: str, text: str, node_name: str, seen: str) -> StaticPod:
+    """Parse and default one manifest (upstream applyDefaults in config/common.go)."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{path}: not valid YAML or JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{path}: expected a Pod object, got {type(doc).__name__}")
+    if doc.get("kind") != "Pod" or doc.get("apiVersion") != "v1":
+        raise ManifestError(f"{path}: expected apiVersion v1, kind Pod; got {doc.get('apiVersion')!r}, "
+                            f"{doc.get('kind')!r}")
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise ManifestError(f"{path}: metadata.name: Required value")
+    if not isinstance(doc.get("spec"), dict):
+        raise ManifestError(f"{path}: spec: Required value")
+    uid = hashlib.md5(json.dumps(doc, sort_keys=True).encode() + node_name.encode()
+                      + f"file:{path}".encode()).hexdigest()
+    body = copy.deepcopy(doc)
+    meta = body["metadata"]
+    if not meta["name"].endswith(f"-{node_name}"):
+        meta["name"] = f"{meta['name']}-{node_name}"
+    meta["namespace"] = meta.get("namespace") or "default"
+    meta["uid"] = uid
+    meta["annotations"] = {**(meta.get("annotations") or {}),
+                           CONFIG_HASH: uid, CONFIG_SOURCE: SOURCE_FILE, CONFIG_SEEN: seen}
+    body["spec"]["nodeName"] = node_name
+    # Static pods tolerate every NoExecute taint (upstream adds this toleration in applyDefaults).
+    tolerations = list(body["spec"].get("tolerations") or [])
+    tolerations.append({"operator": "Exists", "effect": "NoExecute"})
+    body["spec"]["tolerations"] = tolerations
+    body.setdefault("status", {})
+    return StaticPod(path=path, uid=uid, body=body)
+
+
+def mirror_pod(pod: StaticPod, node_name: str, node_uid: str) -> dict[str, Any]:
+    """The API object that shows a static pod (upstream mirror_client.CreateMirrorPod)."""
+    body = copy.deepcopy(dict(pod.body))
+    meta = body["metadata"]
+    meta.pop("uid", None)
+    meta.pop("resourceVersion", None)
+    meta["annotations"] = {**meta["annotations"], CONFIG_MIRROR: pod.uid}
+    # NodeRestriction admits a node's mirror pods only with a controller reference to that Node.
+    meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid,
+                                "controller": True}]
+    body.pop("status", None)
+    return body

@@ -1,0 +1,66 @@
+"""kopflet.static_pods: manifests to static pods and their mirror pods."""
+
+from __future__ import annotations
+
+import pytest
+
+from kopflet import static_pods
+from kopflet.static_pods import ManifestError
+
+MANIFEST = """
+apiVersion: v1
+kind: Pod
+metadata: {name: web, labels: {app: web}}
+spec:
+  containers: [{name: c, image: busybox}]
+"""
+
+
+def test_static_pod_is_named_bound_and_annotated() -> None:
+    pod = static_pods.static_pod("/etc/m/web.yaml", MANIFEST, "node-a", "2026-11-22T00:00:00Z")
+    meta = pod.body["metadata"]
+    assert (pod.name, pod.namespace) == ("web-node-a", "default")
+    assert meta["uid"] == pod.uid and len(pod.uid) == 32
+    assert meta["annotations"] == {"kubernetes.io/config.hash": pod.uid, "kubernetes.io/config.source": "file",
+                                   "kubernetes.io/config.seen": "2026-11-22T00:00:00Z"}
+    assert pod.body["spec"]["nodeName"] == "node-a"
+    assert {"operator": "Exists", "effect": "NoExecute"} in pod.body["spec"]["tolerations"]
+
+
+def test_uid_changes_with_content_node_and_file_only() -> None:
+    uid = static_pods.static_pod("/m/a.yaml", MANIFEST, "n", "t1").uid
+    assert static_pods.static_pod("/m/a.yaml", MANIFEST, "n", "t2").uid == uid  # seen time is not content
+    assert static_pods.static_pod("/m/a.yaml", MANIFEST.replace("busybox", "pause"), "n", "t1").uid != uid
+    assert static_pods.static_pod("/m/a.yaml", MANIFEST, "other", "t1").uid != uid
+    assert static_pods.static_pod("/m/b.yaml", MANIFEST, "n", "t1").uid != uid
+
+
+def test_mirror_pod_points_at_the_static_pod_and_the_node() -> None:
+    pod = static_pods.static_pod("/m/a.yaml", MANIFEST, "n", "t")
+    mirror = static_pods.mirror_pod(pod, "n", "node-uid")
+    assert mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"] == pod.uid
+    assert "uid" not in mirror["metadata"] and "status" not in mirror
+    assert mirror["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "node-uid", "controller": True}]
+    assert static_pods.is_mirror(mirror) and not static_pods.is_mirror(pod.body)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{", "not valid YAML"),
+    ("- a\n- b", "expected a Pod object"),
+    ("apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {}", "kind Pod"),
+    ("apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {}", "metadata.name: Required value"),
+    ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}", "spec: Required value"),
+])
+def test_broken_manifests_name_the_file_and_problem(text: str, message: str) -> None:
+    with pytest.raises(ManifestError, match=message) as exc:
+        static_pods.static_pod("/m/broken.yaml", text, "n", "t")
+    assert str(exc.value).startswith("/m/broken.yaml: ")
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("web.yaml", True), ("web.yml", True), ("web.json", True), (".web.yaml.swp", False), ("web.yaml~", False),
+    ("README", False),
+])
+def test_manifest_names(name: str, expected: bool) -> None:
+    assert static_pods.is_manifest_name(name) is expected
