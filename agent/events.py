@@ -12,7 +12,7 @@ import logging
 import uuid
 from typing import Any
 
-from agent.kubeapi import KubeApiError, KubeClient
+from agent.kubeapi import API_ERRORS, KubeApiError, KubeClient
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class EventRecorder:
             if len(self._seen) >= MAX_CACHED:
                 self._seen.clear()
             self._seen[key] = (namespace, name, 1, loop_now)
-        except (KubeApiError, OSError, TimeoutError) as exc:
+        except API_ERRORS as exc:
             if isinstance(exc, KubeApiError) and exc.not_found and key in self._seen:
                 del self._seen[key]  # the folded-into event expired; the next repeat creates a new one
             logger.warning(f"could not post event {reason} for {namespace}/{involved['name']}: {exc}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from agent.kubeapi import KubeApiError, KubeClient
+from agent.kubeapi import API_ERRORS, KubeClient
 from agent.runtime import RuntimeCache
 from agent.sync import PodSyncer
 from agent.workers import PodWorkers
@@ -44,6 +44,6 @@ async def run(api: KubeClient, cache: RuntimeCache, workers: PodWorkers, syncer:
     while True:
         try:
             await cleanup_orphans(api, cache, workers, syncer, field_selector)
-        except (KubeApiError, CriError, OSError, TimeoutError) as exc:
+        except (*API_ERRORS, CriError) as exc:
             logger.warning(f"housekeeping failed, retrying later: {exc}")
         await asyncio.sleep(period)

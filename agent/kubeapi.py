@@ -41,6 +41,11 @@ class KubeApiError(Exception):
         return self.status == 409
 
 
+# What a call to the apiserver can fail with: an answer (KubeApiError) or no answer (connection reset,
+# refused, timed out, e.g. while the apiserver restarts). Loops catch these and retry later.
+API_ERRORS: tuple[type[BaseException], ...] = (KubeApiError, aiohttp.ClientError, OSError, TimeoutError)
+
+
 @dataclasses.dataclass(frozen=True)
 class Credentials:
     """What is needed to reach the apiserver; built from Kopf's ConnectionInfo."""
@@ -146,13 +151,17 @@ class KubeClient:
         payload = await self.request("GET", "/api/v1/pods", params={"fieldSelector": field_selector})
         return list(payload.get("items", []))
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get_or_none(self, path: str) -> dict[str, Any] | None:
+        """GET an object; None when it does not exist."""
         try:
-            return await self.request("GET", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}")
+            return await self.request("GET", path)
         except KubeApiError as e:
             if e.not_found:
                 return None
             raise
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}")
 
     async def patch_pod_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Strategic merge on ``pods/status``: lists merge by key, so conditions others own survive."""
@@ -175,20 +184,10 @@ class KubeClient:
     # --------------------------------------------------------------------------- objects pods reference
 
     async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return await self.request("GET", f"/api/v1/namespaces/{q(namespace)}/configmaps/{q(name)}")
-        except KubeApiError as e:
-            if e.not_found:
-                return None
-            raise
+        return await self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/configmaps/{q(name)}")
 
     async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return await self.request("GET", f"/api/v1/namespaces/{q(namespace)}/secrets/{q(name)}")
-        except KubeApiError as e:
-            if e.not_found:
-                return None
-            raise
+        return await self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/secrets/{q(name)}")
 
     # -------------------------------------------------------------------------------------------- events
 

@@ -15,7 +15,7 @@ import os
 import platform
 from typing import Any
 
-from agent.kubeapi import MERGE, STRATEGIC_MERGE, KubeApiError, KubeClient, q
+from agent.kubeapi import API_ERRORS, MERGE, STRATEGIC_MERGE, KubeApiError, KubeClient, q
 from cri_client import CriClient, CriError
 from kopflet import __version__, admission, nodestatus
 from kopflet.config import AgentConfig
@@ -71,7 +71,7 @@ class NodeAgent:
         and a pod must not be rejected for a taint that is already gone."""
         try:
             await self.refresh_node()
-        except (KubeApiError, OSError, TimeoutError) as exc:
+        except API_ERRORS as exc:
             logger.warning(f"could not read node {self.cfg.node_name}, admitting with known taints: {exc}")
         capacity = nodestatus.capacity(self.facts, self.cfg.max_pods)
         return admission.NodeInfo(
@@ -118,7 +118,7 @@ class NodeAgent:
                     next_status = loop.time() + self.cfg.node_status_update_frequency
                     await self.refresh_node()
                     await self.post_status()
-            except (KubeApiError, OSError, TimeoutError) as exc:
+            except API_ERRORS as exc:
                 logger.warning(f"node heartbeat failed: {exc}")
 
     async def renew_lease(self) -> None:

@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Any
 
-from agent.kubeapi import KubeApiError, KubeClient
+from agent.kubeapi import API_ERRORS, KubeApiError, KubeClient
 from agent.node import NodeAgent
 from agent.workers import PodWorkers
 from kopflet import static_pods
@@ -142,5 +142,5 @@ class StaticPodSource:
                 signature, next_full = current, loop.time() + self.cfg.file_check_frequency
                 try:
                     await self.scan()
-                except (KubeApiError, OSError, TimeoutError) as exc:
+                except API_ERRORS as exc:
                     logger.warning(f"static pod scan failed: {exc}")

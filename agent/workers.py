@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.events import WARNING, EventRecorder
-from agent.kubeapi import KubeApiError, KubeClient
+from agent.kubeapi import API_ERRORS, KubeClient
 from agent.runtime import RuntimeCache
 from agent.sync import PodSyncer, SyncResult
 from cri_client import CriError
@@ -115,7 +115,7 @@ class PodWorkers:
             worker.wake.clear()
             try:
                 delay = await self._sync(worker)
-            except (CriError, KubeApiError, OSError, TimeoutError) as exc:
+            except (*API_ERRORS, CriError) as exc:
                 logger.warning(f"pod {_ref(worker.body)}: sync failed, retrying in {ERROR_RETRY:.0f}s: {exc}")
                 delay = ERROR_RETRY
             except Exception:
