@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import logging
 import os
@@ -84,7 +85,8 @@ class PodSyncer:
         sandbox_id = actions.sandbox_id
         try:
             config = sandbox_config.build_sandbox_config(pod, actions.attempt, dns=self.dns,
-                                                         pod_log_root=self.cfg.pod_log_root)
+                                                         pod_log_root=self.cfg.pod_log_root,
+                                                         cgroup_parent=sandbox_config.pod_cgroup_parent(pod))
         except sandbox_config.SandboxConfigError as exc:
             result.sandbox_error = f"Failed to create pod sandbox: {exc}"
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
@@ -248,8 +250,9 @@ class PodSyncer:
                     raise
 
     async def remove_pod(self, runtime: podstate.RuntimePodStatus, uid: str) -> None:
-        """Remove a deleted pod's containers, sandboxes and directories (upstream: GC and cleanup)."""
+        """Remove a deleted pod's containers, sandboxes, cgroup and directories (upstream: GC and cleanup)."""
         await self.remove([c.id for c in runtime.containers], [s.id for s in runtime.sandboxes])
+        await asyncio.to_thread(remove_pod_cgroups, uid)
         await asyncio.to_thread(_remove_tree, Path(self.cfg.root_dir, "pods", uid))
         if runtime.namespace and runtime.name:
             await asyncio.to_thread(_remove_tree, Path(self.cfg.pod_log_root,
@@ -260,6 +263,23 @@ class PodSyncer:
             grace = pod.deletion_grace_period_seconds if pod.is_deleting and \
                 pod.deletion_grace_period_seconds is not None else pod.spec.termination_grace_period_seconds
         return max(int(grace), MINIMUM_GRACE_PERIOD) if grace else MINIMUM_GRACE_PERIOD
+
+
+def remove_pod_cgroups(uid: str, fs_root: str = "/sys/fs/cgroup") -> None:
+    """Remove the pod's (now empty) cgroup in every hierarchy, whatever its QoS tier was (upstream
+    podContainerManager.Destroy). Blocking: run in a thread."""
+    name = f"pod{uid}"
+    root = sandbox_config.CGROUP_ROOT.lstrip("/")
+    bases = [Path(fs_root)] + [p for p in Path(fs_root).iterdir() if p.is_dir() and not p.is_symlink()] \
+        if Path(fs_root).is_dir() else []
+    for base in bases:
+        for tier in ("", "burstable", "besteffort"):
+            pod_dir = base / root / tier / name
+            if not pod_dir.is_dir():
+                continue
+            for dirpath, _dirs, _files in sorted(os.walk(pod_dir), key=lambda w: -len(w[0])):
+                with contextlib.suppress(OSError):
+                    os.rmdir(dirpath)
 
 
 def _remove_tree(path: Path) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cri_client import types as cri
-from kopflet import labels, spec
+from kopflet import labels, qos, spec
 
 DEFAULT_POD_LOG_ROOT = "/var/log/pods"
 DEFAULT_DNS_OPTIONS = ("ndots:5",)
@@ -346,6 +346,18 @@ def pod_supplemental_groups(pod: spec.Pod) -> tuple[int, ...]:
     groups = [context["fsGroup"]] if isinstance(context.get("fsGroup"), int) else []
     groups += [g for g in context.get("supplementalGroups") or () if isinstance(g, int)]
     return tuple(groups)
+
+
+# Upstream's pod cgroup hierarchy with cgroups-per-qos and the cgroupfs driver.
+CGROUP_ROOT = "/kubepods"
+
+
+def pod_cgroup_parent(pod: spec.Pod, root: str = CGROUP_ROOT) -> str:
+    """The pod's own cgroup (upstream podContainerManager.GetPodContainerName): Guaranteed pods directly
+    under the root, the others under their QoS class's cgroup."""
+    qos_class = qos.qos_class(pod)
+    tier = "" if qos_class == "Guaranteed" else f"/{qos_class.lower()}"
+    return f"{root}{tier}/pod{pod.uid}"
 
 
 def linux_sandbox_config(pod: spec.Pod, cgroup_parent: str = "") -> cri.LinuxSandboxConfig:

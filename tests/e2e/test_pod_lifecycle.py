@@ -7,6 +7,7 @@ the runtime's containers (through the CRI client).
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import subprocess
 import time
@@ -81,6 +82,12 @@ def runtime_sandboxes(layout: Layout, pod_uid: str) -> list[cri.PodSandbox]:
     return asyncio.run(listing())
 
 
+def pod_cgroups(uid: str) -> list[str]:
+    """The pod's cgroup directories in every hierarchy (cgroup v1 controllers or the v2 unified tree)."""
+    return glob.glob(f"/sys/fs/cgroup/*/kubepods/besteffort/pod{uid}") + \
+        glob.glob(f"/sys/fs/cgroup/kubepods/besteffort/pod{uid}")
+
+
 def phase(value: str) -> Callable[[dict[str, Any]], bool]:
     return lambda pod: pod.get("status", {}).get("phase") == value
 
@@ -113,12 +120,15 @@ def test_running_pod_gets_ip_ready_and_upstream_events(running_agent: Agent, adm
     assert not meta.get("finalizers") and not [a for a in meta.get("annotations", {}) if "kopf" in a]
 
     uid = meta["uid"]
+    assert pod_cgroups(uid), "the pod runs in its own cgroup under /kubepods/besteffort"
     admin.run("delete", "pod", "web", "-n", namespace, "--wait=false")
     wait_gone(admin, namespace, "web")
     deadline = time.monotonic() + 30
-    while (runtime_containers(layout, uid) or runtime_sandboxes(layout, uid)) and time.monotonic() < deadline:
+    while (runtime_containers(layout, uid) or runtime_sandboxes(layout, uid) or pod_cgroups(uid)) \
+            and time.monotonic() < deadline:
         time.sleep(0.5)
     assert runtime_containers(layout, uid) == [] and runtime_sandboxes(layout, uid) == []
+    assert pod_cgroups(uid) == []
 
 
 def test_succeeded_with_termination_message(running_agent: Agent, admin: Kubectl, layout: Layout,

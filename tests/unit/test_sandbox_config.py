@@ -208,3 +208,17 @@ def test_linux_security_context_from_the_pod() -> None:
     assert (context.run_as_user, context.run_as_group, context.supplemental_groups, context.privileged) == (
         1000, 3000, (2000, 4000, 5000), True)
     assert context.selinux_options == cri.SELinuxOptions(level="s0:c123,c456")
+
+
+@pytest.mark.parametrize(("resources", "expected"), [
+    ({}, "/kubepods/besteffort/poduid-1"),
+    ({"requests": {"cpu": "100m"}}, "/kubepods/burstable/poduid-1"),
+    ({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}, "/kubepods/poduid-1"),
+])
+def test_pod_cgroup_parent_by_qos_class(resources: dict, expected: str) -> None:
+    from kopflet import spec as specs
+    from kopflet.sandbox_config import pod_cgroup_parent
+
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": resources}]}}
+    assert pod_cgroup_parent(specs.pod_from_body(body)) == expected
