@@ -22,6 +22,7 @@ from typing import Any
 
 from agent.events import WARNING, EventRecorder
 from agent.kubeapi import API_ERRORS, KubeClient
+from agent.probes import ProbeManager
 from agent.runtime import RuntimeCache
 from agent.sync import PodSyncer, SyncResult
 from cri_client import CriError
@@ -55,6 +56,7 @@ class PodWorkers:
                  node_info: Callable[[], Awaitable[admission.NodeInfo]]) -> None:
         self.cfg, self.api, self.cache, self.syncer = cfg, api, cache, syncer
         self.recorder, self.backoff, self.node_info = recorder, backoff, node_info
+        self.probes: ProbeManager | None = None  # set once built: it needs this object's wake()
         self.workers: dict[str, _Worker] = {}
 
     # ------------------------------------------------------------------------------------- inputs
@@ -130,6 +132,7 @@ class PodWorkers:
         uid = worker.uid
         runtime = await self.cache.refresh_pod(uid)
         if worker.gone:
+            self._probes_forget(uid)
             await self.syncer.kill_pod(_minimal_pod(body), runtime, grace=0)
             await self.syncer.remove_pod(await self.cache.refresh_pod(uid), uid)
             await self.cache.refresh_pod(uid)
@@ -142,9 +145,11 @@ class PodWorkers:
 
         previous = body.get("status", {}) or {}
         if pod.is_deleting:
+            self._probe(pod, runtime)  # liveness and startup stop, readiness goes on
             return await self._terminate(worker, pod, runtime, previous)
         if previous.get("phase") in TERMINAL_PHASES:
             # Final: never restarted. Make sure nothing of it still runs; the status stays as written.
+            self._probes_forget(uid)
             if runtime.running_containers() or any(s.ready for s in runtime.sandboxes):
                 await self.syncer.kill_pod(pod, runtime, grace=None)
             return self.cfg.resync_period
@@ -155,16 +160,31 @@ class PodWorkers:
                 worker.admitted = True
             else:
                 return self.cfg.resync_period
-        actions = reconciler.compute_pod_actions(pod, runtime, backoff=self.backoff, now=time.time())
+        self._probe(pod, runtime)
+        actions = reconciler.compute_pod_actions(
+            pod, runtime, backoff=self.backoff, now=time.time(),
+            liveness_failures=self.probes.liveness_failures(uid) if self.probes else (),
+            startup_failures=self.probes.startup_failures(uid) if self.probes else ())
         if actions.reason:
             logger.info(f"pod {pod.namespace}/{pod.name}: {actions.reason}")
         result = await self.syncer.sync(pod, runtime, actions)
         runtime = await self.cache.refresh_pod(uid)
+        self._probe(pod, runtime)
         await self._write_status(worker, pod, runtime, result)
         evictions = gc.evictable(runtime)
         if evictions.containers or evictions.sandboxes:
             await self.syncer.remove(evictions.containers, evictions.sandboxes)
         return self._next_delay(result)
+
+    def _probe(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> None:
+        """Start, keep or stop the pod's probe loops for its current containers."""
+        if self.probes is not None:
+            pod_ip = self.cfg.node_ip if pod.spec.host_network else next(iter(runtime.ips), "")
+            self.probes.sync_pod(pod, runtime, pod_ip)
+
+    def _probes_forget(self, uid: str) -> None:
+        if self.probes is not None:
+            self.probes.forget(uid)
 
     def _next_delay(self, result: SyncResult) -> float:
         delay = self.cfg.resync_period
@@ -220,6 +240,8 @@ class PodWorkers:
         messages = await asyncio.to_thread(self._termination_messages, pod, runtime)
         desired = status.compute_pod_status(
             pod, runtime, previous=previous, waiting=result.waiting, termination_messages=messages,
+            readiness=self.probes.readiness(pod.uid) if self.probes else None,
+            startup=self.probes.started(pod.uid) if self.probes else None,
             host_ip=self.cfg.node_ip, host_ips=(self.cfg.node_ip,) if self.cfg.node_ip else (),
             now=datetime.datetime.now(datetime.UTC), pod_is_terminal=terminal)
         patch = status.status_patch(previous, desired)

@@ -22,6 +22,7 @@ from agent.events import EventRecorder
 from agent.images import ImageManager
 from agent.kubeapi import Credentials, KubeClient
 from agent.node import NodeAgent, read_machine_facts
+from agent.probes import ProbeManager
 from agent.runtime import RuntimeCache
 from agent.static_pods import StaticPodSource
 from agent.sync import PodSyncer
@@ -135,6 +136,7 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     node = NodeAgent(cfg, api, cri, memo.runtime_version, facts)
     await node.register()
     workers = PodWorkers(cfg, api, cache, syncer, recorder, backoff, node.admission_info)
+    workers.probes = ProbeManager(cri, recorder, workers.wake)
     memo.api, memo.recorder, memo.workers = api, recorder, workers
     tasks = []
     if cfg.pod_manifest_path:
@@ -159,6 +161,8 @@ async def stop_agent(memo: kopf.Memo, **_: Any) -> None:
     await asyncio.gather(*memo.get("tasks", []), return_exceptions=True)
     if "workers" in memo:
         await memo.workers.stop()
+        if memo.workers.probes is not None:
+            await memo.workers.probes.close()
     if "recorder" in memo:
         await memo.recorder.flush()
     if "api" in memo:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
@@ -16,6 +17,11 @@ import pytest
 
 from devstack.layout import Layout
 from tests.conftest import REPO, Kubectl
+
+
+def _die_with_parent() -> None:
+    """An agent must not outlive a test run that was killed (PR_SET_PDEATHSIG = SIGKILL)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
 class Agent:
@@ -33,7 +39,7 @@ class Agent:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [str(kopf), "run", "--standalone", "--all-namespaces", "--verbose", str(REPO / "operator" / "main.py")],
-                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""

@@ -1,0 +1,49 @@
+"""Probes on the real stack: readiness gates Ready, a failing liveness probe restarts the container with
+the upstream events, and probes reach the pod over its IP (httpGet, tcpSocket) or run in it (exec)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from devstack.layout import Layout
+from tests.conftest import Kubectl
+from tests.e2e.conftest import Agent
+from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, statuses, wait_pod
+
+
+def conditions(pod: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+
+
+def test_readiness_exec_probe_holds_ready_back(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                               namespace: str) -> None:
+    probe = {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1}
+    admin.apply(pod_manifest("late", namespace, layout.node_name,
+                             [container("main", "sleep 6; touch /tmp/ready; sleep 3600", readinessProbe=probe)]))
+    running = wait_pod(admin, namespace, "late", lambda p: "running" in statuses(p).get("main", {}).get("state", {}),
+                       what="running")
+    assert conditions(running)["Ready"] == "False" and statuses(running)["main"]["ready"] is False
+    assert conditions(running)["ContainersReady"] == "False"
+    pod = wait_pod(admin, namespace, "late", is_ready, timeout=60, what="Ready once the probe passes")
+    assert statuses(pod)["main"]["ready"] is True and statuses(pod)["main"]["restartCount"] == 0
+
+
+def test_liveness_http_probe_restarts_the_container(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                     namespace: str) -> None:
+    script = ("mkdir -p /www && echo ok > /www/healthz && httpd -p 8080 -h /www; "
+              "sleep 4; rm /www/healthz; sleep 3600")
+    liveness = {"httpGet": {"path": "/healthz", "port": "web"}, "periodSeconds": 1, "failureThreshold": 2}
+    readiness = {"tcpSocket": {"port": 8080}, "periodSeconds": 1}
+    admin.apply(pod_manifest("sick", namespace, layout.node_name, [container(
+        "main", script, ports=[{"name": "web", "containerPort": 8080}],
+        livenessProbe=liveness, readinessProbe=readiness)]))
+    pod = wait_pod(admin, namespace, "sick", lambda p: statuses(p).get("main", {}).get("restartCount", 0) >= 1,
+                   timeout=90, what="restarted by its liveness probe")
+    assert statuses(pod)["main"]["lastState"]["terminated"]["exitCode"] != 0
+    evs = events(admin, namespace, "sick")
+    unhealthy = [e for e in evs if e["reason"] == "Unhealthy"]
+    assert unhealthy and unhealthy[0]["type"] == "Warning"
+    assert any(e["message"].startswith("Liveness probe failed: HTTP probe failed with statuscode: 404")
+               for e in unhealthy), [e["message"] for e in unhealthy]
+    assert any(e["reason"] == "Killing" and "failed liveness probe, will be restarted" in e["message"] for e in evs), \
+        [(e["reason"], e["message"]) for e in evs]
