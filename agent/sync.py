@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from agent.events import NORMAL, WARNING, EventRecorder
+from agent.hooks import HookRunner
 from agent.images import ImageError, ImageManager
 from agent.kubeapi import KubeApiError, KubeClient
 from cri_client import CriClient, CriError
@@ -36,6 +37,7 @@ CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
 CREATE_CONTAINER_ERROR = "CreateContainerError"
 RUN_CONTAINER_ERROR = "RunContainerError"
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
+POST_START_HOOK_ERROR = "PostStartHookError"
 # Upstream's minimum grace period when stopping a container that is not force-deleted.
 MINIMUM_GRACE_PERIOD = 2
 
@@ -60,6 +62,7 @@ class PodSyncer:
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
         self.images, self.backoff, self.dns = images, backoff, dns
         self.node_memory_capacity = node_memory_capacity
+        self.hooks = HookRunner(cri_client)
 
     # ------------------------------------------------------------------------------------------ sync
 
@@ -168,6 +171,16 @@ class PodSyncer:
         except CriError as exc:
             return failed(RUN_CONTAINER_ERROR, _details(exc))
         self.recorder.pod_event(pod, NORMAL, "Started", f"Started container {name}", name, init)
+        post_start = (container.lifecycle or {}).get("postStart")
+        if post_start:
+            # Upstream: a failed postStart hook kills the container; its status waits with PostStartHookError.
+            error = await self.hooks.run(post_start, pod, container, container_id, sandbox.ip,
+                                         seconds=self.cfg.runtime_request_timeout)
+            if error is not None:
+                self.recorder.pod_event(pod, WARNING, "FailedPostStartHook", error, name, init)
+                await self._stop(pod, container_id, name, init, "FailedPostStartHook", self._grace(pod, None))
+                result.waiting[name] = Waiting(POST_START_HOOK_ERROR, error)
+                return False
         return True
 
     async def environment(self, pod: spec.Pod, container: spec.ContainerSpec,
@@ -214,7 +227,28 @@ class PodSyncer:
         name = info.name if info is not None else ""
         seconds = self._grace(pod, grace)
         is_init = any(c.name == name for c in pod.spec.init_containers)
-        self.recorder.pod_event(pod, NORMAL, "Killing", message or f"Stopping container {name}", name or None, is_init)
+        container = pod.spec.container(name)
+        pre_stop = (container.lifecycle or {}).get("preStop") if container is not None else None
+        if pre_stop and container is not None and info is not None and info.state == podstate.State.RUNNING:
+            # Upstream killContainer: the preStop hook gets the grace period; what it used is deducted,
+            # leaving at least the minimum grace period for SIGTERM.
+            started = time.monotonic()
+            pod_ip = next(iter(runtime.ips), "")
+            try:
+                error = await asyncio.wait_for(
+                    self.hooks.run(pre_stop, pod, container, container_id, pod_ip, seconds=seconds), seconds)
+            except TimeoutError:
+                error = (f"PreStopHook for Container \"{name}\" in Pod \"{pod.full_name}\" "
+                         f"did not complete in {seconds}s")
+            if error is not None:
+                self.recorder.pod_event(pod, WARNING, "FailedPreStopHook", error, name, is_init)
+            seconds = max(int(seconds - (time.monotonic() - started)), MINIMUM_GRACE_PERIOD)
+        await self._stop(pod, container_id, name, is_init, message, seconds)
+
+    async def _stop(self, pod: spec.Pod, container_id: str, name: str, init: bool, message: str,
+                    seconds: int) -> None:
+        """StopContainer with a grace period: SIGTERM, then SIGKILL when it runs out (the runtime does both)."""
+        self.recorder.pod_event(pod, NORMAL, "Killing", message or f"Stopping container {name}", name or None, init)
         try:
             await self.cri.containers.stop(container_id, seconds)
         except CriError as exc:
