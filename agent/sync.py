@@ -17,19 +17,21 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from agent.events import NORMAL, WARNING, EventRecorder
 from agent.hooks import HookRunner
 from agent.images import ImageError, ImageManager
 from agent.kubeapi import KubeApiError, KubeClient
+from agent.volumes import VolumeManager
 from cri_client import CriClient, CriError
 from cri_client import types as cri
 from kopflet import backoff as backoffs
-from kopflet import container_config, envvars, podstate, reconciler, sandbox_config, spec
+from kopflet import container_config, envvars, podstate, reconciler, sandbox_config, spec, volumes
 from kopflet.config import AgentConfig
 from kopflet.status import Waiting
+from kopflet.volumes import VolumeError
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +50,13 @@ class SyncResult:
 
     waiting: dict[str, Waiting] = dataclasses.field(default_factory=dict)
     sandbox_error: str = ""
+    volume_error: str = ""
     retry_after: float | None = None
 
     @property
     def failed(self) -> bool:
-        return bool(self.sandbox_error) or any(w.reason != CRASH_LOOP_BACK_OFF for w in self.waiting.values())
+        return bool(self.sandbox_error or self.volume_error) or any(
+            w.reason != CRASH_LOOP_BACK_OFF for w in self.waiting.values())
 
 
 class PodSyncer:
@@ -63,6 +67,7 @@ class PodSyncer:
         self.images, self.backoff, self.dns = images, backoff, dns
         self.node_memory_capacity = node_memory_capacity
         self.hooks = HookRunner(cri_client)
+        self.volumes = VolumeManager(cfg, api)
 
     # ------------------------------------------------------------------------------------------ sync
 
@@ -84,6 +89,15 @@ class PodSyncer:
             await asyncio.gather(*(
                 self.stop_container(pod, runtime, cid, info.message, grace=None)
                 for cid, info in actions.containers_to_kill.items()))
+
+        # Volumes first, as upstream waits for them before creating anything; on every sync, so ConfigMap,
+        # Secret and token updates reach running pods. A missing source keeps the pod ContainerCreating.
+        try:
+            plans = await self.volumes.setup(pod)
+        except VolumeError as exc:
+            result.volume_error = str(exc)
+            self.recorder.pod_event(pod, WARNING, "FailedMount", str(exc))
+            return result
 
         sandbox_id = actions.sandbox_id
         try:
@@ -109,7 +123,8 @@ class PodSyncer:
         to_start += [(c, False) for c in pod.spec.containers if c.name in actions.containers_to_start]
         started: list[str] = []
         for container, is_init in to_start:
-            if await self.start_container(pod, container, is_init, sandbox_id, config, sandbox, runtime, result):
+            if await self.start_container(pod, container, is_init, sandbox_id, config, sandbox, runtime, result,
+                                          plans):
                 started.append(container.name)
             elif is_init:
                 break
@@ -130,7 +145,8 @@ class PodSyncer:
 
     async def start_container(self, pod: spec.Pod, container: spec.ContainerSpec, init: bool, sandbox_id: str,
                               config: cri.PodSandboxConfig, sandbox: cri.PodSandboxStatus,
-                              runtime: podstate.RuntimePodStatus, result: SyncResult) -> bool:
+                              runtime: podstate.RuntimePodStatus, result: SyncResult,
+                              plans: Mapping[str, volumes.VolumePlan]) -> bool:
         """Pull, create, start (upstream startContainer); failures become the container's waiting reason."""
         name = container.name
 
@@ -158,7 +174,12 @@ class PodSyncer:
         restart_count = previous.restart_count + 1 if previous is not None else 0
         pod_log_dir = config.log_directory
         try:
-            mounts = await asyncio.to_thread(self._prepare_files, pod, container, pod_log_dir)
+            volume_mounts = volumes.container_mounts(pod, container, plans, dict(env))
+            await asyncio.to_thread(_ensure_sub_paths, volume_mounts)
+        except (VolumeError, OSError) as exc:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
+        try:
+            mounts = volume_mounts + await asyncio.to_thread(self._prepare_files, pod, container, pod_log_dir)
             ccfg = container_config.build_container_config(
                 pod, container, restart_count=restart_count, env=env, image_ref=image_ref, mounts=mounts,
                 memory_capacity=self.node_memory_capacity)
@@ -287,6 +308,7 @@ class PodSyncer:
         """Remove a deleted pod's containers, sandboxes, cgroup and directories (upstream: GC and cleanup)."""
         await self.remove([c.id for c in runtime.containers], [s.id for s in runtime.sandboxes])
         await asyncio.to_thread(remove_pod_cgroups, uid)
+        await self.volumes.cleanup(uid)
         await asyncio.to_thread(_remove_tree, Path(self.cfg.root_dir, "pods", uid))
         if runtime.namespace and runtime.name:
             await asyncio.to_thread(_remove_tree, Path(self.cfg.pod_log_root,
@@ -314,6 +336,15 @@ def remove_pod_cgroups(uid: str, fs_root: str = "/sys/fs/cgroup") -> None:
             for dirpath, _dirs, _files in sorted(os.walk(pod_dir), key=lambda w: -len(w[0])):
                 with contextlib.suppress(OSError):
                     os.rmdir(dirpath)
+
+
+def _ensure_sub_paths(mounts: Iterable[cri.Mount]) -> None:
+    """A subPath that does not exist yet in its volume is created as a directory, as upstream does."""
+    for mount in mounts:
+        path = Path(mount.host_path)
+        if not path.exists() and not path.is_symlink():
+            path.mkdir(mode=0o777, parents=True)
+            os.chmod(path, 0o777)
 
 
 def _remove_tree(path: Path) -> None:

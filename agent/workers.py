@@ -158,7 +158,6 @@ class PodWorkers:
         if not worker.admitted:
             if await self._admit(worker, pod, runtime, previous):
                 worker.admitted = True
-                self._report_unsupported_volumes(pod)
             else:
                 return self.cfg.resync_period
         self._probe(pod, runtime)
@@ -226,15 +225,6 @@ class PodWorkers:
             "phase": "Failed", "reason": rejection.reason, "message": rejection.message}})
         worker.body = {**worker.body, "status": updated.get("status", {})}
         return False
-
-    def _report_unsupported_volumes(self, pod: spec.Pod) -> None:
-        """Volumes are not set up yet (the volumes issue): say so on the pod instead of ignoring it silently."""
-        for volume in pod.spec.volumes:
-            name = volume.get("name", "")
-            kind = next((k for k in volume if k != "name"), "unknown")
-            self.recorder.pod_event(pod, WARNING, "FailedMount",
-                                    f"MountVolume.SetUp skipped for volume \"{name}\" ({kind}): kopflet does not set "
-                                    "up volumes yet; the containers run without it")
 
     async def _invalid(self, worker: _Worker, message: str) -> float:
         """A spec the agent cannot run: say so on the pod, once, and keep the other pods going."""

@@ -306,12 +306,3 @@ def test_agent_sigterm_leaves_pods_running(running_agent: Agent, admin: Kubectl,
     after = admin.json("get", "pod", "steady", "-n", namespace)
     assert statuses(after)["main"]["containerID"] == before and statuses(after)["main"]["restartCount"] == 0
 
-
-def test_unsupported_volumes_are_reported_not_ignored(running_agent: Agent, admin: Kubectl, layout: Layout,
-                                                      namespace: str) -> None:
-    admin.apply(pod_manifest("withvol", namespace, layout.node_name, [container("main", "sleep 3600")],
-                             volumes=[{"name": "scratch", "emptyDir": {}}]))
-    wait_pod(admin, namespace, "withvol", is_ready, what="Ready")
-    failed = [e for e in events(admin, namespace, "withvol") if e["reason"] == "FailedMount"]
-    assert failed and failed[0]["type"] == "Warning"
-    assert 'volume "scratch" (emptyDir)' in failed[0]["message"]

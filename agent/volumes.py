@@ -1,0 +1,221 @@
+"""Setting up a pod's volumes on the node (upstream volumemanager + the volume plugins' SetUp).
+
+What each volume holds is decided by the pure ``kopflet.volumes``; this module fetches what it needs
+(ConfigMaps and Secrets one at a time, ServiceAccount tokens through TokenRequest bound to the pod),
+mounts tmpfs where the plan says, checks hostPath types, and writes file volumes atomically the way
+upstream's AtomicWriter does (a timestamped directory, the ``..data`` symlink swapped in one rename,
+and top-level symlinks into it), so a reader never sees half an update. Called on every sync, so
+ConfigMap/Secret changes and token rotation (at 80% of the token's lifetime) reach running pods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import os
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agent.kubeapi import KubeApiError, KubeClient, q
+from kopflet import spec, volumes
+from kopflet.config import AgentConfig
+from kopflet.volumes import VolumeError, VolumePlan
+
+DATA_DIR = "..data"
+TOKEN_REFRESH_FRACTION = 0.8  # upstream: rotate when 80% of the lifetime has passed
+
+
+class VolumeManager:
+    def __init__(self, cfg: AgentConfig, api: KubeClient) -> None:
+        self.cfg, self.api = cfg, api
+        self._tokens: dict[tuple[str, str, int], tuple[str, float]] = {}  # (uid, audience, exp) -> (token, refresh_at)
+
+    async def setup(self, pod: spec.Pod) -> dict[str, VolumePlan]:
+        """Fetch, plan and materialize every volume of the pod; VolumeError says what is missing."""
+        config_map_names, secret_names = volumes.referenced_objects(pod)
+        config_maps = {n: await self._config_map(pod.namespace, n) for n in sorted(config_map_names)}
+        secrets = {n: await self._secret(pod.namespace, n) for n in sorted(secret_names)}
+        tokens = {}
+        for token in volumes.token_requests(pod):
+            tokens[(token.audience, token.expiration_seconds)] = await self._token(pod, token)
+        plans = volumes.plan_volumes(pod, root_dir=self.cfg.root_dir, config_maps=config_maps, secrets=secrets,
+                                     tokens=tokens, node_name=self.cfg.node_name)
+        await asyncio.to_thread(materialize, plans)
+        return plans
+
+    async def _config_map(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        obj = await self.api.get_config_map(namespace, name)
+        if obj is None:
+            return None
+        data = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
+        data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+        return data
+
+    async def _secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        obj = await self.api.get_secret(namespace, name)
+        if obj is None:
+            return None
+        return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+
+    async def _token(self, pod: spec.Pod, token: volumes.TokenSpec) -> str:
+        """A token bound to the pod (NodeRestriction lets a node request tokens only for its own pods)."""
+        key = (pod.uid, token.audience, token.expiration_seconds)
+        cached = self._tokens.get(key)
+        if cached is not None and time.time() < cached[1]:
+            return cached[0]
+        account = pod.spec.service_account_name or "default"
+        body: dict[str, Any] = {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"audiences": [token.audience] if token.audience else [],
+                     "expirationSeconds": token.expiration_seconds,
+                     "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}}}
+        try:
+            answer = await self.api.request(
+                "POST", f"/api/v1/namespaces/{q(pod.namespace)}/serviceaccounts/{q(account)}/token", body=body)
+        except KubeApiError as exc:
+            raise VolumeError(f'MountVolume.SetUp failed for volume "{token.volume}" : failed to fetch token: '
+                              f"{exc.message}") from exc
+        status = answer.get("status", {})
+        expires = _parse_time(status.get("expirationTimestamp", ""))
+        now = time.time()
+        lifetime = (expires - now) if expires else token.expiration_seconds
+        self._tokens[key] = (status.get("token", ""), now + lifetime * TOKEN_REFRESH_FRACTION)
+        return str(status.get("token", ""))
+
+    def forget(self, uid: str) -> None:
+        for key in [k for k in self._tokens if k[0] == uid]:
+            del self._tokens[key]
+
+    async def cleanup(self, uid: str) -> None:
+        """Unmount the pod's tmpfs volumes; the caller then removes the pod's directory."""
+        self.forget(uid)
+        await asyncio.to_thread(unmount_all, Path(self.cfg.root_dir, "pods", uid, "volumes"))
+
+
+# ------------------------------------------------------------------------------------ blocking helpers
+
+
+def _parse_time(text: str) -> float:
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def is_mounted(path: Path) -> bool:
+    target = str(path.resolve())
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == target for line in f if len(line.split()) > 1)
+
+
+def mount_tmpfs(path: Path, size_limit: int | None, mode: str = "0755") -> None:
+    options = f"mode={mode}" + (f",size={size_limit}" if size_limit else "")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True, capture_output=True,
+                   timeout=30)
+
+
+def unmount_all(volumes_dir: Path) -> None:
+    if not volumes_dir.is_dir():
+        return
+    prefix = str(volumes_dir.resolve()) + "/"
+    with open("/proc/self/mounts") as f:
+        targets = [line.split()[1] for line in f if len(line.split()) > 1 and line.split()[1].startswith(prefix)]
+    for target in sorted(targets, key=len, reverse=True):
+        subprocess.run(["umount", target], capture_output=True, timeout=30)
+
+
+def materialize(plans: Mapping[str, VolumePlan]) -> None:
+    """Make every planned volume real on the node (blocking: run in a thread)."""
+    for plan in plans.values():
+        path = Path(plan.host_path)
+        try:
+            if plan.kind == "hostPath":
+                check_host_path(plan)
+                continue
+            path.mkdir(mode=0o750 if plan.files is not None else 0o777, parents=True, exist_ok=True)
+            if plan.files is None:
+                os.chmod(path, 0o777)  # emptyDir: writable by any uid the containers run as, as upstream
+            if plan.tmpfs and not is_mounted(path):
+                mount_tmpfs(path, plan.size_limit, "0777" if plan.files is None else "0755")
+            if plan.files is not None:
+                write_atomically(path, plan.files)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise VolumeError(f'MountVolume.SetUp failed for volume "{plan.name}" : {exc}') from exc
+
+
+def check_host_path(plan: VolumePlan) -> None:
+    """Upstream hostPath type checks, creating what the *OrCreate types ask for."""
+    path = Path(plan.host_path)
+    kind = plan.host_path_type
+    fail = f'MountVolume.SetUp failed for volume "{plan.name}" : hostPath type check failed: {path} '
+    if kind == "DirectoryOrCreate":
+        path.mkdir(mode=0o755, parents=True, exist_ok=True)
+    elif kind == "FileOrCreate" and not path.exists():
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        path.touch(mode=0o644)
+    checks = {
+        "Directory": (stat.S_ISDIR, "is not a directory"), "DirectoryOrCreate": (stat.S_ISDIR, "is not a directory"),
+        "File": (stat.S_ISREG, "is not a file"), "FileOrCreate": (stat.S_ISREG, "is not a file"),
+        "Socket": (stat.S_ISSOCK, "is not a socket file"), "CharDevice": (stat.S_ISCHR, "is not a character device"),
+        "BlockDevice": (stat.S_ISBLK, "is not a block device"),
+    }
+    if kind in checks:
+        test, what = checks[kind]
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            raise VolumeError(fail + "does not exist") from None
+        if not test(mode):
+            raise VolumeError(fail + what)
+
+
+def write_atomically(target: Path, files: tuple[volumes.FileEntry, ...]) -> None:
+    """Upstream AtomicWriter: write a fresh timestamped dir, swap ``..data`` to it with one rename, link
+    the top-level names through ``..data``, then drop the old dir and names no longer in the payload."""
+    current = target / DATA_DIR
+    if current.is_symlink() and _same_payload(current, files):
+        return
+    stamp = datetime.datetime.now(datetime.UTC).strftime("..%Y_%m_%d_%H_%M_%S.%f")
+    new_dir = target / stamp
+    new_dir.mkdir(mode=0o755)
+    for entry in files:
+        file = new_dir / entry.path
+        file.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        file.write_bytes(entry.data)
+        os.chmod(file, entry.mode)
+    tmp_link = target / "..data_tmp"
+    if tmp_link.is_symlink():
+        tmp_link.unlink()
+    os.symlink(stamp, tmp_link)
+    os.rename(tmp_link, current)
+    tops = {entry.path.split("/", 1)[0] for entry in files}
+    for top in tops:
+        link = target / top
+        if not link.is_symlink():
+            os.symlink(f"{DATA_DIR}/{top}", link)
+    for child in target.iterdir():
+        if child.name.startswith(".."):
+            if child.name != stamp and child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)  # the previous payload, or a crashed write's
+        elif child.is_symlink() and child.name not in tops:
+            child.unlink()
+
+
+def _same_payload(current: Path, files: tuple[volumes.FileEntry, ...]) -> bool:
+    try:
+        existing = {str(p.relative_to(current.resolve())) for p in current.resolve().rglob("*") if p.is_file()}
+        if existing != {e.path for e in files}:
+            return False
+        for entry in files:
+            file = current / entry.path
+            if file.read_bytes() != entry.data or stat.S_IMODE(file.stat().st_mode) != entry.mode:
+                return False
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,326 @@
+"""kopflet.volumes: volume plans per kind, payloads (items, modes, optional), errors as FailedMount messages, mounts.
+
+One base pod; each case gives its volumes (and mounts) and the fetched ConfigMaps/Secrets/tokens, and states
+the plan (or the exact error message).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cri_client.types import Mount, MountPropagation
+from kopflet import volumes
+from kopflet.spec import Pod, pod_from_body
+from kopflet.volumes import FileEntry, TokenSpec, VolumeError, VolumePlan
+
+ROOT = "/var/lib/kopflet"
+UID = "uid-1"
+
+
+def vdir(plugin: str, name: str) -> str:
+    return f"{ROOT}/pods/{UID}/volumes/kubernetes.io~{plugin}/{name}"
+
+
+def make_pod(vols: list[dict[str, Any]], mounts: list[dict[str, Any]] | None = None,
+             resources: dict[str, Any] | None = None) -> Pod:
+    return pod_from_body({
+        "metadata": {"name": "web", "namespace": "shop", "uid": UID,
+                     "labels": {"app": "web", "tier": "front"}, "annotations": {"note": 'say "hi"'}},
+        "spec": {"serviceAccountName": "default", "volumes": vols,
+                 "containers": [{"name": "app", "image": "nginx:1", "volumeMounts": mounts or [],
+                                 "resources": resources or {}}]},
+    })
+
+
+CONFIG_MAPS: dict[str, dict[str, bytes] | None] = {
+    "cfg": {"a.conf": b"A", "b.conf": b"B"},
+    "kube-root-ca.crt": {"ca.crt": b"CERT"},
+    "missing": None,
+}
+SECRETS: dict[str, dict[str, bytes] | None] = {"creds": {"user": b"u", "pass": b"p"}, "gone": None}
+TOKENS = {("", 3607): "TOKEN", ("vault", 600): "VAULT-TOKEN"}
+
+KUBE_API_ACCESS = {"name": "kube-api-access-x1y2z", "projected": {"defaultMode": 420, "sources": [
+    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+    {"downwardAPI": {"items": [{"path": "namespace",
+                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+]}}
+
+
+def plan(vols: list[dict[str, Any]], **kwargs: Any) -> dict[str, VolumePlan]:
+    return volumes.plan_volumes(make_pod(vols, **kwargs), root_dir=ROOT, config_maps=CONFIG_MAPS, secrets=SECRETS,
+                                tokens=TOKENS, node_allocatable={"cpu": "4", "memory": "8Gi"})
+
+
+def files(*entries: tuple[str, bytes, int]) -> tuple[FileEntry, ...]:
+    return tuple(FileEntry(path, data, mode) for path, data, mode in entries)
+
+
+# ------------------------------------------------------------------------------------------------- layout
+
+
+def test_volume_dir_layout() -> None:
+    assert volumes.volume_dir("/r", "u", "empty-dir", "v") == "/r/pods/u/volumes/kubernetes.io~empty-dir/v"
+
+
+# ------------------------------------------------------------------------------------------------ plans
+
+
+PLAN_CASES: list[tuple[str, dict[str, Any], VolumePlan]] = [
+    ("emptyDir on disk", {"name": "scratch", "emptyDir": {}},
+     VolumePlan("scratch", "emptyDir", vdir("empty-dir", "scratch"))),
+    ("no source defaults to emptyDir", {"name": "scratch"},
+     VolumePlan("scratch", "emptyDir", vdir("empty-dir", "scratch"))),
+    ("emptyDir in memory with sizeLimit", {"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+     VolumePlan("cache", "emptyDir", vdir("empty-dir", "cache"), tmpfs=True, size_limit=64 * 2**20)),
+    ("hostPath untyped", {"name": "logs", "hostPath": {"path": "/var/log"}},
+     VolumePlan("logs", "hostPath", "/var/log")),
+    ("hostPath typed", {"name": "sock", "hostPath": {"path": "/run/x.sock", "type": "Socket"}},
+     VolumePlan("sock", "hostPath", "/run/x.sock", host_path_type="Socket")),
+    ("configMap all keys, defaultMode", {"name": "c", "configMap": {"name": "cfg"}},
+     VolumePlan("c", "configMap", vdir("configmap", "c"), read_only=True,
+                files=files(("a.conf", b"A", 0o644), ("b.conf", b"B", 0o644)))),
+    ("configMap custom defaultMode", {"name": "c", "configMap": {"name": "cfg", "defaultMode": 0o400}},
+     VolumePlan("c", "configMap", vdir("configmap", "c"), read_only=True,
+                files=files(("a.conf", b"A", 0o400), ("b.conf", b"B", 0o400)))),
+    ("configMap items: key to path, item mode over defaultMode",
+     {"name": "c", "configMap": {"name": "cfg", "defaultMode": 0o600, "items": [
+         {"key": "a.conf", "path": "etc/app.conf", "mode": 0o755}, {"key": "b.conf", "path": "b"}]}},
+     VolumePlan("c", "configMap", vdir("configmap", "c"), read_only=True,
+                files=files(("b", b"B", 0o600), ("etc/app.conf", b"A", 0o755)))),
+    ("configMap optional and missing: empty volume", {"name": "c", "configMap": {"name": "missing", "optional": True}},
+     VolumePlan("c", "configMap", vdir("configmap", "c"), read_only=True, files=())),
+    ("configMap optional, missing key skipped",
+     {"name": "c", "configMap": {"name": "cfg", "optional": True, "items": [
+         {"key": "nope", "path": "x"}, {"key": "a.conf", "path": "a"}]}},
+     VolumePlan("c", "configMap", vdir("configmap", "c"), read_only=True, files=files(("a", b"A", 0o644)))),
+    ("secret on tmpfs", {"name": "s", "secret": {"secretName": "creds"}},
+     VolumePlan("s", "secret", vdir("secret", "s"), tmpfs=True, read_only=True,
+                files=files(("pass", b"p", 0o644), ("user", b"u", 0o644)))),
+    ("secret items and mode", {"name": "s", "secret": {"secretName": "creds", "defaultMode": 0o440,
+                                                       "items": [{"key": "user", "path": "login/user"}]}},
+     VolumePlan("s", "secret", vdir("secret", "s"), tmpfs=True, read_only=True,
+                files=files(("login/user", b"u", 0o440)))),
+    ("secret optional and missing", {"name": "s", "secret": {"secretName": "gone", "optional": True}},
+     VolumePlan("s", "secret", vdir("secret", "s"), tmpfs=True, read_only=True, files=())),
+    ("downwardAPI fields and resources", {"name": "d", "downwardAPI": {"items": [
+        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+        {"path": "uid", "fieldRef": {"fieldPath": "metadata.uid"}, "mode": 0o400},
+        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+        {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}},
+        {"path": "app", "fieldRef": {"fieldPath": "metadata.labels['app']"}},
+        {"path": "mem", "resourceFieldRef": {"containerName": "app", "resource": "limits.memory",
+                                             "divisor": "1Mi"}},
+        {"path": "cpu", "resourceFieldRef": {"containerName": "app", "resource": "requests.cpu",
+                                             "divisor": "1m"}},
+    ]}},
+     VolumePlan("d", "downwardAPI", vdir("downward-api", "d"), read_only=True, files=files(
+         ("annotations", b'note="say \\"hi\\""', 0o644),
+         ("app", b"web", 0o644),
+         ("cpu", b"250", 0o644),
+         ("labels", b'app="web"\ntier="front"', 0o644),
+         ("mem", b"8192", 0o644),  # no memory limit: node allocatable
+         ("name", b"web", 0o644),
+         ("uid", UID.encode(), 0o400),
+     ))),
+    ("projected: sources merged, secret means tmpfs", {"name": "p", "projected": {"defaultMode": 0o444, "sources": [
+        {"configMap": {"name": "cfg", "items": [{"key": "a.conf", "path": "a"}]}},
+        {"secret": {"name": "creds", "items": [{"key": "user", "path": "user", "mode": 0o400}]}},
+        {"configMap": {"name": "missing", "optional": True}},
+    ]}},
+     VolumePlan("p", "projected", vdir("projected", "p"), tmpfs=True, read_only=True,
+                files=files(("a", b"A", 0o444), ("user", b"u", 0o400)))),
+    ("projected without secret or token: disk", {"name": "p", "projected": {"sources": [
+        {"configMap": {"name": "cfg", "items": [{"key": "b.conf", "path": "./dir//b"}]}}]}},
+     VolumePlan("p", "projected", vdir("projected", "p"), read_only=True, files=files(("dir/b", b"B", 0o644)))),
+    ("projected token with audience", {"name": "p", "projected": {"sources": [
+        {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 600, "path": "vault/token"}}]}},
+     VolumePlan("p", "projected", vdir("projected", "p"), tmpfs=True, read_only=True,
+                files=files(("vault/token", b"VAULT-TOKEN", 0o644)))),
+    ("kube-api-access", KUBE_API_ACCESS,
+     VolumePlan("kube-api-access-x1y2z", "projected", vdir("projected", "kube-api-access-x1y2z"), tmpfs=True,
+                read_only=True,
+                files=files(("ca.crt", b"CERT", 0o644), ("namespace", b"shop", 0o644), ("token", b"TOKEN", 0o644)))),
+]
+
+
+@pytest.mark.parametrize(("volume", "expected"), [c[1:] for c in PLAN_CASES], ids=[c[0] for c in PLAN_CASES])
+def test_plan(volume: dict[str, Any], expected: VolumePlan) -> None:
+    resources = {"requests": {"cpu": "250m"}}
+    assert plan([volume], resources=resources) == {expected.name: expected}
+
+
+def test_plans_keep_spec_order() -> None:
+    result = plan([{"name": "z", "emptyDir": {}}, {"name": "a", "hostPath": {"path": "/a"}}])
+    assert list(result) == ["z", "a"]
+
+
+# ----------------------------------------------------------------------------------------------- errors
+
+
+def failed(volume: str, detail: str) -> str:
+    return f'MountVolume.SetUp failed for volume "{volume}" : {detail}'
+
+
+ERROR_CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("configMap missing", {"name": "c", "configMap": {"name": "missing"}},
+     failed("c", 'configmap "missing" not found')),
+    ("secret missing", {"name": "s", "secret": {"secretName": "gone"}},
+     failed("s", 'secret "gone" not found')),
+    ("configMap missing key", {"name": "c", "configMap": {"name": "cfg", "items": [{"key": "nope", "path": "x"}]}},
+     failed("c", "configmap references non-existent config key: nope")),
+    ("secret missing key", {"name": "s", "secret": {"secretName": "creds", "items": [{"key": "k", "path": "x"}]}},
+     failed("s", "secret references non-existent secret key: k")),
+    ("projected missing configMap", {"name": "p", "projected": {"sources": [{"configMap": {"name": "missing"}}]}},
+     failed("p", 'configmap "missing" not found')),
+    ("projected errors aggregated", {"name": "p", "projected": {"sources": [
+        {"configMap": {"name": "missing"}}, {"secret": {"name": "gone"}}]}},
+     failed("p", '[configmap "missing" not found, secret "gone" not found]')),
+    ("projected token not fetched", {"name": "p", "projected": {"sources": [
+        {"serviceAccountToken": {"audience": "other", "path": "t"}}]}},
+     failed("p", 'failed to fetch token: no token for audience "other" expiring in 3600s')),
+    ("projected token too short", {"name": "p", "projected": {"sources": [
+        {"serviceAccountToken": {"expirationSeconds": 60, "path": "t"}}]}},
+     failed("p", "serviceAccountToken.expirationSeconds: Invalid value: 60: may not specify a duration less "
+                 "than 10 minutes")),
+    ("projected unsupported source", {"name": "p", "projected": {"sources": [
+        {"clusterTrustBundle": {"name": "b", "path": "b"}}]}},
+     failed("p", "unsupported projected volume source clusterTrustBundle")),
+    ("absolute item path", {"name": "c", "configMap": {"name": "cfg", "items": [{"key": "a.conf", "path": "/x"}]}},
+     failed("c", "invalid path: must be relative path: /x")),
+    ("'..' item path", {"name": "c", "configMap": {"name": "cfg", "items": [{"key": "a.conf", "path": "a/../../x"}]}},
+     failed("c", "invalid path: must not contain '..': a/../../x")),
+    ("'..'-prefixed item path", {"name": "c", "configMap": {"name": "cfg", "items": [
+        {"key": "a.conf", "path": "..data/x"}]}},
+     failed("c", "invalid path: must not start with '..': ..data/x")),
+    ("empty item path", {"name": "c", "configMap": {"name": "cfg", "items": [{"key": "a.conf", "path": ""}]}},
+     failed("c", 'invalid path: must not be empty: ""')),
+    ("downwardAPI unsupported field", {"name": "d", "downwardAPI": {"items": [
+        {"path": "node", "fieldRef": {"fieldPath": "spec.nodeName"}}]}},
+     failed("d", "unsupported fieldPath: spec.nodeName")),
+    ("downwardAPI unknown container", {"name": "d", "downwardAPI": {"items": [
+        {"path": "cpu", "resourceFieldRef": {"containerName": "nope", "resource": "limits.cpu"}}]}},
+     failed("d", "container nope not found")),
+    ("PVC unsupported", {"name": "data", "persistentVolumeClaim": {"claimName": "pvc"}},
+     failed("data", "unsupported volume type persistentVolumeClaim: kopflet has no plugin for it")),
+    ("nfs unsupported", {"name": "data", "nfs": {"server": "s", "path": "/"}},
+     failed("data", "unsupported volume type nfs: kopflet has no plugin for it")),
+    ("csi unsupported", {"name": "data", "csi": {"driver": "d"}},
+     failed("data", "unsupported volume type csi: kopflet has no plugin for it")),
+    ("hostPath bad type", {"name": "h", "hostPath": {"path": "/x", "type": "Weird"}},
+     failed("h", "invalid HostPathType Weird")),
+    ("emptyDir hugepages", {"name": "e", "emptyDir": {"medium": "HugePages"}},
+     failed("e", "unsupported emptyDir medium HugePages")),
+]
+
+
+@pytest.mark.parametrize(("volume", "message"), [c[1:] for c in ERROR_CASES], ids=[c[0] for c in ERROR_CASES])
+def test_plan_error(volume: dict[str, Any], message: str) -> None:
+    with pytest.raises(VolumeError) as info:
+        plan([volume])
+    assert str(info.value) == message
+    assert info.value.volume == volume["name"]
+
+
+def test_unfetched_object_is_a_caller_bug() -> None:
+    with pytest.raises(ValueError, match="not fetched"):
+        plan([{"name": "c", "configMap": {"name": "never-fetched"}}])
+
+
+# ------------------------------------------------------------------------------------------ references
+
+
+def test_referenced_objects_and_token_requests() -> None:
+    pod = make_pod([
+        {"name": "c", "configMap": {"name": "cfg"}},
+        {"name": "s", "secret": {"secretName": "creds"}},
+        {"name": "p", "projected": {"sources": [
+            {"configMap": {"name": "extra", "optional": True}}, {"secret": {"name": "more"}},
+            {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 900, "path": "v"}}]}},
+        KUBE_API_ACCESS,
+        {"name": "e", "emptyDir": {}},
+    ])
+    assert volumes.referenced_objects(pod) == (frozenset({"cfg", "extra", "kube-root-ca.crt"}),
+                                               frozenset({"creds", "more"}))
+    assert volumes.token_requests(pod) == (TokenSpec("p", "v", "vault", 900),
+                                           TokenSpec("kube-api-access-x1y2z", "token", "", 3607))
+
+
+def test_token_request_defaults() -> None:
+    pod = make_pod([{"name": "p", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}])
+    assert volumes.token_requests(pod) == (TokenSpec("p", "t", "", 3600),)
+
+
+# ---------------------------------------------------------------------------------------------- mounts
+
+MOUNT_VOLUMES = [
+    {"name": "data", "emptyDir": {}},
+    {"name": "cfg", "configMap": {"name": "cfg"}},
+    {"name": "host", "hostPath": {"path": "/srv"}},
+]
+DATA = vdir("empty-dir", "data")
+ENV = {"POD_NAME": "web", "EMPTY": ""}
+
+MOUNT_CASES: list[tuple[str, dict[str, Any], Mount]] = [
+    ("plain", {"name": "data", "mountPath": "/data"}, Mount(container_path="/data", host_path=DATA)),
+    ("readOnly", {"name": "data", "mountPath": "/data", "readOnly": True},
+     Mount(container_path="/data", host_path=DATA, readonly=True)),
+    ("configMap is always read-only", {"name": "cfg", "mountPath": "/etc/cfg"},
+     Mount(container_path="/etc/cfg", host_path=vdir("configmap", "cfg"), readonly=True)),
+    ("subPath", {"name": "data", "mountPath": "/d", "subPath": "a/b"},
+     Mount(container_path="/d", host_path=f"{DATA}/a/b")),
+    ("subPath file of a configMap", {"name": "cfg", "mountPath": "/etc/a.conf", "subPath": "a.conf"},
+     Mount(container_path="/etc/a.conf", host_path=vdir("configmap", "cfg") + "/a.conf", readonly=True)),
+    ("subPathExpr", {"name": "data", "mountPath": "/d", "subPathExpr": "logs/$(POD_NAME)"},
+     Mount(container_path="/d", host_path=f"{DATA}/logs/web")),
+    ("hostPath", {"name": "host", "mountPath": "/srv", "mountPropagation": "HostToContainer"},
+     Mount(container_path="/srv", host_path="/srv", propagation=MountPropagation.HOST_TO_CONTAINER)),
+    ("propagation None", {"name": "data", "mountPath": "/d", "mountPropagation": "None"},
+     Mount(container_path="/d", host_path=DATA, propagation=MountPropagation.PRIVATE)),
+    ("propagation Bidirectional", {"name": "host", "mountPath": "/srv", "mountPropagation": "Bidirectional"},
+     Mount(container_path="/srv", host_path="/srv", propagation=MountPropagation.BIDIRECTIONAL)),
+]
+
+
+def mounts_for(mounts: list[dict[str, Any]]) -> list[Mount]:
+    pod = make_pod(MOUNT_VOLUMES, mounts)
+    plans = volumes.plan_volumes(pod, root_dir=ROOT, config_maps=CONFIG_MAPS, secrets=SECRETS, tokens=TOKENS)
+    return volumes.container_mounts(pod, pod.spec.containers[0], plans, ENV)
+
+
+@pytest.mark.parametrize(("mount", "expected"), [c[1:] for c in MOUNT_CASES], ids=[c[0] for c in MOUNT_CASES])
+def test_container_mount(mount: dict[str, Any], expected: Mount) -> None:
+    assert mounts_for([mount]) == [expected]
+
+
+MOUNT_ERRORS: list[tuple[str, dict[str, Any], str]] = [
+    ("unknown volume", {"name": "nope", "mountPath": "/x"}, 'cannot find volume "nope" to mount into container "app"'),
+    ("absolute subPath", {"name": "data", "mountPath": "/x", "subPath": "/etc"},
+     "error SubPath `/etc` must not be an absolute path"),
+    ("escaping subPath", {"name": "data", "mountPath": "/x", "subPath": "a/../../etc"},
+     "unable to provision SubPath `a/../../etc`: must not contain '..'"),
+    ("escaping subPathExpr", {"name": "data", "mountPath": "/x", "subPathExpr": "$(POD_NAME)/../.."},
+     "unable to provision SubPath `web/../..`: must not contain '..'"),
+    ("subPathExpr unknown variable", {"name": "data", "mountPath": "/x", "subPathExpr": "$(NOPE)/$(EMPTY)"},
+     "missing value for EMPTY, NOPE"),
+    ("bad propagation", {"name": "data", "mountPath": "/x", "mountPropagation": "Sideways"},
+     'invalid MountPropagation mode: "Sideways"'),
+]
+
+
+@pytest.mark.parametrize(("mount", "message"), [c[1:] for c in MOUNT_ERRORS], ids=[c[0] for c in MOUNT_ERRORS])
+def test_container_mount_error(mount: dict[str, Any], message: str) -> None:
+    with pytest.raises(VolumeError) as info:
+        mounts_for([mount])
+    assert str(info.value) == message
+
+
+def test_validate_path() -> None:
+    assert volumes.validate_path("a/b.c") is None
+    assert volumes.validate_path("..") == "invalid path: must not contain '..': .."
+    assert volumes.validate_path("x" * 256) == "invalid path: filenames must be less than or equal to 255 characters"
+    assert volumes.validate_path("/".join(["x" * 200] * 21)) == (
+        "invalid path: must be less than or equal to 4096 characters")
