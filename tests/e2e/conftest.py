@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import signal
@@ -19,11 +18,6 @@ from devstack.layout import Layout
 from tests.conftest import REPO, Kubectl
 
 
-def _die_with_parent() -> None:
-    """An agent must not outlive a test run that was killed (PR_SET_PDEATHSIG = SIGKILL)."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-
-
 class Agent:
     """The agent process; its combined output goes to a log file the test can wait on."""
 
@@ -37,9 +31,12 @@ class Agent:
                "CONTAINER_RUNTIME_ENDPOINT": self.layout.runtime_endpoint, **self.extra_env}
         kopf = Path(sys.executable).with_name("kopf")
         with self.log.open("ab") as out:
+            # setpriv --pdeathsig: the agent must not outlive a killed test run. Not a preexec_fn: that forces
+            # fork() in a process with live gRPC threads (the tests' CRI client), which can break the child.
             self.proc = subprocess.Popen(
-                [str(kopf), "run", "--standalone", "--all-namespaces", "--verbose", str(REPO / "operator" / "main.py")],
-                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                ["setpriv", "--pdeathsig", "KILL", "--", str(kopf), "run", "--standalone", "--all-namespaces",
+                 "--verbose", str(REPO / "operator" / "main.py")],
+                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
