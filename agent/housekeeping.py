@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 from agent.kubeapi import API_ERRORS, KubeClient
 from agent.runtime import RuntimeCache
 from agent.sync import PodSyncer
 from agent.workers import PodWorkers
 from cri_client import CriError
-from kopflet import spec
+from kopflet import podstate, spec
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,21 @@ async def cleanup_orphans(api: KubeClient, cache: RuntimeCache, workers: PodWork
         await syncer.kill_pod(pod, runtime, grace=0)
         await syncer.remove_pod(await cache.refresh_pod(uid), uid)
         cache.pods.pop(uid, None)
+    # Pod directories (volumes, tmpfs mounts) of pods that are gone everywhere: left when a pod was deleted
+    # while the agent was down and its sandboxes were removed too (upstream cleanupOrphanedPodDirs).
+    for uid in await asyncio.to_thread(pod_dirs, syncer.cfg.root_dir):
+        if uid not in listed and uid not in workers.workers and uid not in cache.pods:
+            logger.info(f"removing the directory of orphaned pod {uid}")
+            await syncer.remove_pod(podstate.RuntimePodStatus(uid=uid), uid)
     return len(orphans)
+
+
+def pod_dirs(root_dir: str) -> list[str]:
+    """The pod uids that have a directory under ``<root>/pods`` (blocking: call in a thread)."""
+    try:
+        return [entry.name for entry in os.scandir(os.path.join(root_dir, "pods")) if entry.is_dir()]
+    except FileNotFoundError:
+        return []
 
 
 async def run(api: KubeClient, cache: RuntimeCache, workers: PodWorkers, syncer: PodSyncer,

@@ -5,7 +5,9 @@ ContainerCreating with FailedMount until it appears, and unsupported volume type
 from __future__ import annotations
 
 import json
+import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +115,16 @@ def test_sub_path_is_created_in_the_volume(running_agent: Agent, admin: Kubectl,
                              volumes=[{"name": "scratch", "emptyDir": {}}], restartPolicy="Never"))
     pod = wait_pod(admin, namespace, "subpath", phase("Succeeded"), what="Succeeded")
     assert terminated_message(pod).strip() == "ok"
+
+
+def test_orphaned_pod_directory_is_unmounted_and_removed(running_agent: Agent) -> None:
+    # What a pod deleted while the agent was down leaves behind: its directory with a tmpfs volume.
+    uid = f"orphan-{uuid.uuid4()}"
+    volume = ROOT_DIR / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "cache"
+    volume.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(volume)], check=True)
+    deadline = time.monotonic() + 45  # housekeeping runs every 30s
+    while (ROOT_DIR / "pods" / uid).exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not (ROOT_DIR / "pods" / uid).exists()
+    assert str(volume) not in Path("/proc/self/mounts").read_text()
