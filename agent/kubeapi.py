@@ -189,6 +189,22 @@ class KubeClient:
     async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/secrets/{q(name)}")
 
+    async def config_map_data(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        """A ConfigMap's ``data`` and ``binaryData`` as bytes; None when it does not exist."""
+        obj = await self.get_config_map(namespace, name)
+        if obj is None:
+            return None
+        data = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
+        data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+        return data
+
+    async def secret_data(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        """A Secret's decoded ``data``; None when it does not exist."""
+        obj = await self.get_secret(namespace, name)
+        if obj is None:
+            return None
+        return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+
     # -------------------------------------------------------------------------------------------- events
 
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> dict[str, Any]:

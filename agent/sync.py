@@ -9,7 +9,6 @@ made: here.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import logging
@@ -209,16 +208,8 @@ class PodSyncer:
         """Fetch the ConfigMaps/Secrets the container references, one object at a time (the node
         authorizer allows only what its pods reference, never a list), then resolve in upstream order."""
         config_map_names, secret_names = envvars.referenced_objects(pod, container)
-        config_maps: dict[str, dict[str, str] | None] = {}
-        for name in sorted(config_map_names):
-            obj = await self.api.get_config_map(pod.namespace, name)
-            config_maps[name] = None if obj is None else {**obj.get("data", {}), **{
-                k: base64.b64decode(v).decode(errors="replace") for k, v in obj.get("binaryData", {}).items()}}
-        secret_values: dict[str, dict[str, str] | None] = {}
-        for name in sorted(secret_names):
-            obj = await self.api.get_secret(pod.namespace, name)
-            secret_values[name] = None if obj is None else {
-                k: base64.b64decode(v).decode(errors="replace") for k, v in obj.get("data", {}).items()}
+        config_maps = {n: _text(await self.api.config_map_data(pod.namespace, n)) for n in sorted(config_map_names)}
+        secret_values = {n: _text(await self.api.secret_data(pod.namespace, n)) for n in sorted(secret_names)}
         pod_ips = tuple(ip for ip in (sandbox.ip, *sandbox.additional_ips) if ip)
         return envvars.resolve_env(
             pod, container, config_maps=config_maps, secrets=secret_values, node_name=self.cfg.node_name,
@@ -349,6 +340,10 @@ def _ensure_sub_paths(mounts: Iterable[cri.Mount]) -> None:
 
 def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _text(data: Mapping[str, bytes] | None) -> dict[str, str] | None:
+    return None if data is None else {k: v.decode(errors="replace") for k, v in data.items()}
 
 
 def _details(exc: Exception) -> str:

@@ -11,7 +11,6 @@ ConfigMap/Secret changes and token rotation (at 80% of the token's lifetime) rea
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime
 import os
 import shutil
@@ -39,8 +38,8 @@ class VolumeManager:
     async def setup(self, pod: spec.Pod) -> dict[str, VolumePlan]:
         """Fetch, plan and materialize every volume of the pod; VolumeError says what is missing."""
         config_map_names, secret_names = volumes.referenced_objects(pod)
-        config_maps = {n: await self._config_map(pod.namespace, n) for n in sorted(config_map_names)}
-        secrets = {n: await self._secret(pod.namespace, n) for n in sorted(secret_names)}
+        config_maps = {n: await self.api.config_map_data(pod.namespace, n) for n in sorted(config_map_names)}
+        secrets = {n: await self.api.secret_data(pod.namespace, n) for n in sorted(secret_names)}
         tokens = {}
         for token in volumes.token_requests(pod):
             tokens[(token.audience, token.expiration_seconds)] = await self._token(pod, token)
@@ -48,20 +47,6 @@ class VolumeManager:
                                      tokens=tokens, node_name=self.cfg.node_name)
         await asyncio.to_thread(materialize, plans)
         return plans
-
-    async def _config_map(self, namespace: str, name: str) -> dict[str, bytes] | None:
-        obj = await self.api.get_config_map(namespace, name)
-        if obj is None:
-            return None
-        data = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
-        data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
-        return data
-
-    async def _secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
-        obj = await self.api.get_secret(namespace, name)
-        if obj is None:
-            return None
-        return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
 
     async def _token(self, pod: spec.Pod, token: volumes.TokenSpec) -> str:
         """A token bound to the pod (NodeRestriction lets a node request tokens only for its own pods)."""

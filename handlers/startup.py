@@ -47,26 +47,13 @@ def detect_node_ip() -> str:
             return "127.0.0.1"
 
 
-def host_resolv_conf(path: str = "/etc/resolv.conf") -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """Nameservers, search domains and options of the host: what dnsPolicy Default gives pods."""
-    servers: list[str] = []
-    searches: list[str] = []
-    options: list[str] = []
+def read_host_resolv_conf(path: str = "/etc/resolv.conf") -> str:
+    """The host's resolv.conf (what dnsPolicy Default gives pods); blocking: call in a thread."""
     try:
         with open(path) as f:
-            for line in f:
-                fields = line.split("#", 1)[0].split()
-                if not fields:
-                    continue
-                if fields[0] == "nameserver" and len(fields) > 1:
-                    servers.append(fields[1])
-                elif fields[0] in ("search", "domain"):
-                    searches = fields[1:]
-                elif fields[0] == "options":
-                    options += fields[1:]
+            return f.read()
     except OSError:
-        pass
-    return tuple(servers), tuple(searches), tuple(options)
+        return ""
 
 
 @kopf.on.startup()
@@ -127,7 +114,7 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     recorder = EventRecorder(api, cfg.node_name)
     facts = await asyncio.to_thread(read_machine_facts, cfg.root_dir)
     backoff = backoffs.Backoff()
-    servers, searches, options = await asyncio.to_thread(host_resolv_conf)
+    servers, searches, options = sandbox_config.parse_resolv_conf(await asyncio.to_thread(read_host_resolv_conf))
     dns = sandbox_config.DnsSettings(cluster_dns=cfg.cluster_dns, cluster_domain=cfg.cluster_domain,
                                      host_servers=servers, host_searches=searches, host_options=options)
     syncer = PodSyncer(cfg, cri, api, recorder, ImageManager(memo.image_cri, recorder, backoff), backoff, dns,
