@@ -65,6 +65,10 @@ class EventRecorder:
                 self._seen.clear()
             self._seen[key] = (namespace, name, 1, loop_now)
         except API_ERRORS as exc:
+            if isinstance(exc, KubeApiError) and exc.status == 403 and "being terminated" in exc.message:
+                # The namespace is going away with the pod: nothing to report to (upstream drops these too).
+                logger.debug(f"event {reason} for {namespace}/{involved['name']} dropped: {exc.message}")
+                return
             if isinstance(exc, KubeApiError) and exc.not_found and key in self._seen:
                 del self._seen[key]  # the folded-into event expired; the next repeat creates a new one
             logger.warning(f"could not post event {reason} for {namespace}/{involved['name']}: {exc}")

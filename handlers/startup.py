@@ -10,6 +10,7 @@ annotations).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -63,7 +64,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     except configuration.ConfigError as exc:
         raise kopf.PermanentError(str(exc)) from exc
     if not cfg.node_ip:
-        cfg = configuration.AgentConfig(**{**cfg.__dict__, "node_ip": detect_node_ip()})
+        cfg = dataclasses.replace(cfg, node_ip=detect_node_ip())
     settings.watching.field_selectors["v1", "pods"] = cfg.pod_field_selector
     settings.peering.standalone = True
     settings.peering.mandatory = False
