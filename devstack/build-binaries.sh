@@ -9,9 +9,12 @@ source "$here/versions.env"
 cache=${KOPFLET_CACHE:-/var/cache/kopflet}
 out="$cache/bin/$KUBERNETES_VERSION-etcd-$ETCD_VERSION"
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+# agnhost: upstream's e2e test image binary (grpc health server, netexec, inclusterclient...), from the
+# same k8s.io/kubernetes module; images/build.py packs it into registry.k8s.io/e2e-test-images/agnhost.
+test_bins=(agnhost)
 
 missing=0
-for b in etcd "${k8s_bins[@]}"; do [ -x "$out/$b" ] || missing=1; done
+for b in etcd "${k8s_bins[@]}" "${test_bins[@]}"; do [ -x "$out/$b" ] || missing=1; done
 if [ "$missing" = 0 ]; then echo "$out"; exit 0; fi
 
 mkdir -p "$out" "$cache/build"
@@ -66,6 +69,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/test/images/agnhost"
 )
 GO
 minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
@@ -83,4 +87,11 @@ for b in "${k8s_bins[@]}"; do
   go build -trimpath -tags tools -ldflags "$ldflags" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b" >&2
   mv "$out/$b.tmp" "$out/$b"
 done
+if [ ! -x "$out/agnhost" ]; then
+  echo "building agnhost $KUBERNETES_VERSION ..." >&2
+  go build -trimpath -tags tools -ldflags "-s -w" -o "$out/agnhost.tmp" k8s.io/kubernetes/test/images/agnhost >&2
+  # The image tag upstream publishes for this agnhost source.
+  cat "$(go list -m -f "{{.Dir}}" k8s.io/kubernetes)/test/images/agnhost/VERSION" > "$out/agnhost.version"
+  mv "$out/agnhost.tmp" "$out/agnhost"
+fi
 echo "$out"

@@ -461,6 +461,30 @@ IMAGES: list[Image] = [
 ]
 
 
+def agnhost_image(bin_dir: Path) -> Image:
+    """Upstream's e2e test image: the agnhost binary built from the pinned Kubernetes module.
+
+    build-binaries.sh builds it and records the tag upstream publishes for that source; busybox
+    provides the shell and tools the upstream image (Alpine based) has.
+    """
+    binary, version = bin_dir / "agnhost", (bin_dir / "agnhost.version").read_text().strip()
+
+    def files(ctx: Context) -> list[Entry]:
+        return [*busybox_files(ctx), file_("agnhost", binary.read_bytes(), 0o755)]
+
+    return Image(
+        repo="e2e-test-images/agnhost",  # registry.k8s.io/e2e-test-images/agnhost
+        tag=version,
+        files=files,
+        config={"Entrypoint": ["/agnhost"], "Cmd": ["pause"], "Env": [f"PATH={DEFAULT_PATH}"], "WorkingDir": "/"},
+        labels=lambda: {
+            "org.opencontainers.image.title": "agnhost",
+            "org.opencontainers.image.version": version,
+            "org.opencontainers.image.description": "agnhost from k8s.io/kubernetes, with Debian's busybox, by kopflet",
+        },
+    )
+
+
 # --- registry --------------------------------------------------------------------------------
 
 
@@ -508,15 +532,16 @@ def push(built: Built, registry: str) -> str:
 # --- CLI -------------------------------------------------------------------------------------
 
 
-def select(names: list[str]) -> list[Image]:
+def select(names: list[str], images: list[Image] | None = None) -> list[Image]:
     """Images named on the command line by repo, last path part, or repo:tag; all when none."""
+    images = IMAGES if images is None else images
     if not names:
-        return list(IMAGES)
+        return list(images)
     chosen: list[Image] = []
     for name in names:
-        matches = [i for i in IMAGES if name in i.aliases]
+        matches = [i for i in images if name in i.aliases]
         if not matches:
-            raise SystemExit(f"unknown image {name!r}; known: {', '.join(i.ref for i in IMAGES)}")
+            raise SystemExit(f"unknown image {name!r}; known: {', '.join(i.ref for i in images)}")
         chosen += [m for m in matches if m not in chosen]
     return chosen
 
@@ -528,19 +553,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help=f"layout cache (default {DEFAULT_CACHE})"
     )
+    ap.add_argument("--bin-dir", type=Path, help="where build-binaries.sh put agnhost (adds the agnhost image)")
     ap.add_argument("--no-push", action="store_true", help="only build the OCI layouts")
     ap.add_argument("--list", action="store_true", help="list the known images and exit")
     ap.add_argument("images", nargs="*", metavar="IMAGE", help="e.g. pause, busybox, library/busybox:1.36")
     args = ap.parse_args(argv)
+    images = [*IMAGES, agnhost_image(args.bin_dir)] if args.bin_dir else IMAGES
     if args.list:
-        print("\n".join(i.ref for i in IMAGES))
+        print("\n".join(i.ref for i in images))
         return 0
     if not args.no_push and not args.registry:
         ap.error("--registry is required unless --no-push is given")
     if not args.no_push and shutil.which("skopeo") is None:
         ap.error("skopeo is not installed (apt-get install -y skopeo)")
 
-    for image in select(args.images):
+    for image in select(args.images, images):
         started = time.monotonic()
         built = build(image, args.cache / "oci" / image.repo / image.tag, cache=args.cache)
         state = "built"
