@@ -140,7 +140,7 @@ def build_binaries() -> None:
 def push_images(layout: Layout) -> None:
     """The project's own images, built from Debian binaries, into the local registry."""
     subprocess.run([sys.executable, str(REPO / "images" / "build.py"), "--registry", layout.registry_addr,
-                    "--cache", str(layout.cache / "images")], check=True)
+                    "--cache", str(layout.cache / "images"), "--bin-dir", str(layout.bin_dir)], check=True)
 
 
 def up(layout: Layout, on_started: Callable[[str], None] = lambda name: None) -> list[str]:
@@ -178,6 +178,38 @@ def kubectl(layout: Layout, *args: str, stdin: str | None = None) -> str:
 def bootstrap(layout: Layout) -> None:
     """Cluster objects a kubeadm cluster would have that the stack's identities rely on."""
     kubectl(layout, "apply", "-f", "-", stdin=configs.KUBELET_API_ADMIN_BINDING)
+    route_kubernetes_service(layout)
+
+
+SERVICE_CHAIN = "KOPFLET-SERVICES"
+
+
+def _iptables(*args: str, check: bool = True) -> bool:
+    return subprocess.run(["iptables", "-w", "-t", "nat", *args], capture_output=True, check=check).returncode == 0
+
+
+def route_kubernetes_service(layout: Layout) -> None:
+    """kube-proxy's job for the one Service every pod relies on: ``kubernetes`` (service_ip:443) → the apiserver.
+
+    The stack runs no kube-proxy; without this, pods (agnhost inclusterclient, client-go in-cluster config)
+    could not reach the apiserver through KUBERNETES_SERVICE_HOST as they do in a real cluster.
+    """
+    _iptables("-N", SERVICE_CHAIN, check=False)
+    _iptables("-F", SERVICE_CHAIN)
+    _iptables("-A", SERVICE_CHAIN, "-d", f"{layout.service_ip}/32", "-p", "tcp", "--dport", "443",
+              "-j", "DNAT", "--to-destination", f"{host_ip()}:{layout.apiserver_port}")
+    for hook in ("PREROUTING", "OUTPUT"):
+        if not _iptables("-C", hook, "-j", SERVICE_CHAIN, check=False):
+            _iptables("-I", hook, "1", "-j", SERVICE_CHAIN)
+
+
+def unroute_kubernetes_service() -> None:
+    """Remove what route_kubernetes_service added, leaving the host's tables as they were."""
+    for hook in ("PREROUTING", "OUTPUT"):
+        while _iptables("-D", hook, "-j", SERVICE_CHAIN, check=False):
+            pass
+    _iptables("-F", SERVICE_CHAIN, check=False)
+    _iptables("-X", SERVICE_CHAIN, check=False)
 
 
 def down(layout: Layout, only: Sequence[str] | None = None) -> None:
@@ -190,6 +222,8 @@ def down(layout: Layout, only: Sequence[str] | None = None) -> None:
                 remove_all_pods(layout)
             if processes.stop(comp.name, pids=layout.pids):
                 _log(f"stopped {comp.name}")
+            if comp.name == "kube-apiserver":
+                unroute_kubernetes_service()
             if comp.name == "containerd":
                 sweep_shims(layout)
         except Exception as exc:  # keep stopping the others: no stray processes
