@@ -13,13 +13,15 @@ import dataclasses
 import json
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
 DEFAULT_TIMEOUT = 30.0
+WATCH_TIMEOUT = 300  # seconds; client-go reflectors pick 5-10 minutes
+WATCH_LINE_LIMIT = 4 * 1024 * 1024
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
@@ -117,8 +119,10 @@ class KubeClient:
     async def open(self) -> None:
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=self.credentials.ssl_context(), limit=32)
+            # read_bufsize: a watch event is one JSON line, and aiohttp refuses lines longer than its buffer.
             self._session = aiohttp.ClientSession(connector=connector, headers=self._headers,
-                                                  timeout=aiohttp.ClientTimeout(total=self.timeout))
+                                                  timeout=aiohttp.ClientTimeout(total=self.timeout),
+                                                  read_bufsize=WATCH_LINE_LIMIT)
 
     async def close(self) -> None:
         session, self._session = self._session, None
@@ -144,6 +148,32 @@ class KubeClient:
                 raise KubeApiError(resp.status, str(payload.get("reason", "")), str(payload.get("message", text)),
                                    method, path)
             return payload if isinstance(payload, dict) else {}
+
+    async def watch(self, path: str, resource_version: str, *, timeout_seconds: int = WATCH_TIMEOUT,
+                    params: Mapping[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
+        """The events of one watch request, until the server ends it after `timeout_seconds`.
+
+        An ERROR event (410 Gone when `resource_version` is too old) is raised as KubeApiError, so the
+        caller lists again, as client-go's reflector does."""
+        if self._session is None:
+            await self.open()
+        assert self._session is not None
+        query = {**(params or {}), "watch": "1", "resourceVersion": resource_version,
+                 "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
+        timeout = aiohttp.ClientTimeout(total=timeout_seconds + self.timeout, sock_connect=self.timeout)
+        async with self._session.get(f"{self.credentials.server}{path}", params=query, timeout=timeout) as resp:
+            if resp.status >= 400:
+                text = await resp.text()
+                raise KubeApiError(resp.status, "", text, "WATCH", path)
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise KubeApiError(int(status.get("code") or 500), str(status.get("reason", "")),
+                                       str(status.get("message", "")), "WATCH", path)
+                yield event
 
     # ---------------------------------------------------------------------------------------------- pods
 

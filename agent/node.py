@@ -64,6 +64,11 @@ class NodeAgent:
         self._conditions: list[dict[str, str]] = []
         self._last_report = 0.0
 
+    def allocatable(self) -> dict[str, str]:
+        """What the node offers pods (resourceFieldRef defaults unset limits to it, as upstream)."""
+        return nodestatus.allocatable(nodestatus.capacity(self.facts, self.cfg.max_pods),
+                                      system_reserved=self.cfg.system_reserved, kube_reserved=self.cfg.kube_reserved)
+
     async def admission_info(self) -> admission.NodeInfo:
         """This node as admission sees it: its labels, current taints and allocatable resources.
 
@@ -73,14 +78,11 @@ class NodeAgent:
             await self.refresh_node()
         except API_ERRORS as exc:
             logger.warning(f"could not read node {self.cfg.node_name}, admitting with known taints: {exc}")
-        capacity = nodestatus.capacity(self.facts, self.cfg.max_pods)
         return admission.NodeInfo(
             name=self.cfg.node_name,
             labels=nodestatus.node_labels(self.cfg.node_name, self.facts, self.cfg.node_labels),
             taints=self.taints, os="linux", kernel_version=self.facts.kernel_version,
-            allowed_unsafe_sysctls=self.cfg.allowed_unsafe_sysctls,
-            allocatable=nodestatus.allocatable(capacity, system_reserved=self.cfg.system_reserved,
-                                               kube_reserved=self.cfg.kube_reserved))
+            allowed_unsafe_sysctls=self.cfg.allowed_unsafe_sysctls, allocatable=self.allocatable())
 
     async def register(self) -> None:
         """Create the Node with its taints, or adopt the existing one and reconcile its labels

@@ -16,18 +16,19 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from agent.events import NORMAL, WARNING, EventRecorder
 from agent.hooks import HookRunner
 from agent.images import ImageError, ImageManager
 from agent.kubeapi import KubeApiError, KubeClient
+from agent.services import ServiceCache
 from agent.volumes import VolumeManager
 from cri_client import CriClient, CriError
 from cri_client import types as cri
 from kopflet import backoff as backoffs
-from kopflet import container_config, envvars, podstate, reconciler, sandbox_config, spec, volumes
+from kopflet import container_config, envvars, podstate, probes, reconciler, sandbox_config, spec, volumes
 from kopflet.config import AgentConfig
 from kopflet.status import Waiting
 from kopflet.volumes import VolumeError
@@ -61,8 +62,10 @@ class SyncResult:
 class PodSyncer:
     def __init__(self, cfg: AgentConfig, cri_client: CriClient, api: KubeClient, recorder: EventRecorder,
                  images: ImageManager, backoff: backoffs.Backoff, dns: sandbox_config.DnsSettings,
-                 node_memory_capacity: int) -> None:
+                 node_memory_capacity: int, services: ServiceCache | None = None,
+                 node_allocatable: Callable[[], Mapping[str, str]] = dict) -> None:
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
+        self.services, self.node_allocatable = services, node_allocatable
         self.images, self.backoff, self.dns = images, backoff, dns
         self.node_memory_capacity = node_memory_capacity
         self.hooks = HookRunner(cri_client)
@@ -86,7 +89,7 @@ class PodSyncer:
             await self.kill_pod(pod, runtime, grace=None)
         else:
             await asyncio.gather(*(
-                self.stop_container(pod, runtime, cid, info.message, grace=None)
+                self.stop_container(pod, runtime, cid, info.message, grace=_kill_grace(pod, info))
                 for cid, info in actions.containers_to_kill.items()))
 
         # Volumes first, as upstream waits for them before creating anything; on every sync, so ConfigMap,
@@ -211,10 +214,16 @@ class PodSyncer:
         config_maps = {n: _text(await self.api.config_map_data(pod.namespace, n)) for n in sorted(config_map_names)}
         secret_values = {n: _text(await self.api.secret_data(pod.namespace, n)) for n in sorted(secret_names)}
         pod_ips = tuple(ip for ip in (sandbox.ip, *sandbox.additional_ips) if ip)
+        service_env: Mapping[str, str] = {}
+        if self.services is not None:
+            try:
+                service_env = await self.services.env(pod.namespace, pod.spec.enable_service_links)
+            except ValueError as exc:
+                raise envvars.EnvError(str(exc)) from None
         return envvars.resolve_env(
             pod, container, config_maps=config_maps, secrets=secret_values, node_name=self.cfg.node_name,
             host_ip=self.cfg.node_ip, pod_ip=pod_ips[0] if pod_ips else "", pod_ips=pod_ips,
-            service_env={}, node_allocatable={})
+            service_env=service_env, node_allocatable=self.node_allocatable())
 
     def _prepare_files(self, pod: spec.Pod, container: spec.ContainerSpec, pod_log_dir: str) -> list[cri.Mount]:
         """The container's log directory and its termination-log file (blocking: run in a thread)."""
@@ -310,6 +319,19 @@ class PodSyncer:
             grace = pod.deletion_grace_period_seconds if pod.is_deleting and \
                 pod.deletion_grace_period_seconds is not None else pod.spec.termination_grace_period_seconds
         return max(int(grace), MINIMUM_GRACE_PERIOD) if grace else MINIMUM_GRACE_PERIOD
+
+
+def _kill_grace(pod: spec.Pod, info: reconciler.KillInfo) -> int | None:
+    """A probe's own terminationGracePeriodSeconds for the kill it caused, unless the pod is being deleted
+    (upstream `setTerminationGracePeriod`); None means the pod's period."""
+    if pod.is_deleting:
+        return None
+    kind = {reconciler.REASON_LIVENESS_PROBE: probes.Kind.LIVENESS,
+            reconciler.REASON_STARTUP_PROBE: probes.Kind.STARTUP}.get(info.reason)
+    container = next((c for c in (*pod.spec.init_containers, *pod.spec.containers) if c.name == info.name), None)
+    if kind is None or container is None:
+        return None
+    return probes.termination_grace_period(container, kind)
 
 
 def remove_pod_cgroups(uid: str, fs_root: str = "/sys/fs/cgroup") -> None:

@@ -25,6 +25,7 @@ from agent.kubeapi import Credentials, KubeClient
 from agent.node import NodeAgent, read_machine_facts
 from agent.probes import ProbeManager
 from agent.runtime import RuntimeCache
+from agent.services import ServiceCache
 from agent.static_pods import StaticPodSource
 from agent.sync import PodSyncer
 from agent.workers import PodWorkers
@@ -118,15 +119,17 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     servers, searches, options = sandbox_config.parse_resolv_conf(await asyncio.to_thread(read_host_resolv_conf))
     dns = sandbox_config.DnsSettings(cluster_dns=cfg.cluster_dns, cluster_domain=cfg.cluster_domain,
                                      host_servers=servers, host_searches=searches, host_options=options)
-    syncer = PodSyncer(cfg, cri, api, recorder, ImageManager(memo.image_cri, recorder, backoff), backoff, dns,
-                       node_memory_capacity=facts.memory_bytes)
-    cache = RuntimeCache(cri)
     node = NodeAgent(cfg, api, cri, memo.runtime_version, facts)
+    service_cache = ServiceCache(api)
+    syncer = PodSyncer(cfg, cri, api, recorder, ImageManager(memo.image_cri, recorder, backoff), backoff, dns,
+                       node_memory_capacity=facts.memory_bytes, services=service_cache,
+                       node_allocatable=node.allocatable)
+    cache = RuntimeCache(cri)
     await node.register()
     workers = PodWorkers(cfg, api, cache, syncer, recorder, backoff, node.admission_info)
     workers.probes = ProbeManager(cri, recorder, workers.wake)
     memo.api, memo.recorder, memo.workers = api, recorder, workers
-    tasks = []
+    tasks = [asyncio.create_task(service_cache.run(), name="services")]
     if cfg.pod_manifest_path:
         # The first scan runs before housekeeping can run: static pods' containers are not orphans.
         source = StaticPodSource(cfg, api, workers, node)
