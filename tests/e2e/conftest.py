@@ -78,9 +78,11 @@ def agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
 
 
 @pytest.fixture(scope="module")
-def running_agent(layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
-    """One agent for a whole test module; it must never crash while syncing."""
-    a = Agent(layout, tmp_path_factory.mktemp("agent") / "agent.log")
+def running_agent(layout: Layout, tmp_path_factory: pytest.TempPathFactory,
+                  request: pytest.FixtureRequest) -> Iterator[Agent]:
+    """One agent for a whole test module (with the module's AGENT_ARGS flags); it must never crash while syncing."""
+    args = getattr(request.module, "AGENT_ARGS", "")
+    a = Agent(layout, tmp_path_factory.mktemp("agent") / "agent.log", env={"KOPFLET_ARGS": args} if args else None)
     a.start()
     a.wait_for(r"Activity 'start_agent' succeeded")
     try:

@@ -4,6 +4,8 @@ upstream events; preStop runs before SIGTERM and inside the grace period."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
 from devstack.layout import Layout
 from tests.conftest import Kubectl
@@ -50,3 +52,26 @@ def test_pre_stop_hook_runs_before_sigterm(running_agent: Agent, admin: Kubectl,
     admin.run("delete", "pod", "polite", "-n", namespace, "--wait=false")
     took = wait_gone(admin, namespace, "polite", timeout=40)
     assert 4 <= took < 15, f"deletion took {took:.1f}s; the 4s preStop sleep must come first"
+
+
+def test_hook_order_seen_from_inside_the_container(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                   namespace: str, tmp_path: Path) -> None:
+    """postStart finishes before the container is reported running; preStop runs before SIGTERM."""
+    record = tmp_path / "order.log"
+    record.touch()
+    hooks: dict[str, Any] = {
+        "postStart": {"exec": {"command": ["sh", "-c", "sleep 2; echo postStart >> /rec/order.log"]}},
+        "preStop": {"exec": {"command": ["sh", "-c", "echo preStop >> /rec/order.log"]}}}
+    script = ("trap 'echo TERM >> /rec/order.log; exit 0' TERM; echo main >> /rec/order.log; "
+              "while true; do sleep 0.2; done")
+    admin.apply(pod_manifest("ordered", namespace, layout.node_name, [container(
+        "main", script, lifecycle=hooks, volumeMounts=[{"name": "rec", "mountPath": "/rec"}])],
+        volumes=[{"name": "rec", "hostPath": {"path": str(tmp_path), "type": "Directory"}}],
+        terminationGracePeriodSeconds=20))
+    wait_pod(admin, namespace, "ordered", lambda p: "running" in statuses(p).get("main", {}).get("state", {}),
+             what="running", timeout=60)
+    assert "postStart" in record.read_text().split(), "reported running before its postStart hook returned"
+    admin.run("delete", "pod", "ordered", "-n", namespace, "--wait=false")
+    wait_gone(admin, namespace, "ordered", timeout=40)
+    lines = record.read_text().split()
+    assert sorted(lines[:2]) == ["main", "postStart"] and lines[2:] == ["preStop", "TERM"], lines

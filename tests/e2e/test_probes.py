@@ -47,3 +47,42 @@ def test_liveness_http_probe_restarts_the_container(running_agent: Agent, admin:
                for e in unhealthy), [e["message"] for e in unhealthy]
     assert any(e["reason"] == "Killing" and "failed liveness probe, will be restarted" in e["message"] for e in evs), \
         [(e["reason"], e["message"]) for e in evs]
+
+
+AGNHOST = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+
+
+def test_grpc_readiness_probe_passes(running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
+    probe = {"grpc": {"port": 5000}, "periodSeconds": 1}
+    admin.apply(pod_manifest("grpc-ok", namespace, layout.node_name, [
+        {"name": "main", "image": AGNHOST, "args": ["grpc-health-checking", "--port=5000"], "readinessProbe": probe}]))
+    pod = wait_pod(admin, namespace, "grpc-ok", is_ready, what="Ready through the gRPC health protocol")
+    assert statuses(pod)["main"]["restartCount"] == 0
+
+
+def test_grpc_liveness_probe_failure_restarts(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                              namespace: str) -> None:
+    probe = {"grpc": {"port": 5000}, "periodSeconds": 1, "failureThreshold": 2}
+    admin.apply(pod_manifest("grpc-sick", namespace, layout.node_name, [
+        {"name": "main", "image": AGNHOST, "args": ["grpc-health-checking", "--port=5000", "--delay-unhealthy-sec=3"],
+         "livenessProbe": probe}]))
+    wait_pod(admin, namespace, "grpc-sick", lambda p: statuses(p).get("main", {}).get("restartCount", 0) >= 1,
+             timeout=90, what="restarted by its gRPC liveness probe")
+    messages = [e["message"] for e in events(admin, namespace, "grpc-sick") if e["reason"] == "Unhealthy"]
+    assert 'Liveness probe failed: service unhealthy (responded with "NOT_SERVING")' in messages, messages
+
+
+def test_probe_termination_grace_period_overrides_the_pods(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                           namespace: str) -> None:
+    """The container ignores SIGTERM and the pod allows 600s: only the probe's own 2s let it restart soon."""
+    liveness = {"exec": {"command": ["cat", "/tmp/alive"]}, "periodSeconds": 1, "failureThreshold": 1,
+                "terminationGracePeriodSeconds": 2}
+    admin.apply(pod_manifest("stubborn", namespace, layout.node_name, [container(
+        "main", "trap '' TERM; touch /tmp/alive; sleep 3; rm /tmp/alive; while true; do sleep 1; done",
+        livenessProbe=liveness)], terminationGracePeriodSeconds=600))
+    try:
+        pod = wait_pod(admin, namespace, "stubborn", lambda p: statuses(p).get("main", {}).get("restartCount", 0) >= 1,
+                       timeout=60, what="restarted after the probe's 2s grace, not the pod's 600s")
+        assert statuses(pod)["main"]["lastState"]["terminated"]["exitCode"] == 137  # SIGKILL after the grace
+    finally:
+        admin.run("delete", "pod", "stubborn", "-n", namespace, "--grace-period=1", "--wait=false")

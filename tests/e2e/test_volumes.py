@@ -17,6 +17,9 @@ from tests.e2e.conftest import Agent
 from tests.e2e.test_pod_lifecycle import container, events, is_ready, phase, pod_manifest, statuses, wait_pod
 
 ROOT_DIR = Path("/var/lib/kopflet")
+AGNHOST = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+# ConfigMap and Secret volumes are refreshed on each periodic sync (upstream: syncFrequency, 1m by default).
+AGENT_ARGS = "--sync-frequency=10s"
 
 
 def terminated_message(pod: dict[str, Any], name: str = "main") -> str:
@@ -68,6 +71,80 @@ def test_default_service_account_token_is_bound_to_the_pod(running_agent: Agent,
     assert status["authenticated"] is True
     assert status["user"]["username"] == f"system:serviceaccount:{namespace}:default"
     assert status["user"]["extra"]["authentication.kubernetes.io/pod-name"] == ["tokened"]
+
+
+def test_config_map_update_reaches_the_running_pod(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                   namespace: str) -> None:
+    admin.run("create", "configmap", "live", "-n", namespace, "--from-literal=version=1")
+    # Seen from inside: the container turns Ready only once it reads the new value from its volume.
+    probe = {"exec": {"command": ["grep", "-qx", "2", "/cfg/version"]}, "periodSeconds": 1}
+    admin.apply(pod_manifest("watcher", namespace, layout.node_name, [container(
+        "main", "sleep 3600", volumeMounts=[{"name": "cfg", "mountPath": "/cfg"}], readinessProbe=probe)],
+        volumes=[{"name": "cfg", "configMap": {"name": "live"}}]))
+    pod = wait_pod(admin, namespace, "watcher", lambda p: "running" in statuses(p).get("main", {}).get("state", {}),
+                   what="running")
+    assert not is_ready(pod)
+    admin.run("patch", "configmap", "live", "-n", namespace, "-p", '{"data": {"version": "2"}}')
+    pod = wait_pod(admin, namespace, "watcher", is_ready, timeout=90, what="Ready: the update is in the volume")
+    assert statuses(pod)["main"]["restartCount"] == 0
+
+
+def test_host_path_read_and_written_from_the_container(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                       namespace: str, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "greeting").write_text("from-host")
+    created = tmp_path / "created.log"
+    admin.apply(pod_manifest("hosted", namespace, layout.node_name, [container(
+        "main", "cat /host/greeting > /dev/termination-log; echo from-pod > /out.log",
+        volumeMounts=[{"name": "dir", "mountPath": "/host", "readOnly": True},
+                      {"name": "file", "mountPath": "/out.log"}])],
+        volumes=[{"name": "dir", "hostPath": {"path": str(shared), "type": "Directory"}},
+                 {"name": "file", "hostPath": {"path": str(created), "type": "FileOrCreate"}}],
+        restartPolicy="Never"))
+    pod = wait_pod(admin, namespace, "hosted", phase("Succeeded"), what="Succeeded")
+    assert terminated_message(pod) == "from-host"
+    assert created.read_text() == "from-pod\n"
+
+
+def test_downward_api_files(running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
+    body = json.loads(pod_manifest("reader", namespace, layout.node_name, [container(
+        "main", "echo $(cat /info/name) $(cat /info/labels) $(cat /info/mem) $(cat /info/cpu) > /dev/termination-log",
+        volumeMounts=[{"name": "info", "mountPath": "/info"}],
+        resources={"limits": {"memory": "64Mi", "cpu": "250m"}})],
+        volumes=[{"name": "info", "downwardAPI": {"items": [
+            {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+            {"path": "mem", "resourceFieldRef": {"containerName": "main", "resource": "limits.memory",
+                                                 "divisor": "1Mi"}},
+            {"path": "cpu", "resourceFieldRef": {"containerName": "main", "resource": "limits.cpu",
+                                                 "divisor": "1m"}}]}}],
+        restartPolicy="Never"))
+    body["metadata"]["labels"] = {"app": "demo"}
+    admin.apply(json.dumps(body))
+    pod = wait_pod(admin, namespace, "reader", phase("Succeeded"), what="Succeeded")
+    assert terminated_message(pod).split() == ["reader", 'app="demo"', "64", "250"]
+
+
+def test_pod_calls_the_apiserver_with_its_token(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                namespace: str) -> None:
+    """client-go's in-cluster config: KUBERNETES_SERVICE_HOST/PORT from the kubelet, the projected token and
+    CA; the stack routes the `kubernetes` Service to the apiserver as kube-proxy would."""
+    body = json.loads(pod_manifest("incluster", namespace, layout.node_name, [
+        {"name": "main", "image": AGNHOST, "args": ["inclusterclient", "--poll-interval=1"]}]))
+    del body["spec"]["automountServiceAccountToken"]
+    admin.apply(json.dumps(body))
+    pod = wait_pod(admin, namespace, "incluster", lambda p: "running" in statuses(p).get("main", {}).get("state", {}),
+                   what="running")
+    log = Path("/var/log/pods", f"{namespace}_incluster_{pod['metadata']['uid']}", "main", "0.log")
+    deadline = time.monotonic() + 60
+    text = ""
+    while time.monotonic() < deadline and text.count("calling /healthz") < 3:
+        text = log.read_text() if log.exists() else ""
+        time.sleep(0.5)
+    assert text.count("calling /healthz") >= 3, text
+    assert "status=failed" not in text and "authz_header=<empty>" not in text, text
+    assert statuses(wait_pod(admin, namespace, "incluster", lambda p: True))["main"]["restartCount"] == 0
 
 
 def test_missing_source_waits_with_failed_mount(running_agent: Agent, admin: Kubectl, layout: Layout,
