@@ -235,6 +235,21 @@ class Sandboxes(_Facade):
         response = await self._runtime("ListPodSandbox", request)
         return [convert.sandbox_from_pb(item) for item in response.items]
 
+    async def stats(self, pod_sandbox_id: str) -> types.PodSandboxStats:
+        """Resource usage of one sandbox (pod cgroup, network, processes, containers); NOT_FOUND when absent."""
+        response = await self._runtime("PodSandboxStats", pb.PodSandboxStatsRequest(pod_sandbox_id=pod_sandbox_id))
+        return convert.sandbox_stats_from_pb(response.stats)
+
+    async def list_stats(
+        self, filter: types.PodSandboxStatsFilter | None = None
+    ) -> builtins.list[types.PodSandboxStats]:
+        """Resource usage of all sandboxes, optionally filtered by ID or labels."""
+        request = pb.ListPodSandboxStatsRequest()
+        if filter is not None:
+            request.filter.CopyFrom(convert.sandbox_stats_filter_to_pb(filter))
+        response = await self._runtime("ListPodSandboxStats", request)
+        return [convert.sandbox_stats_from_pb(item) for item in response.stats]
+
 
 class Containers(_Facade):
     """Containers inside sandboxes: lifecycle, status, exec and the streaming URLs."""
@@ -293,6 +308,19 @@ class Containers(_Facade):
             request.filter.CopyFrom(convert.container_filter_to_pb(filter))
         response = await self._runtime("ListContainers", request)
         return [convert.container_from_pb(item) for item in response.containers]
+
+    async def stats(self, container_id: str) -> types.ContainerStats:
+        """CPU, memory and writable-layer usage of one container; CriError(NOT_FOUND) when absent."""
+        response = await self._runtime("ContainerStats", pb.ContainerStatsRequest(container_id=container_id))
+        return convert.container_stats_from_pb(response.stats)
+
+    async def list_stats(self, filter: types.ContainerStatsFilter | None = None) -> builtins.list[types.ContainerStats]:
+        """Usage of the runtime's containers (containerd: the running ones), optionally filtered."""
+        request = pb.ListContainerStatsRequest()
+        if filter is not None:
+            request.filter.CopyFrom(convert.container_stats_filter_to_pb(filter))
+        response = await self._runtime("ListContainerStats", request)
+        return [convert.container_stats_from_pb(item) for item in response.stats]
 
     async def exec_sync(
         self,

@@ -16,6 +16,8 @@ import enum
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
+from google.protobuf.message import Message
+
 from cri_client import types
 from cri_client.proto import api_pb2 as pb
 
@@ -701,3 +703,193 @@ def image_fs_info_from_pb(m: pb.ImageFsInfoResponse) -> types.ImageFsInfo:
         image_filesystems=tuple(filesystem_usage_from_pb(u) for u in m.image_filesystems),
         container_filesystems=tuple(filesystem_usage_from_pb(u) for u in m.container_filesystems),
     )
+
+
+# ---------------------------------------------------------------------------------------------- stats
+
+
+def _u64(m: Message, field: str) -> int | None:
+    """An unset `UInt64Value` field is None; a set one is its value (zero included)."""
+    return getattr(m, field).value if m.HasField(field) else None
+
+
+def _put_u64(m: Message, field: str, value: int | None) -> None:
+    if value is not None:
+        getattr(m, field).value = value
+
+
+def _put_u64s(m: Message, source: object, fields: Iterable[str]) -> None:
+    for field in fields:
+        _put_u64(m, field, getattr(source, field))
+
+
+_CPU_FIELDS = ("usage_core_nano_seconds", "usage_nano_cores")
+_MEMORY_FIELDS = (
+    "working_set_bytes",
+    "available_bytes",
+    "usage_bytes",
+    "rss_bytes",
+    "page_faults",
+    "major_page_faults",
+)
+_SWAP_FIELDS = ("swap_available_bytes", "swap_usage_bytes")
+_INTERFACE_FIELDS = ("rx_bytes", "rx_errors", "tx_bytes", "tx_errors")
+
+
+def cpu_usage_to_pb(u: types.CpuUsage) -> pb.CpuUsage:
+    m = pb.CpuUsage(timestamp=u.timestamp)
+    _put_u64s(m, u, _CPU_FIELDS)
+    return m
+
+
+def cpu_usage_from_pb(m: pb.CpuUsage) -> types.CpuUsage:
+    return types.CpuUsage(timestamp=m.timestamp, **{f: _u64(m, f) for f in _CPU_FIELDS})
+
+
+def memory_usage_to_pb(u: types.MemoryUsage) -> pb.MemoryUsage:
+    m = pb.MemoryUsage(timestamp=u.timestamp)
+    _put_u64s(m, u, _MEMORY_FIELDS)
+    return m
+
+
+def memory_usage_from_pb(m: pb.MemoryUsage) -> types.MemoryUsage:
+    return types.MemoryUsage(timestamp=m.timestamp, **{f: _u64(m, f) for f in _MEMORY_FIELDS})
+
+
+def swap_usage_to_pb(u: types.SwapUsage) -> pb.SwapUsage:
+    m = pb.SwapUsage(timestamp=u.timestamp)
+    _put_u64s(m, u, _SWAP_FIELDS)
+    return m
+
+
+def swap_usage_from_pb(m: pb.SwapUsage) -> types.SwapUsage:
+    return types.SwapUsage(timestamp=m.timestamp, **{f: _u64(m, f) for f in _SWAP_FIELDS})
+
+
+def network_interface_usage_to_pb(u: types.NetworkInterfaceUsage) -> pb.NetworkInterfaceUsage:
+    m = pb.NetworkInterfaceUsage(name=u.name)
+    _put_u64s(m, u, _INTERFACE_FIELDS)
+    return m
+
+
+def network_interface_usage_from_pb(m: pb.NetworkInterfaceUsage) -> types.NetworkInterfaceUsage:
+    return types.NetworkInterfaceUsage(name=m.name, **{f: _u64(m, f) for f in _INTERFACE_FIELDS})
+
+
+def network_usage_to_pb(u: types.NetworkUsage) -> pb.NetworkUsage:
+    m = pb.NetworkUsage(timestamp=u.timestamp, interfaces=[network_interface_usage_to_pb(i) for i in u.interfaces])
+    if u.default_interface is not None:
+        m.default_interface.CopyFrom(network_interface_usage_to_pb(u.default_interface))
+    return m
+
+
+def network_usage_from_pb(m: pb.NetworkUsage) -> types.NetworkUsage:
+    return types.NetworkUsage(
+        timestamp=m.timestamp,
+        default_interface=(
+            network_interface_usage_from_pb(m.default_interface) if m.HasField("default_interface") else None
+        ),
+        interfaces=tuple(network_interface_usage_from_pb(i) for i in m.interfaces),
+    )
+
+
+def process_usage_to_pb(u: types.ProcessUsage) -> pb.ProcessUsage:
+    m = pb.ProcessUsage(timestamp=u.timestamp)
+    _put_u64(m, "process_count", u.process_count)
+    return m
+
+
+def process_usage_from_pb(m: pb.ProcessUsage) -> types.ProcessUsage:
+    return types.ProcessUsage(timestamp=m.timestamp, process_count=_u64(m, "process_count"))
+
+
+def container_stats_to_pb(s: types.ContainerStats) -> pb.ContainerStats:
+    m = pb.ContainerStats(
+        attributes=pb.ContainerAttributes(id=s.id, labels=_map(s.labels), annotations=_map(s.annotations))
+    )
+    if s.metadata is not None:
+        m.attributes.metadata.CopyFrom(container_metadata_to_pb(s.metadata))
+    if s.cpu is not None:
+        m.cpu.CopyFrom(cpu_usage_to_pb(s.cpu))
+    if s.memory is not None:
+        m.memory.CopyFrom(memory_usage_to_pb(s.memory))
+    if s.writable_layer is not None:
+        m.writable_layer.CopyFrom(filesystem_usage_to_pb(s.writable_layer))
+    if s.swap is not None:
+        m.swap.CopyFrom(swap_usage_to_pb(s.swap))
+    return m
+
+
+def container_stats_from_pb(m: pb.ContainerStats) -> types.ContainerStats:
+    a = m.attributes
+    return types.ContainerStats(
+        id=a.id,
+        metadata=container_metadata_from_pb(a.metadata) if a.HasField("metadata") else None,
+        labels=_map(a.labels),
+        annotations=_map(a.annotations),
+        cpu=cpu_usage_from_pb(m.cpu) if m.HasField("cpu") else None,
+        memory=memory_usage_from_pb(m.memory) if m.HasField("memory") else None,
+        writable_layer=filesystem_usage_from_pb(m.writable_layer) if m.HasField("writable_layer") else None,
+        swap=swap_usage_from_pb(m.swap) if m.HasField("swap") else None,
+    )
+
+
+def linux_sandbox_stats_to_pb(s: types.LinuxPodSandboxStats) -> pb.LinuxPodSandboxStats:
+    m = pb.LinuxPodSandboxStats(containers=[container_stats_to_pb(c) for c in s.containers])
+    if s.cpu is not None:
+        m.cpu.CopyFrom(cpu_usage_to_pb(s.cpu))
+    if s.memory is not None:
+        m.memory.CopyFrom(memory_usage_to_pb(s.memory))
+    if s.network is not None:
+        m.network.CopyFrom(network_usage_to_pb(s.network))
+    if s.process is not None:
+        m.process.CopyFrom(process_usage_to_pb(s.process))
+    return m
+
+
+def linux_sandbox_stats_from_pb(m: pb.LinuxPodSandboxStats) -> types.LinuxPodSandboxStats:
+    return types.LinuxPodSandboxStats(
+        cpu=cpu_usage_from_pb(m.cpu) if m.HasField("cpu") else None,
+        memory=memory_usage_from_pb(m.memory) if m.HasField("memory") else None,
+        network=network_usage_from_pb(m.network) if m.HasField("network") else None,
+        process=process_usage_from_pb(m.process) if m.HasField("process") else None,
+        containers=tuple(container_stats_from_pb(c) for c in m.containers),
+    )
+
+
+def sandbox_stats_to_pb(s: types.PodSandboxStats) -> pb.PodSandboxStats:
+    m = pb.PodSandboxStats(
+        attributes=pb.PodSandboxAttributes(id=s.id, labels=_map(s.labels), annotations=_map(s.annotations))
+    )
+    if s.metadata is not None:
+        m.attributes.metadata.CopyFrom(sandbox_metadata_to_pb(s.metadata))
+    if s.linux is not None:
+        m.linux.CopyFrom(linux_sandbox_stats_to_pb(s.linux))
+    return m
+
+
+def sandbox_stats_from_pb(m: pb.PodSandboxStats) -> types.PodSandboxStats:
+    a = m.attributes
+    return types.PodSandboxStats(
+        id=a.id,
+        metadata=sandbox_metadata_from_pb(a.metadata) if a.HasField("metadata") else None,
+        labels=_map(a.labels),
+        annotations=_map(a.annotations),
+        linux=linux_sandbox_stats_from_pb(m.linux) if m.HasField("linux") else None,
+    )
+
+
+def container_stats_filter_to_pb(f: types.ContainerStatsFilter) -> pb.ContainerStatsFilter:
+    return pb.ContainerStatsFilter(id=f.id, pod_sandbox_id=f.pod_sandbox_id, label_selector=_map(f.label_selector))
+
+
+def container_stats_filter_from_pb(m: pb.ContainerStatsFilter) -> types.ContainerStatsFilter:
+    return types.ContainerStatsFilter(id=m.id, pod_sandbox_id=m.pod_sandbox_id, label_selector=_map(m.label_selector))
+
+
+def sandbox_stats_filter_to_pb(f: types.PodSandboxStatsFilter) -> pb.PodSandboxStatsFilter:
+    return pb.PodSandboxStatsFilter(id=f.id, label_selector=_map(f.label_selector))
+
+
+def sandbox_stats_filter_from_pb(m: pb.PodSandboxStatsFilter) -> types.PodSandboxStatsFilter:
+    return types.PodSandboxStatsFilter(id=m.id, label_selector=_map(m.label_selector))

@@ -487,6 +487,129 @@ class ImageFsInfo:
     container_filesystems: tuple[FilesystemUsage, ...] = ()
 
 
+# ---------------------------------------------------------------------------------------------- stats
+#
+# Resource usage as the runtime measures it (the summary API and /metrics/resource are built from it).
+# Every `UInt64Value` is ``int | None``: None is "the runtime did not report it", which the summary API
+# must keep apart from a measured zero. Timestamps are nanoseconds since the epoch, as everywhere here.
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CpuUsage:
+    """`CpuUsage`: cumulative CPU time (core-nanoseconds) and, if the runtime computes it, the current rate."""
+
+    timestamp: int = 0
+    usage_core_nano_seconds: int | None = None
+    usage_nano_cores: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MemoryUsage:
+    """`MemoryUsage`: working set (what eviction and metrics-server use), usage, RSS and page faults."""
+
+    timestamp: int = 0
+    working_set_bytes: int | None = None
+    available_bytes: int | None = None
+    usage_bytes: int | None = None
+    rss_bytes: int | None = None
+    page_faults: int | None = None
+    major_page_faults: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SwapUsage:
+    """`SwapUsage` of a container (cgroup swap accounting)."""
+
+    timestamp: int = 0
+    swap_available_bytes: int | None = None
+    swap_usage_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NetworkInterfaceUsage:
+    """`NetworkInterfaceUsage`: cumulative byte and error counters of one interface in the pod's netns."""
+
+    name: str = ""
+    rx_bytes: int | None = None
+    rx_errors: int | None = None
+    tx_bytes: int | None = None
+    tx_errors: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NetworkUsage:
+    """`NetworkUsage` of a pod sandbox: its default interface (eth0) and the others."""
+
+    timestamp: int = 0
+    default_interface: NetworkInterfaceUsage | None = None
+    interfaces: tuple[NetworkInterfaceUsage, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ProcessUsage:
+    """`ProcessUsage`: how many processes run in a pod sandbox."""
+
+    timestamp: int = 0
+    process_count: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerStats:
+    """`ContainerStats`, its `ContainerAttributes` flattened in (id, metadata, labels, annotations).
+
+    The labels are the ones the container was created with, so the kubelet's io.kubernetes.* labels
+    map the numbers to a pod and container without another call.
+    """
+
+    id: str
+    metadata: ContainerMetadata | None = None
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    cpu: CpuUsage | None = None
+    memory: MemoryUsage | None = None
+    writable_layer: FilesystemUsage | None = None
+    swap: SwapUsage | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LinuxPodSandboxStats:
+    """`LinuxPodSandboxStats`: the pod cgroup's CPU and memory, the netns traffic, and each container."""
+
+    cpu: CpuUsage | None = None
+    memory: MemoryUsage | None = None
+    network: NetworkUsage | None = None
+    process: ProcessUsage | None = None
+    containers: tuple[ContainerStats, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodSandboxStats:
+    """`PodSandboxStats`, its `PodSandboxAttributes` flattened in; only the Linux part is kept."""
+
+    id: str
+    metadata: PodSandboxMetadata | None = None
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    linux: LinuxPodSandboxStats | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerStatsFilter:
+    """`ContainerStatsFilter` for ListContainerStats; empty fields do not filter."""
+
+    id: str = ""
+    pod_sandbox_id: str = ""
+    label_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodSandboxStatsFilter:
+    """`PodSandboxStatsFilter` for ListPodSandboxStats; empty fields do not filter."""
+
+    id: str = ""
+    label_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
 __all__ = [
     "NETWORK_READY",
     "RUNTIME_READY",
@@ -498,7 +621,10 @@ __all__ = [
     "ContainerMetadata",
     "ContainerSecurityContext",
     "ContainerState",
+    "ContainerStats",
+    "ContainerStatsFilter",
     "ContainerStatus",
+    "CpuUsage",
     "DNSConfig",
     "ExecSyncResult",
     "FilesystemUsage",
@@ -506,17 +632,24 @@ __all__ = [
     "ImageFsInfo",
     "LinuxContainerConfig",
     "LinuxContainerResources",
+    "LinuxPodSandboxStats",
     "LinuxSandboxConfig",
+    "MemoryUsage",
     "Mount",
     "MountPropagation",
     "NamespaceMode",
     "NamespaceOptions",
+    "NetworkInterfaceUsage",
+    "NetworkUsage",
     "PodSandbox",
     "PodSandboxConfig",
     "PodSandboxFilter",
     "PodSandboxMetadata",
+    "PodSandboxStats",
+    "PodSandboxStatsFilter",
     "PodSandboxStatus",
     "PortMapping",
+    "ProcessUsage",
     "ProfileType",
     "Protocol",
     "RuntimeCondition",
@@ -525,5 +658,6 @@ __all__ = [
     "SELinuxOptions",
     "SandboxSecurityContext",
     "SecurityProfile",
+    "SwapUsage",
     "Version",
 ]

@@ -421,3 +421,119 @@ def test_runtime_status_readiness() -> None:
 def test_auth_config_repr_hides_secrets() -> None:
     text = repr(types.AuthConfig(username="me", password="hunter2", auth="c2VjcmV0", identity_token="tok"))
     assert "me" in text and "hunter2" not in text and "c2VjcmV0" not in text and "tok" not in text
+
+
+# ---------------------------------------------------------------------------------------------- stats
+
+CPU = types.CpuUsage(timestamp=1_700_000_000_000_000_001, usage_core_nano_seconds=12_345_678_901, usage_nano_cores=0)
+MEMORY = types.MemoryUsage(
+    timestamp=1_700_000_000_000_000_002,
+    working_set_bytes=4_096_000,
+    available_bytes=0,  # zero is a measurement, not "unset"
+    usage_bytes=8_192_000,
+    rss_bytes=1_024_000,
+    page_faults=1473,
+    major_page_faults=2,
+)
+ETH0 = types.NetworkInterfaceUsage(name="eth0", rx_bytes=540, rx_errors=0, tx_bytes=382, tx_errors=1)
+CONTAINER_STATS = types.ContainerStats(
+    id="c1",
+    metadata=CONTAINER_MD,
+    labels={"io.kubernetes.container.name": "app", "io.kubernetes.pod.uid": "1234-abcd"},
+    annotations={"io.kubernetes.container.hash": "abc"},
+    cpu=CPU,
+    memory=MEMORY,
+    writable_layer=types.FilesystemUsage(mountpoint="/var/lib/containerd/overlayfs", timestamp=3, used_bytes=0),
+    swap=types.SwapUsage(timestamp=4, swap_available_bytes=100, swap_usage_bytes=0),
+)
+SANDBOX_STATS = types.PodSandboxStats(
+    id="sb1",
+    metadata=SANDBOX_MD,
+    labels={"io.kubernetes.pod.name": "web-0"},
+    annotations={"a": "b"},
+    linux=types.LinuxPodSandboxStats(
+        cpu=CPU,
+        memory=MEMORY,
+        network=types.NetworkUsage(
+            timestamp=5, default_interface=ETH0, interfaces=(types.NetworkInterfaceUsage(name="net1", rx_bytes=7),)
+        ),
+        process=types.ProcessUsage(timestamp=6, process_count=3),
+        containers=(CONTAINER_STATS, types.ContainerStats(id="c2")),
+    ),
+)
+
+STATS_ROUND_TRIPS: dict[str, Case] = {
+    "cpu-usage": (CPU, convert.cpu_usage_to_pb, convert.cpu_usage_from_pb),
+    "cpu-usage-unset": (types.CpuUsage(timestamp=1), convert.cpu_usage_to_pb, convert.cpu_usage_from_pb),
+    "memory-usage": (MEMORY, convert.memory_usage_to_pb, convert.memory_usage_from_pb),
+    "memory-usage-unset": (types.MemoryUsage(), convert.memory_usage_to_pb, convert.memory_usage_from_pb),
+    "swap-usage": (
+        types.SwapUsage(timestamp=1, swap_usage_bytes=0),
+        convert.swap_usage_to_pb,
+        convert.swap_usage_from_pb,
+    ),
+    "network-interface-usage": (ETH0, convert.network_interface_usage_to_pb, convert.network_interface_usage_from_pb),
+    "network-usage-empty": (types.NetworkUsage(), convert.network_usage_to_pb, convert.network_usage_from_pb),
+    "process-usage": (
+        types.ProcessUsage(timestamp=1, process_count=0),
+        convert.process_usage_to_pb,
+        convert.process_usage_from_pb,
+    ),
+    "container-stats": (CONTAINER_STATS, convert.container_stats_to_pb, convert.container_stats_from_pb),
+    "container-stats-bare": (
+        types.ContainerStats(id="c"),
+        convert.container_stats_to_pb,
+        convert.container_stats_from_pb,
+    ),
+    "linux-sandbox-stats-empty": (
+        types.LinuxPodSandboxStats(),
+        convert.linux_sandbox_stats_to_pb,
+        convert.linux_sandbox_stats_from_pb,
+    ),
+    "sandbox-stats": (SANDBOX_STATS, convert.sandbox_stats_to_pb, convert.sandbox_stats_from_pb),
+    "sandbox-stats-bare": (types.PodSandboxStats(id="sb"), convert.sandbox_stats_to_pb, convert.sandbox_stats_from_pb),
+    "container-stats-filter": (
+        types.ContainerStatsFilter(id="c", pod_sandbox_id="sb", label_selector={"k": "v"}),
+        convert.container_stats_filter_to_pb,
+        convert.container_stats_filter_from_pb,
+    ),
+    "sandbox-stats-filter": (
+        types.PodSandboxStatsFilter(id="sb", label_selector={"k": "v"}),
+        convert.sandbox_stats_filter_to_pb,
+        convert.sandbox_stats_filter_from_pb,
+    ),
+}
+# Counted by test_round_trips_cover_every_converter_pair above, which reads ROUND_TRIPS when it runs.
+ROUND_TRIPS.update(STATS_ROUND_TRIPS)
+
+
+@pytest.mark.parametrize(("value", "to_pb", "from_pb"), STATS_ROUND_TRIPS.values(), ids=STATS_ROUND_TRIPS.keys())
+def test_stats_round_trip(value: Any, to_pb: Callable[[Any], Any], from_pb: Callable[[Any], Any]) -> None:
+    message = to_pb(value)
+    wire = type(message).FromString(message.SerializeToString())
+    assert from_pb(wire) == value
+
+
+def test_runtime_stats_messages_as_containerd_sends_them() -> None:
+    """containerd fills the wrappers it measures and leaves others unset; the attributes carry the labels."""
+    message = pb.ContainerStats(
+        attributes=pb.ContainerAttributes(
+            id="c1", metadata=pb.ContainerMetadata(name="app", attempt=1), labels={"io.kubernetes.pod.name": "p"}
+        ),
+        cpu=pb.CpuUsage(timestamp=10, usage_core_nano_seconds=pb.UInt64Value(value=0)),
+        memory=pb.MemoryUsage(timestamp=11, working_set_bytes=pb.UInt64Value(value=4096)),
+    )
+    stats = convert.container_stats_from_pb(message)
+    assert stats.id == "c1" and stats.metadata == types.ContainerMetadata(name="app", attempt=1)
+    assert stats.labels == {"io.kubernetes.pod.name": "p"}
+    assert stats.cpu == types.CpuUsage(timestamp=10, usage_core_nano_seconds=0, usage_nano_cores=None)
+    assert stats.memory is not None and stats.memory.working_set_bytes == 4096 and stats.memory.usage_bytes is None
+    assert stats.writable_layer is None and stats.swap is None
+
+
+def test_empty_stats_messages_become_defaults() -> None:
+    assert convert.container_stats_from_pb(pb.ContainerStats()) == types.ContainerStats(id="")
+    assert convert.sandbox_stats_from_pb(pb.PodSandboxStats()) == types.PodSandboxStats(id="")
+    # A Windows-only answer has no Linux part: nothing to read, not an error.
+    windows = pb.PodSandboxStats(attributes=pb.PodSandboxAttributes(id="w"), windows=pb.WindowsPodSandboxStats())
+    assert convert.sandbox_stats_from_pb(windows) == types.PodSandboxStats(id="w")
