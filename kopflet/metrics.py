@@ -1,0 +1,596 @@
+"""
+Prometheus metrics for the kubelet's ``/metrics`` endpoints, without a client library.
+
+Pure: no I/O. A `Registry` holds `Counter`, `Gauge` and `Histogram` families (label names fixed when a
+family is defined) and renders them in the Prometheus text format 0.0.4 with `Registry.exposition()`.
+The text matches what the upstream kubelet's Go client writes, byte for byte where it matters to a
+scraper or a diff: families sorted by name, label pairs sorted by name, series sorted by label values,
+numbers formatted like Go's ``strconv.FormatFloat(v, 'g', -1, 64)`` (``1e+06``, ``0.005``, ``+Inf``), and
+help texts annotated with the stability level (``[ALPHA] ...``) as component-base does.
+
+`KubeletMetrics` defines the upstream kubelet metrics kopflet records (pkg/kubelet/metrics/metrics.go,
+v1.37) with their exact names, help texts, labels and buckets, plus small recording helpers for the I/O
+code. The lower-level helpers (`escape_label_value`, `format_value`, `render_family`) are reused by
+`kopflet.stats` for the constant, timestamped samples of ``/metrics/resource``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Final, Generic, TypeVar
+
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+
+COUNTER: Final = "counter"
+GAUGE: Final = "gauge"
+HISTOGRAM: Final = "histogram"
+
+# Stability levels (component-base metrics): prefixed to the help text as "[ALPHA] ".
+ALPHA: Final = "ALPHA"
+BETA: Final = "BETA"
+STABLE: Final = "STABLE"
+
+# prometheus.DefBuckets: Go client's default histogram buckets.
+DEFAULT_BUCKETS: Final[tuple[float, ...]] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
+    """prometheus.ExponentialBuckets: multiplied step by step, so the floats equal Go's exactly."""
+    if count < 1 or start <= 0 or factor <= 1:
+        raise ValueError("exponential buckets need count >= 1, start > 0 and factor > 1")
+    buckets = []
+    for _ in range(count):
+        buckets.append(start)
+        start *= factor
+    return tuple(buckets)
+
+
+# ---------------------------------------------------------------------------------------- text format
+
+
+def escape_label_value(value: str) -> str:
+    r"""A label value inside double quotes: backslash, double quote and newline become \\, \" and \n."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def escape_help(text: str) -> str:
+    r"""A HELP text: only backslash and newline are escaped (quotes stay as they are)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    """A sample value or bucket bound as Go writes it (strconv 'g' with the shortest precision).
+
+    Shortest round-trip digits (Python's repr finds the same ones), in exponent form when the decimal
+    exponent is below -4 or at least 6 (``1.2345e+07``), else plain (``0.005``, ``3600``).
+    """
+    value = float(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    mantissa, _, exponent = repr(abs(value)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    exp10 = int(exponent or 0) + len(whole) - 1
+    stripped = digits.lstrip("0")
+    exp10 -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0") or "0"
+    if exp10 < -4 or exp10 >= 6:
+        rest = f".{digits[1:]}" if len(digits) > 1 else ""
+        return f"{sign}{digits[0]}{rest}e{'-' if exp10 < 0 else '+'}{abs(exp10):02d}"
+    point = exp10 + 1
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return f"{sign}{digits}{'0' * (point - len(digits))}"
+    return f"{sign}{digits[:point]}.{digits[point:]}"
+
+
+def format_labels(pairs: Iterable[tuple[str, str]]) -> str:
+    """``{a="1",b="2"}`` in the given order, or the empty string for no labels."""
+    inner = ",".join(f'{name}="{escape_label_value(value)}"' for name, value in pairs)
+    return f"{{{inner}}}" if inner else ""
+
+
+def sample_line(name: str, pairs: Iterable[tuple[str, str]], value: float, timestamp_ms: int | None = None) -> str:
+    """One sample line with its newline; the timestamp (milliseconds since the epoch) is optional."""
+    stamp = "" if timestamp_ms is None else f" {int(timestamp_ms)}"
+    return f"{name}{format_labels(pairs)} {format_value(value)}{stamp}\n"
+
+
+def family_header(name: str, help_text: str, type_: str, stability: str = "") -> str:
+    """The ``# HELP`` and ``# TYPE`` lines; a stability level is prefixed to the help as component-base does."""
+    annotated = f"[{stability}] {help_text}" if stability else help_text
+    return f"# HELP {name} {escape_help(annotated)}\n# TYPE {name} {type_}\n"
+
+
+def render_family(
+    name: str,
+    help_text: str,
+    type_: str,
+    samples: Iterable[tuple[Mapping[str, str], float, int | None]],
+    stability: str = "",
+) -> str:
+    """A family of constant samples (labels, value, timestamp in ms or None), as a collector emits them.
+
+    Labels are written sorted by name and samples sorted by their label values, as the Go registry
+    sorts them; an empty family renders as nothing (Go omits families without samples).
+    """
+    rows = sorted(
+        ((tuple(sorted(labels.items())), value, timestamp) for labels, value, timestamp in samples),
+        key=lambda row: tuple(v for _, v in row[0]),
+    )
+    if not rows:
+        return ""
+    body = "".join(sample_line(name, pairs, value, timestamp) for pairs, value, timestamp in rows)
+    return family_header(name, help_text, type_, stability) + body
+
+
+# -------------------------------------------------------------------------------------------- metrics
+
+
+class _Child:
+    """The value(s) of one labelled series; guarded by the family's lock."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+
+
+class CounterChild(_Child):
+    def __init__(self, lock: threading.Lock) -> None:
+        super().__init__(lock)
+        self.value = 0.0
+
+    def inc(self, amount: float = 1) -> None:
+        """Add to the counter; counters only go up (a negative amount is a programming error)."""
+        if amount < 0:
+            raise ValueError("a counter cannot decrease")
+        with self._lock:
+            self.value += amount
+
+
+class GaugeChild(_Child):
+    def __init__(self, lock: threading.Lock) -> None:
+        super().__init__(lock)
+        self.value = 0.0
+
+    def set(self, value: float) -> None:
+        with self._lock:
+            self.value = float(value)
+
+    def inc(self, amount: float = 1) -> None:
+        with self._lock:
+            self.value += amount
+
+    def dec(self, amount: float = 1) -> None:
+        with self._lock:
+            self.value -= amount
+
+
+class HistogramChild(_Child):
+    def __init__(self, lock: threading.Lock, bounds: tuple[float, ...]) -> None:
+        super().__init__(lock)
+        self._bounds = bounds
+        self.counts = [0] * len(bounds)  # per bucket, not cumulative; +Inf is `count`
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        """Record one observation (upper bounds are inclusive: ``le``)."""
+        with self._lock:
+            for i, bound in enumerate(self._bounds):
+                if value <= bound:
+                    self.counts[i] += 1
+                    break
+            self.sum += value
+            self.count += 1
+
+
+_C = TypeVar("_C", bound=_Child)
+
+
+class _Family(Generic[_C]):
+    """A named metric with fixed label names; its series are created by `labels()` on first use."""
+
+    type_: str = ""
+
+    def __init__(
+        self, name: str, help_text: str, label_names: Sequence[str] = (), *, stability: str = "", lazy: bool = False
+    ) -> None:
+        if not name or not all(c.isalnum() or c in "_:" for c in name) or name[0].isdigit():
+            raise ValueError(f"invalid metric name {name!r}")
+        for label in label_names:
+            if not label or not all(c.isalnum() or c == "_" for c in label) or label[0].isdigit():
+                raise ValueError(f"invalid label name {label!r} of {name}")
+            if label == "le" or label.startswith("__"):
+                raise ValueError(f"reserved label name {label!r} of {name}")
+        if len(set(label_names)) != len(label_names):
+            raise ValueError(f"duplicate label names of {name}: {label_names}")
+        self.name = name
+        self.help = help_text
+        self.label_names = tuple(label_names)
+        self.stability = stability
+        self._lock = threading.Lock()
+        self._children: dict[tuple[str, ...], _C] = {}
+        # Like a Go metric without a *Vec, a family without labels shows its zero value from the start;
+        # `lazy` makes it behave like a label-less *Vec instead: absent until first used.
+        if not self.label_names and not lazy:
+            self.labels()
+
+    def _new_child(self) -> _C:
+        raise NotImplementedError
+
+    def labels(self, *values: str, **by_name: str) -> _C:
+        """The series for these label values (positional in definition order, or all by name)."""
+        if values and by_name:
+            raise ValueError(f"{self.name}: label values either positionally or by name, not both")
+        if by_name:
+            if set(by_name) != set(self.label_names):
+                raise ValueError(f"{self.name}: expected labels {self.label_names}, got {tuple(by_name)}")
+            values = tuple(by_name[label] for label in self.label_names)
+        if len(values) != len(self.label_names):
+            raise ValueError(f"{self.name}: expected {len(self.label_names)} label values, got {len(values)}")
+        key = tuple(str(v) for v in values)
+        with self._lock:
+            child = self._children.get(key)
+            if child is None:
+                child = self._children[key] = self._new_child()
+        return child
+
+    def remove(self, *values: str) -> None:
+        """Forget one series (e.g. of a pod that is gone); absent series are ignored."""
+        with self._lock:
+            self._children.pop(tuple(str(v) for v in values), None)
+
+    def clear(self) -> None:
+        """Forget every series (a family without labels gets its zero series back on next use)."""
+        with self._lock:
+            self._children.clear()
+
+    def _series(self) -> list[tuple[tuple[tuple[str, str], ...], _C]]:
+        with self._lock:
+            items = list(self._children.items())
+        return sorted(
+            ((tuple(sorted(zip(self.label_names, key, strict=True))), child) for key, child in items),
+            key=lambda item: tuple(value for _, value in item[0]),
+        )
+
+    def _render_series(self, pairs: tuple[tuple[str, str], ...], child: _C) -> str:
+        raise NotImplementedError
+
+    def render(self) -> str:
+        """This family in the text format, or nothing while it has no series."""
+        series = self._series()
+        if not series:
+            return ""
+        header = family_header(self.name, self.help, self.type_, self.stability)
+        with self._lock:  # a consistent reading of each series (histogram buckets vs count)
+            return header + "".join(self._render_series(pairs, child) for pairs, child in series)
+
+
+class Counter(_Family[CounterChild]):
+    type_ = COUNTER
+
+    def _new_child(self) -> CounterChild:
+        return CounterChild(self._lock)
+
+    def inc(self, amount: float = 1) -> None:
+        """Shortcut for a counter without labels."""
+        self.labels().inc(amount)
+
+    def _render_series(self, pairs: tuple[tuple[str, str], ...], child: CounterChild) -> str:
+        return sample_line(self.name, pairs, child.value)
+
+
+class Gauge(_Family[GaugeChild]):
+    type_ = GAUGE
+
+    def _new_child(self) -> GaugeChild:
+        return GaugeChild(self._lock)
+
+    def set(self, value: float) -> None:
+        """Shortcut for a gauge without labels."""
+        self.labels().set(value)
+
+    def _render_series(self, pairs: tuple[tuple[str, str], ...], child: GaugeChild) -> str:
+        return sample_line(self.name, pairs, child.value)
+
+
+class Histogram(_Family[HistogramChild]):
+    type_ = HISTOGRAM
+
+    def __init__(
+        self,
+        name: str,
+        help_text: str,
+        label_names: Sequence[str] = (),
+        *,
+        buckets: Sequence[float] = DEFAULT_BUCKETS,
+        stability: str = "",
+        lazy: bool = False,
+    ) -> None:
+        bounds = tuple(sorted(float(b) for b in buckets if not math.isinf(b)))
+        if not bounds or len(set(bounds)) != len(bounds):
+            raise ValueError(f"{name}: histogram buckets must be distinct and not empty")
+        self.buckets = bounds
+        super().__init__(name, help_text, label_names, stability=stability, lazy=lazy)
+
+    def _new_child(self) -> HistogramChild:
+        return HistogramChild(self._lock, self.buckets)
+
+    def observe(self, value: float) -> None:
+        """Shortcut for a histogram without labels."""
+        self.labels().observe(value)
+
+    def _render_series(self, pairs: tuple[tuple[str, str], ...], child: HistogramChild) -> str:
+        lines = []
+        cumulative = 0
+        for bound, count in zip(self.buckets, child.counts, strict=True):
+            cumulative += count
+            lines.append(sample_line(f"{self.name}_bucket", (*pairs, ("le", format_value(bound))), cumulative))
+        lines.append(sample_line(f"{self.name}_bucket", (*pairs, ("le", "+Inf")), child.count))
+        lines.append(sample_line(f"{self.name}_sum", pairs, child.sum))
+        lines.append(sample_line(f"{self.name}_count", pairs, child.count))
+        return "".join(lines)
+
+
+_F = TypeVar("_F", bound=_Family)
+
+
+class Registry:
+    """The metric families of one endpoint; names are unique, rendering is sorted by name."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, _Family] = {}
+        self._lock = threading.Lock()
+
+    def register(self, family: _F) -> _F:
+        with self._lock:
+            if family.name in self._families:
+                raise ValueError(f"metric {family.name!r} is already registered")
+            self._families[family.name] = family
+        return family
+
+    def counter(
+        self, name: str, help_text: str, label_names: Sequence[str] = (), *, stability: str = "", lazy: bool = False
+    ) -> Counter:
+        return self.register(Counter(name, help_text, label_names, stability=stability, lazy=lazy))
+
+    def gauge(
+        self, name: str, help_text: str, label_names: Sequence[str] = (), *, stability: str = "", lazy: bool = False
+    ) -> Gauge:
+        return self.register(Gauge(name, help_text, label_names, stability=stability, lazy=lazy))
+
+    def histogram(
+        self,
+        name: str,
+        help_text: str,
+        label_names: Sequence[str] = (),
+        *,
+        buckets: Sequence[float] = DEFAULT_BUCKETS,
+        stability: str = "",
+        lazy: bool = False,
+    ) -> Histogram:
+        return self.register(Histogram(name, help_text, label_names, buckets=buckets, stability=stability, lazy=lazy))
+
+    def get(self, name: str) -> _Family | None:
+        return self._families.get(name)
+
+    def exposition(self) -> str:
+        """Every family with samples, in the text format 0.0.4 (serve it with `CONTENT_TYPE`)."""
+        with self._lock:
+            families = sorted(self._families.values(), key=lambda f: f.name)
+        return "".join(family.render() for family in families)
+
+
+# ------------------------------------------------------------------------------------ kubelet metrics
+
+# pkg/kubelet/metrics/metrics.go (v1.37): hand-picked, roughly exponential bounds for pod start-up.
+POD_STARTUP_DURATION_BUCKETS: Final[tuple[float, ...]] = (
+    0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600,
+)  # fmt: skip
+RUNTIME_OPERATIONS_DURATION_BUCKETS: Final = exponential_buckets(0.005, 2.5, 14)
+
+# Values of the labels, as upstream sets them.
+CONTAINER = "container"  # container_type of kubelet_started_containers_total
+INIT_CONTAINER = "init_container"
+EPHEMERAL_CONTAINER = "ephemeral_container"
+SYNC_POD_TYPES: Final = ("sync", "update", "create", "kill")  # operation_type of pod_worker_duration (+ "terminated")
+
+# CRI method -> upstream operation_type (pkg/kubelet/kuberuntime/instrumented_services.go).
+_CRI_OPERATIONS: Final[Mapping[str, str]] = {
+    "Version": "version",
+    "Status": "status",
+    "CreateContainer": "create_container",
+    "StartContainer": "start_container",
+    "StopContainer": "stop_container",
+    "RemoveContainer": "remove_container",
+    "ListContainers": "list_containers",
+    "ContainerStatus": "container_status",
+    "UpdateContainerResources": "update_container",
+    "ReopenContainerLog": "reopen_container_log",
+    "ExecSync": "exec_sync",
+    "Exec": "exec",
+    "Attach": "attach",
+    "RunPodSandbox": "run_podsandbox",
+    "StopPodSandbox": "stop_podsandbox",
+    "RemovePodSandbox": "remove_podsandbox",
+    "PodSandboxStatus": "podsandbox_status",
+    "ListPodSandbox": "list_podsandbox",
+    "ContainerStats": "container_stats",
+    "ListContainerStats": "list_container_stats",
+    "PodSandboxStats": "podsandbox_stats",
+    "ListPodSandboxStats": "list_podsandbox_stats",
+    "PortForward": "port_forward",
+    "UpdatePodSandboxResources": "update_podsandbox_resources",
+    "UpdateRuntimeConfig": "update_runtime_config",
+    "ListImages": "list_images",
+    "ImageStatus": "image_status",
+    "PullImage": "pull_image",
+    "RemoveImage": "remove_image",
+    "ImageFsInfo": "image_fs_info",
+    "CheckpointContainer": "checkpoint_container",
+    "GetContainerEvents": "get_container_events",
+    "ListMetricDescriptors": "list_metric_descriptors",
+    "ListPodSandboxMetrics": "list_podsandbox_metrics",
+    "RuntimeConfig": "runtime_config",
+}
+
+
+def runtime_operation(method: str) -> str:
+    """The upstream operation_type of a CRI call, from its method name ("RunPodSandbox" -> "run_podsandbox").
+
+    Accepts "Service/Method" too; unknown methods become snake_case.
+    """
+    method = method.rpartition("/")[2]
+    known = _CRI_OPERATIONS.get(method)
+    if known is not None:
+        return known
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(method))
+
+
+class KubeletMetrics:
+    """The upstream kubelet metrics kopflet records, in their own registry (served at ``/metrics``).
+
+    Names, help texts, label names, buckets and stability levels are those of pkg/kubelet/metrics
+    (v1.37). The I/O code records through the helpers below or through the families directly.
+    """
+
+    def __init__(self, node_name: str = "", registry: Registry | None = None) -> None:
+        r = self.registry = registry if registry is not None else Registry()
+        self.node_name = r.gauge(
+            "kubelet_node_name", "The node's name. The count is always 1.", ("node",), stability=ALPHA
+        )
+        self.pod_start_duration = r.histogram(
+            "kubelet_pod_start_duration_seconds",
+            "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+            buckets=POD_STARTUP_DURATION_BUCKETS,
+            stability=ALPHA,
+        )
+        self.pod_start_sli_duration = r.histogram(
+            "kubelet_pod_start_sli_duration_seconds",
+            "Duration in seconds to start a pod, excluding time to pull images and run init containers, measured"
+            " from pod creation timestamp to when all its containers are reported as started and observed via watch",
+            buckets=POD_STARTUP_DURATION_BUCKETS,
+            stability=ALPHA,
+            lazy=True,  # upstream: a HistogramVec without labels, absent until the first pod start
+        )
+        self.pod_worker_duration = r.histogram(
+            "kubelet_pod_worker_duration_seconds",
+            "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+            ("operation_type",),
+            stability=ALPHA,
+        )
+        self.pleg_relist_duration = r.histogram(
+            "kubelet_pleg_relist_duration_seconds", "Duration in seconds for relisting pods in PLEG.", stability=ALPHA
+        )
+        self.pleg_relist_interval = r.histogram(
+            "kubelet_pleg_relist_interval_seconds", "Interval in seconds between relisting in PLEG.", stability=ALPHA
+        )
+        self.running_pods = r.gauge(
+            "kubelet_running_pods", "Number of pods that have a running pod sandbox", stability=ALPHA
+        )
+        self.running_containers = r.gauge(
+            "kubelet_running_containers",
+            "Number of containers currently running",
+            ("container_state",),
+            stability=ALPHA,
+        )
+        self.runtime_operations = r.counter(
+            "kubelet_runtime_operations_total",
+            "Cumulative number of runtime operations by operation type.",
+            ("operation_type",),
+            stability=ALPHA,
+        )
+        self.runtime_operations_errors = r.counter(
+            "kubelet_runtime_operations_errors_total",
+            "Cumulative number of runtime operation errors by operation type.",
+            ("operation_type",),
+            stability=ALPHA,
+        )
+        self.runtime_operations_duration = r.histogram(
+            "kubelet_runtime_operations_duration_seconds",
+            "Duration in seconds of runtime operations. Broken down by operation type.",
+            ("operation_type",),
+            buckets=RUNTIME_OPERATIONS_DURATION_BUCKETS,
+            stability=ALPHA,
+        )
+        self.started_pods = r.counter(
+            "kubelet_started_pods_total", "Cumulative number of pods started", stability=ALPHA
+        )
+        self.started_pods_errors = r.counter(
+            "kubelet_started_pods_errors_total", "Cumulative number of errors when starting pods", stability=ALPHA
+        )
+        self.started_containers = r.counter(
+            "kubelet_started_containers_total",
+            "Cumulative number of containers started",
+            ("container_type",),
+            stability=ALPHA,
+        )
+        self.started_containers_errors = r.counter(
+            "kubelet_started_containers_errors_total",
+            "Cumulative number of errors when starting containers",
+            ("container_type", "code"),
+            stability=ALPHA,
+        )
+        self._container_states: set[str] = set()
+        if node_name:
+            self.set_node_name(node_name)
+
+    def exposition(self) -> str:
+        return self.registry.exposition()
+
+    def set_node_name(self, node_name: str) -> None:
+        """kubelet_node_name{node=...} 1 (upstream SetNodeName); a rename drops the old series."""
+        self.node_name.clear()
+        self.node_name.labels(node_name).set(1)
+
+    def observe_runtime_operation(self, operation: str, seconds: float, error: bool = False) -> None:
+        """One CRI call (upstream recordOperation + recordError): count, duration and, if it failed, an error.
+
+        `operation` is the upstream operation_type or a CRI method name ("PullImage" -> "pull_image").
+        """
+        op = runtime_operation(operation) if operation[:1].isupper() or "/" in operation else operation
+        self.runtime_operations.labels(op).inc()
+        self.runtime_operations_duration.labels(op).observe(max(0.0, seconds))
+        if error:
+            self.runtime_operations_errors.labels(op).inc()
+
+    @contextlib.contextmanager
+    def timed_runtime_operation(self, operation: str, clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
+        """``with metrics.timed_runtime_operation("PullImage"): ...``: an exception counts as an error."""
+        started = clock()
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            self.observe_runtime_operation(operation, clock() - started, error=failed)
+
+    def observe_pod_worker(self, operation_type: str, seconds: float) -> None:
+        """One pod sync by its type: "create", "update", "sync", "kill" or "terminated"."""
+        self.pod_worker_duration.labels(operation_type).observe(max(0.0, seconds))
+
+    def observe_pleg_relist(self, duration: float, interval: float | None = None) -> None:
+        """One relist: how long it took and, except for the first, the time since the previous one."""
+        self.pleg_relist_duration.observe(max(0.0, duration))
+        if interval is not None:
+            self.pleg_relist_interval.observe(max(0.0, interval))
+
+    def set_running(self, running_pods: int, containers_by_state: Mapping[str, int]) -> None:
+        """The PLEG's counts: pods with a ready sandbox; containers by state ("running", "exited", ...).
+
+        A state seen before but empty now reads 0 (upstream leaves its last count standing).
+        """
+        self.running_pods.set(running_pods)
+        self._container_states |= set(containers_by_state)
+        for state in sorted(self._container_states):
+            self.running_containers.labels(state).set(containers_by_state.get(state, 0))
