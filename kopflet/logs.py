@@ -23,6 +23,7 @@ import dataclasses
 import datetime as dt
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 STREAM_ALL = "All"
 STREAM_STDOUT = "Stdout"
@@ -405,3 +406,42 @@ def tail_start_offset(data: bytes, n: int | None) -> int:
         return 0
     offset, _ = scan_tail_block(data, n + 1)
     return 0 if offset is None else offset
+
+
+# ------------------------------------------------------------------------------- which container's log
+
+
+def log_container_id(pod_status: Mapping[str, Any], container: str, pod_name: str, previous: bool) -> str:
+    """The runtime id of the container instance whose log a request reads, from the pod's API status.
+
+    Mirrors upstream `validateContainerLogStatus` (pkg/kubelet/kubelet_pods.go), including its messages,
+    which `kubectl logs` shows as they are; raises ValueError (the kubelet answers 400 Bad Request).
+    """
+    status = next((s for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
+                   for s in pod_status.get(key) or () if s.get("name") == container), None)
+    if status is None:
+        raise ValueError(f'container "{container}" in pod "{pod_name}" is not available')
+    state, last = status.get("state") or {}, (status.get("lastState") or {}).get("terminated")
+    last_id = (last or {}).get("containerID") or ""
+    if previous:
+        if not last_id:
+            raise ValueError(f'previous terminated container "{container}" in pod "{pod_name}" not found')
+        found = last_id
+    elif "running" in state:
+        found = status.get("containerID") or ""
+    elif "terminated" in state:
+        found = (state["terminated"] or {}).get("containerID") or last_id
+        if not found:
+            raise ValueError(f'container "{container}" in pod "{pod_name}" is terminated')
+    elif last is not None:
+        if not last_id:
+            raise ValueError(f'container "{container}" in pod "{pod_name}" is terminated')
+        found = last_id
+    elif "waiting" in state:
+        reason = (state["waiting"] or {}).get("reason") or ""
+        detail = {"ErrImagePull": "image can't be pulled",
+                  "ImagePullBackOff": "trying and failing to pull image"}.get(reason, reason)
+        raise ValueError(f'container "{container}" in pod "{pod_name}" is waiting to start: {detail}')
+    else:
+        raise ValueError(f'container "{container}" in pod "{pod_name}" is waiting to start - no logs yet')
+    return found.partition("://")[2] or found

@@ -18,6 +18,7 @@ from kopflet.logs import (
     LogOptions,
     LogOptionsError,
     format_timestamp,
+    log_container_id,
     parse_cri_line,
     parse_log_options,
     scan_tail_block,
@@ -550,3 +551,45 @@ async def test_truncated_file_is_read_again_from_the_start(log_file: Path) -> No
     await wait_for(lambda: sink.data == b"fresh\n")
     container.running = False
     await asyncio.wait_for(task, 5)
+
+
+# ------------------------------------------------------------------------------- log_container_id
+
+RUNNING = {"running": {"startedAt": "x"}}
+LAST = {"terminated": {"exitCode": 1, "containerID": "containerd://old"}}
+
+
+@pytest.mark.parametrize(("status", "previous", "expected"), [
+    ({"containerStatuses": [{"name": "c", "state": RUNNING, "containerID": "containerd://new"}]}, False, "new"),
+    ({"containerStatuses": [{"name": "c", "state": RUNNING, "containerID": "containerd://new", "lastState": LAST}]},
+     True, "old"),
+    ({"initContainerStatuses": [{"name": "c", "state": {"terminated": {"containerID": "containerd://done"}}}]},
+     False, "done"),
+    # a restart not yet started: the terminated state has no id, the last one is used
+    ({"containerStatuses": [{"name": "c", "state": {"terminated": {}}, "lastState": LAST}]}, False, "old"),
+    ({"containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                             "lastState": LAST}]}, False, "old"),
+])
+def test_log_container_id(status: dict, previous: bool, expected: str) -> None:
+    assert log_container_id(status, "c", "p", previous) == expected
+
+
+@pytest.mark.parametrize(("status", "previous", "message"), [
+    ({}, False, 'container "c" in pod "p" is not available'),
+    ({"containerStatuses": [{"name": "c", "state": RUNNING, "containerID": "containerd://x"}]}, True,
+     'previous terminated container "c" in pod "p" not found'),
+    ({"containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "ContainerCreating"}}}]}, False,
+     'container "c" in pod "p" is waiting to start: ContainerCreating'),
+    ({"containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}, False,
+     'container "c" in pod "p" is waiting to start: trying and failing to pull image'),
+    ({"containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "ErrImagePull"}}}]}, False,
+     'container "c" in pod "p" is waiting to start: image can\'t be pulled'),
+    ({"containerStatuses": [{"name": "c", "state": {"terminated": {}}}]}, False,
+     'container "c" in pod "p" is terminated'),
+    ({"containerStatuses": [{"name": "c", "state": {}}]}, False,
+     'container "c" in pod "p" is waiting to start - no logs yet'),
+])
+def test_log_container_id_errors(status: dict, previous: bool, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        log_container_id(status, "c", "p", previous)
+    assert str(err.value) == message
