@@ -37,6 +37,9 @@ class ImageManager:
     def __init__(self, cri_client: CriClient, recorder: EventRecorder, backoff: backoffs.Backoff) -> None:
         self.cri, self.recorder, self.backoff = cri_client, recorder, backoff
         self._pull_lock = asyncio.Lock()
+        self.pulling: dict[str, tuple[float, float]] = {}
+        """Pod uid -> (first pull started, last pull finished), wall clock: the pod start SLI leaves it out
+        (upstream pod_startup_latency_tracker)."""
 
     async def ensure(self, pod: spec.Pod, container: spec.ContainerSpec, sandbox: cri.PodSandboxConfig,
                      init: bool = False) -> str:
@@ -76,6 +79,8 @@ class ImageManager:
                 event(WARNING, "Failed", f'Failed to pull image "{image}": {message}')
                 raise ImageError(ERR_IMAGE_PULL, message) from exc
             done = time.time()
+        first, _ = self.pulling.get(pod.uid, (waited_from, done))
+        self.pulling[pod.uid] = (first, done)
         self.backoff.reset(key)
         pulled = await self.cri.images.status(ref or image)
         size = f" Image size: {pulled.size} bytes." if pulled is not None and pulled.size else ""

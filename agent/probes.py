@@ -34,6 +34,7 @@ from cri_client import CriError
 from cri_client.types import ExecSyncResult
 from kopflet import podstate, spec
 from kopflet import probes as p
+from kopflet.metrics import ProbeMetrics
 from kopflet.probes import Kind, Outcome, ProbeSpec, Result
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class ProbeManager:
         self._started = time.monotonic()
         self._workers: dict[str, dict[tuple[str, Kind], _Worker]] = {}
         self._session: aiohttp.ClientSession | None = None
+        self.metrics: ProbeMetrics | None = None
 
     # ------------------------------------------------------------------------------------- inputs
 
@@ -179,6 +181,9 @@ class ProbeManager:
     def _cancel(self, worker: _Worker) -> None:
         if worker.task is not None:
             worker.task.cancel()
+        if self.metrics is not None:
+            self.metrics.forget(worker.probe.kind, container=worker.container.name, pod=worker.pod.name,
+                                namespace=worker.pod.namespace, uid=worker.uid)
 
     def _sibling(self, worker: _Worker, kind: Kind) -> _Worker | None:
         return self._workers.get(worker.uid, {}).get((worker.container.name, kind))
@@ -220,12 +225,18 @@ class ProbeManager:
         container_id = worker.state.container_id
         kind = worker.probe.kind
         result = Result.unknown("not run")
+        started = time.monotonic()
         for _ in range(p.MAX_PROBE_RETRIES):  # upstream runProbeWithRetries: only errors are retried
             result = await self.run_probe(worker.probe, worker.container, container_id, worker.pod_ip)
             if result.outcome is not Outcome.UNKNOWN:
                 break
         if worker.state.container_id != container_id:
             return  # the container changed while probing: the result is about a container now gone
+        if self.metrics is not None:
+            outcome = {Outcome.SUCCESS: "successful", Outcome.WARNING: "successful",
+                       Outcome.FAILURE: "failed"}.get(result.outcome, "unknown")
+            self.metrics.observe(kind, outcome, time.monotonic() - started, container=worker.container.name,
+                                 pod=worker.pod.name, namespace=worker.pod.namespace, uid=worker.uid)
         before = p.published(worker.state)
         worker.state = p.record(worker.state, result, now)
         event = p.probe_event(kind, result)

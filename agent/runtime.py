@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from cri_client import CriClient, CriError
@@ -31,6 +32,8 @@ class RuntimeCache:
         self._fingerprints: dict[str, tuple[tuple[str, str], ...]] = {}
         self.pods: dict[str, podstate.RuntimePodStatus] = {}
         self.synced = asyncio.Event()
+        self.on_relist: Callable[[float, float | None], None] | None = None
+        """Called after each relist with (duration, interval since the previous start): PLEG metrics."""
 
     def pod(self, uid: str) -> podstate.RuntimePodStatus:
         return self.pods.get(uid, podstate.RuntimePodStatus(uid=uid))
@@ -101,9 +104,14 @@ class RuntimeCache:
     async def run(self, on_change: Callable[[set[str]], None], period: float = RELIST_PERIOD) -> None:
         """The relist loop; runtime outages are logged and waited out, never fatal."""
         failing = False
+        last_start: float | None = None
         while True:
+            started = time.monotonic()
             try:
                 changed = await self.relist()
+                if self.on_relist is not None:
+                    self.on_relist(time.monotonic() - started, None if last_start is None else started - last_start)
+                last_start = started
                 if failing:
                     logger.info("container runtime is reachable again")
                     failing = False

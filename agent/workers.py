@@ -29,6 +29,7 @@ from cri_client import CriError
 from kopflet import admission, gc, podstate, reconciler, spec, status
 from kopflet import backoff as backoffs
 from kopflet.config import AgentConfig
+from kopflet.metrics import KubeletMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class _Worker:
         self.pod: spec.Pod | None = None
         self.task: asyncio.Task[None] | None = None
         self.reported_error = ""
+        self.first_seen = time.time()
+        self.synced = self.updated = self.start_observed = False
 
 
 class PodWorkers:
@@ -57,6 +60,7 @@ class PodWorkers:
         self.cfg, self.api, self.cache, self.syncer = cfg, api, cache, syncer
         self.recorder, self.backoff, self.node_info = recorder, backoff, node_info
         self.probes: ProbeManager | None = None  # set once built: it needs this object's wake()
+        self.metrics: KubeletMetrics | None = None
         self.workers: dict[str, _Worker] = {}
 
     # ------------------------------------------------------------------------------------- inputs
@@ -75,6 +79,7 @@ class PodWorkers:
             worker.body = body
             if not changed:
                 return  # only the status moved (often our own patch): nothing to do before the next wake
+            worker.updated = True
         worker.wake.set()
 
     def deleted(self, body: Mapping[str, Any]) -> None:
@@ -115,8 +120,13 @@ class PodWorkers:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(worker.wake.wait(), timeout=delay)
             worker.wake.clear()
+            kind = _sync_type(worker)
+            worker.updated, started = False, time.monotonic()
             try:
                 delay = await self._sync(worker)
+                worker.synced = True
+                if self.metrics is not None:
+                    self.metrics.observe_pod_worker(kind, time.monotonic() - started)
             except (*API_ERRORS, CriError) as exc:
                 logger.warning(f"pod {_ref(worker.body)}: sync failed, retrying in {ERROR_RETRY:.0f}s: {exc}")
                 delay = ERROR_RETRY
@@ -133,6 +143,7 @@ class PodWorkers:
         runtime = await self.cache.refresh_pod(uid)
         if worker.gone:
             self._probes_forget(uid)
+            self.syncer.images.pulling.pop(uid, None)
             await self.syncer.kill_pod(_minimal_pod(body), runtime, grace=0)
             await self.syncer.remove_pod(await self.cache.refresh_pod(uid), uid)
             await self.cache.refresh_pod(uid)
@@ -244,12 +255,29 @@ class PodWorkers:
             startup=self.probes.started(pod.uid) if self.probes else None,
             host_ip=self.cfg.node_ip, host_ips=(self.cfg.node_ip,) if self.cfg.node_ip else (),
             now=datetime.datetime.now(datetime.UTC), pod_is_terminal=terminal)
+        if not worker.start_observed and _all_started(desired):
+            worker.start_observed = True
+            if (previous.get("phase") or "Pending") == "Pending":  # not a pod adopted already running
+                self._observe_start(worker)
         patch = status.status_patch(previous, desired)
         if not patch:
             return
         updated = await self.api.patch_pod_status(pod.namespace, pod.name, patch)
         if updated.get("metadata", {}).get("uid") == worker.uid:
             worker.body = {**worker.body, "status": updated.get("status", {})}
+
+    def _observe_start(self, worker: _Worker) -> None:
+        """Pod start latency (upstream pod_startup_latency_tracker): from first seen by the agent, and the
+        SLI from creation to running minus the time spent pulling images."""
+        now = time.time()
+        pulling = self.syncer.images.pulling.pop(worker.uid, None)
+        if self.metrics is None:
+            return
+        self.metrics.pod_start_duration.observe(max(0.0, now - worker.first_seen))
+        created = _timestamp((worker.body.get("metadata") or {}).get("creationTimestamp"))
+        if created is not None:
+            pulled = pulling[1] - pulling[0] if pulling else 0.0
+            self.metrics.pod_start_sli_duration.observe(max(0.0, now - created - pulled))
 
     def _termination_messages(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> dict[str, str]:
         """Upstream getTerminationMessage: the file the container wrote, or (FallbackToLogsOnError) the
@@ -273,6 +301,29 @@ class PodWorkers:
             if message:
                 out[info.id] = message
         return out
+
+
+def _sync_type(worker: _Worker) -> str:
+    """The operation_type of kubelet_pod_worker_duration_seconds (upstream SyncPodType)."""
+    if worker.gone or (worker.body.get("metadata") or {}).get("deletionTimestamp"):
+        return "kill"
+    if not worker.synced:
+        return "create"
+    return "update" if worker.updated else "sync"
+
+
+def _all_started(pod_status: Mapping[str, Any]) -> bool:
+    """Running with every regular container running: what upstream counts as a started pod."""
+    containers = pod_status.get("containerStatuses") or ()
+    return pod_status.get("phase") == "Running" and bool(containers) and \
+        all("running" in (c.get("state") or {}) for c in containers)
+
+
+def _timestamp(value: Any) -> float | None:
+    try:
+        return datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() if value else None
+    except ValueError:
+        return None
 
 
 def _log_tail(path: Path) -> str:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, Self
 
@@ -91,6 +92,8 @@ class CriClient:
         self._channel: grpc.aio.Channel | None = None
         self._runtime: pb_grpc.RuntimeServiceStub | None = None
         self._image: pb_grpc.ImageServiceStub | None = None
+        self.observer: Callable[[str, float, bool], None] | None = None
+        """Called after every RPC with (method, seconds, failed): the kubelet's runtime operation metrics."""
         self.sandboxes: Final = Sandboxes(self)
         self.containers: Final = Containers(self)
         self.images: Final = Images(self)
@@ -139,10 +142,16 @@ class CriClient:
         if stub is None:
             raise RuntimeError(f"{self!r} is not open: use 'async with' or 'await client.open()' first")
         rpc = getattr(stub, method)
+        started, failed = time.monotonic(), True
         try:
-            return await rpc(request, timeout=self.timeout if deadline is None else deadline, wait_for_ready=False)
+            response = await rpc(request, timeout=self.timeout if deadline is None else deadline, wait_for_ready=False)
+            failed = False
+            return response
         except grpc.aio.AioRpcError as e:
             raise errors.CriError(e.code().name, e.details() or "", f"{service}/{method}", self.endpoint) from e
+        finally:
+            if self.observer is not None:
+                self.observer(method, time.monotonic() - started, failed)
 
     # ---------------------------------------------------------------------------------------- runtime
 

@@ -594,3 +594,39 @@ class KubeletMetrics:
         self._container_states |= set(containers_by_state)
         for state in sorted(self._container_states):
             self.running_containers.labels(state).set(containers_by_state.get(state, 0))
+
+
+_PROBE_TYPES = {"liveness": "Liveness", "readiness": "Readiness", "startup": "Startup"}
+_PROBE_RESULTS = ("successful", "failed", "unknown")
+
+
+class ProbeMetrics:
+    """The prober's metrics (upstream pkg/kubelet/prober), in their own registry, served at ``/metrics/probes``."""
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        r = self.registry = registry if registry is not None else Registry()
+        self.results = r.counter(
+            "prober_probe_total",
+            "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+            ("probe_type", "result", "container", "pod", "namespace", "pod_uid"), stability=BETA)
+        self.duration = r.histogram(
+            "prober_probe_duration_seconds", "Duration in seconds for a probe response.",
+            ("probe_type", "container", "pod", "namespace"), stability=ALPHA)
+
+    def observe(self, kind: str, result: str, seconds: float, *, container: str, pod: str, namespace: str,
+                uid: str) -> None:
+        """One probe run; as upstream, only successful runs go into the duration histogram."""
+        probe_type = _PROBE_TYPES.get(kind, kind)
+        self.results.labels(probe_type, result, container, pod, namespace, uid).inc()
+        if result == "successful":
+            self.duration.labels(probe_type, container, pod, namespace).observe(max(0.0, seconds))
+
+    def forget(self, kind: str, *, container: str, pod: str, namespace: str, uid: str) -> None:
+        """The probe worker stopped: drop its series (upstream worker.stop deletes them)."""
+        probe_type = _PROBE_TYPES.get(kind, kind)
+        for result in _PROBE_RESULTS:
+            self.results.remove(probe_type, result, container, pod, namespace, uid)
+        self.duration.remove(probe_type, container, pod, namespace)
+
+    def exposition(self) -> str:
+        return self.registry.exposition()

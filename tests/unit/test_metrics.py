@@ -366,3 +366,19 @@ def test_pleg_and_pod_start() -> None:
     assert "kubelet_pleg_relist_interval_seconds_count 1\n" in out
     assert 'kubelet_pod_start_duration_seconds_bucket{le="2"} 0\n' in out
     assert 'kubelet_pod_start_duration_seconds_bucket{le="3"} 1\n' in out
+
+
+def test_probe_metrics_count_by_result_and_time_only_successes() -> None:
+    from kopflet.metrics import ProbeMetrics
+
+    m = ProbeMetrics()
+    who = {"container": "c", "pod": "p", "namespace": "n", "uid": "u"}
+    m.observe("readiness", "successful", 0.25, **who)
+    m.observe("readiness", "failed", 9.0, **who)
+    text = m.exposition()
+    assert ('prober_probe_total{container="c",namespace="n",pod="p",pod_uid="u",probe_type="Readiness",'
+            'result="successful"} 1') in text
+    assert 'result="failed"' in text
+    assert 'prober_probe_duration_seconds_count{container="c",namespace="n",pod="p",probe_type="Readiness"} 1' in text
+    m.forget("readiness", **who)
+    assert 'pod="p"' not in m.exposition()
