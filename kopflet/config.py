@@ -34,6 +34,8 @@ from kopflet import admission, qos
 DEFAULT_RUNTIME_ENDPOINT = "unix:///run/containerd/containerd.sock"
 # --runtime-request-timeout default: 2 minutes.
 DEFAULT_RUNTIME_REQUEST_TIMEOUT = 120.0
+# The kubelet API server's authorization modes (KubeletAuthorizationMode).
+AUTHORIZATION_MODES = ("AlwaysAllow", "Webhook")
 
 # The kubelet's flags as one shell-quoted string: how they reach the agent under `kopf run`, which owns argv.
 ARGS_ENV = "KOPFLET_ARGS"
@@ -132,10 +134,40 @@ class AgentConfig:
     """``--healthz-bind-address``."""
     log_verbosity: int = 0
     """``-v``/``--v``: log verbosity as klog levels (4 and above: debug logging)."""
+    address: str = "0.0.0.0"
+    """``--address``: where the kubelet API (HTTPS: logs, exec, port-forward, stats) listens."""
+    port: int = 10250
+    """``--port``: the kubelet API's port."""
+    tls_cert_file: str = ""
+    """``--tls-cert-file``: the API's serving certificate (intermediates after it); empty: self-signed."""
+    tls_private_key_file: str = ""
+    """``--tls-private-key-file``: the key of ``tls_cert_file``."""
+    cert_dir: str = ""
+    """``--cert-dir``: where the self-signed ``kubelet.crt``/``kubelet.key`` live; empty: ``<root_dir>/pki``."""
+    client_ca_file: str = ""
+    """``authentication.x509.clientCAFile``: CA bundle for client certificates (the apiserver's); empty: none."""
+    anonymous_auth: bool = False
+    """``authentication.anonymous.enabled``: requests without credentials become ``system:anonymous``.
+    False as in the KubeletConfiguration file (upstream's flag alone, without ``--config``, defaults to true)."""
+    authentication_token_webhook: bool = True
+    """``authentication.webhook.enabled``: bearer tokens are checked with a TokenReview."""
+    authentication_token_webhook_cache_ttl: float = 120.0
+    """``authentication.webhook.cacheTTL``: how long TokenReview answers are cached, in seconds; 0: not cached."""
+    authorization_mode: str = "Webhook"
+    """``authorization.mode``: ``Webhook`` (a SubjectAccessReview per request) or ``AlwaysAllow``."""
+    authorization_webhook_cache_authorized_ttl: float = 300.0
+    """``authorization.webhook.cacheAuthorizedTTL``: how long an "allowed" answer is cached, in seconds."""
+    authorization_webhook_cache_unauthorized_ttl: float = 30.0
+    """``authorization.webhook.cacheUnauthorizedTTL``: how long a "denied" answer is cached, in seconds."""
 
     @property
     def pod_field_selector(self) -> str:
         return f"spec.nodeName={self.node_name}"
+
+    @property
+    def cert_directory(self) -> str:
+        """``--cert-dir`` as upstream defaults it: ``<root-dir>/pki``."""
+        return self.cert_dir or f"{self.root_dir.rstrip('/')}/pki"
 
     @property
     def healthz_endpoint(self) -> str:
@@ -286,6 +318,19 @@ def _port(text: str) -> int:
     if not 0 <= number <= 65535:
         raise _Invalid(f"must be a port number from 0 (disabled) to 65535, got {number}")
     return number
+
+
+def _server_port(text: str) -> int:
+    number = _integer(text)
+    if not 1 <= number <= 65535:
+        raise _Invalid(f"must be between 1 and 65535, inclusive, got {number}")
+    return number
+
+
+def _authorization_mode(text: str) -> str:
+    if text not in AUTHORIZATION_MODES:
+        raise _Invalid(f"unknown authorization mode {_show(text)}: expected one of {', '.join(AUTHORIZATION_MODES)}")
+    return text
 
 
 def check_label_key(key: str) -> None:
@@ -501,9 +546,16 @@ IPS = _Kind("ips", _ips, lambda v: tuple(_ip(ip) for ip in _yaml_strings(v)), ac
 DOMAIN = _Kind("string", _domain, _text_then(_domain), empty_is_unset=True)
 COUNT = _Kind("int", _non_negative, lambda v: _non_negative(str(_yaml_integer(v))))
 PORT = _Kind("int", _port, lambda v: _port(str(_yaml_integer(v))))
+# --port must name a port; in the file 0 means the default (10250), as upstream's defaulting.
+SERVER_PORT = _Kind("int", _server_port, lambda v: _port(str(_yaml_integer(v))))
+# An empty mode in the file means the default (Webhook).
+AUTHORIZATION_MODE = _Kind("string", _authorization_mode,
+                           lambda v: _yaml_string(v) and _authorization_mode(v), empty_is_unset=True)
 BOOL = _Kind("bool", _bool, _yaml_bool, is_bool=True)
 # In the file a zero duration means the default (upstream defaulting); on the command line it is an error.
 DURATION = _Kind("duration", _positive_duration, _text_then(_non_negative_duration))
+# Cache TTLs: on the command line 0 turns the cache off; in the file 0 means the default, as upstream.
+TTL = _Kind("duration", _non_negative_duration, _text_then(_non_negative_duration))
 LABELS = _Kind("mapStringString", _labels, None, accumulate=_merge)
 RESERVED = _Kind("mapStringString", _reserved, lambda v: _quantities(_yaml_string_map(v)), accumulate=_merge)
 SYSCTLS = _Kind("strings", _sysctls, lambda v: tuple(_sysctl(s) for s in _yaml_strings(v)), accumulate=_append)
@@ -585,10 +637,41 @@ SETTINGS: tuple[Setting, ...] = (
             "Address the /healthz endpoint listens on."),
     Setting("log_verbosity", "v", None, VERBOSITY, "0",
             "Log verbosity: 4 and above log at debug level, 6 and above also asyncio's debug logs."),
+    # The kubelet API server (HTTPS): logs, exec/attach/port-forward, pods, stats, metrics.
+    Setting("address", "address", "address", IP, "0.0.0.0",
+            "The IP address the kubelet API serves on (0.0.0.0 or :: for all interfaces)."),
+    Setting("port", "port", "port", SERVER_PORT, "10250", "The port the kubelet API serves on."),
+    Setting("tls_cert_file", "tls-cert-file", "tlsCertFile", STRING, '""',
+            "The kubelet API's x509 serving certificate (intermediates after it). Without it and "
+            "--tls-private-key-file, a self-signed certificate and key are made once in --cert-dir."),
+    Setting("tls_private_key_file", "tls-private-key-file", "tlsPrivateKeyFile", STRING, '""',
+            "The private key of --tls-cert-file."),
+    Setting("cert_dir", "cert-dir", None, STRING, "<root-dir>/pki",
+            "Where the self-signed kubelet.crt and kubelet.key are kept; ignored with --tls-cert-file."),
+    Setting("client_ca_file", "client-ca-file", "authentication.x509.clientCAFile", STRING, '""',
+            "CA bundle: a client certificate signed by it authenticates as its CommonName, with its "
+            "Organizations as groups. Empty: no client certificates."),
+    Setting("anonymous_auth", "anonymous-auth", "authentication.anonymous.enabled", BOOL, "false",
+            "Requests without credentials are served as system:anonymous (group system:unauthenticated). "
+            "False as in the KubeletConfiguration file; upstream's flag alone defaults to true.",
+            zero_is_default=False),
+    Setting("authentication_token_webhook", "authentication-token-webhook", "authentication.webhook.enabled",
+            BOOL, "true", "Bearer tokens are checked with a TokenReview on the apiserver.", zero_is_default=False),
+    Setting("authentication_token_webhook_cache_ttl", "authentication-token-webhook-cache-ttl",
+            "authentication.webhook.cacheTTL", TTL, "2m0s", "How long TokenReview answers are cached."),
+    Setting("authorization_mode", "authorization-mode", "authorization.mode", AUTHORIZATION_MODE, "Webhook",
+            "Webhook (a SubjectAccessReview on nodes/<subresource> per request) or AlwaysAllow."),
+    Setting("authorization_webhook_cache_authorized_ttl", "authorization-webhook-cache-authorized-ttl",
+            "authorization.webhook.cacheAuthorizedTTL", TTL, "5m0s", "How long an allowed answer is cached."),
+    Setting("authorization_webhook_cache_unauthorized_ttl", "authorization-webhook-cache-unauthorized-ttl",
+            "authorization.webhook.cacheUnauthorizedTTL", TTL, "30s", "How long a denied answer is cached."),
 )
 
 _BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}
 _BY_FIELD = {s.field: s for s in SETTINGS if s.field}
+# Nested structs of the file (authentication, authentication.x509 ...): dotted paths of the mappings that hold fields.
+_GROUPS = frozenset(".".join(s.field.split(".")[:i]) for s in SETTINGS if s.field
+                    for i in range(1, s.field.count(".") + 1))
 _SHORTHANDS = {"v": "v"}
 
 # The older environment variables, below flags and the file.
@@ -605,9 +688,9 @@ LEGACY_NODE_NAME_ENV = "KOPFLET_NODE_NAME"
 # Every field of the upstream KubeletConfiguration v1beta1 (staging/src/k8s.io/kubelet/config/v1beta1/types.go)
 # that kopflet does not honour: setting one is an error, not a silent no-op.
 UNSUPPORTED_FIELDS = frozenset({
-    "enableServer", "httpCheckFrequency", "staticPodURL", "staticPodURLHeader", "address", "port", "readOnlyPort",
-    "tlsCertFile", "tlsPrivateKeyFile", "tlsCipherSuites", "tlsCurvePreferences", "tlsMinVersion",
-    "rotateCertificates", "serverTLSBootstrap", "authentication", "authorization", "registryPullQPS",
+    "enableServer", "httpCheckFrequency", "staticPodURL", "staticPodURLHeader", "readOnlyPort",
+    "tlsCipherSuites", "tlsCurvePreferences", "tlsMinVersion",
+    "rotateCertificates", "serverTLSBootstrap", "registryPullQPS",
     "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
     "eventRecordQPS", "eventBurst", "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
     "streamingConnectionIdleTimeout", "nodeLeaseDurationSeconds", "imageMinimumGCAge", "imageMaximumGCAge",
@@ -736,16 +819,38 @@ def parse_config_file(path: str, text: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: kind must be {_show(CONFIG_KIND)}, got {_show(body.get('kind'))}")
     values: dict[str, Any] = {}
     problems: list[str] = []
-    for name, raw in body.items():
-        if name in ("apiVersion", "kind"):
+    _read_fields(body, "", values, problems)
+    if len(problems) == 1:
+        raise ConfigError(f"{where}: {problems[0]}")
+    if problems:
+        raise ConfigError(f"{where}: {len(problems)} problems:\n  " + "\n  ".join(problems))
+    return values
+
+
+def _read_fields(body: Mapping[Any, Any], prefix: str, values: dict[str, Any], problems: list[str]) -> None:
+    """The fields of one mapping of the file into ``values``; nested structs (``authentication.x509``) recurse.
+
+    Fields are named by their dotted path (``authentication.webhook.cacheTTL``) in messages and in SETTINGS.
+    """
+    for key, raw in body.items():
+        if not prefix and key in ("apiVersion", "kind"):
             continue
-        setting = _BY_FIELD.get(name) if isinstance(name, str) else None
+        name = f"{prefix}{key}"
+        if isinstance(key, str) and name in _GROUPS:
+            if raw is None:
+                continue
+            if not isinstance(raw, Mapping):
+                problems.append(f"field {_show(name)}: expected a mapping, got {_show(raw)}")
+                continue
+            _read_fields(raw, f"{name}.", values, problems)
+            continue
+        setting = _BY_FIELD.get(name) if isinstance(key, str) else None
         if setting is None:
             if name in UNSUPPORTED_FIELDS:
                 problems.append(f"field {_show(name)} is not supported by kopflet (it would have no effect); "
                                 f"remove it")
             else:
-                problems.append(f"unknown field {_show(name)}" + _suggest(str(name), sorted(_BY_FIELD)))
+                problems.append(f"unknown field {_show(name)}" + _suggest(name, sorted({*_BY_FIELD, *_GROUPS})))
             continue
         if raw is None:
             continue
@@ -759,11 +864,6 @@ def parse_config_file(path: str, text: str) -> dict[str, Any]:
         if setting.zero_is_default and isinstance(value, int | float | str) and not value:
             continue
         values[setting.attr] = value
-    if len(problems) == 1:
-        raise ConfigError(f"{where}: {problems[0]}")
-    if problems:
-        raise ConfigError(f"{where}: {len(problems)} problems:\n  " + "\n  ".join(problems))
-    return values
 
 
 def parse_legacy_env(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -813,6 +913,9 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     if "node_status_report_frequency" not in values and "node_status_update_frequency" in file_values:
         # v1beta1 defaulting: an explicit nodeStatusUpdateFrequency in the file is also the report default.
         values["node_status_report_frequency"] = file_values["node_status_update_frequency"]
+    if bool(values.get("tls_cert_file")) != bool(values.get("tls_private_key_file")):
+        raise ConfigError("--tls-cert-file (tlsCertFile) and --tls-private-key-file (tlsPrivateKeyFile) must be "
+                          "given together, or neither for a self-signed certificate in --cert-dir")
     return AgentConfig(**values)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kopflet import config
 from kopflet.config import DEFAULT_RUNTIME_ENDPOINT, AgentConfig, ConfigError, Taint, load
@@ -56,6 +57,28 @@ def test_defaults_match_the_upstream_kubelet() -> None:
     assert cfg.pod_field_selector == "spec.nodeName=node-1"
 
 
+def test_kubelet_api_defaults_are_the_config_files() -> None:
+    # The KubeletConfiguration file's defaults, not the insecure legacy ones of upstream's flags without --config.
+    cfg = run()
+    assert (cfg.address, cfg.port) == ("0.0.0.0", 10250)
+    assert (cfg.tls_cert_file, cfg.tls_private_key_file, cfg.client_ca_file) == ("", "", "")
+    assert cfg.cert_directory == "/var/lib/kopflet/pki"
+    assert (cfg.anonymous_auth, cfg.authentication_token_webhook) == (False, True)
+    assert cfg.authentication_token_webhook_cache_ttl == 120.0
+    assert cfg.authorization_mode == "Webhook"
+    assert (cfg.authorization_webhook_cache_authorized_ttl, cfg.authorization_webhook_cache_unauthorized_ttl) == (
+        300.0, 30.0)
+
+
+@pytest.mark.parametrize(("argv", "cert_dir"), [
+    ([], "/var/lib/kopflet/pki"),
+    (["--root-dir=/srv/k/"], "/srv/k/pki"),
+    (["--root-dir=/srv/k", "--cert-dir=/etc/kopflet/pki"], "/etc/kopflet/pki"),
+])
+def test_cert_dir_defaults_under_the_root_dir(argv: list[str], cert_dir: str) -> None:
+    assert run(argv).cert_directory == cert_dir
+
+
 # --- flags ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("argv", "expected"), [
@@ -97,6 +120,21 @@ def test_defaults_match_the_upstream_kubelet() -> None:
     (["-v=5"], {"log_verbosity": 5}),
     (["-v6"], {"log_verbosity": 6}),
     (["--v=2"], {"log_verbosity": 2}),
+    (["--address=127.0.0.1", "--port", "10350"], {"address": "127.0.0.1", "port": 10350}),
+    (["--address=::"], {"address": "::"}),
+    (["--tls-cert-file=/pki/k.crt", "--tls-private-key-file=/pki/k.key"],
+     {"tls_cert_file": "/pki/k.crt", "tls_private_key_file": "/pki/k.key"}),
+    (["--cert-dir=/etc/kopflet/pki"], {"cert_dir": "/etc/kopflet/pki"}),
+    (["--client-ca-file=/pki/ca.crt"], {"client_ca_file": "/pki/ca.crt"}),
+    (["--anonymous-auth"], {"anonymous_auth": True}),
+    (["--anonymous-auth=false"], {}),
+    (["--authentication-token-webhook=false"], {"authentication_token_webhook": False}),
+    (["--authentication-token-webhook-cache-ttl=10s"], {"authentication_token_webhook_cache_ttl": 10.0}),
+    (["--authentication-token-webhook-cache-ttl=0s"], {"authentication_token_webhook_cache_ttl": 0.0}),
+    (["--authorization-mode=AlwaysAllow"], {"authorization_mode": "AlwaysAllow"}),
+    (["--authorization-mode="], {}),
+    (["--authorization-webhook-cache-authorized-ttl=1m", "--authorization-webhook-cache-unauthorized-ttl=0"],
+     {"authorization_webhook_cache_authorized_ttl": 60.0, "authorization_webhook_cache_unauthorized_ttl": 0.0}),
     # The last of a repeated scalar flag wins; an empty value falls back to the default.
     (["--max-pods=5", "--max-pods=7"], {"max_pods": 7}),
     (["--node-ip=10.0.0.5", "--node-ip="], {}),
@@ -144,6 +182,20 @@ def test_flags(argv: list[str], expected: dict[str, Any]) -> None:
     (["--allowed-unsafe-sysctls=vm.swappiness"], '--allowed-unsafe-sysctls: the sysctl "vm.swappiness" are not known'),
     (["-v=loud"], '-v: expected an integer, got "loud"'),
     (["--hostname-override=Not_Valid!"], "--hostname-override: \"Not_Valid!\" is not a valid node name"),
+    (["--port=0"], "--port: must be between 1 and 65535, inclusive, got 0"),
+    (["--port=65536"], "--port: must be between 1 and 65535"),
+    (["--address=localhost"], '--address: "localhost" is not an IP address'),
+    (["--anonymous-auth=maybe"], "--anonymous-auth: expected true or false"),
+    (["--authorization-mode=RBAC"], '--authorization-mode: unknown authorization mode "RBAC": expected one of '
+                                    "AlwaysAllow, Webhook"),
+    (["--authorization-mode=Node,Webhook"], "--authorization-mode: unknown authorization mode"),
+    (["--authentication-token-webhook-cache-ttl=-1s"], "--authentication-token-webhook-cache-ttl: must not be "
+                                                       "a negative duration"),
+    (["--authorization-webhook-cache-authorized-ttl=5"], "--authorization-webhook-cache-authorized-ttl: expected "
+                                                         "a duration"),
+    (["--tls-cert-file=/pki/k.crt"], "--tls-cert-file (tlsCertFile) and --tls-private-key-file (tlsPrivateKeyFile) "
+                                     "must be given together"),
+    (["--tls-private-key-file=/pki/k.key"], "must be given together"),
 ])
 def test_flag_errors_name_the_flag(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -367,6 +419,23 @@ registerWithTaints:
 - {key: example.com/spot, effect: PreferNoSchedule}
 containerRuntimeEndpoint: unix:///run/containerd/other.sock
 imageServiceEndpoint: unix:///run/images.sock
+address: 10.0.0.5
+port: 10350
+tlsCertFile: /etc/kopflet/pki/serving.crt
+tlsPrivateKeyFile: /etc/kopflet/pki/serving.key
+authentication:
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+    cacheTTL: 10s
+authorization:
+  mode: AlwaysAllow
+  webhook:
+    cacheAuthorizedTTL: 1m
+    cacheUnauthorizedTTL: 5s
 """
 
 
@@ -382,6 +451,11 @@ def test_full_config_file() -> None:
         register_with_taints=(Taint("dedicated", "edge", "NoSchedule"),
                               Taint("example.com/spot", "", "PreferNoSchedule")),
         runtime_endpoint="unix:///run/containerd/other.sock", image_endpoint="unix:///run/images.sock",
+        address="10.0.0.5", port=10350, tls_cert_file="/etc/kopflet/pki/serving.crt",
+        tls_private_key_file="/etc/kopflet/pki/serving.key", client_ca_file="/etc/kubernetes/pki/ca.crt",
+        anonymous_auth=True, authentication_token_webhook=False, authentication_token_webhook_cache_ttl=10.0,
+        authorization_mode="AlwaysAllow", authorization_webhook_cache_authorized_ttl=60.0,
+        authorization_webhook_cache_unauthorized_ttl=5.0,
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 
@@ -410,6 +484,16 @@ def test_empty_config_file_body_gives_the_defaults() -> None:
     ("nodeStatusUpdateFrequency: 20s\nnodeStatusReportFrequency: 2m\n", {"node_status_report_frequency": 120.0}),
     ("containerRuntimeEndpoint: unix:///run/r.sock\n", {"image_endpoint": "unix:///run/r.sock"}),
     ("healthzBindAddress: '::1'\n", {"healthz_endpoint": "http://[::1]:10248/healthz"}),
+    # The kubelet API: zero values mean the defaults, but the *bool fields keep an explicit false.
+    ("port: 0\n", {"port": 10250}),
+    ("authentication:\n", {"anonymous_auth": False, "authentication_token_webhook": True}),
+    ("authentication: {webhook: {cacheTTL: 0s}}\n", {"authentication_token_webhook_cache_ttl": 120.0}),
+    ("authentication: {webhook: null, x509: {clientCAFile: ''}}\n", {"client_ca_file": ""}),
+    ("authentication: {webhook: {enabled: false}}\n", {"authentication_token_webhook": False}),
+    ("authentication: {anonymous: {enabled: false}}\n", {"anonymous_auth": False}),
+    ("authorization: {mode: ''}\n", {"authorization_mode": "Webhook"}),
+    ("authorization: {webhook: {cacheAuthorizedTTL: 0s, cacheUnauthorizedTTL: 1m}}\n",
+     {"authorization_webhook_cache_authorized_ttl": 300.0, "authorization_webhook_cache_unauthorized_ttl": 60.0}),
 ])
 def test_config_file_defaulting(body: str, expected: dict[str, Any]) -> None:
     cfg = with_file(body)
@@ -421,7 +505,21 @@ def test_config_file_defaulting(body: str, expected: dict[str, Any]) -> None:
     ("maxpods: 1\n", 'unknown field "maxpods" (did you mean maxPods?)'),
     ("evictionHard: {memory.available: 100Mi}\n", 'field "evictionHard" is not supported by kopflet'),
     ("cgroupDriver: systemd\n", 'field "cgroupDriver" is not supported'),
-    ("authentication: {}\n", 'field "authentication" is not supported'),
+    ("readOnlyPort: 10255\n", 'field "readOnlyPort" is not supported'),
+    ("authentication: []\n", 'field "authentication": expected a mapping, got a list'),
+    ("authentication: {x509: yes}\n", 'field "authentication.x509": expected a mapping, got true'),
+    ("authentication: {x509: {clientCAFil: /ca.crt}}\n",
+     'unknown field "authentication.x509.clientCAFil" (did you mean authentication.x509.clientCAFile?)'),
+    ("authentication: {webhok: {}}\n", 'unknown field "authentication.webhok" (did you mean authentication.webhook?)'),
+    ("authentication: {webhook: {cacheTTL: 2}}\n", 'field "authentication.webhook.cacheTTL": expected a string'),
+    ("authentication: {anonymous: {enabled: 'yes'}}\n",
+     'field "authentication.anonymous.enabled": expected true or false, got "yes"'),
+    ("authorization: {mode: RBAC}\n", 'field "authorization.mode": unknown authorization mode "RBAC"'),
+    ("authorization: {webhook: {cacheUnauthorizedTTL: -1s}}\n",
+     'field "authorization.webhook.cacheUnauthorizedTTL": must not be a negative duration'),
+    ("port: 70000\n", 'field "port": must be a port number'),
+    ("address: localhost\n", 'field "address": "localhost" is not an IP address'),
+    ("tlsCertFile: /k.crt\n", "--tls-cert-file (tlsCertFile) and --tls-private-key-file (tlsPrivateKeyFile)"),
     ("maxPods: many\n", 'field "maxPods": expected an integer, got "many"'),
     ("maxPods: '110'\n", 'field "maxPods": expected an integer, got "110"'),
     ("maxPods: 1.5\n", 'field "maxPods": expected an integer, got 1.5'),
@@ -455,7 +553,7 @@ def test_config_file_errors_name_the_field(body: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         with_file(body)
     text = str(info.value)
-    assert text.startswith("config file /k.yaml: ")
+    assert text.startswith("config file /k.yaml: ") or "tlsCertFile" in message
     assert message in text
 
 
@@ -492,8 +590,13 @@ def test_unreadable_config_file() -> None:
 def test_every_known_field_is_either_honoured_or_refused() -> None:
     honoured = {s.field for s in config.SETTINGS if s.field}
     assert not honoured & config.UNSUPPORTED_FIELDS
+    assert not {field.split(".")[0] for field in honoured} & config.UNSUPPORTED_FIELDS
+    full = yaml.safe_load(FULL_FILE)
     for field in sorted(honoured):
-        assert field in FULL_FILE, f"{field} is not exercised by FULL_FILE"
+        node = full
+        for part in field.split("."):
+            assert isinstance(node, dict) and part in node, f"{field} is not exercised by FULL_FILE"
+            node = node[part]
 
 
 # --- precedence: flag > file > legacy environment > default ---------------------------------------------------
