@@ -163,7 +163,7 @@ class NodeAgent:
             "allocatable": nodestatus.allocatable(capacity, system_reserved=self.cfg.system_reserved,
                                                   kube_reserved=self.cfg.kube_reserved),
             "addresses": nodestatus.addresses(self.cfg.node_name, self.cfg.node_ip),
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.cfg.port}},
             "nodeInfo": nodestatus.node_info(self.facts, KUBELET_VERSION, self.runtime_version),
             "images": images,
         }

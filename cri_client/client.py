@@ -259,6 +259,12 @@ class Sandboxes(_Facade):
         response = await self._runtime("ListPodSandboxStats", request)
         return [convert.sandbox_stats_from_pb(item) for item in response.stats]
 
+    async def port_forward(self, pod_sandbox_id: str, ports: Sequence[int] = ()) -> str:
+        """Prepare a port-forward into a sandbox's network namespace; return the streaming URL."""
+        request = pb.PortForwardRequest(pod_sandbox_id=pod_sandbox_id, port=list(ports))
+        response = await self._runtime("PortForward", request)
+        return response.url
+
 
 class Containers(_Facade):
     """Containers inside sandboxes: lifecycle, status, exec and the streaming URLs."""
@@ -397,12 +403,6 @@ class Containers(_Facade):
             stderr=(not tty) if stderr is None else stderr,
         )
         response = await self._runtime("Attach", request)
-        return response.url
-
-    async def port_forward(self, pod_sandbox_id: str, ports: Sequence[int] = ()) -> str:
-        """Prepare a port-forward into a sandbox's network namespace; return the streaming URL."""
-        request = pb.PortForwardRequest(pod_sandbox_id=pod_sandbox_id, port=list(ports))
-        response = await self._runtime("PortForward", request)
         return response.url
 
 

@@ -134,9 +134,31 @@ def env_file(layout: Layout) -> str:
         f"export KOPFLET_NODE_NAME={layout.node_name}",
         f"export KOPFLET_KUBECONFIG={layout.node_kubeconfig}",
         f"export KOPFLET_DEVSTACK_DIR={layout.root}",
+        f"export KOPFLET_CONFIG={layout.kubelet_config}",
         f'export PATH="{layout.bin_dir}:$PATH"',
     ]
     return "\n".join(lines) + "\n"
+
+
+def kubelet_config(layout: Layout) -> str:
+    """The agent's config file: its HTTPS API with a CA-signed serving cert (the apiserver verifies it),
+    client certificates from the cluster CA, and webhook (TokenReview/SubjectAccessReview) auth."""
+    p = layout.pki
+    return f"""\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+tlsCertFile: {p / f"kubelet-serving-{layout.node_name}.crt"}
+tlsPrivateKeyFile: {p / f"kubelet-serving-{layout.node_name}.key"}
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: {p / "ca.crt"}
+authorization:
+  mode: Webhook
+"""
 
 
 KUBELET_API_ADMIN_BINDING = """\

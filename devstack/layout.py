@@ -100,6 +100,11 @@ class Layout:
         return self.kubeconfigs / f"node-{self.node_name}.kubeconfig"
 
     @property
+    def kubelet_config(self) -> Path:
+        """The agent's KubeletConfiguration on this stack: serving cert, client CA, webhook auth."""
+        return self.root / "kubelet-config.yaml"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 

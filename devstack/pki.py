@@ -84,6 +84,13 @@ def node_cert(node_name: str) -> Cert:
     return Cert(f"node-{node_name}", f"system:node:{node_name}", ("system:nodes",), client=True)
 
 
+def kubelet_serving_cert(node_name: str, host_ip: str) -> Cert:
+    """The agent's HTTPS serving certificate (port 10250), signed by the cluster CA: the apiserver runs with
+    --kubelet-certificate-authority and checks it, as a kubeadm cluster with serverTLSBootstrap does."""
+    return Cert(f"kubelet-serving-{node_name}", f"system:node:{node_name}", ("system:nodes",), server=True,
+                dns=(node_name, "localhost"), ips=tuple(dict.fromkeys(("127.0.0.1", host_ip))))
+
+
 def stack_certs(node_name: str, host_ip: str, service_ip: str, cluster_domain: str) -> list[Cert]:
     localhost_ips = ("127.0.0.1",) + ((host_ip,) if host_ip != "127.0.0.1" else ())
     return [
@@ -99,6 +106,7 @@ def stack_certs(node_name: str, host_ip: str, service_ip: str, cluster_domain: s
         Cert("controller-manager", "system:kube-controller-manager", client=True),
         Cert("scheduler", "system:kube-scheduler", client=True),
         node_cert(node_name),
+        kubelet_serving_cert(node_name, host_ip),
     ]
 
 

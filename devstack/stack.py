@@ -53,6 +53,7 @@ def prepare(layout: Layout) -> None:
     layout.cni_conf_dir.mkdir(parents=True, exist_ok=True)
     (layout.cni_conf_dir / "10-kopflet.conflist").write_text(configs.cni_conflist(layout))
     (layout.root / "registry.yml").write_text(configs.registry_config(layout))
+    layout.kubelet_config.write_text(configs.kubelet_config(layout))
     layout.registry_storage.mkdir(parents=True, exist_ok=True)
     for d in (layout.containerd_state, layout.cni_data_dir, layout.etcd_data):
         d.mkdir(parents=True, exist_ok=True)

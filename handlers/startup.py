@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import os
 import socket
+import ssl
 from typing import Any
 
 import kopf
@@ -25,8 +26,12 @@ from agent.kubeapi import Credentials, KubeClient
 from agent.node import NodeAgent, read_machine_facts
 from agent.probes import ProbeManager
 from agent.runtime import RuntimeCache
+from agent.server import serve
+from agent.server_auth import authenticator_for, authorizer_for
+from agent.server_backend import AgentBackend
 from agent.services import ServiceCache
 from agent.static_pods import StaticPodSource
+from agent.stats import StatsCollector
 from agent.sync import PodSyncer
 from agent.workers import PodWorkers
 from cri_client import CriClient, CriError
@@ -34,6 +39,7 @@ from handlers import configuring
 from kopflet import backoff as backoffs
 from kopflet import config as configuration
 from kopflet import sandbox_config
+from kopflet.metrics import KubeletMetrics, ProbeMetrics
 
 # How long to wait before retrying when the runtime is not reachable at start.
 RUNTIME_RETRY_DELAY = 5.0
@@ -129,6 +135,20 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     workers = PodWorkers(cfg, api, cache, syncer, recorder, backoff, node.admission_info)
     workers.probes = ProbeManager(cri, recorder, workers.wake)
     memo.api, memo.recorder, memo.workers = api, recorder, workers
+    metrics, probe_metrics = KubeletMetrics(cfg.node_name), ProbeMetrics()
+    for client in {cri, memo.image_cri}:
+        client.observer = metrics.observe_runtime_operation
+    cache.on_relist, workers.metrics, workers.probes.metrics = metrics.observe_pleg_relist, metrics, probe_metrics
+    if cfg.port:
+        backend = AgentBackend(workers, cache, cri, metrics, StatsCollector(
+            cri, node_name=cfg.node_name, root_dir=cfg.root_dir, pod_log_root=cfg.pod_log_root), probe_metrics)
+        try:
+            memo.server = await serve(cfg, backend, authenticator_for(cfg, api), authorizer_for(cfg, api),
+                                      addresses=[cfg.node_ip] if cfg.node_ip else [])
+        except (OSError, ssl.SSLError) as exc:
+            # Upstream exits when it cannot serve its API: the apiserver could not reach the node's pods.
+            raise kopf.PermanentError(f"cannot serve the kubelet API on {cfg.address}:{cfg.port}: {exc}") from exc
+        logger.info(f"serving the kubelet API on {cfg.address}:{cfg.port}")
     tasks = [asyncio.create_task(service_cache.run(), name="services")]
     if cfg.pod_manifest_path:
         # The first scan runs before housekeeping can run: static pods' containers are not orphans.
@@ -147,6 +167,8 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
 @kopf.on.cleanup()
 async def stop_agent(memo: kopf.Memo, **_: Any) -> None:
     """Stop the agent's own tasks only: running pods are left as they are for the next start."""
+    if "server" in memo:
+        await memo.server.close()
     for task in memo.get("tasks", []):
         task.cancel()
     await asyncio.gather(*memo.get("tasks", []), return_exceptions=True)

@@ -684,6 +684,7 @@ LEGACY_ENV: Mapping[str, tuple[str, Callable[[str], Any]]] = MappingProxyType({
     "KOPFLET_CLUSTER_DOMAIN": ("cluster_domain", _domain),
 })
 LEGACY_NODE_NAME_ENV = "KOPFLET_NODE_NAME"
+CONFIG_ENV = "KOPFLET_CONFIG"  # the config file when --config is not given (the dev stack sets it)
 
 # Every field of the upstream KubeletConfiguration v1beta1 (staging/src/k8s.io/kubelet/config/v1beta1/types.go)
 # that kopflet does not honour: setting one is an error, not a silent no-op.
@@ -898,12 +899,13 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     """
     flags = parse_flags(argv)
     file_values: dict[str, Any] = {}
-    path = flags.pop("_config", "")
+    flag_path = flags.pop("_config", "")
+    path, source = (flag_path, "--config") if flag_path else (environ.get(CONFIG_ENV, ""), CONFIG_ENV)
     if path:
         try:
             text = read_file(path)
         except OSError as exc:
-            raise ConfigError(f"--config {path}: cannot read it: {exc.strerror or exc}") from None
+            raise ConfigError(f"{source} {path}: cannot read it: {exc.strerror or exc}") from None
         file_values = parse_config_file(path, text)
     env_values = parse_legacy_env(environ)
 

@@ -76,5 +76,5 @@ async def test_status_of_an_unknown_sandbox_is_not_found(cri: CriClient) -> None
 
 async def test_port_forward_returns_a_streaming_url(cri: CriClient, bench) -> None:
     sandbox_id, _ = await bench.run_sandbox()
-    url = await cri.containers.port_forward(sandbox_id, [80])
+    url = await cri.sandboxes.port_forward(sandbox_id, [80])
     assert url.startswith("http://")

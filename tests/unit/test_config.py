@@ -587,6 +587,14 @@ def test_unreadable_config_file() -> None:
         run(["--config=/missing.yaml"])
 
 
+def test_config_file_from_the_environment_below_the_flag() -> None:
+    files_ = {"env.yaml": HEADER + "maxPods: 7\n", "flag.yaml": HEADER + "maxPods: 9\n"}
+    assert run(environ={"KOPFLET_CONFIG": "/env.yaml"}, **files_).max_pods == 7
+    assert run(["--config=/flag.yaml"], environ={"KOPFLET_CONFIG": "/env.yaml"}, **files_).max_pods == 9
+    with pytest.raises(ConfigError, match=r"KOPFLET_CONFIG /nope\.yaml: cannot read it"):
+        run(environ={"KOPFLET_CONFIG": "/nope.yaml"})
+
+
 def test_every_known_field_is_either_honoured_or_refused() -> None:
     honoured = {s.field for s in config.SETTINGS if s.field}
     assert not honoured & config.UNSUPPORTED_FIELDS
