@@ -76,8 +76,11 @@ class PodWorkers:
             worker.task = asyncio.create_task(self._run(worker), name=f"pod-worker-{uid}")
         else:
             changed = _sync_relevant(worker.body) != _sync_relevant(body)
+            gates_moved = _gate_conditions(worker.body) != _gate_conditions(body)
             worker.body = body
             if not changed:
+                if gates_moved:  # upstream HandlePodReconcile: re-judge Ready when a gate's condition moved
+                    worker.wake.set()
                 return  # only the status moved (often our own patch): nothing to do before the next wake
             worker.updated = True
         worker.wake.set()
@@ -301,6 +304,14 @@ class PodWorkers:
             if message:
                 out[info.id] = message
         return out
+
+
+def _gate_conditions(body: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The conditions named by the pod's readiness gates (set by other controllers through pods/status)."""
+    gates = {g.get("conditionType") for g in (body.get("spec") or {}).get("readinessGates") or ()
+             if isinstance(g, Mapping)}
+    return tuple(sorted((str(c.get("type")), str(c.get("status"))) for c in
+                        (body.get("status") or {}).get("conditions") or () if c.get("type") in gates))
 
 
 def _sync_type(worker: _Worker) -> str:

@@ -3,6 +3,8 @@ the upstream events, and probes reach the pod over its IP (httpGet, tcpSocket) o
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 from devstack.layout import Layout
@@ -86,3 +88,35 @@ def test_probe_termination_grace_period_overrides_the_pods(running_agent: Agent,
         assert statuses(pod)["main"]["lastState"]["terminated"]["exitCode"] == 137  # SIGKILL after the grace
     finally:
         admin.run("delete", "pod", "stubborn", "-n", namespace, "--grace-period=1", "--wait=false")
+
+
+def test_tcp_readiness_probe_failing_keeps_the_pod_unready(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                           namespace: str) -> None:
+    probe = {"tcpSocket": {"port": 9999}, "periodSeconds": 1}
+    admin.apply(pod_manifest("closed", namespace, layout.node_name,
+                             [container("main", "sleep 3600", readinessProbe=probe)]))
+    deadline = time.monotonic() + 60
+    messages: list[str] = []
+    while time.monotonic() < deadline and not messages:
+        messages = [e["message"] for e in events(admin, namespace, "closed") if e["reason"] == "Unhealthy"]
+        time.sleep(1)
+    assert messages and messages[0].startswith("Readiness probe failed: dial tcp ") \
+        and messages[0].endswith(":9999: connect: connection refused"), messages
+    pod = admin.json("get", "pod", "closed", "-n", namespace)
+    assert conditions(pod)["Ready"] == "False" and statuses(pod)["main"]["ready"] is False
+
+
+def test_readiness_gate_holds_ready_until_its_condition_is_true(running_agent: Agent, admin: Kubectl,
+                                                                layout: Layout, namespace: str) -> None:
+    gate = "example.com/load-balancer-attached"
+    admin.apply(pod_manifest("gated", namespace, layout.node_name, [container("main", "sleep 3600")],
+                             readinessGates=[{"conditionType": gate}]))
+    pod = wait_pod(admin, namespace, "gated", lambda p: conditions(p).get("ContainersReady") == "True",
+                   what="containers ready")
+    ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "ReadinessGatesNotReady"
+    assert ready["message"] == f'corresponding condition of pod readiness gate "{gate}" does not exist.'
+    # What a load balancer controller does; the agent re-judges Ready when it sees the condition.
+    admin.run("patch", "pod", "gated", "-n", namespace, "--subresource=status", "--type=strategic", "-p",
+              json.dumps({"status": {"conditions": [{"type": gate, "status": "True"}]}}))
+    wait_pod(admin, namespace, "gated", is_ready, timeout=30, what="Ready once the gate's condition is True")

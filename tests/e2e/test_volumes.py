@@ -73,6 +73,17 @@ def test_default_service_account_token_is_bound_to_the_pod(running_agent: Agent,
     assert status["user"]["extra"]["authentication.kubernetes.io/pod-name"] == ["tokened"]
 
 
+def test_memory_empty_dir_is_a_sized_tmpfs(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                           namespace: str) -> None:
+    script = "echo $(grep ' /cache ' /proc/mounts | cut -d' ' -f3) $(df -k /cache | tail -1 | awk '{print $2}') " \
+             "> /dev/termination-log"
+    admin.apply(pod_manifest("ram", namespace, layout.node_name, [container(
+        "main", script, volumeMounts=[{"name": "cache", "mountPath": "/cache"}])],
+        volumes=[{"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}}], restartPolicy="Never"))
+    pod = wait_pod(admin, namespace, "ram", phase("Succeeded"), what="Succeeded")
+    assert terminated_message(pod).split() == ["tmpfs", "16384"]
+
+
 def test_config_map_update_reaches_the_running_pod(running_agent: Agent, admin: Kubectl, layout: Layout,
                                                    namespace: str) -> None:
     admin.run("create", "configmap", "live", "-n", namespace, "--from-literal=version=1")
