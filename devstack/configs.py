@@ -83,7 +83,9 @@ MIRRORED_REGISTRIES = ("docker.io", "registry.k8s.io")
 def registry_host_files(layout: Layout) -> dict[str, str]:
     """certs.d/<registry>/hosts.toml for each mirrored registry and the local one itself."""
     names = (*MIRRORED_REGISTRIES, layout.registry_addr)
-    return {f"{name}/hosts.toml": registry_hosts(layout.registry_addr) for name in names}
+    files = {f"{name}/hosts.toml": registry_hosts(layout.registry_addr) for name in names}
+    files[f"{layout.private_registry_addr}/hosts.toml"] = registry_hosts(layout.private_registry_addr)
+    return files
 
 
 def cni_conflist(layout: Layout) -> str:
@@ -122,6 +124,24 @@ storage:
     enabled: true
 http:
   addr: {layout.registry_addr}
+"""
+
+
+def private_registry_config(layout: Layout) -> str:
+    """The registry behind a login (htpasswd), for imagePullSecrets."""
+    return f"""\
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: {layout.private_registry_storage}
+http:
+  addr: {layout.private_registry_addr}
+auth:
+  htpasswd:
+    realm: kopflet-devstack
+    path: {layout.private_registry_htpasswd}
 """
 
 

@@ -56,6 +56,10 @@ class Layout:
     cache: Path
     node_name: str
     registry_addr: str = "127.0.0.1:5000"
+    # A second registry that wants a login: what imagePullSecrets are tested against (dev/test credentials).
+    private_registry_addr: str = "127.0.0.1:5001"
+    private_registry_user: str = "kopflet"
+    private_registry_password: str = "kopflet-registry-secret"
     apiserver_port: int = 6443
     etcd_client_port: int = 2379
     etcd_peer_port: int = 2380
@@ -149,6 +153,14 @@ class Layout:
     def cni_data_dir(self) -> Path:
         """host-local IPAM allocations: on tmpfs, like the network namespaces they belong to."""
         return self.run_dir / "cni" / "networks"
+
+    @property
+    def private_registry_storage(self) -> Path:
+        return self.root / "registry-private"
+
+    @property
+    def private_registry_htpasswd(self) -> Path:
+        return self.root / "registry-private.htpasswd"
 
     @property
     def registry_storage(self) -> Path:

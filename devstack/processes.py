@@ -13,6 +13,7 @@ import socket
 import ssl
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -169,6 +170,20 @@ def http_ok(url: str) -> HealthCheck:
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
                 return resp.status == 200
+        except OSError:
+            return False
+
+    return check
+
+
+def http_status(url: str, status: int) -> HealthCheck:
+    """Healthy when the URL answers with `status` (a registry behind a login answers 401)."""
+    def check() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return resp.status == status
+        except urllib.error.HTTPError as err:
+            return err.code == status
         except OSError:
             return False
 

@@ -53,6 +53,12 @@ def prepare(layout: Layout) -> None:
     layout.cni_conf_dir.mkdir(parents=True, exist_ok=True)
     (layout.cni_conf_dir / "10-kopflet.conflist").write_text(configs.cni_conflist(layout))
     (layout.root / "registry.yml").write_text(configs.registry_config(layout))
+    (layout.root / "registry-private.yml").write_text(configs.private_registry_config(layout))
+    if not layout.private_registry_htpasswd.exists():
+        line = subprocess.run(["htpasswd", "-nbB", layout.private_registry_user, layout.private_registry_password],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        layout.private_registry_htpasswd.write_text(line + "\n")
+    layout.private_registry_storage.mkdir(parents=True, exist_ok=True)
     layout.kubelet_config.write_text(configs.kubelet_config(layout))
     layout.registry_storage.mkdir(parents=True, exist_ok=True)
     for d in (layout.containerd_state, layout.cni_data_dir, layout.etcd_data):
@@ -71,6 +77,9 @@ def components(layout: Layout) -> list[Component]:
         Component("registry", ["docker-registry", "serve", str(layout.root / "registry.yml")],
                   processes.http_ok(f"http://{layout.registry_addr}/v2/"),
                   ports=(int(layout.registry_addr.rsplit(":", 1)[1]),)),
+        Component("registry-private", ["docker-registry", "serve", str(layout.root / "registry-private.yml")],
+                  processes.http_status(f"http://{layout.private_registry_addr}/v2/", 401),
+                  ports=(int(layout.private_registry_addr.rsplit(":", 1)[1]),)),
         Component("containerd", ["containerd", "--config", str(layout.containerd_dir / "config.toml")],
                   processes.unix_socket_ok(layout.containerd_socket)),
         Component("etcd", [
@@ -144,6 +153,19 @@ def push_images(layout: Layout) -> None:
                     "--cache", str(layout.cache / "images"), "--bin-dir", str(layout.bin_dir)], check=True)
 
 
+PRIVATE_IMAGES = {"library/busybox:1.36": "private/busybox:1.36"}
+
+
+def fill_private_registry(layout: Layout) -> None:
+    """Copies of the project's images behind the private registry's login (skopeo skips what is there)."""
+    creds = f"{layout.private_registry_user}:{layout.private_registry_password}"
+    for source, target in PRIVATE_IMAGES.items():
+        subprocess.run(["skopeo", "copy", "--quiet", "--preserve-digests", "--src-tls-verify=false",
+                        "--dest-tls-verify=false", "--dest-creds", creds,
+                        f"docker://{layout.registry_addr}/{source}",
+                        f"docker://{layout.private_registry_addr}/{target}"], check=True)
+
+
 def up(layout: Layout, on_started: Callable[[str], None] = lambda name: None) -> list[str]:
     """Start every component not yet running; return the names this call started."""
     build_binaries()
@@ -164,6 +186,8 @@ def up(layout: Layout, on_started: Callable[[str], None] = lambda name: None) ->
             on_started(comp.name)
         if comp.name == "registry":
             push_images(layout)
+        if comp.name == "registry-private":
+            fill_private_registry(layout)
         if comp.name == "kube-apiserver":
             bootstrap(layout)
     layout.env_file.write_text(configs.env_file(layout))
