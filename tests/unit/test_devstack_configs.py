@@ -28,11 +28,19 @@ def test_containerd_config_has_cri_settings_this_vm_needs() -> None:
 
 def test_mirrors_route_public_registries_to_the_local_one_and_nowhere_else() -> None:
     files = configs.registry_host_files(LAYOUT)
-    assert set(files) == {"docker.io/hosts.toml", "registry.k8s.io/hosts.toml", "127.0.0.1:5000/hosts.toml"}
-    for text in files.values():
+    assert set(files) == {"docker.io/hosts.toml", "registry.k8s.io/hosts.toml", "127.0.0.1:5000/hosts.toml",
+                          "127.0.0.1:5001/hosts.toml"}
+    for name, text in files.items():
         hosts = tomllib.loads(text)
-        assert hosts["server"] == "http://127.0.0.1:5000"
-        assert list(hosts["host"]) == ["http://127.0.0.1:5000"]
+        # the private registry (behind a login) is reached as itself; everything else goes to the public one
+        expected = "http://127.0.0.1:5001" if name.startswith("127.0.0.1:5001") else "http://127.0.0.1:5000"
+        assert hosts["server"] == expected
+        assert list(hosts["host"]) == [expected]
+
+
+def test_private_registry_wants_a_login() -> None:
+    conf = configs.private_registry_config(LAYOUT)
+    assert "addr: 127.0.0.1:5001" in conf and f"path: {LAYOUT.private_registry_htpasswd}" in conf
 
 
 def test_cni_conflist_is_a_bridge_with_portmap() -> None:
