@@ -8,14 +8,20 @@ a per pod+image backoff after a failed pull, and the kubelet's events and waitin
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import dataclasses
+import logging
 import time
 
 from agent.events import NORMAL, WARNING, EventRecorder
+from agent.kubeapi import API_ERRORS, KubeClient
 from cri_client import CriClient, CriError
 from cri_client import types as cri
 from kopflet import backoff as backoffs
-from kopflet import spec
+from kopflet import credentials, spec
+
+logger = logging.getLogger(__name__)
 
 ERR_IMAGE_PULL = "ErrImagePull"
 IMAGE_PULL_BACKOFF = "ImagePullBackOff"
@@ -34,8 +40,9 @@ class ImageError(Exception):
 
 
 class ImageManager:
-    def __init__(self, cri_client: CriClient, recorder: EventRecorder, backoff: backoffs.Backoff) -> None:
-        self.cri, self.recorder, self.backoff = cri_client, recorder, backoff
+    def __init__(self, cri_client: CriClient, recorder: EventRecorder, backoff: backoffs.Backoff,
+                 api: KubeClient | None = None) -> None:
+        self.cri, self.recorder, self.backoff, self.api = cri_client, recorder, backoff, api
         self._pull_lock = asyncio.Lock()
         self.pulling: dict[str, tuple[float, float]] = {}
         """Pod uid -> (first pull started, last pull finished), wall clock: the pod start SLI leaves it out
@@ -67,11 +74,12 @@ class ImageManager:
             raise ImageError(IMAGE_PULL_BACKOFF, message)
 
         event(NORMAL, "Pulling", f'Pulling image "{image}"')
+        auths = (await self.keyring(pod)).lookup(image)
         waited_from = time.time()
         async with self._pull_lock:
             started = time.time()
             try:
-                ref = await self.cri.images.pull(image, sandbox_config=sandbox)
+                ref = await self._pull(image, sandbox, auths)
             except CriError as exc:
                 self.backoff.next(key, time.time())
                 message = f"failed to pull and unpack image \"{image}\": {exc.details}" \
@@ -87,6 +95,53 @@ class ImageManager:
         event(NORMAL, "Pulled", f'Successfully pulled image "{image}" in {_duration(done - started)} '
                                 f"({_duration(done - waited_from)} including waiting).{size}")
         return (pulled.id if pulled is not None and pulled.id else ref) or image
+
+
+    async def _pull(self, image: str, sandbox: cri.PodSandboxConfig, auths: list[cri.AuthConfig]) -> str:
+        """Anonymously without credentials, else with each matching credential in turn until one works
+        (upstream kuberuntime PullImage); the last error stands for all."""
+        if not auths:
+            return await self.cri.images.pull(image, sandbox_config=sandbox)
+        error: CriError | None = None
+        for auth in auths:
+            try:
+                return await self.cri.images.pull(image, sandbox_config=sandbox, auth=auth)
+            except CriError as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+    async def keyring(self, pod: spec.Pod) -> credentials.Keyring:
+        """The pod's imagePullSecrets as a keyring (upstream getPullSecretsForPod + MakeDockerKeyring); the
+        ones that cannot be read get one FailedToRetrieveImagePullSecret event and are left out."""
+        refs = [r.get("name") for r in pod.spec.raw.get("imagePullSecrets") or () if isinstance(r, dict)]
+        names = [n for n in refs if isinstance(n, str) and n]
+        if not names or self.api is None:
+            return credentials.Keyring()
+        secrets, failed = [], []
+        for name in names:
+            try:
+                obj = await self.api.get_secret(pod.namespace, name)
+            except API_ERRORS as exc:
+                logger.info(f"{pod.namespace}/{pod.name}: cannot read pull secret {name}: {exc}")
+                obj = None
+            if obj is None:
+                failed.append(name)
+                continue
+            try:
+                data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+            except (binascii.Error, TypeError, ValueError):
+                failed.append(name)
+                continue
+            secrets.append(credentials.PullSecret(name=name, type=str(obj.get("type") or ""), data=data))
+        if failed:
+            self.recorder.pod_event(pod, WARNING, "FailedToRetrieveImagePullSecret",
+                                    f"Unable to retrieve some image pull secrets ({', '.join(failed)}); attempting "
+                                    "to pull the image may not succeed.")
+        keyring, warnings = credentials.make_keyring(secrets)
+        for warning in warnings:
+            logger.warning(f"{pod.namespace}/{pod.name}: {warning}")
+        return keyring
 
 
 def _duration(seconds: float) -> str:
