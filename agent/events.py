@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 from agent.kubeapi import API_ERRORS, KubeApiError, KubeClient
+from kopflet import spec
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,10 @@ class EventRecorder:
         """Fire and forget; ``pod`` is a kopflet.spec.Pod (name, namespace, uid)."""
         field_path = ""
         if container:
-            field_path = f"spec.{'initContainers' if init else 'containers'}{{{container}}}"
+            kind = "initContainers" if init else "containers"
+            if isinstance(pod, spec.Pod) and pod.spec.is_ephemeral(container):
+                kind = "ephemeralContainers"  # upstream GenerateContainerRef
+            field_path = f"spec.{kind}{{{container}}}"
         involved = {"kind": "Pod", "apiVersion": "v1", "namespace": pod.namespace, "name": pod.name,
                     "uid": pod.uid, **({"fieldPath": field_path} if field_path else {})}
         task = asyncio.create_task(self._post(pod.namespace, involved, type_, reason, message))

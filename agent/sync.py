@@ -16,7 +16,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from agent.events import NORMAL, WARNING, EventRecorder
@@ -66,6 +66,9 @@ class PodSyncer:
                  node_allocatable: Callable[[], Mapping[str, str]] = dict) -> None:
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
         self.services, self.node_allocatable = services, node_allocatable
+        # The node's hugepage sizes and default masked paths, read once at start (`read_host_container_facts`).
+        self.hugepage_sizes: tuple[str, ...] = ()
+        self.masked_paths: tuple[str, ...] = tuple(container_config.DEFAULT_MASKED_PATHS)
         self.images, self.backoff, self.dns = images, backoff, dns
         self.node_memory_capacity = node_memory_capacity
         self.hooks = HookRunner(cri_client)
@@ -79,7 +82,8 @@ class PodSyncer:
         for name, message in actions.containers_in_backoff.items():
             result.waiting[name] = Waiting(CRASH_LOOP_BACK_OFF, message)
             self.recorder.pod_event(pod, WARNING, "BackOff",
-                                    f"Back-off restarting failed container {name} in pod {_pod_desc(pod)}", name)
+                                    f"Back-off restarting failed container {name} in pod {_pod_desc(pod)}", name,
+                                    any(c.name == name for c in pod.spec.init_containers))
         result.retry_after = actions.retry_after
 
         if actions.kill_pod:
@@ -118,32 +122,48 @@ class PodSyncer:
             return result
         sandbox = await self.cri.sandboxes.status(sandbox_id)
 
-        to_start: list[tuple[spec.ContainerSpec, bool]] = []
-        if actions.next_init_container:
-            init = next(c for c in pod.spec.init_containers if c.name == actions.next_init_container)
-            to_start.append((init, True))
+        # Upstream SyncPod steps 7-9: ephemeral containers first (they may run while init is stuck), then the
+        # init containers in order, then the regular containers.
+        ephemeral = actions.ephemeral_containers_to_start
+        to_start = [(c, False) for c in pod.spec.ephemeral_containers if c.name in ephemeral]
+        to_start += [(c, True) for c in pod.spec.init_containers if c.name in actions.init_containers_to_start]
         to_start += [(c, False) for c in pod.spec.containers if c.name in actions.containers_to_start]
         started: list[str] = []
         for container, is_init in to_start:
             if await self.start_container(pod, container, is_init, sandbox_id, config, sandbox, runtime, result,
                                           plans):
                 started.append(container.name)
-            elif is_init:
-                break
+            elif is_init and not container.is_sidecar:
+                break  # a regular init container failed to start: nothing after it may start (a sidecar: go on)
         reconciler.note_restarts(actions, pod, self.backoff, time.time(), started=started)
         return result
 
     async def create_sandbox(self, pod: spec.Pod, config: cri.PodSandboxConfig, result: SyncResult) -> str:
         """RunPodSandbox with the pod's log directory in place (upstream createPodSandbox)."""
         try:
+            handler = await self.runtime_handler(pod)
             await asyncio.to_thread(Path(config.log_directory).mkdir, mode=0o755, parents=True, exist_ok=True)
-            return await self.cri.sandboxes.run(config)
-        except (CriError, OSError) as exc:
+            return await self.cri.sandboxes.run(config, runtime_handler=handler)
+        except (CriError, OSError, LookupError) as exc:
             message = f"Failed to create pod sandbox: {_details(exc)}"
             result.sandbox_error = message
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", message)
             logger.warning(f"{pod.namespace}/{pod.name}: {message}")
             return ""
+
+    async def runtime_handler(self, pod: spec.Pod) -> str:
+        """The CRI runtime handler of the pod's RuntimeClass ("" for none); LookupError with the upstream text
+        when it cannot be found (upstream runtimeClassManager.LookupRuntimeHandler)."""
+        name = pod.spec.runtime_class_name
+        if not name:
+            return ""
+        try:
+            found = await self.api.get_or_none(f"/apis/node.k8s.io/v1/runtimeclasses/{name}")
+        except KubeApiError as exc:
+            raise LookupError(f"failed to lookup RuntimeClass {name}: {exc}") from None
+        if found is None:
+            raise LookupError(f'runtimeclass.node.k8s.io "{name}" not found')
+        return str(found.get("handler") or "")
 
     async def start_container(self, pod: spec.Pod, container: spec.ContainerSpec, init: bool, sandbox_id: str,
                               config: cri.PodSandboxConfig, sandbox: cri.PodSandboxStatus,
@@ -171,9 +191,21 @@ class PodSyncer:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         except KubeApiError as exc:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, exc.message)
+        try:  # upstream generateContainerConfig: the image's user decides runAsNonRoot
+            image = await self.cri.images.status(image_ref)
+        except CriError as exc:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, _details(exc))
+        refusal = container_config.verify_run_as_non_root(
+            pod, container, image.uid if image is not None else None, image.username if image is not None else "")
+        if refusal:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, refusal)
 
         previous = runtime.latest_container(name)
         restart_count = previous.restart_count + 1 if previous is not None else 0
+        try:
+            target_id = reconciler.namespace_target_id(container, runtime)  # ephemeral: the target's PID namespace
+        except LookupError as exc:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         pod_log_dir = config.log_directory
         try:
             volume_mounts = volumes.container_mounts(pod, container, plans, dict(env))
@@ -181,10 +213,13 @@ class PodSyncer:
         except (VolumeError, OSError) as exc:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         try:
-            mounts = volume_mounts + await asyncio.to_thread(self._prepare_files, pod, container, pod_log_dir)
+            pod_ips = tuple(ip for ip in (sandbox.ip, *sandbox.additional_ips) if ip)
+            mounts = volume_mounts + await asyncio.to_thread(self._prepare_files, pod, container, pod_log_dir,
+                                                             pod_ips)
             ccfg = container_config.build_container_config(
                 pod, container, restart_count=restart_count, env=env, image_ref=image_ref, mounts=mounts,
-                memory_capacity=self.node_memory_capacity)
+                memory_capacity=self.node_memory_capacity, pid_target_id=target_id,
+                masked_paths=self.masked_paths, hugepage_sizes=self.hugepage_sizes)
             container_id = await self.cri.containers.create(sandbox_id, ccfg, config)
         except (CriError, OSError) as exc:
             return failed(CREATE_CONTAINER_ERROR, _details(exc))
@@ -225,8 +260,10 @@ class PodSyncer:
             host_ip=self.cfg.node_ip, pod_ip=pod_ips[0] if pod_ips else "", pod_ips=pod_ips,
             service_env=service_env, node_allocatable=self.node_allocatable())
 
-    def _prepare_files(self, pod: spec.Pod, container: spec.ContainerSpec, pod_log_dir: str) -> list[cri.Mount]:
-        """The container's log directory and its termination-log file (blocking: run in a thread)."""
+    def _prepare_files(self, pod: spec.Pod, container: spec.ContainerSpec, pod_log_dir: str,
+                       pod_ips: Sequence[str]) -> list[cri.Mount]:
+        """The container's log directory, its termination-log file and the pod's managed /etc/hosts (blocking:
+        run in a thread)."""
         Path(pod_log_dir, container.name).mkdir(mode=0o755, parents=True, exist_ok=True)
         mounts: list[cri.Mount] = []
         if container.termination_message_path:
@@ -238,12 +275,35 @@ class PodSyncer:
             mount = container_config.termination_message_mount(container, str(file))
             if mount is not None:
                 mounts.append(mount)
+        if container_config.should_mount_etc_hosts(pod, container, pod_ips):
+            mounts.append(container_config.etc_hosts_mount(self._ensure_hosts_file(pod, pod_ips)))
         return mounts
+
+    def _ensure_hosts_file(self, pod: spec.Pod, pod_ips: Sequence[str]) -> str:
+        """``<pod dir>/etc-hosts``, written once per pod as upstream `ensureHostsFile` does (blocking)."""
+        path = Path(self.cfg.root_dir, "pods", pod.uid, "etc-hosts")
+        if path.exists():
+            return str(path)
+        if pod.spec.host_network:
+            content = container_config.node_hosts_file(Path("/etc/hosts").read_text(errors="replace"),
+                                                       pod.spec.host_aliases)
+        else:
+            hostname, domain = sandbox_config.pod_hostname_and_domain(pod, self.cfg.cluster_domain)
+            content = container_config.managed_hosts_file(pod_ips, hostname, domain, pod.spec.host_aliases)
+        path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+        tmp = path.with_name(f".etc-hosts-{secrets.token_hex(4)}")
+        tmp.write_text(content)
+        tmp.chmod(0o644)
+        tmp.replace(path)
+        return str(path)
 
     # ----------------------------------------------------------------------------------------- kill
 
     async def stop_container(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, container_id: str,
-                             message: str, grace: int | None) -> None:
+                             message: str, grace: int | None,
+                             wait_turn: Callable[[float], Awaitable[None]] | None = None) -> None:
+        """Upstream killContainer: preStop hook, then (`wait_turn`, killing a pod with sidecars) wait within
+        the grace period left for the containers that must stop first, then StopContainer."""
         info = next((c for c in runtime.containers if c.id == container_id), None)
         name = info.name if info is not None else ""
         seconds = self._grace(pod, grace)
@@ -264,6 +324,11 @@ class PodSyncer:
             if error is not None:
                 self.recorder.pod_event(pod, WARNING, "FailedPreStopHook", error, name, is_init)
             seconds = max(int(seconds - (time.monotonic() - started)), MINIMUM_GRACE_PERIOD)
+        if wait_turn is not None and grace != 0:
+            # Upstream terminationOrdering.waitForTurn: the wait is deducted from the grace period.
+            started = time.monotonic()
+            await wait_turn(seconds)
+            seconds = max(int(seconds - (time.monotonic() - started)), MINIMUM_GRACE_PERIOD)
         await self._stop(pod, container_id, name, is_init, message, seconds)
 
     async def _stop(self, pod: spec.Pod, container_id: str, name: str, init: bool, message: str,
@@ -277,9 +342,28 @@ class PodSyncer:
                 raise
 
     async def kill_pod(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, grace: int | None) -> None:
-        """Stop every running container concurrently, then every sandbox (upstream killPodWithSyncResult)."""
+        """Stop every running container concurrently, then every sandbox (upstream killPodWithSyncResult).
+
+        With sidecars, each sidecar waits (within its grace period) until the regular containers and the
+        sidecars after it have stopped (upstream terminationOrdering): regular containers first, then sidecars
+        in reverse order."""
         running = [c for c in runtime.containers if c.state in (podstate.State.RUNNING, podstate.State.UNKNOWN)]
-        await asyncio.gather(*(self.stop_container(pod, runtime, c.id, "", grace) for c in running))
+        prereqs = reconciler.termination_prereqs(pod, {c.name for c in running})
+        stopped = {c.name: asyncio.Event() for c in running}
+
+        async def stop(info: podstate.ContainerInfo) -> None:
+            waits = [stopped[n] for n in prereqs.get(info.name, ())]
+
+            async def wait_turn(seconds: float) -> None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in waits)), seconds)
+
+            try:
+                await self.stop_container(pod, runtime, info.id, "", grace, wait_turn=wait_turn if waits else None)
+            finally:
+                stopped[info.name].set()
+
+        await asyncio.gather(*(stop(c) for c in running))
         for sandbox in runtime.sandboxes:
             if sandbox.ready:
                 try:
@@ -319,6 +403,23 @@ class PodSyncer:
             grace = pod.deletion_grace_period_seconds if pod.is_deleting and \
                 pod.deletion_grace_period_seconds is not None else pod.spec.termination_grace_period_seconds
         return max(int(grace), MINIMUM_GRACE_PERIOD) if grace else MINIMUM_GRACE_PERIOD
+
+
+def read_host_container_facts(sys_root: str = "/sys") -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The node's hugepage sizes and the masked paths every container gets (upstream adds the CPUs'
+    thermal_throttle directories that exist to the defaults). Blocking: run in a thread."""
+    try:
+        sizes = container_config.hugepage_page_sizes(sorted(os.listdir(f"{sys_root}/kernel/mm/hugepages")))
+    except OSError:
+        sizes = ()
+    try:
+        cpus = container_config.possible_cpus(Path(f"{sys_root}/devices/system/cpu/possible").read_text())
+    except OSError:
+        cpus = None
+    cpus = cpus if cpus is not None else list(range(os.cpu_count() or 1))
+    throttles = [p for p in container_config.thermal_throttle_paths(cpus)
+                 if os.path.exists(p.replace("/sys", sys_root, 1))]
+    return sizes, (*container_config.DEFAULT_MASKED_PATHS, *throttles)
 
 
 def _kill_grace(pod: spec.Pod, info: reconciler.KillInfo) -> int | None:

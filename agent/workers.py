@@ -20,13 +20,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.events import WARNING, EventRecorder
+from agent.events import NORMAL, WARNING, EventRecorder
 from agent.kubeapi import API_ERRORS, KubeClient
 from agent.probes import ProbeManager
 from agent.runtime import RuntimeCache
 from agent.sync import PodSyncer, SyncResult
 from cri_client import CriError
-from kopflet import admission, gc, podstate, reconciler, spec, status
+from kopflet import admission, deadline, gc, podstate, reconciler, spec, status
 from kopflet import backoff as backoffs
 from kopflet.config import AgentConfig
 from kopflet.metrics import KubeletMetrics
@@ -34,6 +34,7 @@ from kopflet.metrics import KubeletMetrics
 logger = logging.getLogger(__name__)
 
 ERROR_RETRY = 10.0  # upstream backOffPeriod for a failed sync
+STARTED_RECHECK = 1.0  # seconds; the relist period
 MAX_TERMINATION_MESSAGE = 4096  # upstream: bytes per container
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
@@ -51,6 +52,7 @@ class _Worker:
         self.reported_error = ""
         self.first_seen = time.time()
         self.synced = self.updated = self.start_observed = False
+        self.deadline_reported = False  # the DeadlineExceeded event was posted
 
 
 class PodWorkers:
@@ -162,11 +164,7 @@ class PodWorkers:
             self._probe(pod, runtime)  # liveness and startup stop, readiness goes on
             return await self._terminate(worker, pod, runtime, previous)
         if previous.get("phase") in TERMINAL_PHASES:
-            # Final: never restarted. Make sure nothing of it still runs; the status stays as written.
-            self._probes_forget(uid)
-            if runtime.running_containers() or any(s.ready for s in runtime.sandboxes):
-                await self.syncer.kill_pod(pod, runtime, grace=None)
-            return self.cfg.resync_period
+            return await self._finish(worker, pod, runtime)  # final: never restarted
 
         worker.pod = pod
         if not worker.admitted:
@@ -174,11 +172,19 @@ class PodWorkers:
                 worker.admitted = True
             else:
                 return self.cfg.resync_period
+        if deadline.past_active_deadline(pod, deadline.start_time(previous), datetime.datetime.now(datetime.UTC)):
+            # Upstream activeDeadlineHandler: the pod is terminal and killed; Failed (DeadlineExceeded) is written
+            # once its containers stopped (upstream mergePodStatus holds a terminal phase back until then).
+            if not worker.deadline_reported:
+                worker.deadline_reported = True
+                self.recorder.pod_event(pod, NORMAL, deadline.REASON, deadline.MESSAGE)  # upstream ShouldEvict's
+            return await self._finish(worker, pod, runtime, write=True)
         self._probe(pod, runtime)
+        started = {cid for cid, ok in self.probes.started(uid).items() if ok} if self.probes else set()
         actions = reconciler.compute_pod_actions(
             pod, runtime, backoff=self.backoff, now=time.time(),
             liveness_failures=self.probes.liveness_failures(uid) if self.probes else (),
-            startup_failures=self.probes.startup_failures(uid) if self.probes else ())
+            startup_failures=self.probes.startup_failures(uid) if self.probes else (), started=started)
         if actions.reason:
             logger.info(f"pod {pod.namespace}/{pod.name}: {actions.reason}")
         result = await self.syncer.sync(pod, runtime, actions)
@@ -188,7 +194,31 @@ class PodWorkers:
         evictions = gc.evictable(runtime)
         if evictions.containers or evictions.sandboxes:
             await self.syncer.remove(evictions.containers, evictions.sandboxes)
-        return self._next_delay(result)
+        # Wake when activeDeadlineSeconds runs out (upstream ShouldSync picks the pod up then).
+        left = deadline.time_left(pod, deadline.start_time(worker.body.get("status") or {}),
+                                  datetime.datetime.now(datetime.UTC))
+        delay = self._next_delay(result) if left is None else min(self._next_delay(result), max(left, 0.5))
+        if actions.init_containers_to_start:
+            # A sidecar just started stays running: no runtime change will wake the worker for the next step of
+            # initialisation, so look again soon (upstream's PLEG reports ContainerStarted and resyncs the pod).
+            delay = min(delay, STARTED_RECHECK)
+        return delay
+
+    async def _finish(self, worker: _Worker, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
+                      write: bool = False) -> float:
+        """A terminal pod (Succeeded, Failed, past its deadline): make sure nothing of it still runs, then write
+        the status its stopped containers give when something had to be stopped or `write` (upstream
+        SyncTerminatingPod, then SyncTerminatedPod). A terminal phase already written stays."""
+        self._probes_forget(worker.uid)
+        if runtime.running_containers() or any(s.ready for s in runtime.sandboxes):
+            await self.syncer.kill_pod(pod, runtime, grace=None)
+            runtime = await self.cache.refresh_pod(worker.uid)
+            if runtime.running_containers():
+                return 1.0  # still stopping: look again shortly
+            write = True
+        if write:
+            await self._write_status(worker, pod, runtime, SyncResult(), terminal=True)
+        return self.cfg.resync_period
 
     def _probe(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> None:
         """Start, keep or stop the pod's probe loops for its current containers."""
@@ -258,6 +288,10 @@ class PodWorkers:
             startup=self.probes.started(pod.uid) if self.probes else None,
             host_ip=self.cfg.node_ip, host_ips=(self.cfg.node_ip,) if self.cfg.node_ip else (),
             now=datetime.datetime.now(datetime.UTC), pod_is_terminal=terminal)
+        if desired.get("reason") == deadline.REASON and previous.get("reason") != deadline.REASON \
+                and not worker.deadline_reported:  # the deadline passed during this sync
+            worker.deadline_reported = True
+            self.recorder.pod_event(pod, NORMAL, deadline.REASON, deadline.MESSAGE)
         if not worker.start_observed and _all_started(desired):
             worker.start_observed = True
             if (previous.get("phase") or "Pending") == "Pending":  # not a pod adopted already running

@@ -151,6 +151,7 @@ def linux_resources_to_pb(r: types.LinuxContainerResources) -> pb.LinuxContainer
         oom_score_adj=r.oom_score_adj,
         cpuset_cpus=r.cpuset_cpus,
         cpuset_mems=r.cpuset_mems,
+        hugepage_limits=[pb.HugepageLimit(page_size=h.page_size, limit=h.limit) for h in r.hugepage_limits],
         unified=_map(r.unified),
         memory_swap_limit_in_bytes=r.memory_swap_limit_in_bytes,
     )
@@ -165,6 +166,7 @@ def linux_resources_from_pb(m: pb.LinuxContainerResources) -> types.LinuxContain
         oom_score_adj=m.oom_score_adj,
         cpuset_cpus=m.cpuset_cpus,
         cpuset_mems=m.cpuset_mems,
+        hugepage_limits=tuple(types.HugepageLimit(page_size=h.page_size, limit=h.limit) for h in m.hugepage_limits),
         unified=_map(m.unified),
         memory_swap_limit_in_bytes=m.memory_swap_limit_in_bytes,
     )

@@ -164,8 +164,19 @@ class SELinuxOptions:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class HugepageLimit:
+    """`HugepageLimit`: the hugetlb cgroup limit in bytes of one page size, named as the kernel's ("2MB", "1GB")."""
+
+    page_size: str
+    limit: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LinuxContainerResources:
-    """`LinuxContainerResources` (cgroup knobs); zero means "not set" for every field."""
+    """`LinuxContainerResources` (cgroup knobs); zero means "not set" for every field.
+
+    `hugepage_limits` lists every page size of the node, 0 for those the container does not request.
+    """
 
     cpu_period: int = 0
     cpu_quota: int = 0
@@ -174,6 +185,7 @@ class LinuxContainerResources:
     oom_score_adj: int = 0
     cpuset_cpus: str = ""
     cpuset_mems: str = ""
+    hugepage_limits: tuple[HugepageLimit, ...] = ()
     unified: Mapping[str, str] = dataclasses.field(default_factory=dict)
     memory_swap_limit_in_bytes: int = 0
 
@@ -628,6 +640,7 @@ __all__ = [
     "DNSConfig",
     "ExecSyncResult",
     "FilesystemUsage",
+    "HugepageLimit",
     "Image",
     "ImageFsInfo",
     "LinuxContainerConfig",

@@ -32,7 +32,7 @@ from agent.server_backend import AgentBackend
 from agent.services import ServiceCache
 from agent.static_pods import StaticPodSource
 from agent.stats import StatsCollector
-from agent.sync import PodSyncer
+from agent.sync import PodSyncer, read_host_container_facts
 from agent.workers import PodWorkers
 from cri_client import CriClient, CriError
 from handlers import configuring
@@ -127,9 +127,10 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
                                      host_servers=servers, host_searches=searches, host_options=options)
     node = NodeAgent(cfg, api, cri, memo.runtime_version, facts)
     service_cache = ServiceCache(api)
-    syncer = PodSyncer(cfg, cri, api, recorder, ImageManager(memo.image_cri, recorder, backoff), backoff, dns,
+    syncer = PodSyncer(cfg, cri, api, recorder, ImageManager(memo.image_cri, recorder, backoff, api), backoff, dns,
                        node_memory_capacity=facts.memory_bytes, services=service_cache,
                        node_allocatable=node.allocatable)
+    syncer.hugepage_sizes, syncer.masked_paths = await asyncio.to_thread(read_host_container_facts)
     cache = RuntimeCache(cri)
     await node.register()
     workers = PodWorkers(cfg, api, cache, syncer, recorder, backoff, node.admission_info)

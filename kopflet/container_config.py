@@ -22,8 +22,10 @@ resolv.conf is written by the runtime from the sandbox's DNS config.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cri_client import types as cri
@@ -36,6 +38,7 @@ SHARES_PER_CPU = 1024
 MILLI_CPU_TO_CPU = 1000
 QUOTA_PERIOD = 100000  # 100ms in microseconds
 MIN_QUOTA_PERIOD = 1000
+HUGEPAGES_PREFIX = "hugepages-"
 
 ETC_HOSTS_PATH = "/etc/hosts"
 MAX_TERMINATION_MESSAGE_LENGTH = 4096
@@ -125,14 +128,67 @@ def milli_cpu_to_quota(milli_cpu: int, period: int = QUOTA_PERIOD) -> int:
     return max(MIN_QUOTA_PERIOD, milli_cpu * period // MILLI_CPU_TO_CPU)
 
 
+def hugepage_page_sizes(dir_names: Iterable[str]) -> tuple[str, ...]:
+    """The node's hugepage sizes as the CRI names them, from the entries of /sys/kernel/mm/hugepages
+    (``hugepages-2048kB`` is ``2MB``, ``hugepages-1048576kB`` is ``1GB``), in the given order; other names are
+    skipped (runc `cgroups.HugePageSizes`, which upstream lists in `GetHugepageLimitsFromResources`)."""
+    sizes = []
+    for name in dir_names:
+        kilobytes = name.removeprefix(HUGEPAGES_PREFIX).removesuffix("kB")
+        if not name.startswith(HUGEPAGES_PREFIX) or not name.endswith("kB") or not kilobytes.isdecimal():
+            continue
+        size = int(kilobytes)
+        sizes.append(f"{size >> 20}GB" if size >= 1 << 20 else f"{size >> 10}MB" if size >= 1 << 10 else f"{size}KB")
+    return tuple(sizes)
+
+
+def hugepage_unit_size(resource_name: str) -> str | None:
+    """The CRI page size of a ``hugepages-<size>`` resource (``hugepages-2Mi`` is ``2MB``), None when it is not one
+    or the size is not a whole number of its largest unit (upstream `HugePageSizeFromResourceName` and
+    `HugePageUnitSizeFromByteSize`)."""
+    if not resource_name.startswith(HUGEPAGES_PREFIX):
+        return None
+    try:
+        size = qos.value(resource_name.removeprefix(HUGEPAGES_PREFIX))
+    except qos.QuantityError:
+        return None
+    units = ("B", "KB", "MB", "GB", "TB", "PB")
+    index = 0
+    while size % 1024 == 0 and index < len(units) - 1:
+        size //= 1024
+        index += 1
+    if size > 1024 and index < len(units) - 1:
+        return None
+    return f"{size}{units[index]}"
+
+
+def hugepage_limits(pod: spec.Pod, container: spec.ContainerSpec,
+                    page_sizes: Sequence[str]) -> tuple[cri.HugepageLimit, ...]:
+    """One limit per page size of the node, 0 unless the container's (or else the pod-level) limits name it
+    (upstream `GetHugepageLimitsFromResources`: hugepages are denied unless requested). Requests are not read:
+    the apiserver requires hugepages limits, and sizes the node does not have are dropped. DRA allocations
+    are not covered."""
+    required: dict[str, int] = {}
+    pod_resources = qos.pod_level_resources(pod) or {}
+    pod_limits = pod_resources.get("limits")
+    for limits in (pod_limits if isinstance(pod_limits, Mapping) else {}, container.resources.limits):
+        for name, amount in limits.items():
+            size = hugepage_unit_size(name)
+            if size is not None:
+                required[size] = qos.value(amount)
+    return tuple(cri.HugepageLimit(page_size=size, limit=required.get(size, 0)) for size in page_sizes)
+
+
 def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capacity: int,
-                    cpu_cfs_quota: bool = True, memory_oom_group: bool = False) -> cri.LinuxContainerResources:
+                    cpu_cfs_quota: bool = True, memory_oom_group: bool = False,
+                    hugepage_sizes: Sequence[str] = ()) -> cri.LinuxContainerResources:
     """The container's cgroup settings (upstream `generateLinuxContainerResources`).
 
     cpu shares from the cpu request, or from the cpu limit when no request is set (what the apiserver
     would have defaulted), 2 when neither; CFS period 100ms and quota from the limit; memory limit;
     oom_score_adj by QoS class. `memory_oom_group` asks for ``memory.oom.group=1`` (upstream does so on
-    cgroup v2 nodes unless singleProcessOOMKill). Hugepages and swap are not configured.
+    cgroup v2 nodes unless singleProcessOOMKill). `hugepage_sizes` are the node's page sizes
+    (`hugepage_page_sizes`), each given a limit (`hugepage_limits`). Swap is not configured.
     """
     requests, limits = container.resources.requests, container.resources.limits
     if "cpu" in requests:
@@ -145,15 +201,38 @@ def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capa
         cpu_quota=milli_cpu_to_quota(qos.milli_cpu(limits.get("cpu"))) if cpu_cfs_quota else 0,
         memory_limit_in_bytes=qos.byte_value(limits.get("memory")),
         oom_score_adj=qos.oom_score_adj(pod, container, memory_capacity),
+        hugepage_limits=hugepage_limits(pod, container, hugepage_sizes),
         unified={"memory.oom.group": "1"} if memory_oom_group else {},
     )
 
 
 # ------------------------------------------------------------------------------------------- security
 
+# pkg/securitycontext/util.go `defaultMaskedPaths` (without the per-CPU thermal_throttle directories, which depend
+# on the node: `thermal_throttle_paths`) and `defaultReadonlyPaths`, kept in sync with moby's defaults.
+DEFAULT_MASKED_PATHS: tuple[str, ...] = (
+    "/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+)
+DEFAULT_READONLY_PATHS: tuple[str, ...] = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+PROC_MOUNT_UNMASKED = "Unmasked"
+MAX_USER_ID = 2**31 - 1
+"""validation.IsValidUserID's upper bound (math.MaxInt32)."""
+
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def proc_mount_paths(proc_mount: Any, defaults: Sequence[str]) -> tuple[str, ...]:
+    """The masked or read-only paths for a procMount (upstream `ConvertToRuntimeMaskedPaths` /
+    `ConvertToRuntimeReadonlyPaths`): none for ``Unmasked``, else the defaults.
+
+    Upstream sends them for privileged containers too (the runtime drops them there), and leaves the rule that
+    ``Unmasked`` needs ``hostUsers: false`` to the apiserver's validation: the kubelet does not check it.
+    """
+    return () if proc_mount == PROC_MOUNT_UNMASKED else tuple(defaults)
 
 
 def _seccomp(context: Mapping[str, Any]) -> cri.SecurityProfile | None:
@@ -169,14 +248,67 @@ def _seccomp(context: Mapping[str, Any]) -> cri.SecurityProfile | None:
     return cri.SecurityProfile(profile_type=cri.ProfileType.UNCONFINED)
 
 
-def container_security_context(pod: spec.Pod, container: spec.ContainerSpec) -> cri.ContainerSecurityContext:
+def possible_cpus(text: str) -> list[int] | None:
+    """The CPU numbers of /sys/devices/system/cpu/possible (``0-3,6``), None when it does not parse (upstream
+    `possibleCPUsParsed`; the caller then counts the CPUs itself, as upstream falls back to runtime.NumCPU)."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        start, dash, end = part.partition("-")
+        try:
+            cpus.extend(range(int(start), int(end) + 1) if dash else (int(start),))
+        except ValueError:
+            return None
+    return cpus
+
+
+def thermal_throttle_paths(cpus: Iterable[int]) -> list[str]:
+    """The per-CPU thermal_throttle directories upstream adds to the masked paths when they exist on the node
+    (the caller checks that): ``/sys/devices/system/cpu/cpu<N>/thermal_throttle``."""
+    return [f"/sys/devices/system/cpu/cpu{cpu}/thermal_throttle" for cpu in cpus]
+
+
+def _effective(pod: spec.Pod, container: spec.ContainerSpec, field: str) -> Any:
+    """A field both levels have, as upstream `DetermineEffectiveSecurityContext`: the container's, else the pod's."""
+    value = (container.security_context or {}).get(field)
+    return pod.spec.security_context.get(field) if value is None else value
+
+
+def verify_run_as_non_root(pod: spec.Pod, container: spec.ContainerSpec, image_uid: int | None,
+                           image_user: str) -> str | None:
+    """Why the container must not start under runAsNonRoot, or None (upstream `verifyRunAsNonRoot`).
+
+    `image_uid` / `image_user` are the image's user from ImageStatus (`cri.Image.uid` / `username`); with
+    neither (or no image status) the image runs as root, as upstream `getImageUser` assumes. The caller reports
+    the message as CreateContainerConfigError.
+    """
+    if _effective(pod, container, "runAsNonRoot") is not True:
+        return None
+    where = f"(pod: {json.dumps(pod.full_name, ensure_ascii=False)}, container: {container.name})"  # Go %q
+    run_as_user = _int_or_none(_effective(pod, container, "runAsUser"))
+    if run_as_user is not None:
+        return f"container's runAsUser breaks non-root policy {where}" if run_as_user == 0 else None
+    if image_uid is None and image_user:
+        return (f"container has runAsNonRoot and image has non-numeric user ({image_user}), "
+                f"cannot verify user is non-root {where}")
+    uid = 0 if image_uid is None else image_uid
+    if uid == 0:
+        return f"container has runAsNonRoot and image will run as root {where}"
+    if not 0 <= uid <= MAX_USER_ID:  # validation.IsValidUserID
+        return (f"container has runAsNonRoot and image has an invalid user id ({uid}). (Must be 1-({MAX_USER_ID})): "
+                f"must be between 0 and {MAX_USER_ID}, inclusive {where}")
+    return None
+
+
+def container_security_context(pod: spec.Pod, container: spec.ContainerSpec, *,
+                               masked_paths: Sequence[str] = DEFAULT_MASKED_PATHS) -> cri.ContainerSecurityContext:
     """The basics of upstream `determineEffectiveSecurityContext`: container settings over the pod's.
 
     Namespaces as the sandbox (PID per container unless shared); privileged; capabilities; runAsUser/Group;
     readOnlyRootFilesystem; no_new_privs when allowPrivilegeEscalation is false; fsGroup and
     supplementalGroups; SELinux; seccomp (Unconfined unless a profile is set: the kubelet's default without
-    ``seccompDefault``). Not covered: runAsNonRoot verification (needs the image user), procMount,
-    AppArmor, the runtime's masked/read-only paths (left to the runtime's defaults).
+    ``seccompDefault``); masked and read-only /proc and /sys paths by procMount (`proc_mount_paths`; the node's
+    defaults are `masked_paths`). Not covered: AppArmor, the image's user as runAsUser/runAsUsername;
+    runAsNonRoot is checked apart (`verify_run_as_non_root`).
     """
     pod_context = pod.spec.security_context
     context = container.security_context or {}
@@ -197,6 +329,8 @@ def container_security_context(pod: spec.Pod, container: spec.ContainerSpec) -> 
         readonly_rootfs=context.get("readOnlyRootFilesystem") is True,
         supplemental_groups=sandbox_config.pod_supplemental_groups(pod),
         no_new_privs=context.get("allowPrivilegeEscalation") is False,
+        masked_paths=proc_mount_paths(context.get("procMount"), masked_paths),
+        readonly_paths=proc_mount_paths(context.get("procMount"), DEFAULT_READONLY_PATHS),
         seccomp=seccomp,
     )
 
@@ -213,6 +347,17 @@ def expand_command_and_args(container: spec.ContainerSpec,
             tuple(envvars.expand(a, lookup) for a in container.args))
 
 
+def target_pid_namespace(context: cri.ContainerSecurityContext, target_id: str) -> cri.ContainerSecurityContext:
+    """An ephemeral container joins its target's PID namespace (upstream `generateLinuxContainerConfig`:
+    NamespaceMode TARGET with the target's id) when it would otherwise get its own one; with a shared
+    (shareProcessNamespace) or host PID namespace, or no target, it is left as it is."""
+    options = context.namespace_options
+    if not target_id or options is None or options.pid != cri.NamespaceMode.CONTAINER:
+        return context
+    return dataclasses.replace(context, namespace_options=dataclasses.replace(
+        options, pid=cri.NamespaceMode.TARGET, target_id=target_id))
+
+
 def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
                            restart_count: int,
                            env: Sequence[tuple[str, str]],
@@ -220,12 +365,18 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
                            memory_capacity: int,
                            mounts: Sequence[cri.Mount] = (),
                            cpu_cfs_quota: bool = True,
-                           memory_oom_group: bool = False) -> cri.ContainerConfig:
+                           memory_oom_group: bool = False,
+                           pid_target_id: str = "",
+                           masked_paths: Sequence[str] = DEFAULT_MASKED_PATHS,
+                           hugepage_sizes: Sequence[str] = ()) -> cri.ContainerConfig:
     """The ContainerConfig for CreateContainer (upstream `generateContainerConfig`).
 
     `restart_count` is the new instance's (the previous instance's count + 1, 0 for the first): it becomes
     the metadata attempt, the restartCount annotation and the log file name. `image_ref` is the pulled
-    image (ID or digest ref), the spec's image goes into user_specified_image.
+    image (ID or digest ref), the spec's image goes into user_specified_image. `pid_target_id` is, for an
+    ephemeral container with a targetContainerName, the target's container id (`target_pid_namespace`).
+    `masked_paths` are the node's default masked paths (`container_security_context`), `hugepage_sizes` its
+    hugepage sizes (`linux_resources`). runAsNonRoot is the caller's check first (`verify_run_as_non_root`).
     """
     command, args = expand_command_and_args(container, env)
     return cri.ContainerConfig(
@@ -245,8 +396,9 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
         tty=container.tty,
         linux=cri.LinuxContainerConfig(
             resources=linux_resources(pod, container, memory_capacity=memory_capacity, cpu_cfs_quota=cpu_cfs_quota,
-                                      memory_oom_group=memory_oom_group),
-            security_context=container_security_context(pod, container),
+                                      memory_oom_group=memory_oom_group, hugepage_sizes=hugepage_sizes),
+            security_context=target_pid_namespace(
+                container_security_context(pod, container, masked_paths=masked_paths), pid_target_id),
         ),
     )
 
@@ -258,13 +410,21 @@ __all__ = [
     "container_security_context",
     "etc_hosts_mount",
     "expand_command_and_args",
+    "hugepage_limits",
+    "hugepage_page_sizes",
+    "hugepage_unit_size",
     "linux_resources",
     "managed_hosts_file",
     "milli_cpu_to_quota",
     "milli_cpu_to_shares",
     "node_hosts_file",
     "pod_log_dir",
+    "possible_cpus",
+    "proc_mount_paths",
     "relative_log_path",
     "should_mount_etc_hosts",
+    "target_pid_namespace",
     "termination_message_mount",
+    "thermal_throttle_paths",
+    "verify_run_as_non_root",
 ]

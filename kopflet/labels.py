@@ -83,11 +83,26 @@ def container_annotations(pod: spec.Pod, container: spec.ContainerSpec, restart_
         annotations[CONTAINER_PRESTOP_HANDLER] = json.dumps(pre_stop, separators=(",", ":"))
     if container.ports:
         annotations[CONTAINER_PORTS] = json.dumps([_port_json(p) for p in container.ports], separators=(",", ":"))
-    if any(c.name == container.name for c in pod.spec.init_containers):
-        annotations[CONTAINER_TYPE] = TYPE_INIT
-    elif any(c.name == container.name for c in pod.spec.containers):
-        annotations[CONTAINER_TYPE] = TYPE_CONTAINER
+    kind = container_type(pod, container.name)
+    if kind:
+        annotations[CONTAINER_TYPE] = kind
     return annotations
+
+
+def container_type(pod: spec.Pod, name: str) -> str:
+    """``init``, ``container`` or ``ephemeral`` for a container of the pod ("" if it has none of that name).
+
+    The runtime annotation (`CONTAINER_TYPE`, as older upstream kubelets wrote it) tells a restarted agent or
+    crictl which list a container came from; the spec decides it while the pod exists, since names are unique
+    across the three lists.
+    """
+    if any(c.name == name for c in pod.spec.init_containers):
+        return TYPE_INIT
+    if any(c.name == name for c in pod.spec.containers):
+        return TYPE_CONTAINER
+    if pod.spec.is_ephemeral(name):
+        return TYPE_EPHEMERAL
+    return ""
 
 
 def _port_json(port: spec.ContainerPort) -> dict[str, Any]:

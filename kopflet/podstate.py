@@ -118,6 +118,27 @@ class RuntimePodStatus:
         """The running instances, what killing the pod has to stop (upstream `ConvertPodStatusToRunningPod`)."""
         return tuple(c for c in self.containers if c.state is State.RUNNING)
 
+    @property
+    def active_sandbox_id(self) -> str:
+        """The newest sandbox's id while it is ready, else "" (upstream `activePodSandboxID` in `GetPodStatus`)."""
+        sandbox = self.latest_sandbox
+        return sandbox.id if sandbox is not None and sandbox.ready else ""
+
+    def active_containers(self) -> tuple[ContainerInfo, ...]:
+        """Instances in the active sandbox, newest first (upstream `ActiveContainerStatuses`).
+
+        Init containers are judged on these only, so instances left over from an earlier sandbox never count
+        as progress in the current one. An instance whose sandbox is not known ("") counts as active.
+        """
+        active = self.active_sandbox_id
+        if not active:
+            return ()
+        return tuple(c for c in self.containers if c.sandbox_id in (active, ""))
+
+    def latest_active_container(self, name: str) -> ContainerInfo | None:
+        """The newest instance of that container in the active sandbox (upstream `FindActiveContainerStatusByName`)."""
+        return next((c for c in self.active_containers() if c.name == name), None)
+
 
 # ---------------------------------------------------------------------------------------------- builders
 

@@ -10,19 +10,26 @@ Pure: the pod, the runtime's view and the backoff table go in, a frozen `PodActi
 mutated (the executor bumps the backoff with `note_restarts` when it actually starts containers). Decisions
 are re-derived from the current state on every sync, kubelet style, so a restarted agent converges.
 
-The executor applies PodActions in upstream `SyncPod` order: kill the pod (if `kill_pod`) or else the
-`containers_to_kill`; create the sandbox (if `create_sandbox`); start `next_init_container`; start
-`containers_to_start`.
+The executor applies PodActions in upstream `SyncPod` order: kill the pod (if `kill_pod`, sidecars last:
+`termination_prereqs`) or else the `containers_to_kill`; create the sandbox (if `create_sandbox`); start the
+`ephemeral_containers_to_start`; start the `init_containers_to_start` in order (stopping at the first regular
+init container that fails to start, going on past a sidecar that does); start `containers_to_start`.
 
-Not covered yet: sidecars (init containers with restartPolicy Always are treated like ordinary init
-containers, so a pod with one never finishes initialising), ephemeral containers, in-place resize, and
-the post-start hook failure kill reason.
+Sidecars (init containers with restartPolicy Always, upstream restartable init containers) follow
+`computeInitContainerActions`: the next init container starts once a sidecar is *started* (running, and its
+startup probe succeeded if it has one: `started`); a sidecar that exits, is in unknown state, changed its
+spec or failed its liveness/startup probe is restarted whatever the pod's restartPolicy, with crash-loop
+backoff; sidecars do not keep a pod alive: when no regular container runs or is due to start, the pod is
+killed and no sidecar is restarted.
+
+Not covered yet: in-place resize, container-level restart policies and restart rules of regular containers
+(upstream's ContainerRestartRules), and the post-start hook failure kill reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from cri_client import types as cri
 from kopflet import backoff as backoffs
@@ -62,8 +69,11 @@ class PodActions:
     network mode changed): a non-empty id with `create_sandbox` is upstream's cue for a SandboxChanged event."""
     attempt: int = 0
     """Attempt number for a new sandbox (0 for the first), else the current highest attempt."""
-    next_init_container: str | None = None
-    """The one init container to start now (init containers run strictly one at a time)."""
+    init_containers_to_start: tuple[str, ...] = ()
+    """Init containers to start now, in spec order: sidecars to (re)start and at most one regular init
+    container (those run strictly one at a time)."""
+    ephemeral_containers_to_start: tuple[str, ...] = ()
+    """Ephemeral containers never started yet, in spec order (they are never restarted)."""
     containers_to_start: tuple[str, ...] = ()
     """Regular containers to start now, in spec order (those in backoff are left out)."""
     containers_to_kill: Mapping[str, KillInfo] = dataclasses.field(default_factory=dict)
@@ -119,7 +129,11 @@ def sandbox_change(pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> Sandbox
 
 
 def should_restart(container: spec.ContainerSpec, pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> bool:
-    """Upstream `ShouldContainerBeRestarted`, for a container that is not running."""
+    """Upstream `ShouldContainerBeRestarted`, for a container that is not running.
+
+    A sidecar's own restartPolicy Always wins over the pod's (upstream `ContainerShouldRestart`); other
+    containers follow the pod's policy.
+    """
     if pod.is_deleting:
         return False
     status = runtime.latest_container(container.name)
@@ -128,6 +142,8 @@ def should_restart(container: spec.ContainerSpec, pod: spec.Pod, runtime: podsta
     if status.state is State.RUNNING:
         return False
     if status.state in (State.UNKNOWN, State.CREATED):
+        return True
+    if container.is_sidecar:
         return True
     if pod.spec.restart_policy == spec.RESTART_NEVER:
         return False
@@ -154,6 +170,43 @@ def crash_loop_message(pod: spec.Pod, container_name: str, delay: float) -> str:
             f"pod={pod.full_name}")
 
 
+def termination_prereqs(pod: spec.Pod, running: Collection[str]) -> dict[str, tuple[str, ...]]:
+    """Which running containers each container must see stopped before its own stop (upstream
+    `newTerminationOrdering`), for killing a pod that has sidecars.
+
+    Every sidecar waits for the running regular containers and for the next sidecar after it in spec order
+    if that one runs (which waits for the one after it, and so on): regular containers stop first, then the
+    sidecars in reverse order. Others wait for nothing. Empty when the pod has no sidecar.
+    """
+    if not any(c.is_sidecar for c in pod.spec.init_containers):
+        return {}
+    running = set(running)
+    regular = tuple(c.name for c in pod.spec.containers if c.name in running)
+    prereqs: dict[str, tuple[str, ...]] = {}
+    later = ""
+    for container in reversed(pod.spec.init_containers):
+        if not container.is_sidecar:
+            continue
+        prereqs[container.name] = regular + ((later,) if later and later in running else ())
+        later = container.name
+    return prereqs
+
+
+def namespace_target_id(container: spec.ContainerSpec, runtime: podstate.RuntimePodStatus) -> str:
+    """The runtime id of the container whose PID namespace an ephemeral container joins ("" for none)
+    (upstream `startSpec.getTargetID`): the target's newest instance.
+
+    Raises LookupError with upstream's message when the target has no instance (the start fails with
+    CreateContainerConfigError and is tried again on the next sync).
+    """
+    if not container.target_container_name:
+        return ""
+    target = runtime.latest_container(container.target_container_name)
+    if target is None:
+        raise LookupError(f"unable to find target container {container.target_container_name}")
+    return target.id
+
+
 def note_restarts(actions: PodActions, pod: spec.Pod, backoff: backoffs.Backoff, now: float,
                   started: Iterable[str] | None = None) -> None:
     """Bump the crash-loop backoff of the containers the executor starts (upstream `doBackOff` calls `Next`).
@@ -168,6 +221,15 @@ def note_restarts(actions: PodActions, pod: spec.Pod, backoff: backoffs.Backoff,
 # -------------------------------------------------------------------------------------------- the planner
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Probes:
+    """Probe verdicts by container id, as the probe manager publishes them."""
+
+    liveness_failures: frozenset[str]
+    startup_failures: frozenset[str]
+    started: frozenset[str]
+
+
 @dataclasses.dataclass
 class _Draft:
     """The mutable working copy of PodActions while the rules run."""
@@ -177,7 +239,8 @@ class _Draft:
     sandbox_id: str
     attempt: int
     reason: str = ""
-    next_init_container: str | None = None
+    init_containers_to_start: list[str] = dataclasses.field(default_factory=list)
+    ephemeral_containers_to_start: list[str] = dataclasses.field(default_factory=list)
     containers_to_start: list[str] = dataclasses.field(default_factory=list)
     containers_to_kill: dict[str, KillInfo] = dataclasses.field(default_factory=dict)
     containers_in_backoff: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -187,7 +250,8 @@ class _Draft:
     def freeze(self) -> PodActions:
         return PodActions(
             kill_pod=self.kill_pod, create_sandbox=self.create_sandbox, sandbox_id=self.sandbox_id,
-            attempt=self.attempt, next_init_container=self.next_init_container,
+            attempt=self.attempt, init_containers_to_start=tuple(self.init_containers_to_start),
+            ephemeral_containers_to_start=tuple(self.ephemeral_containers_to_start),
             containers_to_start=tuple(self.containers_to_start), containers_to_kill=dict(self.containers_to_kill),
             containers_in_backoff=dict(self.containers_in_backoff), backoff_since=dict(self.backoff_since),
             retry_after=self.retry_after, reason=self.reason,
@@ -200,11 +264,14 @@ def compute_pod_actions(pod: spec.Pod,
                         backoff: backoffs.Backoff,
                         now: float,
                         liveness_failures: Collection[str] = (),
-                        startup_failures: Collection[str] = ()) -> PodActions:
+                        startup_failures: Collection[str] = (),
+                        started: Collection[str] = ()) -> PodActions:
     """Decide the next step for a pod from its spec and what the runtime has (upstream `computePodActions`).
 
     `now` is seconds since the epoch (the runtime's nanosecond times are compared against it);
-    `liveness_failures` / `startup_failures` are ids of running containers whose probe failed.
+    `liveness_failures` / `startup_failures` are ids of running containers whose probe failed; `started` are
+    ids of running containers whose startup probe succeeded (a sidecar with a startup probe counts as started
+    for the init order only then).
     """
     if pod.is_deleting:
         # Upstream's pod worker stops calling SyncPod and kills the pod instead (SyncTerminatingPod).
@@ -216,10 +283,18 @@ def compute_pod_actions(pod: spec.Pod,
     change = sandbox_change(pod, runtime)
     draft = _Draft(kill_pod=change.create, create_sandbox=change.create, sandbox_id=change.sandbox_id,
                    attempt=change.attempt, reason=change.reason)
+    probes = _Probes(liveness_failures=frozenset(liveness_failures), startup_failures=frozenset(startup_failures),
+                     started=frozenset(started))
     if change.create:
         _plan_new_sandbox(pod, runtime, draft)
-    elif _plan_init_containers(pod, runtime, draft) and not draft.kill_pod:
-        _plan_containers(pod, runtime, draft, set(liveness_failures), set(startup_failures))
+    else:
+        # Ephemeral containers may start before initialisation completes; never restarted (upstream).
+        draft.ephemeral_containers_to_start = [c.name for c in pod.spec.ephemeral_containers
+                                               if runtime.latest_container(c.name) is None]
+        if _plan_init_containers(pod, runtime, draft, probes) and not draft.kill_pod:
+            _plan_containers(pod, runtime, draft, probes)
+        if draft.kill_pod:
+            draft.ephemeral_containers_to_start = []  # nothing starts in a sandbox about to be stopped
     _apply_backoff(pod, runtime, draft, backoff, now)
     return draft.freeze()
 
@@ -245,7 +320,7 @@ def _plan_new_sandbox(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: 
         draft.reason += "; all containers succeeded: not re-creating it"
         return
     if pod.spec.init_containers:
-        draft.next_init_container = pod.spec.init_containers[0].name
+        draft.init_containers_to_start = [pod.spec.init_containers[0].name]
         return
     draft.containers_to_start = to_start
 
@@ -259,55 +334,109 @@ def _any_regular_container_created(pod: spec.Pod, runtime: podstate.RuntimePodSt
     return False
 
 
-def _plan_init_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft) -> bool:
-    """Upstream `computeInitContainerActions` for ordinary init containers; True once the pod is initialised.
+def _plan_init_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft, probes: _Probes) -> bool:
+    """Upstream `computeInitContainerActions`; True once the pod is initialised.
 
-    Init containers run strictly one at a time in spec order and each must exit 0. The newest one with any
-    status decides (earlier ones may have been garbage-collected): running -> wait; created -> start it
-    again; exited 0 -> start the next one (or done after the last); failed -> restart it, or kill the pod
-    under restartPolicy Never; unknown -> kill it and restart it (or kill the pod under Never).
+    Judged on the instances in the active sandbox only. Regular init containers run strictly one at a time
+    in spec order and each must exit 0; a sidecar lets the next one start once it is started (running, and its
+    startup probe succeeded if it has one) and keeps running. Walking backwards from the last init container,
+    the newest one with a status decides what comes next (earlier ones may have been garbage-collected):
+    running -> wait (a sidecar: start the next); created -> start it again; exited 0 -> start the next one;
+    failed -> restart it, or kill the pod under restartPolicy Never; unknown -> kill it and restart it (or kill
+    the pod under Never). Earlier sidecars are kept running all along: restarted when they exited or are in
+    unknown state, killed and restarted when their spec changed or a liveness/startup probe failed. Once a
+    regular container exists in the sandbox, only sidecars are looked at.
     """
     inits = pod.spec.init_containers
     if not inits:
         return True
-    for container in pod.spec.containers:
-        status = runtime.latest_container(container.name)
-        if status is not None and status.state in (State.CREATED, State.RUNNING):
-            return True  # a regular container exists in this sandbox: initialisation finished before
+    regular = {c.name for c in pod.spec.containers}
+    # A regular container in the current sandbox means initialisation finished before (upstream
+    # HasAnyActiveRegularContainerStarted): init containers may have been garbage-collected since.
+    initialized = any(c.name in regular for c in runtime.active_containers())
+    previously_initialized = initialized
     restart_on_failure = pod.spec.restart_policy != spec.RESTART_NEVER
+    to_start: list[str] = []  # collected backwards, reversed at the end
+
+    def kill(status: podstate.ContainerInfo, reason: str, message: str) -> None:
+        draft.containers_to_kill[status.id] = KillInfo(name=status.name, reason=reason, message=message)
+
     for index in range(len(inits) - 1, -1, -1):
         container = inits[index]
-        status = runtime.latest_container(container.name)
+        status = runtime.latest_active_container(container.name)
         if status is None:
+            if previously_initialized and container.is_sidecar:
+                to_start.append(container.name)  # its instance is gone: start it again
             continue
-        if status.state is State.RUNNING:
-            return False
+        if previously_initialized and not container.is_sidecar:
+            continue  # after initialisation only sidecars are kept running
         if status.state is State.CREATED:
-            draft.next_init_container = container.name
-            return False
-        if status.state is State.EXITED and not init_container_failed(status):
-            if index == len(inits) - 1:
-                return True
-            draft.next_init_container = inits[index + 1].name
-            return False
-        # Failed (exited non-zero or OOM-killed) or in unknown state.
-        if not restart_on_failure:
-            draft.kill_pod = True
-            draft.reason = f"Init container {container.name} failed and restartPolicy is Never"
-            return False
-        if status.state is State.UNKNOWN:
-            draft.containers_to_kill[status.id] = KillInfo(
-                name=container.name, reason=REASON_UNKNOWN,
-                message=f'Init container is in "{status.state}" state, try killing it before restart')
-        draft.next_init_container = container.name
-        return False
-    draft.next_init_container = inits[0].name
-    return False
+            to_start.append(container.name)  # created but never started: start it again
+        elif status.state is State.RUNNING:
+            if container.is_sidecar:
+                initialized = _plan_running_sidecar(inits, index, status, previously_initialized, probes, kill,
+                                                    to_start) or initialized
+        elif status.state is State.EXITED:
+            if container.is_sidecar:
+                to_start.append(container.name)
+            elif init_container_failed(status):
+                if not restart_on_failure:
+                    draft.kill_pod = True
+                    draft.reason = f"Init container {container.name} failed and restartPolicy is Never"
+                    return False
+                to_start.append(container.name)
+            elif index == len(inits) - 1:
+                initialized = True
+            else:
+                to_start.append(inits[index + 1].name)
+        else:  # unknown: it may still run, stop it before starting it again
+            if not container.is_sidecar and not restart_on_failure:
+                draft.kill_pod = True
+                draft.reason = f"Init container {container.name} failed and restartPolicy is Never"
+                return False
+            kill(status, REASON_UNKNOWN, f'Init container is in "{status.state}" state, try killing it before restart')
+            to_start.append(container.name)
+        previously_initialized = True
+    if not previously_initialized:
+        to_start.append(inits[0].name)  # nothing started yet: the first one
+    draft.init_containers_to_start = list(reversed(to_start))
+    return initialized
 
 
-def _plan_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft,
-                     liveness_failures: set[str], startup_failures: set[str]) -> None:
-    """Regular containers: start what should run, kill and restart what changed or failed its probes."""
+def _plan_running_sidecar(inits: Sequence[spec.ContainerSpec], index: int, status: podstate.ContainerInfo,
+                          previously_initialized: bool, probes: _Probes,
+                          kill: Callable[[podstate.ContainerInfo, str, str], None], to_start: list[str]) -> bool:
+    """A running sidecar (upstream `computeInitContainerActions`, running restartable init container).
+
+    Waits for its startup probe, then counts as done for the init order (True when it is the last init
+    container: the pod is initialised; else the next init container starts the first time round); restarted
+    when its startup probe failed, its spec changed or its liveness probe failed.
+    """
+    container = inits[index]
+    name = container.name
+    if container.startup_probe is not None and status.id not in probes.started:
+        if status.id in probes.startup_failures:
+            kill(status, REASON_STARTUP_PROBE, f"Init container {name} failed startup probe")
+            to_start.append(name)
+        return False  # not started yet: wait for the startup probe
+    initialized = index == len(inits) - 1
+    if not initialized and not previously_initialized:
+        to_start.append(inits[index + 1].name)
+    if status.hash != container.hash:
+        kill(status, "", f"Init container {name} definition changed")
+        to_start.append(name)
+    elif status.id in probes.liveness_failures:
+        kill(status, REASON_LIVENESS_PROBE, f"Init container {name} failed liveness probe")
+        to_start.append(name)
+    return initialized
+
+
+def _plan_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft, probes: _Probes) -> None:
+    """Regular containers: start what should run, kill and restart what changed or failed its probes.
+
+    When none runs or is due to start, the pod is done: it is killed, and sidecars are not restarted (they do
+    not keep a pod alive).
+    """
     keep = 0
     for container in pod.spec.containers:
         status = runtime.latest_container(container.name)
@@ -324,9 +453,9 @@ def _plan_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _
         if status.hash != container.hash:
             message, reason = f"Container {container.name} definition changed", ""
             restart = True  # a changed spec restarts regardless of the restart policy
-        elif status.id in liveness_failures:
+        elif status.id in probes.liveness_failures:
             message, reason = f"Container {container.name} failed liveness probe", REASON_LIVENESS_PROBE
-        elif status.id in startup_failures:
+        elif status.id in probes.startup_failures:
             message, reason = f"Container {container.name} failed startup probe", REASON_STARTUP_PROBE
         else:
             keep += 1
@@ -338,13 +467,13 @@ def _plan_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _
     if keep == 0 and not draft.containers_to_start:
         draft.kill_pod = True
         draft.reason = "All containers are dead and none is due to restart"
+        draft.init_containers_to_start = []  # sidecars must not keep the pod alive
 
 
 def _apply_backoff(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft,
                    backoff: backoffs.Backoff, now: float) -> None:
     """Hold back starts still in crash-loop backoff since their last exit (upstream `doBackOff`)."""
-    candidates = [draft.next_init_container] if draft.next_init_container else []
-    for name in [*candidates, *draft.containers_to_start]:
+    for name in [*draft.init_containers_to_start, *draft.containers_to_start]:
         exited = runtime.latest_exited(name)
         if exited is None:
             continue
@@ -356,6 +485,6 @@ def _apply_backoff(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Dr
             draft.retry_after = remaining if draft.retry_after is None else min(draft.retry_after, remaining)
         else:
             draft.backoff_since[name] = since
-    if draft.next_init_container in draft.containers_in_backoff:
-        draft.next_init_container = None
+    draft.init_containers_to_start = [n for n in draft.init_containers_to_start
+                                      if n not in draft.containers_in_backoff]
     draft.containers_to_start = [n for n in draft.containers_to_start if n not in draft.containers_in_backoff]

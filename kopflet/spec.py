@@ -93,7 +93,7 @@ class Resources:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ContainerSpec:
-    """One container (regular or init) with the apiserver's defaults applied; `raw` is the body as sent."""
+    """One container (regular, init or ephemeral) with the apiserver's defaults applied; `raw` is the body as sent."""
 
     name: str
     image: str
@@ -119,7 +119,9 @@ class ContainerSpec:
     stdin_once: bool = False
     tty: bool = False
     restart_policy: str | None = None
-    """Only for init containers: ``"Always"`` makes it a sidecar (not supported by the reconciler yet)."""
+    """Only for init containers: ``"Always"`` makes it a sidecar (upstream restartable init container)."""
+    target_container_name: str = ""
+    """Only for ephemeral containers: the container whose PID namespace it joins ("" for none)."""
     raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -134,6 +136,9 @@ class PodSpec:
 
     containers: tuple[ContainerSpec, ...]
     init_containers: tuple[ContainerSpec, ...] = ()
+    ephemeral_containers: tuple[ContainerSpec, ...] = ()
+    """Added later through the ``pods/ephemeralcontainers`` subresource (``kubectl debug``); run once, never
+    restarted, no probes, ports or resources (the apiserver refuses them)."""
     restart_policy: str = RESTART_ALWAYS
     termination_grace_period_seconds: int = DEFAULT_TERMINATION_GRACE_PERIOD
     active_deadline_seconds: int | None = None
@@ -159,8 +164,14 @@ class PodSpec:
     raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def container(self, name: str) -> ContainerSpec | None:
-        """The init or regular container of that name (names are unique across both), or None."""
-        return next((c for c in (*self.init_containers, *self.containers) if c.name == name), None)
+        """The init, regular or ephemeral container of that name (names are unique across all three), or None
+        (upstream `GetContainerSpec`)."""
+        return next((c for c in (*self.init_containers, *self.containers, *self.ephemeral_containers)
+                     if c.name == name), None)
+
+    def is_ephemeral(self, name: str) -> bool:
+        """Whether that name is one of the pod's ephemeral containers."""
+        return any(c.name == name for c in self.ephemeral_containers)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -267,17 +278,26 @@ def pod_from_body(body: Mapping[str, Any]) -> Pod:
 def _pod_spec(spec: Mapping[str, Any]) -> PodSpec:
     containers = _containers(spec.get("containers"), "spec.containers", required=True)
     init_containers = _containers(spec.get("initContainers"), "spec.initContainers", required=False)
+    ephemeral_containers = _containers(spec.get("ephemeralContainers"), "spec.ephemeralContainers", required=False)
     seen: set[str] = set()
     for path, container in [*((f"spec.initContainers[{i}]", c) for i, c in enumerate(init_containers)),
-                            *((f"spec.containers[{i}]", c) for i, c in enumerate(containers))]:
+                            *((f"spec.containers[{i}]", c) for i, c in enumerate(containers)),
+                            *((f"spec.ephemeralContainers[{i}]", c) for i, c in enumerate(ephemeral_containers))]:
         if container.name in seen:
             raise SpecError(f"{path}.name", f"Duplicate value: {container.name!r}")
         seen.add(container.name)
+    targets = {c.name for c in (*init_containers, *containers)}
+    for i, container in enumerate(ephemeral_containers):
+        # Upstream validateEphemeralContainers: the target must be a regular or init container of the pod.
+        if container.target_container_name and container.target_container_name not in targets:
+            raise SpecError(f"spec.ephemeralContainers[{i}].targetContainerName",
+                            f"Not found: {container.target_container_name!r}")
     grace = _int(spec.get("terminationGracePeriodSeconds"), "spec.terminationGracePeriodSeconds", minimum=0)
     os_body = _mapping(spec.get("os"), "spec.os")
     return PodSpec(
         containers=containers,
         init_containers=init_containers,
+        ephemeral_containers=ephemeral_containers,
         restart_policy=_choice(spec.get("restartPolicy"), "spec.restartPolicy", RESTART_POLICIES, RESTART_ALWAYS),
         termination_grace_period_seconds=DEFAULT_TERMINATION_GRACE_PERIOD if grace is None else grace,
         active_deadline_seconds=_int(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", minimum=1),
@@ -312,11 +332,14 @@ def _containers(value: Any, path: str, *, required: bool) -> tuple[ContainerSpec
     items = _list(value, path)
     if required and not items:
         raise SpecError(path, "Required value: a pod needs at least one container")
-    return tuple(_container(item, f"{path}[{i}]", init=path.endswith("initContainers"))
-                 for i, item in enumerate(items))
+    kind = "init" if path.endswith("initContainers") else (
+        "ephemeral" if path.endswith("ephemeralContainers") else "regular")
+    return tuple(_container(item, f"{path}[{i}]", kind=kind) for i, item in enumerate(items))
 
 
-def _container(value: Any, path: str, *, init: bool) -> ContainerSpec:
+def _container(value: Any, path: str, *, kind: str) -> ContainerSpec:
+    """One container; `kind` is ``init``, ``regular`` or ``ephemeral`` (which restartPolicy values are allowed,
+    whether targetContainerName is read)."""
     body = _mapping(value, path)
     name = _name(body.get("name"), f"{path}.name", _DNS1123_LABEL, 63, "a lowercase RFC 1123 label")
     image = _str(body.get("image"), f"{path}.image", required=True)
@@ -324,8 +347,10 @@ def _container(value: Any, path: str, *, init: bool) -> ContainerSpec:
         raise SpecError(f"{path}.image", f"Invalid value: {image!r}: must not have leading or trailing whitespace")
     resources = _mapping(body.get("resources"), f"{path}.resources")
     restart_policy = body.get("restartPolicy")
+    if restart_policy is not None and kind == "ephemeral":
+        raise SpecError(f"{path}.restartPolicy", "Forbidden: cannot be set for an Ephemeral Container")
     if restart_policy is not None:
-        allowed = (RESTART_ALWAYS,) if init else RESTART_POLICIES
+        allowed = (RESTART_ALWAYS,) if kind == "init" else RESTART_POLICIES
         restart_policy = _choice(restart_policy, f"{path}.restartPolicy", allowed, RESTART_ALWAYS)
     return ContainerSpec(
         name=name,
@@ -356,6 +381,8 @@ def _container(value: Any, path: str, *, init: bool) -> ContainerSpec:
         stdin_once=_bool(body.get("stdinOnce"), f"{path}.stdinOnce"),
         tty=_bool(body.get("tty"), f"{path}.tty"),
         restart_policy=restart_policy,
+        target_container_name=_str(body.get("targetContainerName"), f"{path}.targetContainerName")
+        if kind == "ephemeral" else "",
         raw=_plain(body),
     )
 

@@ -20,9 +20,15 @@ The output is the whole ``status`` body as the API returns it (camelCase keys, R
 times with ``Z``, ``lastProbeTime: None``), so `status_changed` can compare it with what the API has, and
 `status_patch` turns it into a JSON merge patch that also clears fields the kubelet owns and no longer sets.
 
-Not covered yet: ephemeral containers, sidecar restart subtleties beyond phase/conditions, in-place resize
-conditions and CRI-reported resources, the container ``user``/``stopSignal`` fields, readiness gates
-other than reading the conditions already present.
+Sidecars (restartable init containers) appear in ``initContainerStatuses`` with ``started`` (startup probe)
+and ``ready`` (readiness probe); they count for Initialized once started and for ContainersReady, not for the
+phase once the pod has initialised. Ephemeral containers get ``ephemeralContainerStatuses`` (state and
+lastState like the others, never started/ready: no probes) and count for nothing else. A pod past its
+``activeDeadlineSeconds`` (`kopflet.deadline`, measured from ``startTime``) is Failed with reason
+DeadlineExceeded, as upstream's activeDeadlineHandler makes `generateAPIPodStatus` write it.
+
+Not covered yet: in-place resize conditions and CRI-reported resources, the container ``user``/``stopSignal``
+fields, readiness gates other than reading the conditions already present.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kopflet import podstate, qos, reconciler, spec
+from kopflet import deadline, podstate, qos, reconciler, spec
 from kopflet.podstate import State
 
 PENDING = "Pending"
@@ -78,7 +84,8 @@ MAX_POD_TERMINATION_MESSAGE_LENGTH = 1024 * 12
 """Bytes of termination messages per pod, shared by its containers (kubecontainer.MaxPodTerminationMessageLogLength)."""
 
 OWNED_FIELDS = ("phase", "conditions", "message", "reason", "hostIP", "hostIPs", "podIP", "podIPs", "startTime",
-                "initContainerStatuses", "containerStatuses", "qosClass", "observedGeneration")
+                "initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses", "qosClass",
+                "observedGeneration")
 """Top-level status fields the kubelet writes: `status_patch` clears those it no longer sets."""
 
 
@@ -194,8 +201,9 @@ def _convert(inputs: _Inputs, info: podstate.ContainerInfo, container: spec.Cont
 
 
 def _container_statuses(inputs: _Inputs, containers: Sequence[spec.ContainerSpec],
-                        previous: Iterable[Any], *, is_init: bool) -> list[dict[str, Any]]:
-    """Upstream `convertToAPIContainerStatuses` followed by the probe manager's started/ready."""
+                        previous: Iterable[Any], *, is_init: bool, ephemeral: bool = False) -> list[dict[str, Any]]:
+    """Upstream `convertToAPIContainerStatuses` followed by the probe manager's started/ready (which leaves
+    ephemeral containers alone: they have no probes)."""
     pod, runtime = inputs.pod, inputs.runtime
     olds = {s["name"]: s for s in previous if isinstance(s, Mapping) and isinstance(s.get("name"), str)}
     default_reason = POD_INITIALIZING if pod.spec.init_containers else CONTAINER_CREATING
@@ -270,7 +278,8 @@ def _container_statuses(inputs: _Inputs, containers: Sequence[spec.ContainerSpec
         status["state"] = {"waiting": waiting}
 
     for container in containers:
-        _probe(inputs, container, statuses[container.name], is_init=is_init)
+        if not ephemeral:
+            _probe(inputs, container, statuses[container.name], is_init=is_init)
 
     if is_init:
         return [statuses[c.name] for c in containers]
@@ -532,9 +541,9 @@ def _truncate(message: str, limit: int) -> str:
 
 def _normalize_messages(pod: spec.Pod, status: dict[str, Any]) -> None:
     """Upstream `normalizeStatus`: terminated messages share 12 KiB among the pod's containers."""
-    count = len(pod.spec.containers) + len(pod.spec.init_containers)
+    count = len(pod.spec.containers) + len(pod.spec.init_containers) + len(pod.spec.ephemeral_containers)
     limit = MAX_POD_TERMINATION_MESSAGE_LENGTH // count if count else MAX_POD_TERMINATION_MESSAGE_LENGTH
-    for key in ("containerStatuses", "initContainerStatuses"):
+    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
         for item in status.get(key) or ():
             for state_key in ("state", "lastState"):
                 terminated = (item.get(state_key) or {}).get("terminated")
@@ -579,10 +588,14 @@ def compute_pod_status(pod: spec.Pod,
                                              is_init=False)
     init_statuses = _container_statuses(inputs, pod.spec.init_containers,
                                         previous.get("initContainerStatuses") or (), is_init=True)
+    ephemeral_statuses = _container_statuses(inputs, pod.spec.ephemeral_containers,
+                                             previous.get("ephemeralContainerStatuses") or (), is_init=False,
+                                             ephemeral=True)
     all_statuses = [*container_statuses, *init_statuses]
 
-    active = any(c.state in (State.CREATED, State.RUNNING) for c in runtime.containers
-                 if any(c.name == s.name for s in pod.spec.containers))
+    # Upstream HasAnyActiveRegularContainerStarted: a regular container exists in the current sandbox.
+    regular = {c.name for c in pod.spec.containers}
+    active = any(c.name in regular for c in runtime.active_containers())
     phase = get_phase(pod, all_statuses, pod_is_terminal=pod_is_terminal, pod_has_initialized=active)
     previous_phase = previous.get("phase")
     if previous_phase in TERMINAL_PHASES:
@@ -590,6 +603,19 @@ def compute_pod_status(pod: spec.Pod,
     status["phase"] = phase
     if phase == previous_phase:
         for key in ("reason", "message"):
+            if previous.get(key):
+                status[key] = previous[key]
+    if previous_phase not in TERMINAL_PHASES and \
+            deadline.past_active_deadline(pod, deadline.start_time(previous), now):
+        # Upstream activeDeadlineHandler.ShouldEvict: the pod is terminal, Failed with DeadlineExceeded.
+        phase = status["phase"] = FAILED
+        status.update(reason=deadline.REASON, message=deadline.MESSAGE)
+    if phase in TERMINAL_PHASES and previous_phase not in TERMINAL_PHASES and runtime.running_containers():
+        # Upstream mergePodStatus: a pod never turns terminal while containers may still run (the agent kills
+        # them first); until then the phase, reason and message stay as they were.
+        phase = status["phase"] = previous_phase or PENDING
+        for key in ("reason", "message"):
+            status.pop(key, None)
             if previous.get(key):
                 status[key] = previous[key]
 
@@ -631,6 +657,8 @@ def compute_pod_status(pod: spec.Pod,
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
     status["containerStatuses"] = container_statuses
+    if ephemeral_statuses:
+        status["ephemeralContainerStatuses"] = ephemeral_statuses
     status["qosClass"] = previous.get("qosClass") or qos.qos_class(pod)
     if generation is not None:
         status["observedGeneration"] = generation

@@ -61,6 +61,8 @@ def test_build_container_config_for_the_base_pod() -> None:
                                                   oom_score_adj=1000 - 1000 * 64 * 2**20 // CAPACITY),
             security_context=cri.ContainerSecurityContext(
                 namespace_options=cri.NamespaceOptions(pid=cri.NamespaceMode.CONTAINER),
+                masked_paths=container_config.DEFAULT_MASKED_PATHS,
+                readonly_paths=container_config.DEFAULT_READONLY_PATHS,
                 seccomp=cri.SecurityProfile(profile_type=cri.ProfileType.UNCONFINED)),
         ),
     )
@@ -132,6 +134,8 @@ def test_security_context() -> None:
         readonly_rootfs=True,
         supplemental_groups=(2000,),
         no_new_privs=True,
+        masked_paths=container_config.DEFAULT_MASKED_PATHS,  # privileged too: the runtime drops them
+        readonly_paths=container_config.DEFAULT_READONLY_PATHS,
         seccomp=cri.SecurityProfile(profile_type=cri.ProfileType.RUNTIME_DEFAULT),
     )
     plain = make_pod(securityContext={"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}})
@@ -181,3 +185,180 @@ def test_hosts_files() -> None:
     assert container_config.etc_hosts_mount("/p/etc-hosts") == cri.Mount(container_path="/etc/hosts",
                                                                            host_path="/p/etc-hosts",
                                                                            selinux_relabel=True)
+
+
+# --------------------------------------------------------------------------- runAsNonRoot (verifyRunAsNonRoot)
+
+WHERE = '(pod: "web_shop(uid-1)", container: app)'
+
+RUN_AS_NON_ROOT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], int | None, str, str | None]] = [
+    ("not asked for", {}, {}, 0, "", None),
+    ("runAsNonRoot false", {"runAsNonRoot": False}, {}, 0, "", None),
+    ("container false overrides pod true", {"runAsNonRoot": False}, {"runAsNonRoot": True}, 0, "", None),
+    ("explicit runAsUser 0", {"runAsNonRoot": True, "runAsUser": 0}, {}, 1000, "",
+     f"container's runAsUser breaks non-root policy {WHERE}"),
+    ("pod runAsUser 0 with container runAsNonRoot", {"runAsNonRoot": True}, {"runAsUser": 0}, 1000, "",
+     f"container's runAsUser breaks non-root policy {WHERE}"),
+    ("container runAsUser overrides the pod's 0", {"runAsUser": 1000}, {"runAsNonRoot": True, "runAsUser": 0}, 0, "",
+     None),
+    ("explicit non-root runAsUser wins over a root image", {"runAsNonRoot": True, "runAsUser": 1000}, {}, 0, "", None),
+    ("image uid 0", {"runAsNonRoot": True}, {}, 0, "",
+     f"container has runAsNonRoot and image will run as root {WHERE}"),
+    ("pod-level runAsNonRoot, image uid 0", {}, {"runAsNonRoot": True}, 0, "",
+     f"container has runAsNonRoot and image will run as root {WHERE}"),
+    ("image uid 65532", {"runAsNonRoot": True}, {}, 65532, "", None),
+    ("image without a user runs as root", {"runAsNonRoot": True}, {}, None, "",
+     f"container has runAsNonRoot and image will run as root {WHERE}"),
+    ("image with a user name", {"runAsNonRoot": True}, {}, None, "nginx",
+     "container has runAsNonRoot and image has non-numeric user (nginx), cannot verify user is non-root " + WHERE),
+    ("image uid out of range", {"runAsNonRoot": True}, {}, 2**31, "",
+     "container has runAsNonRoot and image has an invalid user id (2147483648). (Must be 1-(2147483647)): "
+     f"must be between 0 and 2147483647, inclusive {WHERE}"),
+]
+
+
+@pytest.mark.parametrize(("container_sc", "pod_sc", "image_uid", "image_user", "expected"),
+                         [c[1:] for c in RUN_AS_NON_ROOT_CASES], ids=[c[0] for c in RUN_AS_NON_ROOT_CASES])
+def test_verify_run_as_non_root(container_sc: dict[str, Any], pod_sc: dict[str, Any], image_uid: int | None,
+                                image_user: str, expected: str | None) -> None:
+    pod = make_pod({"securityContext": container_sc} if container_sc else {}, securityContext=pod_sc)
+    assert container_config.verify_run_as_non_root(pod, pod.spec.containers[0], image_uid, image_user) == expected
+
+
+# ------------------------------------------------------------------------------------ procMount, masked paths
+
+DEFAULTS = container_config.DEFAULT_MASKED_PATHS, container_config.DEFAULT_READONLY_PATHS
+
+
+@pytest.mark.parametrize(("security_context", "expected"), [
+    ({}, DEFAULTS),
+    ({"procMount": "Default"}, DEFAULTS),
+    ({"procMount": "Unmasked"}, ((), ())),
+    ({"privileged": True}, DEFAULTS),  # upstream sends them; the runtime ignores them for privileged containers
+], ids=["unset", "Default", "Unmasked", "privileged"])
+def test_proc_mount_paths(security_context: dict[str, Any], expected: tuple[tuple[str, ...], ...]) -> None:
+    pod = make_pod({"securityContext": security_context}, hostUsers=False)
+    context = container_config.container_security_context(pod, pod.spec.containers[0])
+    assert (context.masked_paths, context.readonly_paths) == expected
+
+
+def test_default_masked_and_readonly_paths_are_upstreams() -> None:
+    assert container_config.DEFAULT_MASKED_PATHS == (
+        "/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+        "/sys/devices/virtual/powercap")
+    assert container_config.DEFAULT_READONLY_PATHS == (
+        "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+
+
+def test_node_masked_paths_reach_the_config() -> None:
+    pod = make_pod()
+    node_paths = (*container_config.DEFAULT_MASKED_PATHS, *container_config.thermal_throttle_paths([0]))
+    config = container_config.build_container_config(pod, pod.spec.containers[0], restart_count=0, env=[],
+                                                     image_ref="sha256:0", memory_capacity=CAPACITY,
+                                                     masked_paths=node_paths)
+    assert config.linux is not None and config.linux.security_context is not None
+    assert config.linux.security_context.masked_paths[-1] == "/sys/devices/system/cpu/cpu0/thermal_throttle"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("0-3\n", [0, 1, 2, 3]),
+    ("0", [0]),
+    ("0-1,4,6-7", [0, 1, 4, 6, 7]),
+    ("", None),
+    ("0-x", None),
+])
+def test_possible_cpus(text: str, expected: list[int] | None) -> None:
+    assert container_config.possible_cpus(text) == expected
+
+
+def test_thermal_throttle_paths() -> None:
+    assert container_config.thermal_throttle_paths([0, 2]) == [
+        "/sys/devices/system/cpu/cpu0/thermal_throttle", "/sys/devices/system/cpu/cpu2/thermal_throttle"]
+
+
+# ------------------------------------------------------------------------------------------------ hugepages
+
+MI, GI_ = 2**20, 2**30
+
+
+def test_hugepage_page_sizes_from_sysfs_names() -> None:
+    names = ["hugepages-2048kB", "hugepages-1048576kB", "hugepages-64kB", "hugepages-32768kB", "README",
+             "hugepages-2048", "hugepages-xkB"]
+    assert container_config.hugepage_page_sizes(names) == ("2MB", "1GB", "64KB", "32MB")
+
+
+@pytest.mark.parametrize(("resource", "expected"), [
+    ("hugepages-2Mi", "2MB"),
+    ("hugepages-1Gi", "1GB"),
+    ("hugepages-2048Ki", "2MB"),
+    ("hugepages-64Ki", "64KB"),
+    ("hugepages-1Ti", "1TB"),
+    ("hugepages-3000", None),       # 3000 bytes: not a whole number of KB
+    ("hugepages-bad", None),
+    ("memory", None),
+])
+def test_hugepage_unit_size(resource: str, expected: str | None) -> None:
+    assert container_config.hugepage_unit_size(resource) == expected
+
+
+HugepageCase = tuple[str, dict[str, Any], dict[str, Any] | None, tuple[str, ...], tuple[tuple[str, int], ...]]
+HUGEPAGE_CASES: list[HugepageCase] = [
+    ("no page sizes on the node: nothing sent", {"limits": {"hugepages-2Mi": "4Mi"}}, None, (), ()),
+    ("not requested: every size denied", {}, None, ("2MB", "1GB"), (("2MB", 0), ("1GB", 0))),
+    ("2Mi limit", {"limits": {"hugepages-2Mi": "4Mi", "memory": "1Gi"}}, None, ("2MB", "1GB"),
+     (("2MB", 4 * MI), ("1GB", 0))),
+    ("both sizes", {"limits": {"hugepages-2Mi": "8Mi", "hugepages-1Gi": "2Gi"}}, None, ("2MB", "1GB"),
+     (("2MB", 8 * MI), ("1GB", 2 * GI_))),
+    ("requests alone are not read", {"requests": {"hugepages-2Mi": "4Mi"}}, None, ("2MB",), (("2MB", 0),)),
+    ("a size the node lacks is dropped", {"limits": {"hugepages-1Gi": "1Gi"}}, None, ("2MB",), (("2MB", 0),)),
+    ("pod-level limit applies", {}, {"limits": {"hugepages-2Mi": "6Mi", "memory": "1Gi"}}, ("2MB",),
+     (("2MB", 6 * MI),)),
+    ("the container's limit wins over the pod's", {"limits": {"hugepages-2Mi": "2Mi"}},
+     {"limits": {"hugepages-2Mi": "6Mi", "hugepages-1Gi": "1Gi"}}, ("2MB", "1GB"), (("2MB", 2 * MI), ("1GB", GI_))),
+]
+
+
+@pytest.mark.parametrize(("resources", "pod_resources", "sizes", "expected"), [c[1:] for c in HUGEPAGE_CASES],
+                         ids=[c[0] for c in HUGEPAGE_CASES])
+def test_hugepage_limits(resources: dict[str, Any], pod_resources: dict[str, Any] | None, sizes: tuple[str, ...],
+                         expected: tuple[tuple[str, int], ...]) -> None:
+    pod = make_pod({"resources": resources}, **({"resources": pod_resources} if pod_resources else {}))
+    result = container_config.linux_resources(pod, pod.spec.containers[0], memory_capacity=CAPACITY,
+                                              hugepage_sizes=sizes)
+    assert result.hugepage_limits == tuple(cri.HugepageLimit(page_size=s, limit=n) for s, n in expected)
+
+
+def test_hugepage_sizes_reach_the_config() -> None:
+    pod = make_pod({"resources": {"limits": {"hugepages-2Mi": "4Mi", "memory": "64Mi"}}})
+    config = container_config.build_container_config(pod, pod.spec.containers[0], restart_count=0, env=[],
+                                                     image_ref="sha256:0", memory_capacity=CAPACITY,
+                                                     hugepage_sizes=("2MB", "1GB"))
+    assert config.linux is not None and config.linux.resources is not None
+    assert config.linux.resources.hugepage_limits == (cri.HugepageLimit(page_size="2MB", limit=4 * MI),
+                                                      cri.HugepageLimit(page_size="1GB", limit=0))
+
+
+# ------------------------------------------------------------------------------- ephemeral container target
+
+
+@pytest.mark.parametrize(("spec", "target", "expected_pid", "expected_target"), [
+    ({}, "c-target", cri.NamespaceMode.TARGET, "c-target"),
+    ({}, "", cri.NamespaceMode.CONTAINER, ""),  # no targetContainerName: its own PID namespace
+    ({"shareProcessNamespace": True}, "c-target", cri.NamespaceMode.POD, ""),  # already shares the pod's
+    ({"hostPID": True}, "c-target", cri.NamespaceMode.NODE, ""),
+], ids=["own pid namespace -> target's", "no target", "shared pid namespace", "host pid"])
+def test_ephemeral_container_joins_its_targets_pid_namespace(spec: dict[str, Any], target: str,
+                                                             expected_pid: cri.NamespaceMode,
+                                                             expected_target: str) -> None:
+    pod = make_pod(ephemeralContainers=[{"name": "debugger", "image": "busybox", "targetContainerName": "app"}],
+                   **spec)
+    debugger = pod.spec.ephemeral_containers[0]
+    config = container_config.build_container_config(pod, debugger, restart_count=0, env=[], image_ref="sha256:0",
+                                                     memory_capacity=CAPACITY, pid_target_id=target)
+    assert config.linux is not None and config.linux.security_context is not None
+    options = config.linux.security_context.namespace_options
+    assert options is not None
+    assert (options.pid, options.target_id) == (expected_pid, expected_target)
+    assert config.labels["io.kubernetes.container.name"] == "debugger"
+    assert config.annotations["io.kubernetes.container.type"] == "ephemeral"

@@ -29,6 +29,7 @@ RESOURCES = types.LinuxContainerResources(
     oom_score_adj=-997,
     cpuset_cpus="0-1",
     cpuset_mems="0",
+    hugepage_limits=(types.HugepageLimit(page_size="2MB", limit=4 * 2**20), types.HugepageLimit(page_size="1GB")),
     unified={"memory.high": "60000000"},
     memory_swap_limit_in_bytes=64 * 1024 * 1024,
 )

@@ -242,3 +242,38 @@ def test_ports_annotation_is_json_that_kubelet_tools_can_read() -> None:
     pod = make_pod(ports=[{"containerPort": 80, "hostIP": "127.0.0.1", "hostPort": 8080}])
     raw = labels.container_annotations(pod, pod.spec.containers[0], 0)[labels.CONTAINER_PORTS]
     assert json.loads(raw) == [{"hostPort": 8080, "containerPort": 80, "protocol": "TCP", "hostIP": "127.0.0.1"}]
+
+
+def test_ephemeral_containers_are_labelled_by_name_and_typed() -> None:
+    pod = pod_from_body({
+        "metadata": {"name": "web", "namespace": "shop", "uid": "uid-a"},
+        "spec": {"initContainers": [{"name": "setup", "image": "busybox"}],
+                 "containers": [{"name": "app", "image": "nginx:1.27"}],
+                 "ephemeralContainers": [{"name": "debugger", "image": "busybox", "targetContainerName": "app"}]}})
+    debugger = pod.spec.ephemeral_containers[0]
+    assert labels.container_labels(pod, debugger)[labels.CONTAINER_NAME] == "debugger"
+    assert [labels.container_type(pod, n) for n in ("setup", "app", "debugger", "gone")] == [
+        "init", "container", "ephemeral", ""]
+    # After an agent restart the runtime's instance is the pod's ephemeral container again, by name.
+    status = container(pod, "c-dbg", "debugger", 5)
+    info = podstate.container_info(status)
+    assert info.name == "debugger" and pod.spec.is_ephemeral(info.name)
+    assert labels.container_annotations_info(status.annotations).container_type == "ephemeral"
+
+
+def test_active_containers_are_those_of_the_ready_newest_sandbox() -> None:
+    pod = make_pod()
+    old, new = sandbox(pod, "s-old", 0, 10, ready=False), sandbox(pod, "s-new", 1, 20)
+    containers = [container(pod, "c-old", "setup", 11, state=cri.ContainerState.EXITED),
+                  container(pod, "c-new", "setup", 21), container(pod, "c-app", "app", 22)]
+    ids = {"c-old": "s-old", "c-new": "s-new", "c-app": "s-new"}
+    rt = podstate.from_cri([old, new], containers, uid="uid-a", container_sandbox_ids=ids)
+    assert rt.active_sandbox_id == "s-new"
+    assert [c.id for c in rt.active_containers()] == ["c-app", "c-new"]
+    assert rt.latest_active_container("setup").id == "c-new"  # type: ignore[union-attr]
+    stopped = podstate.from_cri([old, sandbox(pod, "s-new", 1, 20, ready=False)], containers, uid="uid-a",
+                                container_sandbox_ids=ids)
+    assert stopped.active_sandbox_id == "" and stopped.active_containers() == ()
+    assert stopped.latest_active_container("app") is None
+    unknown = podstate.from_cri([new], containers, uid="uid-a")  # no sandbox ids known: all count as active
+    assert len(unknown.active_containers()) == 3

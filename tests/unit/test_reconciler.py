@@ -42,6 +42,8 @@ class Runtime:
     containers: list[ContainerInfo]
     failed_probes: dict[str, set[str]] = dataclasses.field(
         default_factory=lambda: {"liveness": set(), "startup": set()})
+    started: set[str] = dataclasses.field(default_factory=set)
+    """Ids whose startup probe succeeded."""
 
     def c(self, index: int, **changes: Any) -> None:
         self.containers[index] = dataclasses.replace(self.containers[index], **changes)
@@ -57,10 +59,10 @@ class Runtime:
                                          sandboxes=tuple(self.sandboxes), containers=tuple(self.containers))
 
 
-def _info(cid: str, name: str, state: State) -> ContainerInfo:
-    return ContainerInfo(id=cid, name=name, state=state, image="busybox",
-                         hash=container_hash({"name": name, "image": "bar-image" if name.startswith("init")
-                                              else "busybox"}))
+def _info(cid: str, name: str, state: State, sandbox_id: str = "") -> ContainerInfo:
+    image = "bar-image" if name.startswith(("init", "sidecar")) else "busybox"
+    return ContainerInfo(id=cid, name=name, state=state, image="busybox", sandbox_id=sandbox_id,
+                         hash=container_hash({"name": name, "image": image}))
 
 
 def base_runtime(init: bool = False) -> Runtime:
@@ -231,32 +233,33 @@ INIT_CASES: dict[str, Case] = {
     "initialization completed; start all containers": (
         None, None, PodActions(sandbox_id="sandboxID", containers_to_start=("foo1", "foo2", "foo3"))),
     "no init containers have been started; start the first one": (
-        None, lambda rt: rt.containers.clear(), PodActions(sandbox_id="sandboxID", next_init_container="init1")),
+        None, lambda rt: rt.containers.clear(),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("init1",))),
     "initialization in progress; do nothing": (
         policy("Always"), lambda rt: rt.c(2, state=State.RUNNING), NO_ACTION),
     "first init container done; start the second": (
         None, _keep_only(0),
-        PodActions(sandbox_id="sandboxID", next_init_container="init2")),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("init2",))),
     "kill pod and restart the first init container if the pod sandbox is dead": (
         policy("Always"), lambda rt: rt.s(0, ready=False),
         PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
-                   next_init_container="init1", backoff_since={"init1": 0.0}, reason=NOT_READY)),
+                   init_containers_to_start=("init1",), backoff_since={"init1": 0.0}, reason=NOT_READY)),
     "initialization failed; restart the last init container if RestartPolicy == Always": (
         policy("Always"), lambda rt: rt.exited(2, 137),
-        PodActions(sandbox_id="sandboxID", next_init_container="init3", backoff_since={"init3": AGO})),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("init3",), backoff_since={"init3": AGO})),
     "initialization failed; restart the last init container if RestartPolicy == OnFailure": (
         policy("OnFailure"), lambda rt: rt.exited(2, 137),
-        PodActions(sandbox_id="sandboxID", next_init_container="init3", backoff_since={"init3": AGO})),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("init3",), backoff_since={"init3": AGO})),
     "an OOM-killed init container failed even with exit code 0": (
         policy("OnFailure"), lambda rt: (rt.exited(2, 0), rt.c(2, reason="OOMKilled")),
-        PodActions(sandbox_id="sandboxID", next_init_container="init3", backoff_since={"init3": AGO})),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("init3",), backoff_since={"init3": AGO})),
     "initialization failed; kill pod if RestartPolicy == Never": (
         policy("Never"), lambda rt: rt.exited(2, 137),
         PodActions(kill_pod=True, sandbox_id="sandboxID",
                    reason="Init container init3 failed and restartPolicy is Never")),
     "init container state unknown; kill and recreate the last init container if RestartPolicy == Always": (
         policy("Always"), lambda rt: rt.c(2, state=State.UNKNOWN),
-        PodActions(sandbox_id="sandboxID", next_init_container="init3",
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("init3",),
                    containers_to_kill={"initid3": killed("init3", 'Init container is in "unknown" state, try killing '
                                                          "it before restart", "Unknown")})),
     "init container state unknown; kill pod if RestartPolicy == Never": (
@@ -269,17 +272,17 @@ INIT_CASES: dict[str, Case] = {
     "sandbox not ready, RestartPolicy == Never, no visible containers; create a new sandbox": (
         policy("Never"), lambda rt: (rt.s(0, ready=False), rt.containers.clear()),
         PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
-                   next_init_container="init1", reason=NOT_READY)),
+                   init_containers_to_start=("init1",), reason=NOT_READY)),
     "sandbox not ready, init container failed, RestartPolicy == OnFailure; create a new sandbox": (
         policy("OnFailure"), lambda rt: (rt.s(0, ready=False), rt.exited(2, 137)),
         PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
-                   next_init_container="init1", backoff_since={"init1": 0.0}, reason=NOT_READY)),
+                   init_containers_to_start=("init1",), backoff_since={"init1": 0.0}, reason=NOT_READY)),
     "some init container statuses are missing but the last one runs; don't restart preceding ones": (
         policy("Always"), lambda rt: (rt.c(2, state=State.RUNNING), _keep_only(2)(rt)),
         NO_ACTION),
     "an init container is in the created state after a failed start; restart it": (
         policy("Always"), lambda rt: rt.c(2, state=State.CREATED),
-        PodActions(sandbox_id="sandboxID", next_init_container="init3")),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("init3",))),
     "a regular container runs: initialisation is done even if init statuses were removed": (
         None, lambda rt: (rt.containers.clear(), rt.containers.append(_info("id1", "foo1", State.RUNNING))),
         PodActions(sandbox_id="sandboxID", containers_to_start=("foo2", "foo3"))),
@@ -287,7 +290,7 @@ INIT_CASES: dict[str, Case] = {
         policy("Always"), lambda rt: (rt.s(0, ready=False),
                                       rt.containers.insert(0, _info("id1", "foo1", State.EXITED))),
         PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
-                   next_init_container="init1", backoff_since={"init1": 0.0}, reason=NOT_READY)),
+                   init_containers_to_start=("init1",), backoff_since={"init1": 0.0}, reason=NOT_READY)),
     "sandbox dead, OnFailure, every container succeeded: done, no new sandbox": (
         policy("OnFailure"), lambda rt: (rt.s(0, ready=False), _add_exited_regulars(rt)),
         PodActions(kill_pod=True, sandbox_id="sandboxID", attempt=1, reason=NOT_RECREATED_DONE)),
@@ -304,7 +307,7 @@ def _run(init: bool, mutate_pod: Any, mutate_rt: Any) -> PodActions:
         mutate_rt(rt)
     return compute_pod_actions(pod, rt.build(), backoff=Backoff(), now=NOW,
                                liveness_failures=rt.failed_probes["liveness"],
-                               startup_failures=rt.failed_probes["startup"])
+                               startup_failures=rt.failed_probes["startup"], started=rt.started)
 
 
 @pytest.mark.parametrize(("mutate_pod", "mutate_rt", "expected"), list(CASES.values()), ids=list(CASES))
@@ -315,6 +318,256 @@ def test_compute_pod_actions(mutate_pod: Any, mutate_rt: Any, expected: PodActio
 @pytest.mark.parametrize(("mutate_pod", "mutate_rt", "expected"), list(INIT_CASES.values()), ids=list(INIT_CASES))
 def test_compute_pod_actions_with_init_containers(mutate_pod: Any, mutate_rt: Any, expected: PodActions) -> None:
     assert _run(True, mutate_pod, mutate_rt) == expected
+
+
+# ------------------------------------------------------------------------- sidecars (restartable init containers)
+
+PROBE = {"exec": {"command": ["true"]}}
+
+
+def sidecar_body() -> dict[str, Any]:
+    """Upstream makeBasePodAndStatusWithRestartableInitContainers: three sidecars, the last two with liveness
+    and startup probes, and the three regular containers."""
+    body = base_body()
+    body["spec"]["initContainers"] = [
+        {"name": "sidecar1", "image": "bar-image", "restartPolicy": "Always"},
+        *({"name": f"sidecar{i}", "image": "bar-image", "restartPolicy": "Always", "livenessProbe": PROBE,
+           "startupProbe": PROBE} for i in (2, 3))]
+    return body
+
+
+def sidecar_runtime() -> Runtime:
+    """Every sidecar runs, the probed ones have started; no regular container yet."""
+    rt = Runtime([SandboxInfo(id="sandboxID", attempt=0, ready=True, ip="10.0.0.1")],
+                 [_info(f"sidecarid{i}", f"sidecar{i}", State.RUNNING) for i in (1, 2, 3)])
+    rt.started.update({"sidecarid2", "sidecarid3"})
+    return rt
+
+
+def _add_regulars(state: State, code: int = 0) -> Callable[[Runtime], None]:
+    def mutate(rt: Runtime) -> None:
+        rt.containers[:0] = [_info(f"id{i}", f"foo{i}", state) for i in (1, 2, 3)]
+        if state is State.EXITED:
+            for i in range(3):
+                rt.exited(i, code)
+    return mutate
+
+
+def _regular_init(index: int) -> Callable[[dict[str, Any]], None]:
+    """Make one of the sidecars an ordinary init container (no restartPolicy, no probes)."""
+    def mutate(body: dict[str, Any]) -> None:
+        container = body["spec"]["initContainers"][index]
+        for key in ("restartPolicy", "livenessProbe", "startupProbe"):
+            container.pop(key, None)
+    return mutate
+
+
+def _sidecar_image(body: dict[str, Any]) -> None:
+    body["spec"]["initContainers"][2]["image"] = "foo-image"
+
+
+ALL_REGULAR = ("foo1", "foo2", "foo3")
+
+SIDECAR_CASES: dict[str, Case] = {
+    "initialization completed; start all containers": (
+        None, None, PodActions(sandbox_id="sandboxID", containers_to_start=ALL_REGULAR)),
+    "no init containers have been started; start the first one": (
+        None, lambda rt: rt.containers.clear(),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar1",))),
+    "an init container is stuck in the created state; restart it": (
+        None, lambda rt: rt.c(2, state=State.CREATED),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar3",))),
+    "a sidecar without startup probe has started; start the next": (
+        None, _keep_only(0), PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar2",))),
+    "startup probe has not succeeded yet; do nothing": (
+        None, lambda rt: (_keep_only(0, 1)(rt), rt.started.discard("sidecarid2")), NO_ACTION),
+    "startup probe has succeeded; start the next": (
+        None, _keep_only(0, 1), PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar3",))),
+    "kill and recreate the sidecar if the startup probe failed": (
+        None, lambda rt: (rt.started.discard("sidecarid3"), rt.failed_probes["startup"].add("sidecarid3")),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar3",),
+                   containers_to_kill={"sidecarid3": killed("sidecar3", "Init container sidecar3 failed startup probe",
+                                                            "StartupProbe")})),
+    "kill and recreate the sidecar if the liveness probe failed; the pod is initialised": (
+        None, lambda rt: rt.failed_probes["liveness"].add("sidecarid3"),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar3",), containers_to_start=ALL_REGULAR,
+                   containers_to_kill={"sidecarid3": killed("sidecar3", "Init container sidecar3 failed liveness "
+                                                            "probe", "LivenessProbe")})),
+    "kill and recreate the sidecar if its definition changed": (
+        _sidecar_image, None,
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar3",), containers_to_start=ALL_REGULAR,
+                   containers_to_kill={"sidecarid3": killed("sidecar3",
+                                                            "Init container sidecar3 definition changed")})),
+    "restart exited sidecars in spec order; nothing else until the last one has started": (
+        None, lambda rt: (rt.exited(0, 0), rt.exited(2, 0)),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar1", "sidecar3"),
+                   backoff_since={"sidecar1": AGO, "sidecar3": AGO})),
+    "restart an exited sidecar and start the regular containers": (
+        None, lambda rt: rt.exited(0, 1),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar1",), containers_to_start=ALL_REGULAR,
+                   backoff_since={"sidecar1": AGO})),
+    "a failed sidecar restarts even under RestartPolicy == Never": (
+        policy("Never"), lambda rt: rt.exited(2, 137),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar3",), backoff_since={"sidecar3": AGO})),
+    "a sidecar in unknown state is killed and restarted even under RestartPolicy == Never": (
+        policy("Never"), lambda rt: rt.c(2, state=State.UNKNOWN),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar3",),
+                   containers_to_kill={"sidecarid3": killed("sidecar3", 'Init container is in "unknown" state, try '
+                                                            "killing it before restart", "Unknown")})),
+    "a sidecar is restarted while the regular containers run, even under RestartPolicy == Never": (
+        policy("Never"), lambda rt: (rt.exited(2, 137), _add_regulars(State.RUNNING)(rt)),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar3",), backoff_since={"sidecar3": AGO})),
+    "all regular containers succeeded under Never: kill the pod, sidecars are not restarted": (
+        policy("Never"), lambda rt: (rt.exited(0, 1), _add_regulars(State.EXITED)(rt)),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", reason=ALL_DEAD)),
+    "all regular containers succeeded under OnFailure: kill the pod while the sidecars run": (
+        policy("OnFailure"), _add_regulars(State.EXITED),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", reason=ALL_DEAD)),
+    "regular containers restart under Always while the sidecars keep running": (
+        policy("Always"), _add_regulars(State.EXITED, 1),
+        PodActions(sandbox_id="sandboxID", containers_to_start=ALL_REGULAR,
+                   backoff_since={"foo1": AGO, "foo2": AGO, "foo3": AGO})),
+    "init statuses missing but the last sidecar runs: restart the others and start the regular containers": (
+        None, _keep_only(2),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar1", "sidecar2"),
+                   containers_to_start=ALL_REGULAR)),
+    "a regular container of an earlier sandbox does not count as initialised; start the first one": (
+        _regular_init(1), lambda rt: rt.containers.__setitem__(slice(None), [_info("id1", "foo1", State.CREATED,
+                                                                                    sandbox_id="old")]),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar1",))),
+    "a sidecar of an earlier sandbox is no progress in this one": (
+        None, lambda rt: rt.containers.__setitem__(slice(None), [_info("sidecarid1", "sidecar1", State.EXITED,
+                                                                                    sandbox_id="old")]),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar1",), backoff_since={"sidecar1": 0.0})),
+    "an earlier sidecar is restarted while a later ordinary init container runs": (
+        _regular_init(1), lambda rt: (rt.exited(0, 1), _keep_only(0, 1)(rt)),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar1",), backoff_since={"sidecar1": AGO})),
+    "an ordinary init container after a started sidecar completed; start the next sidecar": (
+        _regular_init(1), lambda rt: (rt.exited(1, 0), _keep_only(0, 1)(rt)),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("sidecar3",))),
+    "an ordinary init container failed under Never: kill the pod, sidecars included": (
+        lambda b: (_regular_init(1)(b), policy("Never")(b)), lambda rt: (rt.exited(1, 2), _keep_only(0, 1)(rt)),
+        PodActions(kill_pod=True, sandbox_id="sandboxID",
+                   reason="Init container sidecar2 failed and restartPolicy is Never")),
+    "sandbox dead, a sidecar failed, RestartPolicy == Never: kill the pod only": (
+        policy("Never"), lambda rt: (rt.s(0, ready=False), rt.exited(2, 137)),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", attempt=1, reason=NOT_RECREATED_NEVER)),
+    "sandbox dead, a sidecar failed, RestartPolicy == OnFailure: new sandbox from the first init container": (
+        policy("OnFailure"), lambda rt: (rt.s(0, ready=False), rt.exited(2, 137)),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
+                   init_containers_to_start=("sidecar1",), reason=NOT_READY)),
+    "the pod is being deleted: kill everything, restart no sidecar": (
+        lambda b: b["metadata"].update(deletionTimestamp="2024-01-01T00:00:00Z"), lambda rt: rt.exited(0, 1),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", reason="Pod is being deleted")),
+}
+
+
+def _run_sidecars(mutate_pod: Any, mutate_rt: Any) -> PodActions:
+    body = sidecar_body()
+    if mutate_pod is not None:
+        mutate_pod(body)
+    rt = sidecar_runtime()
+    if mutate_rt is not None:
+        mutate_rt(rt)
+    return compute_pod_actions(pod_from_body(body), rt.build(), backoff=Backoff(), now=NOW,
+                               liveness_failures=rt.failed_probes["liveness"],
+                               startup_failures=rt.failed_probes["startup"], started=rt.started)
+
+
+@pytest.mark.parametrize(("mutate_pod", "mutate_rt", "expected"), list(SIDECAR_CASES.values()), ids=list(SIDECAR_CASES))
+def test_compute_pod_actions_with_sidecars(mutate_pod: Any, mutate_rt: Any, expected: PodActions) -> None:
+    assert _run_sidecars(mutate_pod, mutate_rt) == expected
+
+
+def test_a_crash_looping_sidecar_waits_while_the_rest_goes_on() -> None:
+    pod = pod_from_body(sidecar_body())
+    b = Backoff()
+    b.next(reconciler.backoff_key(pod, "sidecar1"), NOW - 30)
+    b.next(reconciler.backoff_key(pod, "sidecar1"), NOW - 10)  # 20s now
+    rt = sidecar_runtime()
+    rt.exited(0, 1, at=NOW - 5)
+    actions = compute_pod_actions(pod, rt.build(), backoff=b, now=NOW, started=rt.started)
+    assert actions == PodActions(
+        sandbox_id="sandboxID", containers_to_start=ALL_REGULAR, retry_after=15.0,
+        containers_in_backoff={"sidecar1": f"back-off 20s restarting failed container=sidecar1 pod={FULL_NAME}"})
+
+
+@pytest.mark.parametrize(("running", "expected"), [
+    (["sidecar1", "sidecar2", "sidecar3", "foo1", "foo2", "foo3"],
+     {"sidecar3": ("foo1", "foo2", "foo3"), "sidecar2": ("foo1", "foo2", "foo3", "sidecar3"),
+      "sidecar1": ("foo1", "foo2", "foo3", "sidecar2")}),
+    (["sidecar1", "sidecar3", "foo2"],  # upstream: sidecar1 waits for sidecar2 only, which does not run
+     {"sidecar3": ("foo2",), "sidecar2": ("foo2", "sidecar3"), "sidecar1": ("foo2",)}),
+    (["sidecar1"], {"sidecar3": (), "sidecar2": (), "sidecar1": ()}),
+], ids=["everything runs", "gaps", "only a sidecar"])
+def test_termination_prereqs(running: list[str], expected: dict[str, tuple[str, ...]]) -> None:
+    assert reconciler.termination_prereqs(pod_from_body(sidecar_body()), running) == expected
+
+
+def test_no_termination_order_without_sidecars() -> None:
+    assert reconciler.termination_prereqs(_pod(init=True), ["init1", "foo1"]) == {}
+
+
+# ------------------------------------------------------------------------------------- ephemeral containers
+
+
+def ephemeral_body(init: bool = False, **debug: Any) -> dict[str, Any]:
+    body = base_body(init)
+    body["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox", "stdin": True, "tty": True,
+                                            **debug}]
+    return body
+
+
+def _debugger(state: State) -> Callable[[Runtime], None]:
+    def mutate(rt: Runtime) -> None:
+        rt.containers.insert(0, _info("debugid", "debugger", state))
+    return mutate
+
+
+EPHEMERAL_CASES: dict[str, tuple[bool, Callable[[dict[str, Any]], None] | None, Callable[[Runtime], None] | None,
+                                 PodActions]] = {
+    "a new ephemeral container is started": (
+        False, None, None, PodActions(sandbox_id="sandboxID", ephemeral_containers_to_start=("debugger",))),
+    "a running ephemeral container is left alone": (False, None, _debugger(State.RUNNING), NO_ACTION),
+    "an exited ephemeral container is never restarted": (False, None, _debugger(State.EXITED), NO_ACTION),
+    "even under RestartPolicy == Always and exit code 1": (
+        False, policy("Always"), lambda rt: (_debugger(State.EXITED)(rt), rt.exited(0, 1)), NO_ACTION),
+    "ephemeral containers start while initialisation is in progress": (
+        True, None, lambda rt: rt.c(2, state=State.RUNNING),
+        PodActions(sandbox_id="sandboxID", ephemeral_containers_to_start=("debugger",))),
+    "not before the sandbox exists: the new sandbox starts the pod's own containers only": (
+        False, None, lambda rt: (rt.sandboxes.clear(), rt.containers.clear()),
+        PodActions(kill_pod=True, create_sandbox=True, containers_to_start=ALL_REGULAR, reason=NEW_SANDBOX)),
+    "not while the pod is being killed": (
+        False, policy("Never"), _all_exited(0), PodActions(kill_pod=True, sandbox_id="sandboxID", reason=ALL_DEAD)),
+    "not once the pod is being deleted": (
+        False, lambda b: b["metadata"].update(deletionTimestamp="2024-01-01T00:00:00Z"), None,
+        PodActions(kill_pod=True, sandbox_id="sandboxID", reason="Pod is being deleted")),
+}
+
+
+@pytest.mark.parametrize(("init", "mutate_pod", "mutate_rt", "expected"), list(EPHEMERAL_CASES.values()),
+                         ids=list(EPHEMERAL_CASES))
+def test_compute_pod_actions_with_ephemeral_containers(init: bool, mutate_pod: Any, mutate_rt: Any,
+                                                       expected: PodActions) -> None:
+    body = ephemeral_body(init)
+    if mutate_pod is not None:
+        mutate_pod(body)
+    rt = base_runtime(init)
+    if mutate_rt is not None:
+        mutate_rt(rt)
+    assert compute_pod_actions(pod_from_body(body), rt.build(), backoff=Backoff(), now=NOW) == expected
+
+
+def test_namespace_target_id_is_the_targets_newest_instance() -> None:
+    pod = pod_from_body(ephemeral_body(targetContainerName="foo2"))
+    debugger = pod.spec.ephemeral_containers[0]
+    rt = base_runtime()
+    rt.containers.insert(0, _info("id2b", "foo2", State.RUNNING))
+    assert reconciler.namespace_target_id(debugger, rt.build()) == "id2b"
+    assert reconciler.namespace_target_id(pod.spec.containers[0], rt.build()) == ""  # no target: none
+    with pytest.raises(LookupError, match=r"^unable to find target container foo2$"):
+        reconciler.namespace_target_id(debugger, podstate.RuntimePodStatus(uid="12345678"))
 
 
 # --------------------------------------------------------------------------------------- crash-loop backoff

@@ -165,6 +165,27 @@ def test_deletion_timestamp_with_offset_and_naive_values() -> None:
     assert pod_from_body(b).deletion_timestamp == datetime.datetime(2024, 5, 1, 10, 0, tzinfo=datetime.UTC)
 
 
+def test_ephemeral_containers_are_parsed_like_containers_with_a_target() -> None:
+    b = body(initContainers=[{"name": "setup", "image": "busybox"}], ephemeralContainers=[
+        {"name": "debugger-abc12", "image": "busybox:1.36", "command": ["sh"], "stdin": True, "tty": True,
+         "targetContainerName": "app"},
+        {"name": "plain", "image": "busybox:1.36", "targetContainerName": "setup"}])
+    s = pod_from_body(b).spec
+    debugger, plain = s.ephemeral_containers
+    assert (debugger.name, debugger.image, debugger.command, debugger.stdin, debugger.tty) == (
+        "debugger-abc12", "busybox:1.36", ("sh",), True, True)
+    assert debugger.target_container_name == "app" and plain.target_container_name == "setup"
+    assert debugger.hash == container_hash({"name": "debugger-abc12", "image": "busybox:1.36"})
+    assert debugger.restart_policy is None and not debugger.is_sidecar
+    assert s.container("debugger-abc12") is debugger  # upstream GetContainerSpec covers all three lists
+    assert s.is_ephemeral("plain") and not s.is_ephemeral("app") and not s.is_ephemeral("setup")
+    assert pod_from_body(body()).spec.ephemeral_containers == ()
+
+
+def test_target_container_name_is_only_read_for_ephemeral_containers() -> None:
+    assert pod_from_body(with_container(targetContainerName="app")).spec.containers[0].target_container_name == ""
+
+
 # ------------------------------------------------------------------------------------------------ errors
 
 
@@ -248,6 +269,19 @@ def _set(path: str, value: Any) -> dict[str, Any]:
     ("spec.initContainers.0.restartPolicy", "Never", "spec.initContainers[0].restartPolicy", "Unsupported value"),
     ("spec.initContainers.0.image", ..., "spec.initContainers[0].image", "Required value"),
     ("spec.initContainers", {}, "spec.initContainers", "must be a list"),
+    ("spec.ephemeralContainers", {}, "spec.ephemeralContainers", "must be a list"),
+    ("spec.ephemeralContainers", [{"name": "debug"}], "spec.ephemeralContainers[0].image", "Required value"),
+    ("spec.ephemeralContainers", [{"name": "app", "image": "busybox"}], "spec.ephemeralContainers[0].name",
+     "Duplicate value: 'app'"),
+    ("spec.ephemeralContainers", [{"name": "debug", "image": "busybox", "restartPolicy": "Always"}],
+     "spec.ephemeralContainers[0].restartPolicy", "Forbidden: cannot be set for an Ephemeral Container"),
+    ("spec.ephemeralContainers", [{"name": "debug", "image": "busybox", "targetContainerName": "nope"}],
+     "spec.ephemeralContainers[0].targetContainerName", "Not found: 'nope'"),
+    ("spec.ephemeralContainers", [{"name": "d1", "image": "busybox"}, {"name": "d2", "image": "busybox",
+                                                                       "targetContainerName": "d1"}],
+     "spec.ephemeralContainers[1].targetContainerName", "Not found: 'd1'"),
+    ("spec.ephemeralContainers", [{"name": "debug", "image": "busybox", "targetContainerName": 1}],
+     "spec.ephemeralContainers[0].targetContainerName", "must be a string"),
     ("spec.restartPolicy", "Sometimes", "spec.restartPolicy", 'supported values: "Always", "OnFailure", "Never"'),
     ("spec.terminationGracePeriodSeconds", "30", "spec.terminationGracePeriodSeconds", "must be an integer"),
     ("spec.terminationGracePeriodSeconds", -5, "spec.terminationGracePeriodSeconds", "greater than or equal to 0"),

@@ -26,7 +26,8 @@ LATER = NOW + datetime.timedelta(minutes=5)
 HOST_IP = "192.168.1.10"
 POD_IP = "10.244.0.5"
 IMAGES = {"web": "docker.io/library/busybox:latest", "log": "docker.io/library/alpine:3.20",
-          "init1": "docker.io/library/busybox:latest", "init2": "docker.io/library/busybox:latest"}
+          "init1": "docker.io/library/busybox:latest", "init2": "docker.io/library/busybox:latest",
+          "proxy": "docker.io/library/busybox:latest", "debugger": "docker.io/library/busybox:latest"}
 
 
 def ts(seconds: float) -> str:
@@ -543,3 +544,189 @@ def test_statuses_are_deep_copies_of_previous() -> None:
     again = compute(pod, runtime(), previous=done, now=LATER)
     again["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 99
     assert done == snapshot
+
+
+# ------------------------------------------------------------------------------------------------ sidecars
+
+PROBE = {"exec": {"command": ["true"]}}
+SIDECAR_INIT = [{"name": "init1", "image": "busybox"},
+                {"name": "proxy", "image": "busybox", "restartPolicy": "Always", "startupProbe": PROBE,
+                 "readinessProbe": PROBE}]
+INIT1_DONE = exited("init1", "c-i1", 0, started=T0 - 30, finished=T0 - 20, created=T0 - 31)
+PROXY_UP = info("proxy", "c-proxy", State.RUNNING, started=T0 - 15, created=T0 - 16)
+
+
+def sidecar_pod(policy: str = "Always", **spec: Any) -> Pod:
+    return make_pod(policy=policy, initContainers=SIDECAR_INIT, **spec)
+
+
+def test_a_started_ready_sidecar_with_running_containers() -> None:
+    rt = runtime(INIT1_DONE, PROXY_UP, info("web", "c-web", State.RUNNING), info("log", "c-log", State.RUNNING,
+                                                                                   started=T0 + 1))
+    result = compute(sidecar_pod(), rt, startup={"c-proxy": True}, readiness={"c-proxy": True})
+    assert result == status(
+        "Running", [running("log", "c-log", T0 + 1), running("web", "c-web")], conditions(),
+        init_statuses=[stopped("init1", "c-i1", 0, ready=True, started=T0 - 30, finished=T0 - 20),
+                       running("proxy", "c-proxy", T0 - 15)])
+
+
+def test_a_sidecar_waiting_for_its_startup_probe_keeps_the_pod_initialising() -> None:
+    result = compute(sidecar_pod(), runtime(INIT1_DONE, PROXY_UP))
+    assert result["phase"] == "Pending"
+    assert result["initContainerStatuses"][1] == {**running("proxy", "c-proxy", T0 - 15, ready=False),
+                                                  "started": False}
+    assert result["conditions"][1] == cond("Initialized", False, NOW, "ContainersNotInitialized",
+                                           "containers with incomplete status: [proxy]")
+    assert [s["state"] for s in result["containerStatuses"]] == [{"waiting": {"reason": "PodInitializing"}}] * 2
+
+
+def test_a_started_sidecar_initialises_the_pod_and_its_readiness_counts() -> None:
+    result = compute(sidecar_pod(), runtime(INIT1_DONE, PROXY_UP), startup={"c-proxy": True},
+                     readiness={"c-proxy": False})
+    assert result["phase"] == "Pending"  # regular containers not created yet
+    assert result["initContainerStatuses"][1] == {**running("proxy", "c-proxy", T0 - 15, ready=False)}
+    assert result["conditions"][1] == cond("Initialized", True)
+    assert result["conditions"][3] == cond("ContainersReady", False, NOW, "ContainersNotReady",
+                                           "containers with unready status: [proxy web log]")
+
+
+def test_a_crash_looping_sidecar_under_never_shows_back_off_and_the_pod_stays_running() -> None:
+    message = "back-off 10s restarting failed container=proxy pod=foo_ns(uid-1)"
+    rt = runtime(INIT1_DONE, exited("proxy", "c-proxy", 1, started=T0 - 15, finished=T0 + 5, created=T0 - 16),
+                 info("web", "c-web", State.RUNNING), info("log", "c-log", State.RUNNING, started=T0 + 1))
+    result = compute(sidecar_pod("Never"), rt, waiting={"proxy": Waiting("CrashLoopBackOff", message)})
+    assert result["phase"] == "Running"
+    assert result["initContainerStatuses"][1] == {
+        **stopped("proxy", "c-proxy", 0), "state": {"waiting": {"reason": "CrashLoopBackOff", "message": message}},
+        "lastState": terminated("c-proxy", 1, started=T0 - 15, finished=T0 + 5)}
+    assert result["conditions"][1] == cond("Initialized", True)  # a regular container ran: stays initialised
+
+
+@pytest.mark.parametrize(("proxy", "phase"), [
+    (PROXY_UP, "Running"),  # until the pod is killed
+    (exited("proxy", "c-proxy", 143, started=T0 - 15, finished=T0 + 70, created=T0 - 16), "Succeeded"),
+], ids=["sidecar still running", "sidecar killed"])
+def test_sidecars_do_not_decide_the_phase_once_regular_containers_finished(proxy: Any, phase: str) -> None:
+    rt = runtime(INIT1_DONE, proxy, exited("web", "c-web", 0), exited("log", "c-log", 0))
+    assert compute(sidecar_pod("Never"), rt, startup={"c-proxy": True})["phase"] == phase
+
+
+def test_a_restarted_sidecar_after_initialisation_does_not_make_the_pod_pending() -> None:
+    rt = runtime(INIT1_DONE, info("proxy", "c-proxy-2", State.RUNNING, started=T0 + 30, created=T0 + 29, restart=1),
+                 info("web", "c-web", State.RUNNING), info("log", "c-log", State.RUNNING, started=T0 + 1))
+    result = compute(sidecar_pod(), rt)  # startup probe not run yet for the new instance
+    assert result["phase"] == "Running"
+    assert result["initContainerStatuses"][1]["started"] is False
+
+
+# ------------------------------------------------------------------------------------- ephemeral containers
+
+DEBUGGER = {"name": "debugger", "image": "busybox", "stdin": True, "tty": True, "targetContainerName": "web"}
+
+
+def debug_pod(policy: str = "Always", init: bool = False) -> Pod:
+    return make_pod(policy=policy, init=init, ephemeralContainers=[DEBUGGER])
+
+
+def ephemeral(state: dict[str, Any], cid: str = "c-dbg", *, started: float = T0 + 100) -> dict[str, Any]:
+    """An ephemeral container's status: no started, never ready (no probes), restartCount 0."""
+    return {"name": "debugger", "image": IMAGES["debugger"], "imageID": IMAGES["debugger"].rsplit(":", 1)[0]
+            + "@sha256:debugger", "containerID": f"containerd://{cid}", "restartCount": 0, "ready": False,
+            "lastState": {}, "state": state, "resources": {}}
+
+
+@pytest.mark.parametrize(("debugger", "waiting_for", "expected"), [
+    (info("debugger", "c-dbg", State.RUNNING, started=T0 + 100), {},
+     ephemeral({"running": {"startedAt": ts(T0 + 100)}})),
+    (exited("debugger", "c-dbg", 2, started=T0 + 100, finished=T0 + 160), {},
+     ephemeral(terminated("c-dbg", 2, started=T0 + 100, finished=T0 + 160))),
+    (None, {}, {"name": "debugger", "image": "busybox", "imageID": "", "state": {"waiting": {
+        "reason": "ContainerCreating"}}, "lastState": {}, "ready": False, "restartCount": 0}),
+    (None, {"debugger": Waiting("ErrImagePull", PULL_MESSAGE)},
+     {"name": "debugger", "image": "busybox", "imageID": "", "state": {"waiting": {
+         "reason": "ErrImagePull", "message": PULL_MESSAGE}}, "lastState": {}, "ready": False, "restartCount": 0}),
+], ids=["running", "exited", "not started yet", "image pull failed"])
+def test_ephemeral_container_statuses(debugger: ContainerInfo | None, waiting_for: dict[str, Waiting],
+                                      expected: dict[str, Any]) -> None:
+    containers = [info("web", "c-web", State.RUNNING), info("log", "c-log", State.RUNNING, started=T0 + 1)]
+    rt = runtime(*containers, *([debugger] if debugger else []))
+    result = compute(debug_pod(), rt, waiting=waiting_for)
+    assert result["ephemeralContainerStatuses"] == [expected]
+    # They count for nothing else: phase, conditions and the other statuses are the base pod's.
+    assert {k: v for k, v in result.items() if k != "ephemeralContainerStatuses"} == RUNNING_STATUS
+
+
+def test_an_exited_ephemeral_container_stays_terminated_and_pod_fields_are_patched() -> None:
+    rt = runtime(info("web", "c-web", State.RUNNING), info("log", "c-log", State.RUNNING, started=T0 + 1),
+                 exited("debugger", "c-dbg", 0, started=T0 + 100, finished=T0 + 160))
+    first = compute(debug_pod(), rt)
+    assert status_patch(RUNNING_STATUS, first) == {"status": {
+        "ephemeralContainerStatuses": first["ephemeralContainerStatuses"]}}
+    gone = runtime(info("web", "c-web", State.RUNNING), info("log", "c-log", State.RUNNING, started=T0 + 1))
+    again = compute(debug_pod(), gone, previous=first, now=LATER)  # garbage-collected: terminated stays
+    assert again["ephemeralContainerStatuses"] == first["ephemeralContainerStatuses"]
+
+
+def test_ephemeral_statuses_are_sorted_by_name_and_share_the_termination_message_budget() -> None:
+    pod = make_pod(policy="Never", ephemeralContainers=[{"name": "z-debug", "image": "busybox"},
+                                                        {"name": "debugger", "image": "busybox"}])
+    rt = runtime(exited("web", "c-web", 0), exited("log", "c-log", 0),
+                 exited("debugger", "c-dbg", 1, started=T0 + 100, finished=T0 + 160))
+    result = compute(pod, rt, termination_messages={"c-dbg": "x" * 5000})
+    assert [s["name"] for s in result["ephemeralContainerStatuses"]] == ["debugger", "z-debug"]
+    assert len(result["ephemeralContainerStatuses"][0]["state"]["terminated"]["message"]) == 12 * 1024 // 4
+
+
+# ---------------------------------------------------------------------------------- activeDeadlineSeconds
+
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+
+
+def _started(seconds_ago: float) -> dict[str, Any]:
+    return {**RUNNING_STATUS, "startTime": pod_status.timestamp(NOW - datetime.timedelta(seconds=seconds_ago))}
+
+
+KILLED = runtime(exited("web", "c-web", 137, finished=T0 + 700), exited("log", "c-log", 143, finished=T0 + 700),
+                 sandbox=dataclasses.replace(SANDBOX, ready=False))
+
+
+@pytest.mark.parametrize(("deadline", "previous", "phase", "reason"), [
+    (600, _started(700), "Failed", "DeadlineExceeded"),
+    (600, _started(600), "Failed", "DeadlineExceeded"),  # upstream: duration >= allowed
+    (600, _started(599), "Running", None),
+    (600, {}, "Running", None),  # no startTime yet: the clock has not started
+    (None, _started(7000), "Running", None),
+    (600, {**_started(700), "phase": "Succeeded", "reason": "Done"}, "Succeeded", "Done"),  # terminal stays
+], ids=["past", "exactly", "not yet", "no start time", "no deadline", "already terminal"])
+def test_active_deadline_once_the_containers_are_stopped(deadline: int | None, previous: dict[str, Any], phase: str,
+                                                          reason: str | None) -> None:
+    pod = make_pod(activeDeadlineSeconds=deadline) if deadline else make_pod()
+    result = compute(pod, KILLED, previous, pod_is_terminal=phase != "Running")
+    if phase == "Running":  # not past the deadline: the stopped containers restart under Always
+        assert (result["phase"], result.get("reason")) == ("Running", None)
+        return
+    assert (result["phase"], result.get("reason")) == (phase, reason)
+    if reason == "DeadlineExceeded":
+        assert result["message"] == DEADLINE_MESSAGE
+        ready = {c["type"]: c for c in result["conditions"]}
+        assert (ready["Ready"]["status"], ready["Ready"]["reason"]) == ("False", "PodFailed")
+        assert (ready["ContainersReady"]["status"], ready["ContainersReady"]["reason"]) == ("False", "PodFailed")
+        again = compute(pod, KILLED, previous=result, now=LATER)  # final: kept as written
+        assert (again["phase"], again["reason"], again["message"]) == ("Failed", "DeadlineExceeded", DEADLINE_MESSAGE)
+
+
+def test_a_pod_past_its_deadline_is_not_reported_failed_while_containers_run() -> None:
+    """Upstream mergePodStatus: the terminal phase waits until the agent has killed the containers."""
+    previous = {**_started(700), "reason": "Old"}
+    result = compute(make_pod(activeDeadlineSeconds=600), BASE_RUNTIME, previous)
+    assert (result["phase"], result["reason"]) == ("Running", "Old")
+    assert "message" not in result
+
+
+def test_a_terminal_phase_is_held_back_while_a_sidecar_still_runs() -> None:
+    # An ordinary init container failed under Never while the sidecar before it runs: Failed once it stopped.
+    pod = make_pod(policy="Never", initContainers=[SIDECAR_INIT[1], {"name": "init1", "image": "busybox"}])
+    failed = exited("init1", "c-i1", 1, started=T0 - 10, finished=T0 - 5, created=T0 - 11)
+    assert compute(pod, runtime(PROXY_UP, failed), startup={"c-proxy": True})["phase"] == "Pending"
+    proxy_stopped = exited("proxy", "c-proxy", 143, started=T0 - 15, finished=T0, created=T0 - 16)
+    assert compute(pod, runtime(proxy_stopped, failed))["phase"] == "Failed"

@@ -1,0 +1,104 @@
+"""agent.sync.PodSyncer.kill_pod against a fake CRI: the upstream termination order of pods with sidecars.
+
+Regular containers are stopped first, then the sidecars in reverse spec order (upstream terminationOrdering);
+ephemeral containers and pods without sidecars are stopped all at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agent.sync import PodSyncer
+from kopflet.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
+from kopflet.spec import Pod, pod_from_body
+
+
+class FakeContainers:
+    def __init__(self, slow: dict[str, float]) -> None:
+        self.slow = slow
+        self.calls: list[tuple[str, int]] = []
+        self.done: list[str] = []
+
+    async def stop(self, container_id: str, seconds: int) -> None:
+        self.calls.append((container_id, seconds))
+        await asyncio.sleep(self.slow.get(container_id, 0.0))
+        self.done.append(container_id)
+
+
+class FakeSandboxes:
+    def __init__(self) -> None:
+        self.stopped: list[str] = []
+
+    async def stop(self, sandbox_id: str) -> None:
+        self.stopped.append(sandbox_id)
+
+
+class FakeCri:
+    def __init__(self, slow: dict[str, float]) -> None:
+        self.containers = FakeContainers(slow)
+        self.sandboxes = FakeSandboxes()
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def pod_event(self, pod: Any, type_: str, reason: str, message: str, container: str | None = None,
+                  init: bool = False) -> None:
+        self.events.append((type_, reason, message, container, init))
+
+
+def make_syncer(slow: dict[str, float]) -> tuple[PodSyncer, FakeCri, FakeRecorder]:
+    syncer = PodSyncer.__new__(PodSyncer)  # kill_pod needs only the CRI and the recorder
+    cri, recorder = FakeCri(slow), FakeRecorder()
+    syncer.cri, syncer.recorder = cri, recorder  # type: ignore[assignment]
+    return syncer, cri, recorder
+
+
+def make_pod(sidecars: bool = True) -> Pod:
+    init = [{"name": "setup", "image": "busybox"}]
+    if sidecars:
+        init += [{"name": "proxy", "image": "busybox", "restartPolicy": "Always"},
+                 {"name": "logger", "image": "busybox", "restartPolicy": "Always"}]
+    return pod_from_body({"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+                          "spec": {"initContainers": init, "terminationGracePeriodSeconds": 30,
+                                   "containers": [{"name": "app", "image": "busybox"},
+                                                  {"name": "worker", "image": "busybox"}],
+                                   "ephemeralContainers": [{"name": "debugger", "image": "busybox"}]}})
+
+
+def runtime(*names: str) -> RuntimePodStatus:
+    return RuntimePodStatus(uid="u", sandboxes=(SandboxInfo(id="sb", ready=True, ip="10.0.0.1"),),
+                            containers=tuple(ContainerInfo(id=f"c-{n}", name=n, state=State.RUNNING) for n in names))
+
+
+ALL = ("proxy", "logger", "app", "worker", "debugger")
+
+
+async def test_regular_containers_stop_first_then_sidecars_in_reverse_order() -> None:
+    syncer, cri, recorder = make_syncer({"c-app": 0.05, "c-worker": 0.1, "c-logger": 0.05})
+    await syncer.kill_pod(make_pod(), runtime(*ALL), grace=None)
+    order = [cid for cid, _ in cri.containers.calls]
+    assert set(order[:3]) == {"c-app", "c-worker", "c-debugger"}  # ephemeral containers wait for nothing
+    assert order[3:] == ["c-logger", "c-proxy"]
+    assert cri.containers.done.index("c-logger") < cri.containers.done.index("c-proxy")
+    assert all(seconds >= 29 for _, seconds in cri.containers.calls)  # the wait comes off the grace period
+    assert cri.sandboxes.stopped == ["sb"]
+    assert {e[3] for e in recorder.events if e[1] == "Killing"} == set(ALL)
+
+
+async def test_a_sidecar_whose_later_sidecar_does_not_run_waits_for_the_regular_containers_only() -> None:
+    syncer, cri, _ = make_syncer({"c-app": 0.05})
+    await syncer.kill_pod(make_pod(), runtime("proxy", "app"), grace=None)
+    assert [cid for cid, _ in cri.containers.calls] == ["c-app", "c-proxy"]
+
+
+async def test_without_sidecars_or_with_grace_zero_everything_stops_at_once() -> None:
+    for pod, grace in ((make_pod(sidecars=False), None), (make_pod(), 0)):
+        names = ("app", "worker", "debugger") if grace is None else ALL
+        syncer, cri, _ = make_syncer({f"c-{n}": 0.05 for n in names})
+        started = asyncio.get_running_loop().time()
+        await syncer.kill_pod(pod, runtime(*names), grace=grace)
+        assert asyncio.get_running_loop().time() - started < 0.09  # concurrent: one delay, not several
+        assert sorted(cid for cid, _ in cri.containers.calls) == sorted(f"c-{n}" for n in names)
