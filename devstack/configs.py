@@ -112,37 +112,33 @@ def cni_conflist(layout: Layout) -> str:
     }, indent=2) + "\n"
 
 
-def registry_config(layout: Layout) -> str:
+def _registry_config(storage: Path, addr: str, extra: str = "") -> str:
     return f"""\
 version: 0.1
 log:
   level: warn
 storage:
   filesystem:
-    rootdirectory: {layout.registry_storage}
+    rootdirectory: {storage}
   delete:
     enabled: true
 http:
-  addr: {layout.registry_addr}
-"""
+  addr: {addr}
+""" + extra
+
+
+def registry_config(layout: Layout) -> str:
+    return _registry_config(layout.registry_storage, layout.registry_addr)
 
 
 def private_registry_config(layout: Layout) -> str:
     """The registry behind a login (htpasswd), for imagePullSecrets."""
-    return f"""\
-version: 0.1
-log:
-  level: warn
-storage:
-  filesystem:
-    rootdirectory: {layout.private_registry_storage}
-http:
-  addr: {layout.private_registry_addr}
+    return _registry_config(layout.private_registry_storage, layout.private_registry_addr, f"""\
 auth:
   htpasswd:
     realm: kopflet-devstack
     path: {layout.private_registry_htpasswd}
-"""
+""")
 
 
 def env_file(layout: Layout) -> str:
