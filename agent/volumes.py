@@ -45,7 +45,8 @@ class VolumeManager:
             tokens[(token.audience, token.expiration_seconds)] = await self._token(pod, token)
         plans = volumes.plan_volumes(pod, root_dir=self.cfg.root_dir, config_maps=config_maps, secrets=secrets,
                                      tokens=tokens, node_name=self.cfg.node_name)
-        await asyncio.to_thread(materialize, plans)
+        fs_group = pod.spec.security_context.get("fsGroup")
+        await asyncio.to_thread(materialize, plans, fs_group if isinstance(fs_group, int) else None)
         return plans
 
     async def _token(self, pod: spec.Pod, token: volumes.TokenSpec) -> str:
@@ -115,21 +116,25 @@ def unmount_all(volumes_dir: Path) -> None:
         subprocess.run(["umount", target], capture_output=True, timeout=30)
 
 
-def materialize(plans: Mapping[str, VolumePlan]) -> None:
-    """Make every planned volume real on the node (blocking: run in a thread)."""
+def materialize(plans: Mapping[str, VolumePlan], fs_group: int | None = None) -> None:
+    """Make every planned volume real on the node; with an fsGroup, hand it the volume's files (blocking: run in
+    a thread)."""
     for plan in plans.values():
         path = Path(plan.host_path)
         try:
             if plan.kind == "hostPath":
                 check_host_path(plan)
                 continue
+            created = not path.exists()
             path.mkdir(mode=0o750 if plan.files is not None else 0o777, parents=True, exist_ok=True)
-            if plan.files is None:
+            if plan.files is None and created:
                 os.chmod(path, 0o777)  # emptyDir: writable by any uid the containers run as, as upstream
             if plan.tmpfs and not is_mounted(path):
                 mount_tmpfs(path, plan.size_limit, "0777" if plan.files is None else "0755")
-            if plan.files is not None:
-                write_atomically(path, plan.files)
+                created = True
+            changed = write_atomically(path, plan.files) if plan.files is not None else created
+            if fs_group is not None and changed:
+                set_volume_ownership(path, fs_group, read_only=plan.files is not None)
         except (OSError, subprocess.SubprocessError) as exc:
             raise VolumeError(f'MountVolume.SetUp failed for volume "{plan.name}" : {exc}') from exc
 
@@ -160,12 +165,30 @@ def check_host_path(plan: VolumePlan) -> None:
             raise VolumeError(fail + what)
 
 
-def write_atomically(target: Path, files: tuple[volumes.FileEntry, ...]) -> None:
+def set_volume_ownership(root: Path, fs_group: int, read_only: bool) -> None:
+    """Upstream SetVolumeOwnership: every file and directory gets group `fs_group`, group read (and write unless
+    the volume is read-only: configMap, secret, downwardAPI, projected), directories setgid so new files inherit
+    the group; symlinks are re-grouped but not chmod'ed."""
+    def own(path: str) -> None:
+        info = os.lstat(path)
+        os.lchown(path, -1, fs_group)
+        if not stat.S_ISLNK(info.st_mode):
+            os.chmod(path, volumes.ownership_mode(info.st_mode, is_dir=stat.S_ISDIR(info.st_mode),
+                                                  read_only=read_only))
+
+    own(str(root))
+    for folder, dirs, names in os.walk(root):
+        for name in (*dirs, *names):
+            own(os.path.join(folder, name))
+
+
+def write_atomically(target: Path, files: tuple[volumes.FileEntry, ...]) -> bool:
     """Upstream AtomicWriter: write a fresh timestamped dir, swap ``..data`` to it with one rename, link
-    the top-level names through ``..data``, then drop the old dir and names no longer in the payload."""
+    the top-level names through ``..data``, then drop the old dir and names no longer in the payload.
+    False when the payload was already there (nothing written)."""
     current = target / DATA_DIR
     if current.is_symlink() and _same_payload(current, files):
-        return
+        return False
     stamp = datetime.datetime.now(datetime.UTC).strftime("..%Y_%m_%d_%H_%M_%S.%f")
     new_dir = target / stamp
     new_dir.mkdir(mode=0o755)
@@ -190,6 +213,7 @@ def write_atomically(target: Path, files: tuple[volumes.FileEntry, ...]) -> None
                 shutil.rmtree(child, ignore_errors=True)  # the previous payload, or a crashed write's
         elif child.is_symlink() and child.name not in tops:
             child.unlink()
+    return True
 
 
 def _same_payload(current: Path, files: tuple[volumes.FileEntry, ...]) -> bool:

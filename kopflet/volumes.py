@@ -503,3 +503,12 @@ __all__ = [
     "validate_path",
     "volume_dir",
 ]
+
+
+def ownership_mode(mode: int, *, is_dir: bool, read_only: bool) -> int:
+    """The permission bits a volume entry gets under an fsGroup (upstream SetVolumeOwnership): group read, plus
+    write unless read-only, plus execute and setgid on directories, on top of what it had."""
+    mask = 0o440 if read_only else 0o660
+    if is_dir:
+        mask |= 0o110 | 0o2000
+    return (mode & 0o7777) | mask

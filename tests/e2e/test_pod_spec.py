@@ -95,6 +95,20 @@ def test_run_as_non_root_refuses_a_root_image(running_agent: Agent, admin: Kubec
         "container: main)"
 
 
+def test_fs_group_owns_the_volumes(running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
+    admin.run("create", "configmap", "conf", "-n", namespace, "--from-literal=k=v")
+    script = ("touch /scratch/new; echo $(id -G) $(stat -c '%g %a' /scratch) $(stat -c %g /scratch/new) "
+              "$(stat -L -c '%g %a' /conf/k) > /dev/termination-log")
+    pod = run_to_completion(admin, namespace, layout, "grouped", script, securityContext={
+        "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 2000},
+        volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "conf", "configMap": {"name": "conf"}}],
+        container={"volumeMounts": [{"name": "scratch", "mountPath": "/scratch"},
+                                    {"name": "conf", "mountPath": "/conf"}]})
+    # groups include fsGroup; emptyDir is group 2000, setgid (new files inherit it); the configMap file is
+    # group-readable by 2000 (upstream SetVolumeOwnership)
+    assert message(pod).split() == ["1000", "2000", "2000", "2777", "2000", "2000", "644"]
+
+
 def test_capabilities_no_new_privs_read_only_root_and_seccomp(running_agent: Agent, admin: Kubectl, layout: Layout,
                                                               namespace: str) -> None:
     script = ("grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t' ' ' > /dev/termination-log; "

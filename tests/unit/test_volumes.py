@@ -6,10 +6,14 @@ the plan (or the exact error message).
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agent.volumes import set_volume_ownership
 from cri_client.types import Mount, MountPropagation
 from kopflet import volumes
 from kopflet.spec import Pod, pod_from_body
@@ -324,3 +328,28 @@ def test_validate_path() -> None:
     assert volumes.validate_path("x" * 256) == "invalid path: filenames must be less than or equal to 255 characters"
     assert volumes.validate_path("/".join(["x" * 200] * 21)) == (
         "invalid path: must be less than or equal to 4096 characters")
+
+
+@pytest.mark.parametrize(("mode", "is_dir", "read_only", "expected"), [
+    (0o644, False, False, 0o664),
+    (0o644, False, True, 0o644),
+    (0o600, False, True, 0o640),
+    (0o755, True, False, 0o2775),
+    (0o777, True, False, 0o2777),
+    (0o100600, False, False, 0o660),  # file type bits dropped
+])
+def test_ownership_mode_under_fs_group(mode: int, is_dir: bool, read_only: bool, expected: int) -> None:
+    assert volumes.ownership_mode(mode, is_dir=is_dir, read_only=read_only) == expected
+
+
+def test_set_volume_ownership_walks_the_volume(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir(mode=0o755)
+    (tmp_path / "d" / "f").write_text("x")
+    os.chmod(tmp_path / "d" / "f", 0o600)
+    os.symlink("d/f", tmp_path / "link")
+    set_volume_ownership(tmp_path, 4321, read_only=False)
+    for path in (tmp_path, tmp_path / "d", tmp_path / "d" / "f"):
+        assert os.lstat(path).st_gid == 4321
+    assert stat.S_IMODE(os.stat(tmp_path / "d").st_mode) == 0o2775
+    assert stat.S_IMODE(os.stat(tmp_path / "d" / "f").st_mode) == 0o660
+    assert os.lstat(tmp_path / "link").st_gid == 4321
