@@ -28,7 +28,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from kopflet import server_auth
@@ -170,6 +170,7 @@ class Request:
         return self.version == "HTTP/1.1" and "close" not in self.tokens("connection") and not self.unread_body
 
 
+_T = TypeVar("_T")
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
@@ -634,17 +635,26 @@ class Server:
             # Mid-stream: the status is sent already; end without the last chunk so the client sees it broke.
             logger.warning(f"Log stream of {namespace}/{pod}/{container} failed: {exc!r}")
 
+    async def _streaming_params(self, connection: _Connection, request: Request, keep: bool,
+                                parse: Callable[[], _T]) -> _T | None:
+        """The parameters of an exec/attach/portForward request, or None once a 400 has been sent (bad
+        parameters, or not an upgrade request)."""
+        try:
+            params = parse()
+        except ValueError as exc:
+            await connection.respond(request, 400, str(exc), close=not keep)
+            return None
+        if not is_upgrade_request(request.headers):
+            await connection.respond(request, 400, "Upgrade request required", close=not keep)
+            return None
+        return params
+
     async def _remote_command(self, connection: _Connection, request: Request, keep: bool, kind: str,
                               rest: list[str]) -> bool:
         namespace, pod = rest[0], rest[1]
         uid, container = (rest[2], rest[3]) if len(rest) == 4 else (None, rest[2])
-        try:
-            options = stream_options(request.query)
-        except ValueError as exc:
-            await connection.respond(request, 400, str(exc), close=not keep)
-            return keep
-        if not is_upgrade_request(request.headers):
-            await connection.respond(request, 400, "Upgrade request required", close=not keep)
+        options = await self._streaming_params(connection, request, keep, lambda: stream_options(request.query))
+        if options is None:
             return keep
         flags = dataclasses.asdict(options)
         if kind == "exec":
@@ -660,13 +670,9 @@ class Server:
 
     async def _port_forward(self, connection: _Connection, request: Request, keep: bool, rest: list[str]) -> bool:
         namespace, pod, uid = rest[0], rest[1], (rest[2] if len(rest) == 3 else None)
-        try:
-            ports = port_forward_ports(request.query, is_websocket_request(request.headers))
-        except ValueError as exc:
-            await connection.respond(request, 400, str(exc), close=not keep)
-            return keep
-        if not is_upgrade_request(request.headers):
-            await connection.respond(request, 400, "Upgrade request required", close=not keep)
+        ports = await self._streaming_params(
+            connection, request, keep, lambda: port_forward_ports(request.query, is_websocket_request(request.headers)))
+        if ports is None:
             return keep
         url = await self._call(connection, request, keep, self.backend.port_forward_url, namespace, pod, uid, ports)
         if url is None:
