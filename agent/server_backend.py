@@ -15,6 +15,7 @@ from agent import stats as agent_stats
 from agent.runtime import RuntimeCache
 from agent.workers import PodWorkers
 from cri_client import CriClient, CriError
+from cri_client.types import ContainerState
 from kopflet import logs, podstate
 from kopflet.metrics import KubeletMetrics, ProbeMetrics
 
@@ -85,7 +86,7 @@ class AgentBackend:
 
         async def is_running() -> bool:
             try:
-                return (await self.cri.containers.status(container_id)).state.name == "RUNNING"
+                return (await self.cri.containers.status(container_id)).state is ContainerState.RUNNING
             except CriError:
                 return False
 
