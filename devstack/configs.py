@@ -156,6 +156,20 @@ def env_file(layout: Layout) -> str:
     return "\n".join(lines) + "\n"
 
 
+def audit_policy() -> str:
+    """Metadata of every request made as a node (group system:nodes), nothing else: the apiserver's metrics
+    have no user label, so this is how `make bench` tells the agent's requests from everyone else's."""
+    return """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    userGroups: ["system:nodes"]
+  - level: None
+"""
+
+
 def kubelet_config(layout: Layout) -> str:
     """The agent's config file: its HTTPS API with a CA-signed serving cert (the apiserver verifies it),
     client certificates from the cluster CA, and webhook (TokenReview/SubjectAccessReview) auth."""

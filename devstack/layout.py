@@ -113,6 +113,15 @@ class Layout:
         return self.root / "logs"
 
     @property
+    def audit_policy(self) -> Path:
+        return self.root / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        """The apiserver's audit log of node requests (JSON lines): the benchmarks count the agent's API cost."""
+        return self.logs / "audit.log"
+
+    @property
     def pids(self) -> Path:
         return self.root / "run"
 

@@ -53,6 +53,7 @@ def prepare(layout: Layout) -> None:
     layout.cni_conf_dir.mkdir(parents=True, exist_ok=True)
     (layout.cni_conf_dir / "10-kopflet.conflist").write_text(configs.cni_conflist(layout))
     (layout.root / "registry.yml").write_text(configs.registry_config(layout))
+    layout.audit_policy.write_text(configs.audit_policy())
     (layout.root / "registry-private.yml").write_text(configs.private_registry_config(layout))
     if not layout.private_registry_htpasswd.exists():
         line = subprocess.run(["htpasswd", "-nbB", layout.private_registry_user, layout.private_registry_password],
@@ -107,6 +108,8 @@ def components(layout: Layout) -> list[Component]:
             f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
             f"--kubelet-certificate-authority={ca}",
             "--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--audit-policy-file={layout.audit_policy}", f"--audit-log-path={layout.audit_log}",
+            "--audit-log-format=json", "--audit-log-maxsize=200", "--audit-log-maxbackup=1",
             "--profiling=false", "--v=1",
         ], processes.https_ok(f"{layout.apiserver_url}/readyz", ca, admin),
             ports=(layout.apiserver_port,), timeout=120),
