@@ -2,6 +2,7 @@
 # Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from pinned Go
 # modules (through the Go module proxy; no git checkout of kubernetes is needed).
 # Binaries are cached per version under $KOPFLET_CACHE/bin/<k8s version>, so a second run is free.
+# --kubelet also builds the upstream kubelet of the same release: `make bench` measures kopflet beside it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -12,6 +13,7 @@ k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 # agnhost: upstream's e2e test image binary (grpc health server, netexec, inclusterclient...), from the
 # same k8s.io/kubernetes module; images/build.py packs it into registry.k8s.io/e2e-test-images/agnhost.
 test_bins=(agnhost)
+[ "${1:-}" = "--kubelet" ] && k8s_bins+=(kubelet)
 
 missing=0
 for b in etcd "${k8s_bins[@]}" "${test_bins[@]}"; do [ -x "$out/$b" ] || missing=1; done
@@ -69,6 +71,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/test/images/agnhost"
 )
 GO
