@@ -7,13 +7,20 @@ PY := $(VENV)/bin/python
 export KOPFLET_CACHE ?= /var/cache/kopflet
 PYTEST_ARGS ?=
 
-.PHONY: dev test deps venv binaries proto lint unit down status
+.PHONY: dev test bench deps venv binaries proto lint unit down status
 
 dev: deps venv binaries
 	$(PY) -m devstack dev
 
 test: deps venv binaries lint
 	$(PY) -m devstack run -- $(PY) -m pytest -ra $(PYTEST_ARGS) tests
+
+# Benchmarks, never part of `make test`: kopflet beside the upstream kubelet of the same release and the
+# runtime floor; writes bench/results/<date>.{json,md,png}. BENCH_ARGS=--quick checks the harness in minutes.
+BENCH_ARGS ?=
+bench: deps venv binaries
+	bash devstack/build-binaries.sh --kubelet >/dev/null
+	$(PY) -m devstack run -- $(PY) -m bench $(BENCH_ARGS)
 
 unit: venv
 	$(PY) -m pytest -q tests/unit

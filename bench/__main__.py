@@ -1,0 +1,152 @@
+"""``python -m bench [run] [--quick] [--agents kopflet,kubelet]`` and ``python -m bench report FILE.json``.
+
+`make bench` runs this inside the dev stack (``python -m devstack run -- ...``): the runtime floor first,
+then each agent alone on the node with the same workloads. Results go to bench/results/<date>.json with a
+markdown summary and a PNG plot beside it; a full run also refreshes the README's benchmark section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import platform
+import re
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+from bench import agents as agents_mod
+from bench import cluster, floor, host, report
+from bench.run import Plan, Run
+from devstack.layout import REPO, Layout
+
+RESULTS = REPO / "bench" / "results"
+README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+def _version(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return out.splitlines()[0] if out else "?"
+
+
+def versions(layout: Layout, agents: dict[str, agents_mod.Agent]) -> dict[str, str]:
+    out = {"kubernetes (apiserver)": layout.versions.get("KUBERNETES_VERSION", "?"),
+           "containerd": _version(["containerd", "--version"]).split()[-1],
+           "runc": _version(["runc", "--version"]).split()[-1],
+           "python": platform.python_version()}
+    for name, agent in agents.items():
+        try:
+            out[name] = agent.version()
+        except OSError as exc:
+            out[name] = f"unavailable: {exc}"
+    return out
+
+
+def other_agents_running() -> list[str]:
+    """The node takes one agent at a time: a running kopflet or kubelet would skew (and fight) the run."""
+    found = subprocess.run(["pgrep", "-af", r"operator/main\.py|/kubelet( |$)"], capture_output=True, text=True)
+    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+
+
+def readme_block(results: dict, md_name: str) -> str:
+    """The compact summary the README shows: start latency, footprint and API cost per agent."""
+    s = results["summary"]
+    lines = [README_START, "",
+             f"Latest full run: {results['date']} on {results['machine']['cores']} cores "
+             f"({results['machine']['cpu']}); details in [bench/results/{md_name}](bench/results/{md_name}).", "",
+             "| | pod start p50 / p99 (ms) | burst 110 per-pod p50 / p99 (ms) | exit→status p50 (ms) "
+             "| delete p50 (ms) | idle RSS (MiB) | API requests per pod |", "|---|---|---|---|---|---|---|"]
+
+    def ms(summary: dict, key: str) -> str:
+        return f"{summary[key] * 1000:.0f}" if key in summary else "-"
+
+    if s["floor"]:
+        f = s["floor"]
+        b = f["bursts"].get("110", {}).get("per_pod", {})
+        lines.append(f"| runtime floor (CRI) | {ms(f['start'], 'p50')} / {ms(f['start'], 'p99')} "
+                     f"| {ms(b, 'p50')} / {ms(b, 'p99')} | | | | |")
+    for name, a in s["agents"].items():
+        if "start" not in a:
+            lines.append(f"| {name} | did not complete: {a.get('error', '?')[:80]} | | | | | |")
+            continue
+        b = a.get("bursts", {}).get("110", {}).get("per_pod", {})
+        lines.append(f"| {name} | {ms(a['start'], 'p50')} / {ms(a['start'], 'p99')} "
+                     f"| {ms(b, 'p50')} / {ms(b, 'p99')} "
+                     f"| {ms(a.get('exit_to_status', {}), 'p50')} | {ms(a['delete'], 'p50')} "
+                     f"| {a['footprint'].get('idle', {}).get('rss_mib', '-')} "
+                     f"| {a.get('api', {}).get('per_pod_total', '-')} |")
+    lines += ["", README_END]
+    return "\n".join(lines)
+
+
+def write_outputs(results: dict, stem: Path, update_readme: bool) -> None:
+    results["summary"] = report.summarize(results)
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(report.markdown(results))
+    report.plot(results, stem.with_suffix(".png"))
+    print(f"bench: wrote {stem}.json, .md and .png", file=sys.stderr)
+    if update_readme:
+        readme = REPO / "README.md"
+        text = readme.read_text()
+        pattern = re.compile(re.escape(README_START) + ".*?" + re.escape(README_END), re.S)
+        if pattern.search(text):
+            block = readme_block(results, stem.with_suffix(".md").name)
+            readme.write_text(pattern.sub(lambda _: block, text))
+            print("bench: README benchmark section updated", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    layout = Layout.from_env()
+    busy = other_agents_running()
+    if busy:
+        print("bench: another node agent runs on this node; stop it first:\n  " + "\n  ".join(busy), file=sys.stderr)
+        return 2
+    plan = Plan.quick() if args.quick else Plan()
+    workdir = layout.root / "bench"
+    available = agents_mod.agents_by_name(layout, workdir)
+    chosen = {name: available[name] for name in args.agents.split(",")}
+    now = datetime.datetime.now(datetime.UTC)
+    results: dict = {"date": now.strftime("%Y-%m-%d %H:%M UTC"), "machine": host.machine(),
+                     "versions": versions(layout, chosen), "plan": dataclasses.asdict(plan), "agents": {}}
+    print(f"bench: runtime floor ({plan.sequential} sequential, bursts {plan.bursts})", file=sys.stderr)
+    results["floor"] = floor.measure(layout.runtime_endpoint, plan.sequential, plan.bursts)
+    core = cluster.api(layout.admin_kubeconfig)
+    for name, agent in chosen.items():
+        print(f"bench: {name}", file=sys.stderr)
+        r = Run(agent, plan, core, layout.audit_log)
+        try:
+            results["agents"][name] = r.run()
+        except Exception as exc:
+            traceback.print_exc()
+            results["agents"][name] = {**r.results, "error": f"{type(exc).__name__}: {exc}"}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS / (now.strftime("%Y-%m-%d") + ("-quick" if args.quick else ""))
+    write_outputs(results, stem, update_readme=not args.quick)
+    return 1 if any("error" in a for a in results["agents"].values()) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    p_run = sub.add_parser("run", help="measure (the default)")
+    for p in (parser, p_run):
+        p.add_argument("--quick", action="store_true", help="a few samples of each, to check the harness")
+        p.add_argument("--agents", default="kopflet,kubelet", help="which agents, in order (default: both)")
+    p_report = sub.add_parser("report", help="rewrite the markdown and plot of a results file")
+    p_report.add_argument("file", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        results = json.loads(args.file.read_text())
+        write_outputs(results, args.file.with_suffix(""), update_readme=False)
+        return 0
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

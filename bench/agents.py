@@ -1,0 +1,171 @@
+"""The node agents under test, started one at a time on the same stack: kopflet and the upstream kubelet.
+
+Both run as the node's own identity (system:node:<name>) against the same apiserver and containerd, with
+their defaults; the kubelet gets only what this host needs (cgroupfs, cgroup v1 allowed, swap allowed) and
+the stack's serving certificate, so `kubectl logs` works the same way for both.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from devstack.__main__ import stack_env
+from devstack.layout import REPO, Layout
+
+
+class Agent:
+    name: str = ""
+    user_agent_hint: str = ""
+
+    def __init__(self, layout: Layout, workdir: Path) -> None:
+        self.layout, self.workdir = layout, workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        workdir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    @property
+    def pod_dirs(self) -> Path:
+        raise NotImplementedError
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def version(self) -> str:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return stack_env(self.layout)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> None:
+        self._log = self.log.open("ab")
+        # --pdeathsig: never outlive the benchmark.
+        self.proc = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", *self.argv()], cwd=REPO,
+                                     env=self.env(), stdout=self._log, stderr=subprocess.STDOUT)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 60) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+
+
+class Kopflet(Agent):
+    name = "kopflet"
+
+    @property
+    def pod_dirs(self) -> Path:
+        return Path("/var/lib/kopflet/pods")
+
+    def argv(self) -> list[str]:
+        kopf = Path(sys.executable).with_name("kopf")
+        return [str(kopf), "run", "--standalone", "--all-namespaces", str(REPO / "operator" / "main.py")]
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "KUBECONFIG": str(self.layout.node_kubeconfig),
+                "KOPFLET_NODE_NAME": self.layout.node_name}
+
+    def version(self) -> str:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True).stdout.strip()
+        return f"{rev.stdout.strip() or '?'}{'-dirty' if dirty else ''}"
+
+
+class UpstreamKubelet(Agent):
+    """The kubelet built from the same k8s.io/kubernetes release as the apiserver (devstack/build-binaries.sh
+    --kubelet), with its default kubeAPIQPS (50) and burst (100)."""
+
+    name = "kubelet"
+
+    @property
+    def binary(self) -> Path:
+        return self.layout.bin_dir / "kubelet"
+
+    @property
+    def root(self) -> Path:
+        return self.workdir / "kubelet-root"
+
+    @property
+    def pod_dirs(self) -> Path:
+        return self.root / "pods"
+
+    def config(self) -> str:
+        p = self.layout.pki
+        return f"""\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+tlsCertFile: {p / f"kubelet-serving-{self.layout.node_name}.crt"}
+tlsPrivateKeyFile: {p / f"kubelet-serving-{self.layout.node_name}.key"}
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: {p / "ca.crt"}
+authorization:
+  mode: Webhook
+containerRuntimeEndpoint: {self.layout.runtime_endpoint}
+# What this host needs: containerd here uses cgroupfs, the host is on cgroup v1, swap is not off.
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+clusterDomain: {self.layout.cluster_domain}
+"""
+
+    def argv(self) -> list[str]:
+        path = self.workdir / "kubelet-config.yaml"
+        path.write_text(self.config())
+        return [str(self.binary), f"--config={path}", f"--kubeconfig={self.layout.node_kubeconfig}",
+                f"--hostname-override={self.layout.node_name}", f"--root-dir={self.root}",
+                f"--cert-dir={self.workdir / 'kubelet-pki'}", "--v=1"]
+
+    def version(self) -> str:
+        return subprocess.run([str(self.binary), "--version"], capture_output=True, text=True).stdout.strip()
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, agent: Agent | None = None) -> None:
+    """Poll `check()` until true; fail with `what` (and the agent's log tail if it died)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if agent is not None and not agent.alive():
+            raise RuntimeError(f"{agent.name} exited while waiting for {what}:\n{_tail(agent.log)}")
+        time.sleep(0.5)
+    raise RuntimeError(f"timed out waiting for {what}" + (f":\n{_tail(agent.log)}" if agent else ""))
+
+
+def _tail(path: Path, size: int = 3000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-size:].decode(errors="replace")
+
+
+def agents_by_name(layout: Layout, workdir: Path) -> dict[str, Agent]:
+    return {"kopflet": Kopflet(layout, workdir), "kubelet": UpstreamKubelet(layout, workdir)}

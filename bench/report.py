@@ -1,0 +1,225 @@
+"""From raw results to what a reader compares: summaries with ratios, a markdown page and a PNG plot.
+
+`summarize` and `markdown` are pure (the JSON carries their output, so the numbers in the README, the
+markdown and the JSON are the same); `plot` draws with matplotlib's non-interactive backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bench.stats import ratios, summary
+
+REFERENCE = "kubelet"
+
+
+def _agent_summary(raw: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"version": raw.get("version", "")}
+    if "error" in raw:
+        out["error"] = raw["error"]
+    if "sequential" in raw:
+        out["start"] = summary(raw["sequential"]["start"])
+        out["delete"] = summary(raw["sequential"]["delete"])
+    if "exit_to_status" in raw:
+        out["exit_to_status"] = summary(raw["exit_to_status"])
+    if "bursts" in raw:
+        out["bursts"] = {
+            size: {"per_pod": summary(b["per_pod"]), "all_running": round(b["all_running"], 3),
+                   "all_deleted": round(b.get("all_deleted", 0.0), 3)}
+            for size, b in raw["bursts"].items()}
+    if "churn" in raw:
+        c = raw["churn"]
+        out["churn"] = {"cycles": c["cycles"], "parallel": c["parallel"], "seconds": c["seconds"],
+                        "failures": len(c["failures"]), "start": summary(c["start"]), "leftovers": c["leftovers"],
+                        "leftovers_at_once": c.get("leftovers_at_once", {}), "rss_after_mib": c["rss_after_mib"],
+                        "rss_after_gc_mib": c.get("rss_after_gc_mib", c["rss_after_mib"])}
+    footprint: dict[str, Any] = {}
+    if "idle" in raw:
+        footprint["idle"] = raw["idle"]
+    bursts = raw.get("bursts", {})
+    if bursts:
+        largest = max(bursts, key=int)
+        if "held" in bursts[largest]:
+            footprint[f"running_{largest}"] = bursts[largest]["held"]
+        footprint[f"burst_{largest}"] = {"peak_rss_mib": bursts[largest]["peak_rss_mib"],
+                                         "cpu_seconds": bursts[largest]["cpu_seconds"]}
+    out["footprint"] = footprint
+    if "api_per_pod" in raw:
+        out["api"] = {"per_pod": raw["api_per_pod"]["net_per_pod"],
+                      "per_pod_total": round(sum(raw["api_per_pod"]["net_per_pod"].values()), 1),
+                      "idle_per_minute": raw["api_idle"]["per_minute"],
+                      "idle_per_minute_total": round(sum(raw["api_idle"]["per_minute"].values()), 1),
+                      "user_agents": raw["api_per_pod"]["user_agents"]}
+    return out
+
+
+def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
+    """Percentiles for every latency set, with each agent's ratios to the floor and to the upstream kubelet."""
+    floor = results.get("floor", {})
+    out: dict[str, Any] = {"floor": {}, "agents": {}}
+    if "start" in floor:
+        out["floor"] = {"start": summary(floor["start"]), "stop": summary(floor["stop"]),
+                        "bursts": {size: {"per_pod": summary(b["per_pod"]), "all_started": round(b["all_started"], 3)}
+                                   for size, b in floor["bursts"].items()}}
+    for name, raw in results.get("agents", {}).items():
+        out["agents"][name] = _agent_summary(raw)
+    reference = out["agents"].get(REFERENCE, {})
+    for name, agent in out["agents"].items():
+        if "start" not in agent:
+            continue
+        if out["floor"]:
+            agent["start_vs_floor"] = ratios(agent["start"], out["floor"]["start"])
+            for size, burst in agent.get("bursts", {}).items():
+                if size in out["floor"]["bursts"]:
+                    burst["per_pod_vs_floor"] = ratios(burst["per_pod"], out["floor"]["bursts"][size]["per_pod"])
+        if name != REFERENCE and "start" in reference:
+            agent["vs_kubelet"] = {
+                "start": ratios(agent["start"], reference["start"]),
+                "delete": ratios(agent["delete"], reference["delete"]),
+                "exit_to_status": ratios(agent.get("exit_to_status", {}), reference.get("exit_to_status", {})),
+                "bursts": {size: ratios(b["per_pod"], reference["bursts"][size]["per_pod"])
+                           for size, b in agent.get("bursts", {}).items() if size in reference.get("bursts", {})}}
+    return out
+
+
+def _ms(value: Any) -> str:
+    return f"{value * 1000:.0f}" if isinstance(value, int | float) else "-"
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    """Non-zero counts by name, or "none"."""
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
+
+
+def _row(label: str, s: Mapping[str, Any], extra: str = "") -> str:
+    return (f"| {label} | {s.get('n', 0)} | {_ms(s.get('p50'))} | {_ms(s.get('p90'))} | {_ms(s.get('p99'))} "
+            f"| {_ms(s.get('max'))} | {extra} |")
+
+
+def markdown(results: Mapping[str, Any]) -> str:
+    """The summary page: latency tables (milliseconds), footprint, API cost, churn leftovers."""
+    s = results["summary"]
+    agents: dict[str, Any] = s["agents"]
+    lines = [f"# kopflet benchmark, {results['date']}", "",
+             f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores, "
+             f"{results['machine']['memory_mib']} MiB, kernel {results['machine']['kernel']}, "
+             f"cgroup {results['machine']['cgroup']}.  ",
+             "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()) + ".  ",
+             "Plan: " + ", ".join(f"{k}={v}" for k, v in results["plan"].items()) + ".", ""]
+    for name, agent in agents.items():
+        if "error" in agent:
+            lines += [f"**{name} did not complete:** `{agent['error']}`", ""]
+    header = ["| what | n | p50 ms | p90 ms | p99 ms | max ms | ratio p50/p99 |", "|---|---|---|---|---|---|---|"]
+
+    def ratio(r: Mapping[str, float] | None) -> str:
+        return f"{r.get('p50', '-')}x / {r.get('p99', '-')}x" if r else ""
+
+    lines += ["## Pod start (creation → Running, all containers started; one at a time)", "", *header]
+    if s["floor"]:
+        lines.append(_row("runtime floor (CRI)", s["floor"]["start"]))
+    for name, agent in agents.items():
+        if "start" in agent:
+            lines.append(_row(name, agent["start"], "vs floor " + ratio(agent.get("start_vs_floor"))))
+    for name, agent in agents.items():
+        if "vs_kubelet" in agent:
+            lines += ["", f"{name} vs upstream kubelet (p50 / p99): start {ratio(agent['vs_kubelet']['start'])}, "
+                          f"delete {ratio(agent['vs_kubelet']['delete'])}, "
+                          f"exit→status {ratio(agent['vs_kubelet']['exit_to_status'])}."]
+    sizes = sorted({size for a in agents.values() for size in a.get("bursts", {})}, key=int)
+    for size in sizes:
+        lines += ["", f"## Burst of {size} pods (per-pod creation → Running)", "", *header]
+        if size in s["floor"].get("bursts", {}):
+            fb = s["floor"]["bursts"][size]
+            lines.append(_row("runtime floor (CRI)", fb["per_pod"], f"all started {fb['all_started']:.2f} s"))
+        for name, agent in agents.items():
+            if size in agent.get("bursts", {}):
+                b = agent["bursts"][size]
+                extra = f"all Running {b['all_running']:.2f} s; vs floor {ratio(b.get('per_pod_vs_floor'))}"
+                if "vs_kubelet" in agent and size in agent["vs_kubelet"]["bursts"]:
+                    extra += f"; vs kubelet {ratio(agent['vs_kubelet']['bursts'][size])}"
+                lines.append(_row(name, b["per_pod"], extra))
+    lines += ["", "## Exit → status and delete", "", *header]
+    if s["floor"]:
+        lines.append(_row("runtime floor: stop+remove (CRI)", s["floor"]["stop"]))
+    for name, agent in agents.items():
+        if "exit_to_status" in agent:
+            lines.append(_row(f"{name}: container exit → status shows it", agent["exit_to_status"]))
+        if "delete" in agent:
+            lines.append(_row(f"{name}: delete call → Pod object gone", agent["delete"]))
+    lines += ["", "## Footprint", "", "| agent | idle RSS MiB | idle CPU % core | RSS MiB, all burst pods running "
+              "| CPU % core, running | burst peak RSS MiB | burst CPU s |", "|---|---|---|---|---|---|---|"]
+    for name, agent in agents.items():
+        f = agent.get("footprint", {})
+        idle = f.get("idle", {})
+        held = next((v for k, v in f.items() if k.startswith("running_")), {})
+        burst = next((v for k, v in f.items() if k.startswith("burst_")), {})
+        lines.append(f"| {name} | {idle.get('rss_mib', '-')} | {idle.get('cpu_percent_of_core', '-')} "
+                     f"| {held.get('rss_mib', '-')} | {held.get('cpu_percent_of_core', '-')} "
+                     f"| {burst.get('peak_rss_mib', '-')} | {burst.get('cpu_seconds', '-')} |")
+    lines += ["", "## API cost (from the apiserver's audit log, user system:node:<node>)", "",
+              "| agent | requests per pod lifecycle | idle requests per node-minute | breakdown per pod |",
+              "|---|---|---|---|"]
+    for name, agent in agents.items():
+        if "api" in agent:
+            a = agent["api"]
+            breakdown = ", ".join(f"{k}: {v}" for k, v in sorted(a["per_pod"].items(), key=lambda kv: -kv[1]))
+            lines.append(f"| {name} | {a['per_pod_total']} | {a['idle_per_minute_total']} | {breakdown} |")
+    lines += ["", "## Churn (create → Running → delete → gone, mixed specs)", "",
+              "Leftovers are counted right after the last pod is gone and again after one upstream GC period.", "",
+              "| agent | cycles | parallel | seconds | failures | start p50 ms | start p99 ms | leftovers at once "
+              "| leftovers after GC period | RSS after MiB (idle) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, agent in agents.items():
+        if "churn" in agent:
+            c = agent["churn"]
+            idle_rss = agent.get("footprint", {}).get("idle", {}).get("rss_mib", "-")
+            lines.append(f"| {name} | {c['cycles']} | {c['parallel']} | {c['seconds']} | {c['failures']} "
+                         f"| {_ms(c['start'].get('p50'))} | {_ms(c['start'].get('p99'))} "
+                         f"| {_counts(c['leftovers_at_once'])} | {_counts(c['leftovers'])} "
+                         f"| {c['rss_after_gc_mib']} ({idle_rss}) |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: Mapping[str, Any], path: Path) -> None:
+    """Cumulative distributions of the latency sets, one panel per measurement, one line per agent."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels: list[tuple[str, dict[str, list[float]]]] = []
+    agents = results.get("agents", {})
+    floor = results.get("floor", {})
+
+    def collect(fn: Any) -> dict[str, list[float]]:
+        return {name: fn(raw) for name, raw in agents.items() if fn(raw)}
+
+    start = collect(lambda r: r.get("sequential", {}).get("start", []))
+    if floor.get("start"):
+        start = {"runtime floor": floor["start"], **start}
+    panels.append(("Pod start, one at a time", start))
+    for size in sorted({size for r in agents.values() for size in r.get("bursts", {})}, key=int):
+        burst = collect(lambda r, size=size: r.get("bursts", {}).get(size, {}).get("per_pod", []))
+        if size in floor.get("bursts", {}):
+            burst = {"runtime floor": floor["bursts"][size]["per_pod"], **burst}
+        panels.append((f"Pod start, burst of {size}", burst))
+    panels.append(("Container exit → status", collect(lambda r: r.get("exit_to_status", []))))
+    panels.append(("Delete → Pod gone", collect(lambda r: r.get("sequential", {}).get("delete", []))))
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, (title, series) in zip(axes[0], panels, strict=True):
+        for name, samples in series.items():
+            ordered = sorted(samples)
+            ax.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post", label=name)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("seconds")
+        ax.set_xscale("log")
+        ax.set_ylim(0, 1.02)
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("fraction of pods")
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"kopflet benchmark {results.get('date', '')}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,229 @@
+"""One benchmark run of one agent: the phases, in order, on the real stack.
+
+idle → sequential starts and deletes → exit to status → bursts (with the footprint at full load) →
+churn and leftovers. Each phase's raw samples go into the results; `bench.report` summarises them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import kubernetes
+
+from bench import audit, cluster, host, workload
+from bench.agents import Agent, wait_until
+from bench.cluster import PodRecord, PodWatcher
+from cri_client import CriClient, types
+
+POD_UID_LABEL = "io.kubernetes.pod.uid"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Plan:
+    sequential: int = 50
+    exits: int = 20
+    bursts: tuple[int, ...] = (30, 110)
+    churn: int = 300
+    churn_parallel: int = 10
+    idle_seconds: float = 60
+    hold_seconds: float = 30
+    settle_seconds: float = 15
+    # Upstream's container GC runs once a minute (ContainerGCPeriod): leftovers are counted right after the
+    # churn and again after one GC period, so a kubelet that removes dead sandboxes lazily is judged fairly.
+    gc_wait_seconds: float = 70
+    pod_timeout: float = 180
+
+    @classmethod
+    def quick(cls) -> Plan:
+        """A few of each, to check the harness end to end in minutes."""
+        return cls(sequential=5, exits=3, bursts=(5, 10), churn=12, churn_parallel=4, idle_seconds=10,
+                   hold_seconds=5, settle_seconds=5, gc_wait_seconds=5)
+
+
+class Run:
+    def __init__(self, agent: Agent, plan: Plan, core: kubernetes.client.CoreV1Api, audit_log: Path) -> None:
+        self.agent, self.plan, self.core, self.audit_log = agent, plan, core, audit_log
+        layout = agent.layout
+        self.node, self.endpoint = layout.node_name, layout.runtime_endpoint
+        self.user = f"system:node:{layout.node_name}"
+        self.namespace = f"bench-{agent.name}-{uuid.uuid4().hex[:6]}"
+        self.watcher = PodWatcher(core, self.namespace)
+        self.results: dict = {"agent": agent.name}
+        self._seq = 0
+
+    def _name(self, prefix: str) -> str:
+        self._seq += 1
+        return f"{prefix}-{self._seq:04d}"
+
+    def _api_counts(self, start: float, end: float) -> tuple[dict[str, int], list[str]]:
+        requests = audit.parse(self.audit_log.read_text(errors="replace").splitlines())
+        return audit.count(requests, self.user, start, end), audit.user_agents(requests, self.user, start, end)
+
+    # ---------------------------------------------------------------------------------------- phases
+
+    def start_agent(self) -> None:
+        since = time.time()
+        t0 = time.monotonic()
+        self.agent.start()
+        wait_until(lambda: cluster.node_ready_since(self.core, self.node, since), 120, "the node to be Ready",
+                   self.agent)
+        self.results["version"] = self.agent.version()
+        self.results["ready_after_start_seconds"] = round(time.monotonic() - t0, 2)
+        time.sleep(self.plan.settle_seconds)  # the first relists and syncs are start-up, not idle
+
+    def idle(self) -> None:
+        start = time.time()
+        self.results["idle"] = host.idle_window(self.agent.pid, self.plan.idle_seconds)
+        end = time.time()
+        counts, agents = self._api_counts(start, end)
+        self.results["api_idle"] = {"window_seconds": round(end - start, 1), "counts": counts,
+                                    "per_minute": audit.rate_per_minute(counts, end - start), "user_agents": agents}
+
+    def sequential(self) -> None:
+        """One pod at a time: creation to Running with all started, then delete to the object gone."""
+        start_wall = time.time()
+        starts, deletes = [], []
+        for _ in range(self.plan.sequential):
+            name = self._name("seq")
+            cluster.create_pod(self.core, self.namespace, workload.pod(name, self.node), self.watcher)
+            rec = self._wait_one(name, lambda r: r.running is not None, "Running")
+            starts.append(rec.running - rec.created)
+            cluster.delete_pod(self.core, self.namespace, name, self.watcher)
+            rec = self._wait_one(name, lambda r: r.gone is not None, "gone")
+            deletes.append(rec.gone - rec.delete_called)
+        end_wall = time.time()
+        counts, agents = self._api_counts(start_wall, end_wall)
+        idle_rate = self.results["api_idle"]["per_minute"]
+        self.results["sequential"] = {"start": starts, "delete": deletes}
+        self.results["api_per_pod"] = {
+            "pods": self.plan.sequential, "window_seconds": round(end_wall - start_wall, 1), "counts": counts,
+            "net_per_pod": audit.per_pod(counts, end_wall - start_wall, idle_rate, self.plan.sequential),
+            "user_agents": agents}
+
+    def exits(self) -> None:
+        """Container exit (the runtime's finishedAt) to the Pod's status showing it terminated."""
+        samples = []
+        for _ in range(self.plan.exits):
+            name = self._name("exit")
+            cluster.create_pod(self.core, self.namespace, workload.exiting_pod(name, self.node), self.watcher)
+            rec = self._wait_one(name, lambda r: r.terminated_wall is not None, "terminated")
+            finished = asyncio.run(self._finished_at(rec.uid))
+            samples.append(rec.terminated_wall - finished)
+            cluster.delete_pod(self.core, self.namespace, name, self.watcher)
+            self._wait_one(name, lambda r: r.gone is not None, "gone")
+        self.results["exit_to_status"] = samples
+
+    async def _finished_at(self, uid: str) -> float:
+        async with CriClient(self.endpoint, timeout=30) as cri:
+            found = await cri.containers.list(types.ContainerFilter(label_selector={POD_UID_LABEL: uid}))
+            stamps = [(await cri.containers.status(c.id)).finished_at for c in found]
+        if not stamps or not all(stamps):
+            raise RuntimeError(f"pod {uid}: no exited container in the runtime")
+        return max(stamps) / 1e9
+
+    def bursts(self) -> None:
+        """N pods created at once; per-pod latency and until all run. The largest burst is held for the
+        footprint with every pod running."""
+        self.results["bursts"] = {}
+        for size in self.plan.bursts:
+            names = [self._name(f"burst{size}") for _ in range(size)]
+            with host.Sampler(self.agent.pid) as sampler:
+                cluster.in_parallel(
+                    lambda n: cluster.create_pod(self.core, self.namespace, workload.pod(n, self.node),
+                                                 self.watcher), names)
+                self._wait_all(names, lambda r: r.running is not None, "Running", timeout=self.plan.pod_timeout * 3)
+            recs = [self.watcher.record(n) for n in names]
+            first = min(r.created for r in recs if r.created is not None)
+            entry = {"per_pod": [r.running - r.created for r in recs],
+                     "all_running": max(r.running for r in recs) - first,
+                     "peak_rss_mib": round(sampler.peak_rss / 2**20, 1), "cpu_seconds": round(sampler.cpu_used, 2)}
+            if size == max(self.plan.bursts):
+                entry["held"] = host.idle_window(self.agent.pid, self.plan.hold_seconds)
+            cluster.in_parallel(lambda n: cluster.delete_pod(self.core, self.namespace, n, self.watcher), names)
+            self._wait_all(names, lambda r: r.gone is not None, "gone", timeout=self.plan.pod_timeout * 3)
+            entry["all_deleted"] = max(r.gone for r in recs) - min(r.delete_called for r in recs)
+            self.results["bursts"][str(size)] = entry
+
+    def churn(self) -> None:
+        """Create/delete cycles with mixed specs, some in parallel; then what is left on the node."""
+        cycles = [(self._name("churn"), i) for i in range(self.plan.churn)]
+        failures: list[str] = []
+
+        def cycle(item: tuple[str, int]) -> None:
+            name, index = item
+            try:
+                cluster.create_pod(self.core, self.namespace, workload.churn_pod(name, self.node, index),
+                                   self.watcher)
+                self._wait_one(name, lambda r: r.running is not None, "Running")
+                cluster.delete_pod(self.core, self.namespace, name, self.watcher)
+                self._wait_one(name, lambda r: r.gone is not None, "gone")
+            except Exception as exc:
+                failures.append(f"{name}: {exc}")
+
+        t0 = time.monotonic()
+        with host.Sampler(self.agent.pid) as sampler:
+            cluster.in_parallel(cycle, cycles, workers=self.plan.churn_parallel)
+        elapsed = time.monotonic() - t0
+        recs = [self.watcher.record(n) for n, _ in cycles]
+        time.sleep(self.plan.settle_seconds)
+        self.results["churn"] = {
+            "cycles": self.plan.churn, "parallel": self.plan.churn_parallel, "seconds": round(elapsed, 1),
+            "start": [r.running - r.created for r in recs if r.running and r.created],
+            "failures": failures, "peak_rss_mib": round(sampler.peak_rss / 2**20, 1),
+            "cpu_seconds": round(sampler.cpu_used, 2),
+            "rss_after_mib": round(host.rss_bytes(self.agent.pid) / 2**20, 1),
+            "leftovers_at_once": self._leftovers()}
+        time.sleep(self.plan.gc_wait_seconds)
+        self.results["churn"]["leftovers"] = self._leftovers()
+        self.results["churn"]["rss_after_gc_mib"] = round(host.rss_bytes(self.agent.pid) / 2**20, 1)
+
+    def _leftovers(self) -> dict[str, int]:
+        return host.leftovers(self.endpoint, self.agent.pod_dirs, self.agent.layout.cni_data_dir)
+
+    # ---------------------------------------------------------------------------------------- waiting
+
+    def _wait_one(self, name: str, done: Callable[[PodRecord], bool], what: str) -> PodRecord:
+        self._wait_all([name], done, what, self.plan.pod_timeout)
+        return self.watcher.record(name)
+
+    def _wait_all(self, names: list[str], done: Callable[[PodRecord], bool], what: str, timeout: float) -> None:
+        if not self.watcher.wait(names, done, timeout):
+            late = [n for n in names if not done(self.watcher.record(n))][:5]
+            raise RuntimeError(f"{self.agent.name}: pods {late} not {what} after {timeout:.0f}s")
+        if not self.agent.alive():
+            raise RuntimeError(f"{self.agent.name} exited during the run (log: {self.agent.log})")
+
+    # ---------------------------------------------------------------------------------------- all
+
+    def run(self) -> dict:
+        self.start_agent()
+        try:
+            self.idle()
+            cluster.ensure_namespace(self.core, self.namespace)
+            self.watcher.start()
+            try:
+                self.sequential()
+                self.exits()
+                self.bursts()
+                self.churn()
+            finally:
+                self.watcher.stop()
+                self._cleanup_namespace()
+        finally:
+            self.agent.stop()
+        return self.results
+
+    def _cleanup_namespace(self) -> None:
+        """Delete what is left while the agent still runs, so it can stop the containers."""
+        try:
+            self.core.delete_collection_namespaced_pod(self.namespace, _request_timeout=30)
+            wait_until(lambda: not self.core.list_namespaced_pod(self.namespace, _request_timeout=30).items, 300,
+                       "the benchmark pods to be gone", self.agent)
+            self.core.delete_namespace(self.namespace, _request_timeout=30)
+        except Exception as exc:
+            self.results.setdefault("errors", []).append(f"cleanup: {exc}")

@@ -1,0 +1,155 @@
+"""The benchmark's pure parts: percentiles, the audit-log API cost, the summary and its rendering."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import audit, report, stats, workload
+from bench.__main__ import README_END, README_START, readme_block
+
+
+@pytest.mark.parametrize(("samples", "p", "expected"), [
+    ([1.0], 50, 1.0),
+    ([3.0, 1.0, 2.0], 50, 2.0),
+    ([1.0, 2.0, 3.0, 4.0], 50, 2.0),  # nearest rank: ceil(0.5*4) = 2nd
+    ([1.0, 2.0, 3.0, 4.0], 90, 4.0),
+    (list(map(float, range(1, 101))), 99, 99.0),
+    (list(map(float, range(1, 101))), 100, 100.0),
+    (list(map(float, range(1, 11))), 90, 9.0),
+])
+def test_percentile_is_nearest_rank(samples, p, expected):
+    assert stats.percentile(samples, p) == expected
+
+
+@pytest.mark.parametrize("p", [0, -1, 101])
+def test_percentile_refuses_out_of_range(p):
+    with pytest.raises(ValueError):
+        stats.percentile([1.0], p)
+
+
+def test_summary_and_ratios():
+    s = stats.summary([0.1, 0.2, 0.3, 0.4])
+    assert s == {"n": 4, "p50": 0.2, "p90": 0.4, "p99": 0.4, "max": 0.4, "mean": 0.25}
+    assert stats.summary([]) == {"n": 0}
+    assert stats.ratios({"p50": 1.0, "p90": 3.0, "p99": 4.0, "max": 5.0},
+                        {"p50": 0.5, "p90": 1.0, "p99": 0.0, "max": 5.0}) == {"p50": 2.0, "p90": 3.0, "max": 1.0}
+
+
+def _event(audit_id, user="system:node:vm", verb="get", resource="pods", sub="", stage="ResponseComplete",
+           at="2026-11-22T05:00:10.500000Z", agent="kopf/1.45"):
+    ref = {"resource": resource, "namespace": "ns", "name": "x"}
+    if sub:
+        ref["subresource"] = sub
+    return json.dumps({"kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata", "auditID": audit_id,
+                       "stage": stage, "verb": verb, "user": {"username": user}, "userAgent": agent,
+                       "objectRef": ref, "responseStatus": {"code": 200}, "requestReceivedTimestamp": at})
+
+
+def test_audit_counts_each_request_once_by_user_verb_resource_and_window():
+    lines = [
+        _event("a", verb="watch", stage="ResponseStarted"),
+        _event("a", verb="watch"),  # the same watch completing: counted once
+        _event("b", verb="patch", sub="status"),
+        _event("c", verb="patch", sub="status"),
+        _event("d", user="system:kube-scheduler", verb="create", resource="bindings"),
+        _event("e", at="2026-11-22T05:01:00Z"),  # outside the window
+        "not json",
+        json.dumps({"kind": "EventList"}),
+    ]
+    requests = audit.parse(lines)
+    assert [r.audit_id for r in requests] == ["a", "b", "c", "d", "e"]
+    start = requests[0].received - 1
+    counts = audit.count(requests, "system:node:vm", start, start + 10)
+    assert counts == {"patch pods/status": 2, "watch pods": 1}
+    assert audit.user_agents(requests, "system:node:vm", start, start + 10) == ["kopf/1.45"]
+
+
+def test_audit_rates_and_net_cost_per_pod():
+    assert audit.rate_per_minute({"update leases": 6}, 60) == {"update leases": 6.0}
+    assert audit.rate_per_minute({"x": 1}, 0) == {}
+    # 120 s window with 50 pods: the idle lease renewals (6/min -> 12) are not the pods' cost.
+    window = {"update leases": 13, "patch pods/status": 150, "get nodes": 0}
+    net = audit.per_pod(window, 120, {"update leases": 6.0, "get nodes": 1.0}, 50)
+    assert net == {"patch pods/status": 3.0, "update leases": 0.02}
+    assert audit.per_pod(window, 120, {}, 0) == {}
+
+
+def _raw_agent(scale: float, version: str) -> dict:
+    return {
+        "version": version,
+        "idle": {"rss_mib": 80.0 * scale, "cpu_seconds": 0.5, "cpu_percent_of_core": 1.0, "window_seconds": 60},
+        "api_idle": {"per_minute": {"update leases": 6.0}, "counts": {}, "window_seconds": 60, "user_agents": []},
+        "api_per_pod": {"net_per_pod": {"patch pods/status": 3.0 * scale, "get pods": 1.0}, "user_agents": ["x"],
+                        "counts": {}, "pods": 2, "window_seconds": 10},
+        "sequential": {"start": [1.0 * scale, 2.0 * scale], "delete": [0.5, 0.7]},
+        "exit_to_status": [0.2 * scale, 0.3 * scale],
+        "bursts": {"3": {"per_pod": [1.0, 2.0, 3.0], "all_running": 3.1, "all_deleted": 2.0, "peak_rss_mib": 90.0,
+                         "cpu_seconds": 1.5, "held": {"rss_mib": 85.0, "cpu_percent_of_core": 2.0}}},
+        "churn": {"cycles": 4, "parallel": 2, "seconds": 9.0, "start": [1.0, 1.2], "failures": [],
+                  "peak_rss_mib": 95.0, "cpu_seconds": 3.0, "rss_after_mib": 81.0,
+                  "leftovers": {"sandboxes": 0, "containers": 0}},
+    }
+
+
+def _results() -> dict:
+    return {
+        "date": "2026-11-22 05:00 UTC",
+        "machine": {"cpu": "Test CPU", "cores": 2, "memory_mib": 1024, "kernel": "6.1", "cgroup": "v1"},
+        "versions": {"kubernetes (apiserver)": "v1.37.1"},
+        "plan": {"sequential": 2},
+        "floor": {"start": [0.5, 1.0], "stop": [0.3, 0.4],
+                  "bursts": {"3": {"per_pod": [0.5, 0.6, 0.7], "all_started": 0.8}}},
+        "agents": {"kopflet": _raw_agent(2.0, "kopflet abc"), "kubelet": _raw_agent(1.0, "Kubernetes v1.37.1")},
+    }
+
+
+def test_summary_has_ratios_to_floor_and_to_the_kubelet():
+    s = report.summarize(_results())
+    kopflet = s["agents"]["kopflet"]
+    assert kopflet["start"]["p50"] == 2.0
+    assert kopflet["start_vs_floor"]["p50"] == 4.0  # 2.0 / 0.5
+    assert kopflet["vs_kubelet"]["start"] == {"p50": 2.0, "p90": 2.0, "p99": 2.0, "max": 2.0}
+    assert kopflet["bursts"]["3"]["per_pod_vs_floor"]["p50"] == pytest.approx(2.0 / 0.6, abs=0.01)
+    assert kopflet["api"]["per_pod_total"] == 7.0
+    assert "vs_kubelet" not in s["agents"]["kubelet"]  # the reference is not compared with itself
+    assert s["agents"]["kubelet"]["churn"]["failures"] == 0
+
+
+def test_a_failed_agent_still_summarises():
+    results = _results()
+    results["agents"]["kubelet"] = {"version": "v1.37.1", "error": "RuntimeError: refused"}
+    s = report.summarize(results)
+    assert s["agents"]["kubelet"]["error"] == "RuntimeError: refused"
+    assert "vs_kubelet" not in s["agents"]["kopflet"]
+    results["summary"] = s
+    assert "**kubelet did not complete:** `RuntimeError: refused`" in report.markdown(results)
+
+
+def test_markdown_and_readme_block_show_the_figures():
+    results = _results()
+    results["summary"] = report.summarize(results)
+    md = report.markdown(results)
+    assert "| kopflet | 2 | 2000 | 4000 | 4000 | 4000 | vs floor 4.0x / 4.0x |" in md
+    assert "| runtime floor (CRI) | 2 | 500 | 1000 | 1000 | 1000 |  |" in md
+    assert "| kopflet | 7.0 | 6.0 |" in md
+    block = readme_block(results, "2026-11-22.md")
+    assert block.startswith(README_START) and block.endswith(README_END)
+    assert "| kopflet | 2000 / 4000 |" in block
+
+
+def test_plot_writes_a_png(tmp_path):
+    path = tmp_path / "plot.png"
+    report.plot(_results(), path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_workloads_are_bound_and_exit_on_sigterm():
+    pod = workload.pod("p", "node-a")
+    assert pod["spec"]["nodeName"] == "node-a"
+    assert "trap 'exit 0' TERM" in pod["spec"]["containers"][0]["command"][2]
+    assert workload.exiting_pod("e", "n")["spec"]["restartPolicy"] == "Never"
+    kinds = {("volumes" in p["spec"], "initContainers" in p["spec"])
+             for p in (workload.churn_pod(f"c{i}", "n", i) for i in range(3))}
+    assert kinds == {(False, False), (True, False), (False, True)}
