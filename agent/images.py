@@ -2,7 +2,9 @@
 
 Pull policy as defaulted by the apiserver, pulls serialized (upstream ``serializeImagePulls`` default),
 a per pod+image backoff after a failed pull, and the kubelet's events and waiting reasons:
-``ErrImagePull`` right after a failure, ``ImagePullBackOff`` while backing off, ``ErrImageNeverPull``.
+``ErrImagePull`` right after a failure, ``ImagePullBackOff`` while backing off, ``ErrImageNeverPull``, and
+``InvalidImageName`` (with a Warning ``InspectFailed`` event) for a reference that does not parse, which never
+reaches the runtime.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from agent.kubeapi import API_ERRORS, KubeClient
 from cri_client import CriClient, CriError
 from cri_client import types as cri
 from kopflet import backoff as backoffs
-from kopflet import credentials, spec
+from kopflet import credentials, imageref, spec
 
 logger = logging.getLogger(__name__)
 
 ERR_IMAGE_PULL = "ErrImagePull"
 IMAGE_PULL_BACKOFF = "ImagePullBackOff"
 ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"
+INVALID_IMAGE_NAME = "InvalidImageName"
+FAILED_TO_INSPECT_IMAGE = "InspectFailed"  # upstream events.FailedToInspectImage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +60,19 @@ class ImageManager:
         def event(type_: str, reason: str, message: str) -> None:
             self.recorder.pod_event(pod, type_, reason, message, container.name, init)
 
-        present = await self.cri.images.status(image)
+        # Upstream applyDefaultImageTag: the runtime gets ``<image>:latest`` when no tag or digest is given; a
+        # reference that does not parse fails here (ErrInvalidImageName), before any runtime call.
+        try:
+            spec_image = imageref.apply_default_tag(image)
+        except imageref.InvalidImageNameError as exc:
+            event(WARNING, FAILED_TO_INSPECT_IMAGE, exc.message)
+            raise ImageError(INVALID_IMAGE_NAME, exc.message) from None
+
+        present = await self.cri.images.status(spec_image)
         policy = container.image_pull_policy
         if present is not None and policy != spec.PULL_ALWAYS:
             event(NORMAL, "Pulled", f'Container image "{image}" already present on machine')
-            return present.id or image
+            return present.id or spec_image
         if policy == spec.PULL_NEVER:
             message = f'Container image "{image}" is not present with pull policy of Never'
             event(WARNING, ERR_IMAGE_NEVER_PULL, message)
@@ -74,12 +86,12 @@ class ImageManager:
             raise ImageError(IMAGE_PULL_BACKOFF, message)
 
         event(NORMAL, "Pulling", f'Pulling image "{image}"')
-        auths = (await self.keyring(pod)).lookup(image)
+        auths = (await self.keyring(pod)).lookup(spec_image)
         waited_from = time.time()
         async with self._pull_lock:
             started = time.time()
             try:
-                ref = await self._pull(image, sandbox, auths)
+                ref = await self._pull(spec_image, sandbox, auths)
             except CriError as exc:
                 self.backoff.next(key, time.time())
                 message = f"failed to pull and unpack image \"{image}\": {exc.details}" \
@@ -90,11 +102,11 @@ class ImageManager:
         first, _ = self.pulling.get(pod.uid, (waited_from, done))
         self.pulling[pod.uid] = (first, done)
         self.backoff.reset(key)
-        pulled = await self.cri.images.status(ref or image)
+        pulled = await self.cri.images.status(ref or spec_image)
         size = f" Image size: {pulled.size} bytes." if pulled is not None and pulled.size else ""
         event(NORMAL, "Pulled", f'Successfully pulled image "{image}" in {_duration(done - started)} '
                                 f"({_duration(done - waited_from)} including waiting).{size}")
-        return (pulled.id if pulled is not None and pulled.id else ref) or image
+        return (pulled.id if pulled is not None and pulled.id else ref) or spec_image
 
 
     async def _pull(self, image: str, sandbox: cri.PodSandboxConfig, auths: list[cri.AuthConfig]) -> str:
