@@ -142,9 +142,12 @@ class PodSyncer:
         """RunPodSandbox with the pod's log directory in place (upstream createPodSandbox)."""
         try:
             handler = await self.runtime_handler(pod)
-            await asyncio.to_thread(Path(config.log_directory).mkdir, mode=0o755, parents=True, exist_ok=True)
+            try:
+                await asyncio.to_thread(Path(config.log_directory).mkdir, mode=0o755, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise LookupError(_path_error("mkdir", exc)) from None
             return await self.cri.sandboxes.run(config, runtime_handler=handler)
-        except (CriError, OSError, LookupError) as exc:
+        except (CriError, LookupError) as exc:
             message = f"Failed to create pod sandbox: {_details(exc)}"
             result.sandbox_error = message
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", message)
@@ -180,7 +183,10 @@ class PodSyncer:
         try:
             image_ref = await self.images.ensure(pod, container, config, init)
         except ImageError as exc:
+            # Upstream startContainer records "Error: <the error>" after EnsureImageExists fails, and that
+            # error's text is the reason itself (ErrImagePull, ImagePullBackOff, InvalidImageName...).
             result.waiting[name] = Waiting(exc.reason, exc.message)
+            self.recorder.pod_event(pod, WARNING, "Failed", f"Error: {exc.reason}", name, init)
             return False
         except CriError as exc:
             return failed(CREATE_CONTAINER_ERROR, _details(exc))
@@ -471,6 +477,11 @@ def _text(data: Mapping[str, bytes] | None) -> dict[str, str] | None:
 
 def _details(exc: Exception) -> str:
     return exc.details if isinstance(exc, CriError) else str(exc)
+
+
+def _path_error(op: str, exc: OSError) -> str:
+    """Go's *PathError text, as upstream's messages carry it: "mkdir <path>: file name too long"."""
+    return f"{op} {exc.filename}: {os.strerror(exc.errno).lower()}" if exc.errno else f"{op}: {exc}"
 
 
 def _pod_desc(pod: spec.Pod) -> str:

@@ -241,9 +241,14 @@ def test_image_pull_errors(running_agent: Agent, admin: Kubectl, layout: Layout,
     assert statuses(pod)["main"]["state"]["waiting"]["message"] == \
         'Back-off pulling image "docker.io/library/does-not-exist:0"'
     assert pod["status"]["phase"] == "Pending"
-    evs = {e["reason"]: e for e in events(admin, namespace, "noimage")}
-    assert "Pulling" in evs and evs["Failed"]["type"] == "Warning"
-    assert "does-not-exist" in evs["Failed"]["message"]
+    evs = events(admin, namespace, "noimage")
+    assert any(e["reason"] == "Pulling" for e in evs)
+    failed = {e["message"]: e for e in evs if e["reason"] == "Failed"}
+    assert all(e["type"] == "Warning" for e in failed.values())
+    # Upstream's pair: the pull failure itself, then startContainer's "Error: <reason>".
+    assert any(m.startswith('Failed to pull image "docker.io/library/does-not-exist:0"') and "does-not-exist" in m
+               for m in failed), list(failed)
+    assert "Error: ErrImagePull" in failed and "Error: ImagePullBackOff" in failed, list(failed)
 
 
 def test_missing_config_map_then_created(running_agent: Agent, admin: Kubectl, layout: Layout,
