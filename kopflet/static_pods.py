@@ -54,12 +54,32 @@ def is_mirror(body: Mapping[str, Any]) -> bool:
     return CONFIG_MIRROR in (body.get("metadata", {}).get("annotations") or {})
 
 
+# go-yaml (under sigs.k8s.io/yaml) refuses a document whose aliases expand excessively, so a few hundred
+# bytes of nested anchors ("billion laughs") cannot become gigabytes; this budget on the expanded tree does
+# the same, and catches self-referencing anchors too.
+MAX_EXPANDED_NODES = 1_000_000
+
+
+def _check_expansion(doc: Any, path: str) -> None:
+    budget, stack = MAX_EXPANDED_NODES, [doc]
+    while stack:
+        node = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise ManifestError(f"{path}: not valid YAML or JSON: yaml: document contains excessive aliasing")
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
 def static_pod(path: str, text: str, node_name: str, seen: str) -> StaticPod:
     """Parse and default one manifest (upstream applyDefaults in config/common.go)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ManifestError(f"{path}: not valid YAML or JSON: {exc}") from None
+    _check_expansion(doc, path)
     if not isinstance(doc, dict):
         raise ManifestError(f"{path}: expected a Pod object, got {type(doc).__name__}")
     if doc.get("kind") != "Pod" or doc.get("apiVersion") != "v1":

@@ -64,3 +64,38 @@ def test_broken_manifests_name_the_file_and_problem(text: str, message: str) -> 
 ])
 def test_manifest_names(name: str, expected: bool) -> None:
     assert static_pods.is_manifest_name(name) is expected
+
+
+BILLION_LAUGHS = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: laughs}
+a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+spec: {containers: [{name: c, image: busybox, command: *i}]}
+"""
+
+
+@pytest.mark.parametrize("text", [
+    BILLION_LAUGHS,
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: loop}\nspec: &s {containers: [{name: c, image: i, x: *s}]}\n",
+])
+def test_excessive_aliasing_is_refused_not_expanded(text: str) -> None:
+    """~600 bytes that would expand to ~10^9 nodes, or a loop: refused at once (go-yaml's "excessive aliasing")."""
+    with pytest.raises(ManifestError, match=r"^/m/bad\.yaml: .*excessive aliasing$"):
+        static_pods.static_pod("/m/bad.yaml", text, "node", "")
+
+
+def test_ordinary_anchors_are_fine() -> None:
+    text = ("apiVersion: v1\nkind: Pod\nmetadata: {name: anchors}\nspec:\n  containers:\n"
+            "  - {name: a, image: busybox, env: &env [{name: X, value: '1'}]}\n"
+            "  - {name: b, image: busybox, env: *env}\n")
+    pod = static_pods.static_pod("/m/anchors.yaml", text, "node", "")
+    assert pod.body["spec"]["containers"][1]["env"] == [{"name": "X", "value": "1"}]
