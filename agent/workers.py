@@ -187,6 +187,7 @@ class PodWorkers:
             startup_failures=self.probes.startup_failures(uid) if self.probes else (), started=started)
         if actions.reason:
             logger.info(f"pod {pod.namespace}/{pod.name}: {actions.reason}")
+        before = runtime
         result = await self.syncer.sync(pod, runtime, actions)
         runtime = await self.cache.refresh_pod(uid)
         self._probe(pod, runtime)
@@ -202,6 +203,8 @@ class PodWorkers:
             # A sidecar just started stays running: no runtime change will wake the worker for the next step of
             # initialisation, so look again soon (upstream's PLEG reports ContainerStarted and resyncs the pod).
             delay = min(delay, STARTED_RECHECK)
+        if not actions.kill_pod and podstate.exited_meanwhile(before, runtime, stopped=actions.containers_to_kill):
+            delay = 0.0  # this refresh hid the exit from the relist: decide on it now
         return delay
 
     async def _finish(self, worker: _Worker, pod: spec.Pod, runtime: podstate.RuntimePodStatus,

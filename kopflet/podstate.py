@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from cri_client import types as cri
 from kopflet import labels
@@ -248,3 +248,15 @@ def from_cri(sandboxes: Iterable[cri.PodSandboxStatus],
     if len(pods) > 1:
         raise ValueError(f"from_cri got objects of {len(pods)} pods ({', '.join(sorted(pods))}); pass uid=")
     return next(iter(pods.values()), RuntimePodStatus(uid=""))
+
+
+def exited_meanwhile(before: RuntimePodStatus, after: RuntimePodStatus, stopped: Collection[str] = ()) -> bool:
+    """Whether a container exited between two views of a pod without being one of the `stopped` names.
+
+    A worker's refresh right after its own sync records the pod's state, so the relist that follows sees
+    no change; a container that exited on its own meanwhile (a quick init container, a crash right after
+    start) must then make the worker look again itself, as upstream's PLEG would report ContainerDied.
+    """
+    was = {c.id: c.state for c in before.containers}
+    return any(c.state is State.EXITED and was.get(c.id) is not State.EXITED and c.name not in stopped
+               for c in after.containers)

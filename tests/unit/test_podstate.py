@@ -277,3 +277,26 @@ def test_active_containers_are_those_of_the_ready_newest_sandbox() -> None:
     assert stopped.latest_active_container("app") is None
     unknown = podstate.from_cri([new], containers, uid="uid-a")  # no sandbox ids known: all count as active
     assert len(unknown.active_containers()) == 3
+
+
+def _view(*containers: tuple[str, str, State]) -> podstate.RuntimePodStatus:
+    return podstate.RuntimePodStatus(uid="u", containers=tuple(
+        podstate.ContainerInfo(id=cid, name=name, state=state) for cid, name, state in containers))
+
+
+@pytest.mark.parametrize(("before", "after", "stopped", "expected"), [
+    # a quick init container exited while the sync ran: look again
+    ([("i1", "init", State.RUNNING)], [("i1", "init", State.EXITED)], (), True),
+    # started and exited within the sync (not in the earlier view at all)
+    ([], [("c1", "main", State.EXITED)], (), True),
+    # the sync stopped it itself: the worker knows
+    ([("c1", "main", State.RUNNING)], [("c1", "main", State.EXITED)], ("main",), False),
+    # already exited before: nothing new
+    ([("c1", "main", State.EXITED)], [("c1", "main", State.EXITED)], (), False),
+    # started, still running; or created only
+    ([], [("c1", "main", State.RUNNING), ("c2", "side", State.CREATED)], (), False),
+    # an old exited instance plus a new one that exited: the new one counts
+    ([("c1", "main", State.EXITED)], [("c2", "main", State.EXITED), ("c1", "main", State.EXITED)], (), True),
+])
+def test_exited_meanwhile(before, after, stopped, expected):
+    assert podstate.exited_meanwhile(_view(*before), _view(*after), stopped) is expected
