@@ -80,7 +80,7 @@ class ImageManager:
 
         key = backoffs.image_pull_key(pod.uid, image)
         now = time.time()
-        if key in self.backoff and self.backoff.is_in_backoff_since(key, now, now):
+        if self.backoff.is_in_backoff_since_update(key, now):
             message = f'Back-off pulling image "{image}"'
             event(NORMAL, "BackOff", message)
             raise ImageError(IMAGE_PULL_BACKOFF, message)

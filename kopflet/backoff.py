@@ -88,6 +88,14 @@ class Backoff:
             return False
         return now - event_time < entry.delay
 
+    def is_in_backoff_since_update(self, key: BackoffKey, now: float) -> bool:
+        """Whether less than the current delay has passed since the key's last bump (upstream
+        `IsInBackOffSinceUpdate`, what the image manager asks before pulling again)."""
+        entry = self._entries.get(key)
+        if entry is None or self._expired(entry, now):
+            return False
+        return now - entry.last_update < entry.delay
+
     def remaining(self, key: BackoffKey, event_time: float, now: float) -> float:
         """Seconds until the backoff since `event_time` is over (0.0 when not in backoff); for requeueing."""
         if not self.is_in_backoff_since(key, event_time, now):

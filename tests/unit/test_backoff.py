@@ -129,3 +129,16 @@ def test_custom_limits_and_validation() -> None:
 ])
 def test_go_duration_text(seconds: float, text: str) -> None:
     assert go_duration(seconds) == text
+
+
+def test_image_pull_backoff_is_judged_since_the_last_failure() -> None:
+    """Upstream's image manager asks IsInBackOffSinceUpdate(now): pull again once the delay since the last
+    failure has passed (10s, then 20s...), not only when the entry expires ten minutes later."""
+    b = Backoff()
+    assert not b.is_in_backoff_since_update(KEY, 50.0)
+    b.next(KEY, 100.0)
+    assert b.is_in_backoff_since_update(KEY, 109.9)
+    assert not b.is_in_backoff_since_update(KEY, 110.0)
+    b.next(KEY, 110.5)  # the retry failed too: 20s now
+    assert b.is_in_backoff_since_update(KEY, 130.0)
+    assert not b.is_in_backoff_since_update(KEY, 130.5)
