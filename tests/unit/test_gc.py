@@ -39,6 +39,13 @@ def pod(sandboxes: list[SandboxInfo], containers: list[ContainerInfo]) -> Runtim
                  Evictions(containers=("a1",), sandboxes=("s1",)), id="an old empty sandbox goes"),
     pytest.param(pod([s("s1", False, 1)], [c("a1", "a", State.EXITED, 1, "s1")]), Evictions(),
                  id="the newest sandbox stays even when not ready"),
+    pytest.param(pod([s("s1", True, 1)], [c("a1", "a", State.CREATED, 1), c("a2", "a", State.RUNNING, 2)]),
+                 Evictions(containers=("a1",)), id="a never-started instance superseded by a newer one goes"),
+    pytest.param(pod([s("s1", True, 1)], [c("a1", "a", State.EXITED, 1), c("a2", "a", State.CREATED, 2),
+                                          c("a3", "a", State.RUNNING, 3)]),
+                 Evictions(containers=("a2",)), id="and does not count as the kept dead instance"),
+    pytest.param(pod([s("s1", True, 1)], [c("a1", "a", State.EXITED, 1), c("a2", "a", State.CREATED, 2)]),
+                 Evictions(containers=("a1",)), id="the newest instance, even created only, stays"),
 ])
 def test_evictable(runtime: RuntimePodStatus, expected: Evictions) -> None:
     assert evictable(runtime) == expected
