@@ -108,6 +108,11 @@ def markdown(results: Mapping[str, Any]) -> str:
              f"cgroup {results['machine']['cgroup']}.  ",
              "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()) + ".  ",
              "Plan: " + ", ".join(f"{k}={v}" for k, v in results["plan"].items()) + ".", ""]
+    if REFERENCE in agents:
+        lines += [f"The reference is the upstream kubelet built from the apiserver's release "
+                  f"({agents[REFERENCE].get('version', '?')}), on the same containerd, with its defaults (API QPS "
+                  "50, burst 100) except what this host needs: cgroupDriver cgroupfs, failCgroupV1 false, "
+                  "failSwapOn false." + ("" if "error" in agents[REFERENCE] else " It accepted this containerd."), ""]
     for name, agent in agents.items():
         if "error" in agent:
             lines += [f"**{name} did not complete:** `{agent['error']}`", ""]
@@ -187,6 +192,7 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     panels: list[tuple[str, dict[str, list[float]]]] = []
     agents = results.get("agents", {})
@@ -207,18 +213,28 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
     panels.append(("Container exit → status", collect(lambda r: r.get("exit_to_status", []))))
     panels.append(("Delete → Pod gone", collect(lambda r: r.get("sequential", {}).get("delete", []))))
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-    for ax, (title, series) in zip(axes[0], panels, strict=True):
+    names = ["runtime floor", *agents]
+    colors = {name: f"C{i}" for i, name in enumerate(names)}  # one colour per series in every panel
+    columns = 3
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.6 * rows), squeeze=False)
+    for ax, (title, series) in zip(axes.flat, panels, strict=False):
         for name, samples in series.items():
             ordered = sorted(samples)
-            ax.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post", label=name)
+            ax.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post", label=name,
+                    color=colors[name])
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("seconds")
+        ax.set_xlabel("seconds (log scale)")
         ax.set_xscale("log")
+        # Plain numbers at 1, 2 and 5 of each decade: the default minor labels overlap on narrow ranges.
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}".lstrip("0.")[:1] in "25" else ""))
         ax.set_ylim(0, 1.02)
         ax.grid(True, alpha=0.3)
-    axes[0][0].set_ylabel("fraction of pods")
-    axes[0][0].legend(fontsize=8, loc="lower right")
+        ax.set_ylabel("fraction of pods")
+        ax.legend(fontsize=8, loc="lower right")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
     fig.suptitle(f"kopflet benchmark {results.get('date', '')}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
