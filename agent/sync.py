@@ -148,7 +148,9 @@ class PodSyncer:
                 raise LookupError(_path_error("mkdir", exc)) from None
             return await self.cri.sandboxes.run(config, runtime_handler=handler)
         except (CriError, LookupError) as exc:
-            message = f"Failed to create pod sandbox: {_details(exc)}"
+            # Upstream prints RunPodSandbox's error whole ("rpc error: code = ... desc = ..."), unlike the
+            # container errors, where it keeps only the status message.
+            message = f"Failed to create pod sandbox: {exc.go_text if isinstance(exc, CriError) else exc}"
             result.sandbox_error = message
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", message)
             logger.warning(f"{pod.namespace}/{pod.name}: {message}")

@@ -40,6 +40,13 @@ class CriError(Exception):
         return f"{prefix}{self.code}: {self.details or '(no details)'}"
 
     @property
+    def go_text(self) -> str:
+        """The error as the upstream kubelet prints a gRPC status in events: "rpc error: code = NotFound desc = ..."
+        (grpc-go's status error, with its CamelCase code names)."""
+        name = "Canceled" if self.code == "CANCELLED" else "".join(p.capitalize() for p in self.code.split("_"))
+        return f"rpc error: code = {name} desc = {self.details}"
+
+    @property
     def not_found(self) -> bool:
         """The object (sandbox, container, image) does not exist: usually already removed."""
         return self.code == "NOT_FOUND"

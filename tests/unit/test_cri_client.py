@@ -159,3 +159,12 @@ async def test_unimplemented_service_is_a_cri_error(server_endpoint: str) -> Non
         with pytest.raises(CriError) as info:
             await cri.images.list()
     assert info.value.unimplemented
+
+
+@pytest.mark.parametrize(("code", "name"), [
+    (grpc.StatusCode.UNKNOWN, "Unknown"), (grpc.StatusCode.DEADLINE_EXCEEDED, "DeadlineExceeded"),
+    (grpc.StatusCode.NOT_FOUND, "NotFound"), (grpc.StatusCode.CANCELLED, "Canceled"),
+    (grpc.StatusCode.INVALID_ARGUMENT, "InvalidArgument"),
+])
+def test_go_text_is_grpc_gos_status_error(code: grpc.StatusCode, name: str) -> None:
+    assert CriError(code, "boom").go_text == f"rpc error: code = {name} desc = boom"
