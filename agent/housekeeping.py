@@ -26,6 +26,10 @@ PERIOD = 30.0
 async def cleanup_orphans(api: KubeClient, cache: RuntimeCache, workers: PodWorkers, syncer: PodSyncer,
                           field_selector: str) -> int:
     await cache.synced.wait()
+    dirs = await asyncio.to_thread(pod_dirs, syncer.cfg.root_dir)
+    candidates = [uid for uid in (*cache.pods, *dirs) if uid not in workers.workers]
+    if not candidates:
+        return 0  # every runtime pod and directory has a worker: nothing to confirm with the apiserver
     listed = {p.get("metadata", {}).get("uid", "") for p in await api.list_pods(field_selector)}
     orphans = [uid for uid in list(cache.pods) if uid not in listed and uid not in workers.workers]
     for uid in orphans:
@@ -39,8 +43,8 @@ async def cleanup_orphans(api: KubeClient, cache: RuntimeCache, workers: PodWork
         cache.pods.pop(uid, None)
     # Pod directories (volumes, tmpfs mounts) of pods that are gone everywhere: left when a pod was deleted
     # while the agent was down and its sandboxes were removed too (upstream cleanupOrphanedPodDirs).
-    for uid in await asyncio.to_thread(pod_dirs, syncer.cfg.root_dir):
-        if uid not in listed and uid not in workers.workers and uid not in cache.pods:
+    for uid in dirs:
+        if uid not in listed and uid not in workers.workers and uid not in cache.pods and uid not in orphans:
             logger.info(f"removing the directory of orphaned pod {uid}")
             await syncer.remove_pod(podstate.RuntimePodStatus(uid=uid), uid)
     return len(orphans)

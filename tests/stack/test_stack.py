@@ -62,6 +62,25 @@ def test_node_may_not_create_pods_for_another_node(node_kubectl: Kubectl) -> Non
     assert forbidden(node_kubectl.run("create", "-f", "-", stdin=json.dumps(pod), check=False))
 
 
+def test_node_may_not_change_another_nodes_pods(admin: Kubectl, node_kubectl: Kubectl) -> None:
+    """The Node authorizer and NodeRestriction: no status write, delete or eviction of a pod bound elsewhere."""
+    name = f"elsewhere-{uuid.uuid4().hex[:8]}"
+    admin.run("create", "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": "somebody-else", "containers": [{"name": "c", "image": "busybox"}]}}))
+    try:
+        status = json.dumps({"status": {"phase": "Failed", "reason": "Hijacked"}})
+        proc = node_kubectl.run("patch", "pod", name, "-n", "default", "--subresource=status", "--type=merge",
+                                "-p", status, check=False)
+        assert forbidden(proc), proc.stderr
+        proc = node_kubectl.run("delete", "pod", name, "-n", "default", "--grace-period=0", "--force", check=False)
+        assert forbidden(proc), proc.stderr
+        assert forbidden(node_kubectl.run("get", "pod", name, "-n", "default", check=False))
+        assert admin.json("get", "pod", name, "-n", "default")["status"].get("reason") != "Hijacked"
+    finally:
+        admin.run("delete", "pod", name, "-n", "default", "--grace-period=0", "--force", "--wait=false")
+
+
 def test_kubelet_client_identity_is_bound_to_kubelet_api_admin(admin: Kubectl) -> None:
     binding = admin.json("get", "clusterrolebinding", "kube-apiserver-kubelet-api-admin")
     assert binding["roleRef"]["name"] == "system:kubelet-api-admin"
