@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export KOPFLET_CACHE ?= /var/cache/kopflet
 PYTEST_ARGS ?=
 
-.PHONY: dev test bench deps venv binaries proto lint unit down status
+.PHONY: dev test bench reliability deps venv binaries proto lint unit down status
 
 dev: deps venv binaries
 	$(PY) -m devstack dev
@@ -21,6 +21,12 @@ BENCH_ARGS ?=
 bench: deps venv binaries
 	bash devstack/build-binaries.sh --kubelet >/dev/null
 	$(PY) -m devstack run -- $(PY) -m bench $(BENCH_ARGS)
+
+# docs/reliability.md: the fault-injection, kill-matrix, restart and hostile-input tests with what each
+# injected and what the user saw, plus a 1,000-cycle churn's leftover counts (RELIABILITY_ARGS=--churn N).
+RELIABILITY_ARGS ?=
+reliability: deps venv binaries
+	$(PY) -m devstack run -- $(PY) -m reliability $(RELIABILITY_ARGS)
 
 unit: venv
 	$(PY) -m pytest -q tests/unit
