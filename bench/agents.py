@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from devstack import configs
 from devstack.__main__ import stack_env
 from devstack.layout import REPO, Layout
 
@@ -113,23 +114,10 @@ class UpstreamKubelet(Agent):
         return self.root / "pods"
 
     def config(self) -> str:
-        p = self.layout.pki
-        return f"""\
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-tlsCertFile: {p / f"kubelet-serving-{self.layout.node_name}.crt"}
-tlsPrivateKeyFile: {p / f"kubelet-serving-{self.layout.node_name}.key"}
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: true
-  x509:
-    clientCAFile: {p / "ca.crt"}
-authorization:
-  mode: Webhook
+        """The stack's kubelet config (the same serving cert and auth kopflet gets), plus what this host needs."""
+        return configs.kubelet_config(self.layout) + f"""\
 containerRuntimeEndpoint: {self.layout.runtime_endpoint}
-# What this host needs: containerd here uses cgroupfs, the host is on cgroup v1, swap is not off.
+# containerd here uses cgroupfs, the host is on cgroup v1, swap is not off.
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
