@@ -39,10 +39,12 @@ deps:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+# Runtime dependencies at requirements.lock's versions, as the image installs them: a fresh machine gets what
+# was tested, not whatever was released since.
+$(VENV)/.installed: setup.cfg pyproject.toml requirements.lock
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q --constraint requirements.lock -e '.[dev]'
 	touch $@
 
 binaries:
