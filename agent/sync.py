@@ -128,14 +128,15 @@ class PodSyncer:
         to_start = [(c, False) for c in pod.spec.ephemeral_containers if c.name in ephemeral]
         to_start += [(c, True) for c in pod.spec.init_containers if c.name in actions.init_containers_to_start]
         to_start += [(c, False) for c in pod.spec.containers if c.name in actions.containers_to_start]
-        started: list[str] = []
+        attempted: list[str] = []
         for container, is_init in to_start:
-            if await self.start_container(pod, container, is_init, sandbox_id, config, sandbox, runtime, result,
-                                          plans):
-                started.append(container.name)
-            elif is_init and not container.is_sidecar:
+            attempted.append(container.name)
+            if not await self.start_container(pod, container, is_init, sandbox_id, config, sandbox, runtime, result,
+                                              plans) and is_init and not container.is_sidecar:
                 break  # a regular init container failed to start: nothing after it may start (a sidecar: go on)
-        reconciler.note_restarts(actions, pod, self.backoff, time.time(), started=started)
+        # Every attempt counts, failed ones too: upstream doBackOff calls Next before startContainer, so a container
+        # that never starts (StartError) goes into CrashLoopBackOff instead of being retried on every relist.
+        reconciler.note_restarts(actions, pod, self.backoff, time.time(), attempted=attempted)
         return result
 
     async def create_sandbox(self, pod: spec.Pod, config: cri.PodSandboxConfig, result: SyncResult) -> str:

@@ -7,7 +7,7 @@ folds in the crash-loop check upstream's `SyncPod` makes right before each start
 caller learns here which containers wait in CrashLoopBackOff and with which message.
 
 Pure: the pod, the runtime's view and the backoff table go in, a frozen `PodActions` comes out; nothing is
-mutated (the executor bumps the backoff with `note_restarts` when it actually starts containers). Decisions
+mutated (the executor bumps the backoff with `note_restarts` when it tries to start containers). Decisions
 are re-derived from the current state on every sync, kubelet style, so a restarted agent converges.
 
 The executor applies PodActions in upstream `SyncPod` order: kill the pod (if `kill_pod`, sidecars last:
@@ -208,12 +208,13 @@ def namespace_target_id(container: spec.ContainerSpec, runtime: podstate.Runtime
 
 
 def note_restarts(actions: PodActions, pod: spec.Pod, backoff: backoffs.Backoff, now: float,
-                  started: Iterable[str] | None = None) -> None:
-    """Bump the crash-loop backoff of the containers the executor starts (upstream `doBackOff` calls `Next`).
+                  attempted: Iterable[str] | None = None) -> None:
+    """Bump the crash-loop backoff of the containers the executor tried to start, whether or not the start
+    succeeded (upstream `doBackOff` calls `Next` before `startContainer`).
 
-    `started` limits it to the names actually attempted (default: every name in `backoff_since`).
+    `attempted` limits it to the names actually tried (default: every name in `backoff_since`).
     """
-    names = set(actions.backoff_since) if started is None else set(started) & set(actions.backoff_since)
+    names = set(actions.backoff_since) if attempted is None else set(attempted) & set(actions.backoff_since)
     for name in sorted(names):
         backoff.next(backoff_key(pod, name), now, event_time=actions.backoff_since[name])
 

@@ -176,6 +176,30 @@ def test_crash_loop_backoff(running_agent: Agent, admin: Kubectl, layout: Layout
     assert 1 <= len(runtime_containers(layout, uid)) <= 2
 
 
+def test_a_container_that_never_starts_backs_off(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                 namespace: str) -> None:
+    # StartContainer fails for real (runc cannot exec the command): containerd keeps the instance as exited,
+    # reason StartError, exit code 128. Upstream doBackOff bumps the crash-loop backoff on every attempt, failed
+    # or not, so the next sync waits: CrashLoopBackOff, not a new instance on every relist.
+    admin.apply(pod_manifest("nostart", namespace, layout.node_name,
+                             [{"name": "main", "image": BUSYBOX, "command": ["/no/such/binary"]}]))
+    pod = wait_pod(admin, namespace, "nostart",
+                   lambda p: (statuses(p).get("main", {}).get("state", {}).get("waiting") or {}).get("reason")
+                   == "CrashLoopBackOff", timeout=90, what="CrashLoopBackOff after failed starts")
+    main = statuses(pod)["main"]
+    assert main["state"]["waiting"]["message"] == (
+        f"back-off {'10s' if main['restartCount'] <= 1 else '20s'} restarting failed container=main "
+        f"pod=nostart_{namespace}({pod['metadata']['uid']})")
+    last = main["lastState"]["terminated"]
+    assert (last["reason"], last["exitCode"]) == ("StartError", 128)
+    assert "/no/such/binary" in last["message"]
+    reasons = {e["reason"] for e in events(admin, namespace, "nostart")}
+    assert {"Failed", "BackOff"} <= reasons
+    # Backing off, the instances stay few: one per attempt, and at most one dead one is kept (container GC).
+    assert main["restartCount"] <= 2
+    assert len(runtime_containers(layout, pod["metadata"]["uid"])) <= 3
+
+
 def test_init_containers_run_in_order(running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
     admin.apply(pod_manifest("inits", namespace, layout.node_name, [container("main", "sleep 3600")],
                              initContainers=[container("first", "sleep 1"), container("second", "sleep 1")]))

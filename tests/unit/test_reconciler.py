@@ -676,11 +676,11 @@ def test_compute_does_not_touch_the_backoff_and_note_restarts_does() -> None:
     assert later.retry_after == pytest.approx(9.0)
 
 
-def test_note_restarts_only_for_started_names() -> None:
+def test_note_restarts_only_for_attempted_names() -> None:
     pod = _pod()
     actions = PodActions(backoff_since={"foo1": 1.0, "foo2": 2.0})
     b = Backoff()
-    reconciler.note_restarts(actions, pod, b, NOW, started=["foo2", "foo3"])
+    reconciler.note_restarts(actions, pod, b, NOW, attempted=["foo2", "foo3"])
     assert b.get(reconciler.backoff_key(pod, "foo1")) == 0
     assert b.get(reconciler.backoff_key(pod, "foo2")) == 10
 
