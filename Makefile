@@ -7,12 +7,12 @@ PY := $(VENV)/bin/python
 export KOPFLET_CACHE ?= /var/cache/kopflet
 PYTEST_ARGS ?=
 
-.PHONY: dev test bench reliability deps venv binaries proto lint unit down status
+.PHONY: dev test bench reliability deps venv binaries agent-image proto lint unit down status
 
 dev: deps venv binaries
 	$(PY) -m devstack dev
 
-test: deps venv binaries lint
+test: deps venv binaries agent-image lint
 	$(PY) -m devstack run -- $(PY) -m pytest -ra $(PYTEST_ARGS) tests
 
 # Benchmarks, never part of `make test`: kopflet beside the upstream kubelet of the same release and the
@@ -49,6 +49,10 @@ $(VENV)/.installed: setup.cfg pyproject.toml requirements.lock
 
 binaries:
 	bash devstack/build-binaries.sh >/dev/null
+
+# The DaemonSet's image (Containerfile) with buildah; tests/e2e/test_daemonset.py runs it. A rerun takes a second.
+agent-image:
+	bash images/build-agent-image.sh >/dev/null
 
 proto: venv
 	bash cri_client/proto/generate.sh

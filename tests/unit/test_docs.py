@@ -67,7 +67,7 @@ QUOTED_MESSAGES = (
     "serving the kubelet API on ",
     "watching pods with ",
     "kopflet-runtime: ",
-    "the host must use cgroup v2 (the unified hierarchy)",
+    "cannot mount the cgroup v1 hierarchy ",
     "cannot create the cgroup ",
     "/kopflet: is the container privileged?",
     "iptables backend: ",
