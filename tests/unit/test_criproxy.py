@@ -123,6 +123,9 @@ def code_of(channel: grpc.Channel, method: str, request: bytes = b"req", timeout
 # ------------------------------------------------------------------------------------------- forwarding
 
 
+GRPC_DEADLINE_SLACK = 0.05  # seconds
+
+
 def test_forwards_bytes_metadata_and_the_deadline(proxy: CriProxy, channel: grpc.Channel,
                                                   upstream: tuple[Upstream, Path]) -> None:
     request = bytes(range(256)) * 4
@@ -135,7 +138,9 @@ def test_forwards_bytes_metadata_and_the_deadline(proxy: CriProxy, channel: grpc
     assert (method, seen_request) == (RUN, request)
     assert metadata["x-trace"] == "abc"
     assert metadata["x-blob-bin"] == b"\x00\xff"
-    assert 0 < remaining <= 3.0, "the caller's deadline must reach the runtime"
+    # The caller's deadline, not none (centuries) nor one of the proxy's own: gRPC's timeout header rounds up to
+    # three significant figures at each hop and its clock is coarse, so a few milliseconds over 3.0 can be seen.
+    assert 0 < remaining <= 3.0 + GRPC_DEADLINE_SLACK, "the caller's deadline must reach the runtime"
     assert proxy.log == [Record(RUN, FORWARDED)]
 
 
