@@ -24,9 +24,9 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -121,7 +121,10 @@ def node_condition(node: dict[str, Any], kind: str) -> str:
     return next((c["status"] for c in node.get("status", {}).get("conditions", []) if c["type"] == kind), "")
 
 
-def wait_for(what: str, probe: Any, timeout: float) -> Any:
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = probe()
@@ -160,8 +163,12 @@ def daemonset(running_agent: Agent, admin: Kubectl, layout: Layout) -> Iterator[
         print(logs.stdout[-8000:])
         admin.run("delete", "daemonset", "kopflet", "-n", NAMESPACE, "--ignore-not-found", "--wait=true",
                   "--timeout=120s", check=False)
-        wait_for("the DaemonSet's pod to go", lambda: not admin.json(
-            "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=kopflet")["items"], timeout=120)
+        lingering: AssertionError | None = None
+        try:
+            wait_for("the DaemonSet's pod to go", lambda: not admin.json(
+                "get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=kopflet")["items"], timeout=120)
+        except AssertionError as exc:
+            lingering = exc  # clean up the rest all the same, then report it
         admin.run("delete", "node", inner_node, "--ignore-not-found", check=False)
         admin.run("delete", "lease", inner_node, "-n", "kube-node-lease", "--ignore-not-found", check=False)
         remove_service_account(admin)  # the RBAC objects, then the namespace (with its ConfigMap)
@@ -170,6 +177,8 @@ def daemonset(running_agent: Agent, admin: Kubectl, layout: Layout) -> Iterator[
             shutil.rmtree(folder, ignore_errors=True)
         remove_cgroups()
         run("ip", "link", "delete", BRIDGE, check=False)
+        if lingering is not None:
+            raise lingering
 
 
 def test_the_daemonset_registers_a_node_of_its_own(daemonset: dict[str, Any], admin: Kubectl,
@@ -199,7 +208,7 @@ def test_a_tolerating_pod_runs_in_the_inner_runtime_and_is_deleted_by_it(daemons
                             "spec": {"nodeSelector": {"kubernetes.io/hostname": inner},
                                      "tolerations": [{**TAINT, "operator": "Equal"}],
                                      "terminationGracePeriodSeconds": 5,
-                                     "containers": [container("main", "echo inside; sleep 3600", image=BUSYBOX)]}}))
+                                     "containers": [container("main", "sleep 3600", image=BUSYBOX)]}}))
     pod = wait_pod(admin, namespace, "edge", is_ready, timeout=180, what="Ready on the kopflet node")
     assert pod["spec"]["nodeName"] == inner
     assert ipaddress.ip_address(pod["status"]["podIP"]) in POD_SUBNET  # the inner runtime's own bridge
