@@ -196,8 +196,11 @@ class ProbeManager:
         return startup.state.result is Outcome.SUCCESS and startup.state.container_id == worker.view.container_id
 
     async def _wait(self, worker: _Worker, seconds: float) -> None:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that lands as its timeout
+        # fires, and a forgotten pod's probe would then run on.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(worker.news.wait(), timeout=max(seconds, 0.0))
+            async with asyncio.timeout(max(seconds, 0.0)):
+                await worker.news.wait()
         worker.news.clear()
 
     async def _run(self, worker: _Worker) -> None:

@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -28,7 +29,7 @@ from agent.volumes import VolumeManager
 from cri_client import CriClient, CriError
 from cri_client import types as cri
 from kopflet import backoff as backoffs
-from kopflet import container_config, envvars, podstate, probes, reconciler, sandbox_config, spec, volumes
+from kopflet import container_config, envvars, podstate, probes, reconciler, sandbox_config, spec, status, volumes
 from kopflet.config import AgentConfig
 from kopflet.status import Waiting
 from kopflet.volumes import VolumeError
@@ -72,7 +73,7 @@ class PodSyncer:
         self.images, self.backoff, self.dns = images, backoff, dns
         self.node_memory_capacity = node_memory_capacity
         self.hooks = HookRunner(cri_client)
-        self.volumes = VolumeManager(cfg, api)
+        self.volumes = VolumeManager(cfg, api, node_allocatable)
 
     # ------------------------------------------------------------------------------------------ sync
 
@@ -218,11 +219,11 @@ class PodSyncer:
         pod_log_dir = config.log_directory
         try:
             volume_mounts = volumes.container_mounts(pod, container, plans, dict(env))
-            await asyncio.to_thread(_ensure_sub_paths, volume_mounts)
+            await asyncio.to_thread(_ensure_sub_paths, volume_mounts, [plan.host_path for plan in plans.values()])
         except (VolumeError, OSError) as exc:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         try:
-            pod_ips = tuple(ip for ip in (sandbox.ip, *sandbox.additional_ips) if ip)
+            pod_ips = self._pod_ips(pod, sandbox)
             mounts = volume_mounts + await asyncio.to_thread(self._prepare_files, pod, container, pod_log_dir,
                                                              pod_ips)
             ccfg = container_config.build_container_config(
@@ -257,7 +258,7 @@ class PodSyncer:
         config_map_names, secret_names = envvars.referenced_objects(pod, container)
         config_maps = {n: _text(await self.api.config_map_data(pod.namespace, n)) for n in sorted(config_map_names)}
         secret_values = {n: _text(await self.api.secret_data(pod.namespace, n)) for n in sorted(secret_names)}
-        pod_ips = tuple(ip for ip in (sandbox.ip, *sandbox.additional_ips) if ip)
+        pod_ips = self._pod_ips(pod, sandbox)
         service_env: Mapping[str, str] = {}
         if self.services is not None:
             try:
@@ -268,6 +269,12 @@ class PodSyncer:
             pod, container, config_maps=config_maps, secrets=secret_values, node_name=self.cfg.node_name,
             host_ip=self.cfg.node_ip, pod_ip=pod_ips[0] if pod_ips else "", pod_ips=pod_ips,
             service_env=service_env, node_allocatable=self.node_allocatable())
+
+    def _pod_ips(self, pod: spec.Pod, sandbox: cri.PodSandboxStatus) -> tuple[str, ...]:
+        """The IPs the pod's status shows, which a hostNetwork pod's containers see as ``status.podIP`` too."""
+        node_ips = (self.cfg.node_ip,) if self.cfg.node_ip else ()
+        sandbox_ips = [ip for ip in (sandbox.ip, *sandbox.additional_ips) if ip]
+        return tuple(status.effective_pod_ips(pod, sandbox_ips, node_ips))
 
     def _prepare_files(self, pod: spec.Pod, container: spec.ContainerSpec, pod_log_dir: str,
                        pod_ips: Sequence[str]) -> list[cri.Mount]:
@@ -364,8 +371,9 @@ class PodSyncer:
             waits = [stopped[n] for n in prereqs.get(info.name, ())]
 
             async def wait_turn(seconds: float) -> None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in waits)), seconds)
+                with contextlib.suppress(TimeoutError):  # asyncio.timeout keeps a cancel that races the timeout
+                    async with asyncio.timeout(seconds):
+                        await asyncio.gather(*(e.wait() for e in waits))
 
             try:
                 await self.stop_container(pod, runtime, info.id, "", grace, wait_turn=wait_turn if waits else None)
@@ -461,13 +469,21 @@ def remove_pod_cgroups(uid: str, fs_root: str = "/sys/fs/cgroup") -> None:
                     os.rmdir(dirpath)
 
 
-def _ensure_sub_paths(mounts: Iterable[cri.Mount]) -> None:
-    """A subPath that does not exist yet in its volume is created as a directory, as upstream does."""
+def _ensure_sub_paths(mounts: Iterable[cri.Mount], volume_roots: Iterable[str]) -> None:
+    """A subPath that does not exist yet in its volume is created as a directory with the volume's own mode,
+    setgid and sticky bits included (upstream makeMounts: SafeMakeDir with GetMode of the volume), so an
+    fsGroup volume's subPath is group-inherited like the volume."""
+    roots = sorted((root.rstrip("/") for root in volume_roots), key=len, reverse=True)
     for mount in mounts:
         path = Path(mount.host_path)
-        if not path.exists() and not path.is_symlink():
-            path.mkdir(mode=0o777, parents=True)
-            os.chmod(path, 0o777)
+        if path.exists() or path.is_symlink():
+            continue
+        root = next((Path(r) for r in roots if mount.host_path.startswith(r + "/")), None)
+        mode = stat.S_IMODE(root.stat().st_mode) if root is not None and root.is_dir() else 0o777
+        missing = [path, *(p for p in path.parents if not p.exists())]
+        for folder in reversed(missing):
+            folder.mkdir()
+            os.chmod(folder, mode)  # mkdir is subject to the umask and drops setgid/sticky
 
 
 def _remove_tree(path: Path) -> None:

@@ -17,7 +17,7 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,9 @@ TOKEN_REFRESH_FRACTION = 0.8  # upstream: rotate when 80% of the lifetime has pa
 
 
 class VolumeManager:
-    def __init__(self, cfg: AgentConfig, api: KubeClient) -> None:
-        self.cfg, self.api = cfg, api
+    def __init__(self, cfg: AgentConfig, api: KubeClient,
+                 node_allocatable: Callable[[], Mapping[str, str]] = dict) -> None:
+        self.cfg, self.api, self.node_allocatable = cfg, api, node_allocatable
         self._tokens: dict[tuple[str, str, int], tuple[str, float]] = {}  # (uid, audience, exp) -> (token, refresh_at)
 
     async def setup(self, pod: spec.Pod) -> dict[str, VolumePlan]:
@@ -44,7 +45,8 @@ class VolumeManager:
         for token in volumes.token_requests(pod):
             tokens[(token.audience, token.expiration_seconds)] = await self._token(pod, token)
         plans = volumes.plan_volumes(pod, root_dir=self.cfg.root_dir, config_maps=config_maps, secrets=secrets,
-                                     tokens=tokens, node_name=self.cfg.node_name)
+                                     tokens=tokens, node_name=self.cfg.node_name,
+                                     node_allocatable=self.node_allocatable())
         fs_group = pod.spec.security_context.get("fsGroup")
         await asyncio.to_thread(materialize, plans, fs_group if isinstance(fs_group, int) else None)
         return plans
@@ -100,10 +102,11 @@ def is_mounted(path: Path) -> bool:
         return any(line.split()[1] == target for line in f if len(line.split()) > 1)
 
 
-def mount_tmpfs(path: Path, size_limit: int | None, mode: str = "0755") -> None:
-    options = f"mode={mode}" + (f",size={size_limit}" if size_limit else "")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True, capture_output=True,
-                   timeout=30)
+def mount_tmpfs(path: Path, size_limit: int | None) -> None:
+    """Upstream setupTmpfs passes no mode, so the mount's root is tmpfs's default 1777 (drwxrwxrwt): the sticky
+    bit shows in the container, and a subPath created in the volume inherits it."""
+    argv = ["mount", "-t", "tmpfs", *(["-o", f"size={size_limit}"] if size_limit else []), "tmpfs", str(path)]
+    subprocess.run(argv, check=True, capture_output=True, timeout=30)
 
 
 def unmount_all(volumes_dir: Path) -> None:
@@ -126,11 +129,13 @@ def materialize(plans: Mapping[str, VolumePlan], fs_group: int | None = None) ->
                 check_host_path(plan)
                 continue
             created = not path.exists()
-            path.mkdir(mode=0o750 if plan.files is not None else 0o777, parents=True, exist_ok=True)
-            if plan.files is None and created:
-                os.chmod(path, 0o777)  # emptyDir: writable by any uid the containers run as, as upstream
+            # Upstream emptyDir setupDir, which configMap, secret, downwardAPI and projected volumes wrap too: the
+            # volume's directory is 0777 whatever the umask, so any uid the containers run as can reach it.
+            path.mkdir(mode=0o777, parents=True, exist_ok=True)
+            if stat.S_IMODE(path.stat().st_mode) & 0o777 != 0o777:
+                os.chmod(path, stat.S_IMODE(path.stat().st_mode) | 0o777)
             if plan.tmpfs and not is_mounted(path):
-                mount_tmpfs(path, plan.size_limit, "0777" if plan.files is None else "0755")
+                mount_tmpfs(path, plan.size_limit)
                 created = True
             changed = write_atomically(path, plan.files) if plan.files is not None else created
             if fs_group is not None and changed:

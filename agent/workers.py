@@ -122,8 +122,9 @@ class PodWorkers:
     async def _run(self, worker: _Worker) -> None:
         delay: float = 0
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(worker.wake.wait(), timeout=delay)
+            with contextlib.suppress(TimeoutError):  # asyncio.timeout keeps a cancel that races the timeout
+                async with asyncio.timeout(delay):
+                    await worker.wake.wait()
             worker.wake.clear()
             kind = _sync_type(worker)
             worker.updated, started = False, time.monotonic()

@@ -520,6 +520,17 @@ def _family(ip: str) -> int:
         return 0
 
 
+def effective_pod_ips(pod: spec.Pod, sandbox_ips: Sequence[str], node_ips: Sequence[str]) -> list[str]:
+    """Upstream generateAPIPodStatus: the sandbox's IPs in the node's family order, and for a hostNetwork pod
+    the node's own IPs; the kubelet's SyncPod hands these same IPs to ``status.podIP(s)`` env vars."""
+    pod_ips = sort_pod_ips(sandbox_ips, node_ips)
+    if not pod_ips and pod.spec.host_network and node_ips:
+        pod_ips = [node_ips[0]]
+        if len(node_ips) > 1 and _family(node_ips[1]) != _family(node_ips[0]):
+            pod_ips.append(node_ips[1])
+    return pod_ips
+
+
 def sort_pod_ips(ips: Sequence[str], node_ips: Sequence[str] = ()) -> list[str]:
     """Upstream `sortPodIPs`: the first IP of the node's family, then the first of the other (at most two)."""
     primary = 6 if node_ips and _family(node_ips[0]) == 6 else 4
@@ -639,11 +650,7 @@ def compute_pod_status(pod: spec.Pod,
             if key in previous:
                 status[key] = copy.deepcopy(previous[key])
 
-    pod_ips = sort_pod_ips(runtime.ips, node_ips)
-    if not pod_ips and pod.spec.host_network and node_ips:
-        pod_ips = [node_ips[0]]
-        if len(node_ips) > 1 and _family(node_ips[1]) != _family(node_ips[0]):
-            pod_ips.append(node_ips[1])
+    pod_ips = effective_pod_ips(pod, runtime.ips, node_ips)
     if pod_ips:
         status["podIP"] = pod_ips[0]
         status["podIPs"] = [{"ip": ip} for ip in pod_ips]

@@ -380,7 +380,8 @@ def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, root_
         return VolumePlan(name=name, kind=kind, host_path=directory, tmpfs=medium == MEDIUM_MEMORY,
                           size_limit=size_limit)
     default_mode = _mode(body.get("defaultMode"), DEFAULT_MODE)
-    tmpfs = kind == KIND_SECRET
+    # Upstream secret, downwardAPI and projected volumes wrap an emptyDir of medium Memory; configMap one on disk.
+    tmpfs = kind != KIND_CONFIG_MAP
     if kind == KIND_CONFIG_MAP:
         payload = _object_payload(body, config_maps, KIND_CONFIG_MAP, default_mode)
     elif kind == KIND_SECRET:
@@ -390,7 +391,7 @@ def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, root_
         if errors:
             raise _Failed(_aggregate(errors))
     else:
-        payload, tmpfs = _projected_payload(pod, name, body, default_mode, config_maps=config_maps,
+        payload = _projected_payload(pod, name, body, default_mode, config_maps=config_maps,
                                             secrets=secrets, tokens=tokens, node_allocatable=node_allocatable)
     return VolumePlan(name=name, kind=kind, host_path=directory, tmpfs=tmpfs, files=_files(name, payload),
                       read_only=True)
@@ -399,24 +400,21 @@ def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, root_
 def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], default_mode: int, *,
                        config_maps: Mapping[str, Mapping[str, bytes] | None],
                        secrets: Mapping[str, Mapping[str, bytes] | None], tokens: Mapping[tuple[str, int], str],
-                       node_allocatable: Mapping[str, str] | None) -> tuple[dict[str, tuple[bytes, int]], bool]:
-    """Upstream projected `collectData`: sources in order (later paths win), errors collected; and tmpfs."""
+                       node_allocatable: Mapping[str, str] | None) -> dict[str, tuple[bytes, int]]:
+    """Upstream projected `collectData`: sources in order (later paths win), errors collected."""
     payload: dict[str, tuple[bytes, int]] = {}
     errors: list[str] = []
-    tmpfs = False
     for source in _mappings(body.get("sources")):
         try:
             if isinstance(source.get("configMap"), Mapping):
                 payload.update(_object_payload(source["configMap"], config_maps, KIND_CONFIG_MAP, default_mode))
             elif isinstance(source.get("secret"), Mapping):
-                tmpfs = True
                 payload.update(_object_payload(source["secret"], secrets, KIND_SECRET, default_mode))
             elif isinstance(source.get("downwardAPI"), Mapping):
                 files, failures = _downward_payload(source["downwardAPI"], pod, default_mode, node_allocatable)
                 payload.update(files)
                 errors.extend(failures)
             elif isinstance(source.get("serviceAccountToken"), Mapping):
-                tmpfs = True
                 token = _token_spec(name, source["serviceAccountToken"])
                 if token.expiration_seconds < MIN_TOKEN_EXPIRATION:
                     raise _Failed(f"serviceAccountToken.expirationSeconds: Invalid value: "
@@ -433,7 +431,7 @@ def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], defaul
             errors.append(str(exc))
     if errors:
         raise _Failed(_aggregate(errors))
-    return payload, tmpfs
+    return payload
 
 
 # -------------------------------------------------------------------------------------------------- mounts

@@ -154,6 +154,18 @@ def test_host_network_pid_and_ipc(running_agent: Agent, admin: Kubectl, layout: 
     assert pod["status"]["podIP"] == pod["status"]["hostIP"]
 
 
+def test_host_network_pod_sees_its_pod_ip_as_the_host_ip(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                         namespace: str) -> None:
+    # Upstream e2e "Downward API should provide host IP and pod IP as an env var if pod uses host network": the
+    # kubelet's SyncPod hands the status's pod IPs (the node's, for the host network) to the env.
+    env = [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+           for name, path in (("HOST_IP", "status.hostIP"), ("POD_IP", "status.podIP"), ("POD_IPS", "status.podIPs"))]
+    pod = run_to_completion(admin, namespace, layout, "hostnet-env",
+                            'echo "${HOST_IP:?} ${POD_IP:?} ${POD_IPS:?}" > /dev/termination-log',
+                            hostNetwork=True, container={"env": env})
+    assert message(pod).split() == [pod["status"]["hostIP"]] * 3
+
+
 # ------------------------------------------------------------------------------------------ names and DNS
 
 

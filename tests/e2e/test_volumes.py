@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from devstack.layout import Layout
+from kopflet import qos
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent
 from tests.e2e.test_pod_lifecycle import container, events, is_ready, phase, pod_manifest, statuses, wait_pod
@@ -216,3 +217,64 @@ def test_orphaned_pod_directory_is_unmounted_and_removed(running_agent: Agent) -
         time.sleep(1)
     assert not (ROOT_DIR / "pods" / uid).exists()
     assert str(volume) not in Path("/proc/self/mounts").read_text()
+
+
+# ------------------------------------------------------------------ upstream conformance: modes and defaults
+
+
+def test_downward_api_volume_limits_default_to_node_allocatable(running_agent: Agent, admin: Kubectl,
+                                                                layout: Layout, namespace: str) -> None:
+    # Upstream e2e "Downward API volume / Projected downwardAPI should provide node allocatable (cpu|memory) as
+    # default ... limit if the limit is not set": with no limits the files read the node's allocatable.
+    items = [{"path": "cpu", "resourceFieldRef": {"containerName": "main", "resource": "limits.cpu",
+                                                  "divisor": "1m"}},
+             {"path": "mem", "resourceFieldRef": {"containerName": "main", "resource": "limits.memory"}}]
+    admin.apply(pod_manifest("unlimited", namespace, layout.node_name, [container(
+        "main", "echo $(cat /info/cpu) $(cat /info/mem) $(cat /proj/cpu) $(cat /proj/mem) > /dev/termination-log",
+        volumeMounts=[{"name": "info", "mountPath": "/info"}, {"name": "proj", "mountPath": "/proj"}])],
+        volumes=[{"name": "info", "downwardAPI": {"items": items}},
+                 {"name": "proj", "projected": {"sources": [{"downwardAPI": {"items": items}}]}}],
+        restartPolicy="Never"))
+    pod = wait_pod(admin, namespace, "unlimited", phase("Succeeded"), what="Succeeded")
+    node = json.loads(admin.run("get", "node", layout.node_name, "-o", "json").stdout)
+    cpu_m = str(int(qos.parse_quantity(node["status"]["allocatable"]["cpu"]) * 1000))
+    mem = str(qos.value(node["status"]["allocatable"]["memory"]))
+    assert terminated_message(pod).split() == [cpu_m, mem, cpu_m, mem]
+
+
+def test_config_map_volumes_are_readable_by_a_non_root_user(running_agent: Agent, admin: Kubectl,
+                                                            layout: Layout, namespace: str) -> None:
+    # Upstream e2e "ConfigMap / Projected configMap should be consumable from pods in volume (with mappings) as
+    # non-root": the volume directory is 0777 (configMap on disk) or tmpfs's 1777 (projected), as upstream
+    # emptyDir setupDir leaves the directory every such volume wraps.
+    admin.run("create", "configmap", "cm", "-n", namespace, "--from-literal=data-1=value-1",
+              "--from-literal=data-2=value-2")
+    script = ("echo $(id -u) $(cat /plain/data-1) $(cat /mapped/path/to/data-2) $(cat /proj/path/to/data-2) "
+              "$(stat -c %A /plain) $(stat -c %A /proj) $(stat -c %a /mapped/path/to/data-2) > /dev/termination-log")
+    mapped = {"name": "cm", "items": [{"key": "data-2", "path": "path/to/data-2"}]}
+    admin.apply(pod_manifest("nonroot", namespace, layout.node_name, [container(
+        "main", script, volumeMounts=[{"name": "plain", "mountPath": "/plain"},
+                                      {"name": "mapped", "mountPath": "/mapped"},
+                                      {"name": "proj", "mountPath": "/proj"}])],
+        volumes=[{"name": "plain", "configMap": {"name": "cm"}}, {"name": "mapped", "configMap": mapped},
+                 {"name": "proj", "projected": {"sources": [{"configMap": mapped}]}}],
+        securityContext={"runAsUser": 1000}, restartPolicy="Never"))
+    pod = wait_pod(admin, namespace, "nonroot", lambda p: p.get("status", {}).get("phase") in ("Succeeded", "Failed"),
+                   what="finished")
+    assert pod["status"]["phase"] == "Succeeded", json.dumps(pod["status"], indent=1)
+    assert terminated_message(pod).split() == ["1000", "value-1", "value-2", "value-2", "drwxrwxrwx",
+                                               "drwxrwxrwt", "644"]
+
+
+def test_sub_path_of_an_fs_group_tmpfs_keeps_setgid_and_sticky(running_agent: Agent, admin: Kubectl,
+                                                              layout: Layout, namespace: str) -> None:
+    # Upstream e2e "EmptyDir volumes when FSGroup is specified nonexistent volume subPath should have the correct
+    # mode and owner using FSGroup": the subPath directory takes the volume's mode, setgid and sticky included
+    # (Go's "dgtrwxrwxrwx"), and the fsGroup.
+    admin.apply(pod_manifest("subpath-fsgroup", namespace, layout.node_name, [container(
+        "main", "stat -c '%A %u %g' /test-volume > /dev/termination-log",
+        volumeMounts=[{"name": "scratch", "mountPath": "/test-volume", "subPath": "test-sub"}])],
+        volumes=[{"name": "scratch", "emptyDir": {"medium": "Memory"}}],
+        securityContext={"runAsUser": 1001, "fsGroup": 123}, restartPolicy="Never"))
+    pod = wait_pod(admin, namespace, "subpath-fsgroup", phase("Succeeded"), what="Succeeded")
+    assert terminated_message(pod).split() == ["drwxrwsrwt", "0", "123"]

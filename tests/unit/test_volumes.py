@@ -121,7 +121,7 @@ PLAN_CASES: list[tuple[str, dict[str, Any], VolumePlan]] = [
         {"path": "cpu", "resourceFieldRef": {"containerName": "app", "resource": "requests.cpu",
                                              "divisor": "1m"}},
     ]}},
-     VolumePlan("d", "downwardAPI", vdir("downward-api", "d"), read_only=True, files=files(
+     VolumePlan("d", "downwardAPI", vdir("downward-api", "d"), tmpfs=True, read_only=True, files=files(
          ("annotations", b'note="say \\"hi\\""', 0o644),
          ("app", b"web", 0o644),
          ("cpu", b"250", 0o644),
@@ -137,9 +137,13 @@ PLAN_CASES: list[tuple[str, dict[str, Any], VolumePlan]] = [
     ]}},
      VolumePlan("p", "projected", vdir("projected", "p"), tmpfs=True, read_only=True,
                 files=files(("a", b"A", 0o444), ("user", b"u", 0o400)))),
-    ("projected without secret or token: disk", {"name": "p", "projected": {"sources": [
+    # Upstream projected and downwardAPI volumes always wrap an emptyDir of medium Memory.
+    ("projected without secret or token: tmpfs too", {"name": "p", "projected": {"sources": [
         {"configMap": {"name": "cfg", "items": [{"key": "b.conf", "path": "./dir//b"}]}}]}},
-     VolumePlan("p", "projected", vdir("projected", "p"), read_only=True, files=files(("dir/b", b"B", 0o644)))),
+     VolumePlan("p", "projected", vdir("projected", "p"), tmpfs=True, read_only=True,
+                files=files(("dir/b", b"B", 0o644)))),
+    ("configMap on disk", {"name": "c", "configMap": {"name": "cfg", "items": [{"key": "b.conf", "path": "b"}]}},
+     VolumePlan("c", "configMap", vdir("configmap", "c"), read_only=True, files=files(("b", b"B", 0o644)))),
     ("projected token with audience", {"name": "p", "projected": {"sources": [
         {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 600, "path": "vault/token"}}]}},
      VolumePlan("p", "projected", vdir("projected", "p"), tmpfs=True, read_only=True,
