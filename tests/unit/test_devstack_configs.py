@@ -49,6 +49,16 @@ def test_cni_conflist_is_a_bridge_with_portmap() -> None:
     assert conf["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.88.0.0/16"}]]
 
 
+def test_cni_bridge_lets_the_node_reach_its_pods() -> None:
+    """The node-pod networking specs dial pod IPs from a hostNetwork pod, and the agent's HTTP/TCP probes
+    do too: that works only because the bridge is the pods' gateway (the host gets the subnet's first
+    address on it, hence an on-link route to the pod CIDR) and the plugin turns on IPv4 forwarding."""
+    bridge = json.loads(configs.cni_conflist(LAYOUT))["plugins"][0]
+    assert bridge["isGateway"] is True
+    assert bridge["ipam"]["routes"] == [{"dst": "0.0.0.0/0"}]  # pods route everything via the bridge address
+    assert bridge["ipMasq"] is True and bridge["hairpinMode"] is True
+
+
 def test_env_file_exports_what_the_readme_promises() -> None:
     text = configs.env_file(LAYOUT)
     exported = dict(line[len("export "):].split("=", 1) for line in text.splitlines() if line.startswith("export "))
