@@ -343,7 +343,8 @@ class ContainerView:
     """Seconds since the epoch (the runtime's startedAt)."""
     terminated: bool = False
     restart_never: bool = False
-    """The pod's restartPolicy is Never: a terminated container stays terminated."""
+    """Upstream worker's "will not be restarted": `ContainerShouldRestart` says no for the latest instance's exit
+    code (its restartPolicyRules, its own restartPolicy, else the pod's); once terminated, probing stops."""
     deleting: bool = False
     """The pod has a deletionTimestamp."""
 
@@ -353,11 +354,13 @@ def container_view(pod: spec.Pod, runtime: podstate.RuntimePodStatus, name: str)
     info = runtime.latest_container(name)
     if info is None:
         return ContainerView(deleting=pod.is_deleting)
+    container = pod.spec.container(name)
     return ContainerView(container_id=info.id,
                          running=info.state is podstate.State.RUNNING,
                          started_at=info.started_at / 1e9,
                          terminated=info.state is podstate.State.EXITED,
-                         restart_never=pod.spec.restart_policy == spec.RESTART_NEVER,
+                         restart_never=container is not None
+                         and not spec.container_should_restart(container, pod.spec, info.exit_code),
                          deleting=pod.is_deleting)
 
 

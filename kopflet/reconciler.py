@@ -22,8 +22,15 @@ spec or failed its liveness/startup probe is restarted whatever the pod's restar
 backoff; sidecars do not keep a pod alive: when no regular container runs or is due to start, the pod is
 killed and no sidecar is restarted.
 
-Not covered yet: in-place resize, container-level restart policies and restart rules of regular containers
-(upstream's ContainerRestartRules), and the post-start hook failure kill reason.
+Container-level restart policies and rules (upstream ContainerRestartRules, beta and on by default): whether an
+exited container runs again is `spec.container_should_restart` on its last exit code (its first matching
+restartPolicyRules entry, else its own restartPolicy, else the pod's), for regular and init containers alike;
+where upstream has no exit code to judge (a running container killed for a failed probe, an init container in
+unknown state, which containers a new sandbox runs) the container's own restartPolicy overrides the pod's and
+the rules are not consulted. Whether a dead sandbox is re-created still depends on the pod's policy alone.
+
+Not covered yet: in-place resize, the RestartAllContainers rule action (RestartAllContainersOnContainerExits),
+and the post-start hook failure kill reason.
 """
 
 from __future__ import annotations
@@ -129,10 +136,11 @@ def sandbox_change(pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> Sandbox
 
 
 def should_restart(container: spec.ContainerSpec, pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> bool:
-    """Upstream `ShouldContainerBeRestarted`, for a container that is not running.
+    """Upstream `ShouldContainerBeRestarted` (ContainerRestartRules on), for a container that is not running.
 
-    A sidecar's own restartPolicy Always wins over the pod's (upstream `ContainerShouldRestart`); other
-    containers follow the pod's policy.
+    Never for a pod being deleted; always for one that never ran (or whose instances are gone), is only
+    created or in unknown state; for an exited one, `spec.container_should_restart` on its last exit code: its
+    first matching restartPolicyRules entry, else its own restartPolicy (a sidecar's Always), else the pod's.
     """
     if pod.is_deleting:
         return False
@@ -143,11 +151,7 @@ def should_restart(container: spec.ContainerSpec, pod: spec.Pod, runtime: podsta
         return False
     if status.state in (State.UNKNOWN, State.CREATED):
         return True
-    if container.is_sidecar:
-        return True
-    if pod.spec.restart_policy == spec.RESTART_NEVER:
-        return False
-    return not (pod.spec.restart_policy == spec.RESTART_ON_FAILURE and status.exit_code == 0)
+    return spec.container_should_restart(container, pod.spec, status.exit_code)
 
 
 def init_container_failed(status: podstate.ContainerInfo) -> bool:
@@ -307,14 +311,20 @@ def _succeeded(name: str, runtime: podstate.RuntimePodStatus) -> bool:
 
 
 def _plan_new_sandbox(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft) -> None:
-    """Everything restarts in a new sandbox, unless the restart policy says the pod is done."""
+    """Everything restarts in a new sandbox, unless the restart policy says the pod is done.
+
+    As upstream: the pod's restartPolicy alone decides whether a sandbox is re-created once containers ran
+    (Never: no, whatever the containers' own policies); then every regular container runs again except one
+    that succeeded under OnFailure, its own restartPolicy overriding the pod's.
+    """
     if pod.spec.restart_policy == spec.RESTART_NEVER and draft.attempt != 0 and runtime.containers:
         # Containers already ran under Never: stop what is left rather than run them again.
         draft.create_sandbox = False
         draft.reason += "; restartPolicy Never and containers already ran: not re-creating it"
         return
     to_start = [c.name for c in pod.spec.containers
-                if not (pod.spec.restart_policy == spec.RESTART_ON_FAILURE and _succeeded(c.name, runtime))]
+                if not (spec.effective_restart_policy(c, pod.spec) == spec.RESTART_ON_FAILURE
+                        and _succeeded(c.name, runtime))]
     if not to_start and _any_regular_container_created(pod, runtime):
         # Initialised before, and nothing left to run (all succeeded under OnFailure): the pod is done.
         draft.create_sandbox = False
@@ -343,10 +353,11 @@ def _plan_init_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, dra
     startup probe succeeded if it has one) and keeps running. Walking backwards from the last init container,
     the newest one with a status decides what comes next (earlier ones may have been garbage-collected):
     running -> wait (a sidecar: start the next); created -> start it again; exited 0 -> start the next one;
-    failed -> restart it, or kill the pod under restartPolicy Never; unknown -> kill it and restart it (or kill
-    the pod under Never). Earlier sidecars are kept running all along: restarted when they exited or are in
-    unknown state, killed and restarted when their spec changed or a liveness/startup probe failed. Once a
-    regular container exists in the sandbox, only sidecars are looked at.
+    failed -> restart it if `spec.container_should_restart` says so for its exit code (its restartPolicyRules,
+    its own restartPolicy or the pod's), else kill the pod; unknown -> kill it and restart it, or kill the pod
+    if its own restartPolicy (else the pod's) is Never. Earlier sidecars are kept running all along: restarted
+    when they exited or are in unknown state, killed and restarted when their spec changed or a liveness/startup
+    probe failed. Once a regular container exists in the sandbox, only sidecars are looked at.
     """
     inits = pod.spec.init_containers
     if not inits:
@@ -356,7 +367,6 @@ def _plan_init_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, dra
     # HasAnyActiveRegularContainerStarted): init containers may have been garbage-collected since.
     initialized = any(c.name in regular for c in runtime.active_containers())
     previously_initialized = initialized
-    restart_on_failure = pod.spec.restart_policy != spec.RESTART_NEVER
     to_start: list[str] = []  # collected backwards, reversed at the end
 
     def kill(status: podstate.ContainerInfo, reason: str, message: str) -> None:
@@ -381,9 +391,11 @@ def _plan_init_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, dra
             if container.is_sidecar:
                 to_start.append(container.name)
             elif init_container_failed(status):
-                if not restart_on_failure:
+                # Upstream asks ShouldContainerBeRestarted, which judges the newest instance of any sandbox; this
+                # is the active one, the same instance unless an older sandbox holds a newer one (never in practice).
+                if not spec.container_should_restart(container, pod.spec, status.exit_code):
                     draft.kill_pod = True
-                    draft.reason = f"Init container {container.name} failed and restartPolicy is Never"
+                    draft.reason = f"Init container {container.name} failed and its restart policy does not restart it"
                     return False
                 to_start.append(container.name)
             elif index == len(inits) - 1:
@@ -391,9 +403,10 @@ def _plan_init_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, dra
             else:
                 to_start.append(inits[index + 1].name)
         else:  # unknown: it may still run, stop it before starting it again
-            if not container.is_sidecar and not restart_on_failure:
+            # No exit code to match rules against: the container's own restartPolicy, else the pod's (upstream).
+            if not container.is_sidecar and spec.effective_restart_policy(container, pod.spec) == spec.RESTART_NEVER:
                 draft.kill_pod = True
-                draft.reason = f"Init container {container.name} failed and restartPolicy is Never"
+                draft.reason = f"Init container {container.name} failed and its restart policy does not restart it"
                 return False
             kill(status, REASON_UNKNOWN, f'Init container is in "{status.state}" state, try killing it before restart')
             to_start.append(container.name)
@@ -435,8 +448,9 @@ def _plan_running_sidecar(inits: Sequence[spec.ContainerSpec], index: int, statu
 def _plan_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft, probes: _Probes) -> None:
     """Regular containers: start what should run, kill and restart what changed or failed its probes.
 
-    When none runs or is due to start, the pod is done: it is killed, and sidecars are not restarted (they do
-    not keep a pod alive).
+    A running container killed for a failed probe is restarted unless its own restartPolicy (else the pod's)
+    is Never; restartPolicyRules are not consulted, it has no exit code yet (upstream). When none runs or is due
+    to start, the pod is done: it is killed, and sidecars are not restarted (they do not keep a pod alive).
     """
     keep = 0
     for container in pod.spec.containers:
@@ -450,7 +464,7 @@ def _plan_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _
                         name=container.name, reason=REASON_UNKNOWN,
                         message=f'Container is in "{status.state}" state, try killing it before restart')
             continue
-        restart = pod.spec.restart_policy != spec.RESTART_NEVER
+        restart = spec.effective_restart_policy(container, pod.spec) != spec.RESTART_NEVER
         if status.hash != container.hash:
             message, reason = f"Container {container.name} definition changed", ""
             restart = True  # a changed spec restarts regardless of the restart policy

@@ -26,6 +26,16 @@ RESTART_ON_FAILURE = "OnFailure"
 RESTART_NEVER = "Never"
 RESTART_POLICIES = (RESTART_ALWAYS, RESTART_ON_FAILURE, RESTART_NEVER)
 
+# Container restartPolicyRules (ContainerRestartRules, beta and on by default since 1.35).
+RULE_ACTION_RESTART = "Restart"
+RULE_ACTION_RESTART_ALL_CONTAINERS = "RestartAllContainers"
+RULE_ACTIONS = (RULE_ACTION_RESTART, RULE_ACTION_RESTART_ALL_CONTAINERS)
+EXIT_CODES_IN = "In"
+EXIT_CODES_NOT_IN = "NotIn"
+EXIT_CODES_OPERATORS = (EXIT_CODES_IN, EXIT_CODES_NOT_IN)
+MAX_RESTART_RULES = 20
+MAX_RULE_EXIT_CODES = 255
+
 PULL_ALWAYS = "Always"
 PULL_IF_NOT_PRESENT = "IfNotPresent"
 PULL_NEVER = "Never"
@@ -92,6 +102,20 @@ class Resources:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class RestartRule:
+    """One ``restartPolicyRules`` entry: `action` applies when the exit code is (``In``) or is not (``NotIn``)
+    one of `values` (upstream `ContainerRestartRule` with its `ContainerRestartRuleOnExitCodes`)."""
+
+    action: str
+    operator: str
+    values: tuple[int, ...] = ()
+
+    def matches(self, exit_code: int) -> bool:
+        """Whether the rule applies to a container that exited with `exit_code`."""
+        return (exit_code in self.values) == (self.operator == EXIT_CODES_IN)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ContainerSpec:
     """One container (regular, init or ephemeral) with the apiserver's defaults applied; `raw` is the body as sent."""
 
@@ -119,7 +143,12 @@ class ContainerSpec:
     stdin_once: bool = False
     tty: bool = False
     restart_policy: str | None = None
-    """Only for init containers: ``"Always"`` makes it a sidecar (upstream restartable init container)."""
+    """The container's own restartPolicy, None when unset (then the pod's applies). On an init container
+    ``"Always"`` makes it a sidecar (upstream restartable init container); elsewhere it overrides the pod's
+    (ContainerRestartRules). Never set on ephemeral containers."""
+    restart_policy_rules: tuple[RestartRule, ...] = ()
+    """``restartPolicyRules``, checked in order against the last exit code before `restart_policy`; the
+    apiserver only accepts them together with a container restartPolicy."""
     target_container_name: str = ""
     """Only for ephemeral containers: the container whose PID namespace it joins ("" for none)."""
     raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
@@ -196,6 +225,45 @@ class Pod:
     def is_deleting(self) -> bool:
         """The apiserver asked for termination (deletionTimestamp set): stop everything, start nothing."""
         return self.deletion_timestamp is not None
+
+
+# ---------------------------------------------------------------------------------- restart decisions
+
+
+def matching_restart_rule(container: ContainerSpec, exit_code: int) -> RestartRule | None:
+    """The first of the container's restartPolicyRules that matches the exit code, or None (upstream
+    `FindMatchingContainerRestartRule`)."""
+    return next((rule for rule in container.restart_policy_rules if rule.matches(exit_code)), None)
+
+
+def container_should_restart(container: ContainerSpec, pod_spec: PodSpec, exit_code: int) -> bool:
+    """Whether a container that exited with `exit_code` is to run again (upstream `ContainerShouldRestart`,
+    pkg/api/v1/pod/util.go, with ContainerRestartRules on).
+
+    Only with a container-level restartPolicy: the first matching rule decides (Restart: yes), else that
+    policy; without one, the pod's. A matching RestartAllContainers rule falls through to the container's
+    policy, as upstream does with RestartAllContainersOnContainerExits off: kopflet does not implement that
+    feature (nor declare it on the Node, so the scheduler does not send it such pods).
+    """
+    policy = container.restart_policy
+    if policy is not None:
+        rule = matching_restart_rule(container, exit_code)
+        if rule is not None and rule.action == RULE_ACTION_RESTART:
+            return True
+    else:
+        policy = pod_spec.restart_policy
+    if policy == RESTART_NEVER:
+        return False
+    if policy == RESTART_ON_FAILURE:
+        return exit_code != 0
+    return True
+
+
+def effective_restart_policy(container: ContainerSpec, pod_spec: PodSpec) -> str:
+    """The container's restartPolicy if it has one, else the pod's: what upstream consults where there is no
+    exit code to match rules against (a running container killed for a failed probe, an init container in
+    unknown state, a new sandbox)."""
+    return container.restart_policy if container.restart_policy is not None else pod_spec.restart_policy
 
 
 # -------------------------------------------------------------------------------------------- the hash
@@ -346,12 +414,7 @@ def _container(value: Any, path: str, *, kind: str) -> ContainerSpec:
     if image != image.strip():
         raise SpecError(f"{path}.image", f"Invalid value: {image!r}: must not have leading or trailing whitespace")
     resources = _mapping(body.get("resources"), f"{path}.resources")
-    restart_policy = body.get("restartPolicy")
-    if restart_policy is not None and kind == "ephemeral":
-        raise SpecError(f"{path}.restartPolicy", "Forbidden: cannot be set for an Ephemeral Container")
-    if restart_policy is not None:
-        allowed = (RESTART_ALWAYS,) if kind == "init" else RESTART_POLICIES
-        restart_policy = _choice(restart_policy, f"{path}.restartPolicy", allowed, RESTART_ALWAYS)
+    restart_policy, restart_rules = _restart_policy(body, path, kind)
     return ContainerSpec(
         name=name,
         image=image,
@@ -381,10 +444,66 @@ def _container(value: Any, path: str, *, kind: str) -> ContainerSpec:
         stdin_once=_bool(body.get("stdinOnce"), f"{path}.stdinOnce"),
         tty=_bool(body.get("tty"), f"{path}.tty"),
         restart_policy=restart_policy,
+        restart_policy_rules=restart_rules,
         target_container_name=_str(body.get("targetContainerName"), f"{path}.targetContainerName")
         if kind == "ephemeral" else "",
         raw=_plain(body),
     )
+
+
+def _restart_policy(body: Mapping[str, Any], path: str, kind: str) -> tuple[str | None, tuple[RestartRule, ...]]:
+    """``restartPolicy`` and ``restartPolicyRules`` of a container, checked as the apiserver does with
+    ContainerRestartRules and RestartAllContainersOnContainerExits on (their 1.37 defaults:
+    `validateContainerRestartPolicy`, `validateInitContainerRestartPolicy`): any of the three policies on
+    regular and init containers, rules only together with a policy, neither on ephemeral containers."""
+    raw_policy = body.get("restartPolicy")
+    raw_rules = _list(body.get("restartPolicyRules"), f"{path}.restartPolicyRules")
+    if kind == "ephemeral":
+        for key, present in (("restartPolicy", raw_policy is not None), ("restartPolicyRules", bool(raw_rules))):
+            if present:
+                raise SpecError(f"{path}.{key}", "Forbidden: cannot be set for an Ephemeral Container")
+        return None, ()
+    policy = None
+    if raw_policy == "":  # set but empty is not unset: the apiserver refuses it, it must not mean Always
+        raise SpecError(f"{path}.restartPolicy", "Unsupported value: '': supported values: "
+                                                 + ", ".join(f'"{p}"' for p in RESTART_POLICIES))
+    if raw_policy is not None:
+        policy = _choice(raw_policy, f"{path}.restartPolicy", RESTART_POLICIES, RESTART_ALWAYS)
+    if not raw_rules:
+        return policy, ()
+    if policy is None:
+        raise SpecError(f"{path}.restartPolicy", "Required value: must specify restartPolicy when restart rules "
+                                                 "are used")
+    if len(raw_rules) > MAX_RESTART_RULES:
+        raise SpecError(f"{path}.restartPolicyRules",
+                        f"Too many: {len(raw_rules)}: must have at most {MAX_RESTART_RULES} items")
+    return policy, tuple(_restart_rule(item, f"{path}.restartPolicyRules[{i}]") for i, item in enumerate(raw_rules))
+
+
+def _restart_rule(value: Any, path: str) -> RestartRule:
+    body = _mapping(value, path)
+    action = body.get("action")
+    if action in (None, ""):
+        raise SpecError(f"{path}.action", "Required value")
+    action = _choice(action, f"{path}.action", RULE_ACTIONS, RULE_ACTION_RESTART)
+    exit_codes = _mapping(body.get("exitCodes"), f"{path}.exitCodes")
+    if body.get("exitCodes") is None:
+        raise SpecError(f"{path}.exitCodes", "Required value: must be specified")
+    operator = exit_codes.get("operator")
+    if operator in (None, ""):
+        raise SpecError(f"{path}.exitCodes.operator", "Required value")
+    operator = _choice(operator, f"{path}.exitCodes.operator", EXIT_CODES_OPERATORS, EXIT_CODES_IN)
+    raw_values = _list(exit_codes.get("values"), f"{path}.exitCodes.values")
+    if len(raw_values) > MAX_RULE_EXIT_CODES:
+        raise SpecError(f"{path}.exitCodes.values",
+                        f"Too many: {len(raw_values)}: must have at most {MAX_RULE_EXIT_CODES} items")
+    values = []
+    for i, item in enumerate(raw_values):
+        value = _int(item, f"{path}.exitCodes.values[{i}]", minimum=-2**31, maximum=2**31 - 1)  # int32
+        if value is None:
+            raise SpecError(f"{path}.exitCodes.values[{i}]", "Invalid value: None: must be an integer")
+        values.append(value)
+    return RestartRule(action=action, operator=operator, values=tuple(values))
 
 
 def _env(value: Any, path: str) -> EnvVar:
@@ -547,8 +666,12 @@ __all__ = [
     "Pod",
     "PodSpec",
     "Resources",
+    "RestartRule",
     "SpecError",
     "container_hash",
+    "container_should_restart",
     "default_pull_policy",
+    "effective_restart_policy",
+    "matching_restart_rule",
     "pod_from_body",
 ]

@@ -328,26 +328,27 @@ def _probe(inputs: _Inputs, container: spec.ContainerSpec, status: dict[str, Any
 
 def get_phase(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], *, pod_is_terminal: bool = False,
               pod_has_initialized: bool = False) -> str:
-    """The pod phase from its container statuses (upstream `getPhase`, pod-level restart policy only).
+    """The pod phase from its container statuses (upstream `getPhase` with ContainerRestartRules on).
 
-    Pending while a regular init container has not succeeded or a container waits without having run;
-    Failed when an init container failed under Never; Running while one runs; when all stopped: Running
-    under Always (restarting) or OnFailure with a failure, Succeeded if all exited 0, else Failed; a
-    terminal pod (being torn down) is Succeeded or Failed by its exit codes whatever the policy.
+    Whether a stopped container will run again is `spec.container_should_restart` on its last exit code (its
+    restartPolicyRules, its own restartPolicy, else the pod's), so the phase agrees with what the reconciler
+    does. Pending while a regular init container has not succeeded or a container waits without having run;
+    Failed when an init container failed and will not be restarted; Running while one runs; when all stopped:
+    Running while one of them will be restarted, else Succeeded if all exited 0, else Failed; a terminal pod
+    (being torn down) is Succeeded or Failed by its exit codes whatever the policy.
     """
     by_name = {s.get("name"): s for s in statuses}
-    policy = pod.spec.restart_policy
-    pending_init = pending_sidecars = failed_init = 0
+    pending_init = pending_sidecars = failed_init_for_good = 0
     for container in pod.spec.init_containers:
         if container.is_sidecar:
             continue
         status = by_name.get(container.name)
         if status is None or _state_of(status, "running") is not None:
             pending_init += 1
-        elif (terminated := _state_of(status, "terminated")) is not None:
-            failed_init += terminated.get("exitCode") != 0
-        elif _state_of(status, "waiting") is not None and (last := _last_terminated(status)) is not None:
-            failed_init += last.get("exitCode") != 0
+        elif (exited := _state_of(status, "terminated")) is not None or (
+                _state_of(status, "waiting") is not None and (exited := _last_terminated(status)) is not None):
+            code = _exit_code(exited)
+            failed_init_for_good += code != 0 and not spec.container_should_restart(container, pod.spec, code)
         else:
             pending_init += 1
 
@@ -371,6 +372,7 @@ def get_phase(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], *, pod_is_te
             pending_sidecars += 1
             unknown += 1
 
+    stopped_for_good = 0
     for container in pod.spec.containers:
         status = by_name.get(container.name)
         if status is None:
@@ -380,15 +382,17 @@ def get_phase(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], *, pod_is_te
         elif (terminated := _state_of(status, "terminated")) is not None:
             stopped += 1
             succeeded += terminated.get("exitCode") == 0
+            stopped_for_good += not spec.container_should_restart(container, pod.spec, _exit_code(terminated))
         elif _state_of(status, "waiting") is not None:
-            if _last_terminated(status) is not None:
+            if (last := _last_terminated(status)) is not None:
                 stopped += 1
+                stopped_for_good += not spec.container_should_restart(container, pod.spec, _exit_code(last))
             else:
                 waiting += 1
         else:
             unknown += 1
 
-    if failed_init and policy == spec.RESTART_NEVER:
+    if failed_init_for_good:
         return FAILED
     if pending_init or (pending_sidecars and not pod_has_initialized) or waiting:
         return PENDING
@@ -397,14 +401,16 @@ def get_phase(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], *, pod_is_te
     if not running and stopped and not unknown:
         if pod_is_terminal and not _is_static(pod):
             return SUCCEEDED if stopped == succeeded else FAILED
-        if policy == spec.RESTART_ALWAYS:
-            return RUNNING
-        if stopped == succeeded:
-            return SUCCEEDED
-        if policy == spec.RESTART_NEVER:
-            return FAILED
-        return RUNNING
+        if stopped != stopped_for_good:
+            return RUNNING  # at least one of them is restarting
+        return SUCCEEDED if stopped == succeeded else FAILED
     return PENDING
+
+
+def _exit_code(terminated: Mapping[str, Any]) -> int:
+    """A terminated state's exitCode (0 when absent, as Go reads a missing int32)."""
+    code = terminated.get("exitCode")
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 def _is_static(pod: spec.Pod) -> bool:

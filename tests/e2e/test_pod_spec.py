@@ -364,6 +364,38 @@ def test_ephemeral_debug_container_shares_the_targets_processes(running_agent: A
 # ------------------------------------------------------------------------------------------- deadlines
 
 
+def test_container_restart_policy_never_in_an_always_pod(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                         namespace: str) -> None:
+    # Upstream e2e "Container Restart Rules should restart container on container-level restart policy Never"
+    # (ContainerRestartRules, beta and on at v1.37): the container's own Never overrides the pod's Always.
+    admin.apply(pod_manifest("own-never", namespace, layout.node_name,
+                             [container("main", "exit 1", restartPolicy="Never")], restartPolicy="Always"))
+    pod = wait_pod(admin, namespace, "own-never", phase("Failed"), what="Failed", timeout=60)
+    main = statuses(pod)["main"]
+    assert main["restartCount"] == 0
+    assert main["state"]["terminated"]["exitCode"] == 1 and main["state"]["terminated"]["reason"] == "Error"
+    assert not any(e["reason"] == "BackOff" for e in events(admin, namespace, "own-never"))
+
+
+def test_container_restart_rule_restarts_on_a_matching_exit_code(running_agent: Agent, admin: Kubectl,
+                                                                 layout: Layout, namespace: str) -> None:
+    # Upstream e2e "Container Restart Rules should restart container on rule match": in a Never pod, a rule
+    # `Restart` on exit code In [42] restarts the container, with the usual crash-loop backoff; exit 1 matches
+    # no rule and the container's own Never holds.
+    def rules_container(code: int) -> dict[str, Any]:
+        return container("main", f"exit {code}", restartPolicy="Never", restartPolicyRules=[
+            {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}])
+
+    admin.apply(pod_manifest("rule-match", namespace, layout.node_name, [rules_container(42)], restartPolicy="Never"))
+    admin.apply(pod_manifest("rule-miss", namespace, layout.node_name, [rules_container(1)], restartPolicy="Never"))
+    pod = wait_pod(admin, namespace, "rule-match", lambda p: statuses(p).get("main", {}).get("restartCount", 0) >= 2,
+                   what="restarted twice", timeout=90)
+    assert pod["status"]["phase"] == "Running"
+    assert statuses(pod)["main"]["lastState"]["terminated"]["exitCode"] == 42
+    missed = wait_pod(admin, namespace, "rule-miss", phase("Failed"), what="Failed", timeout=60)
+    assert statuses(missed)["main"]["restartCount"] == 0
+
+
 def test_active_deadline_fails_the_pod(running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
     admin.apply(pod_manifest("deadline", namespace, layout.node_name, [container("main", "sleep 3600")],
                              activeDeadlineSeconds=4))

@@ -448,6 +448,45 @@ def test_container_view_from_runtime() -> None:
     assert p.container_view(pod, runtime, "other") == ContainerView(deleting=True)
 
 
+RULE_42 = [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]
+
+
+@pytest.mark.parametrize(("pod_policy", "fields", "exit_code", "stops"), [
+    ("Never", {}, 0, True),
+    ("Always", {}, 1, False),
+    ("Always", {"restartPolicy": "Never"}, 1, True),               # its own Never wins over the pod's Always
+    ("Never", {"restartPolicy": "Always"}, 0, False),              # its own Always wins over the pod's Never
+    ("Never", {"restartPolicy": "Never", "restartPolicyRules": RULE_42}, 42, False),  # a rule restarts it
+    ("Never", {"restartPolicy": "Never", "restartPolicyRules": RULE_42}, 1, True),
+    ("Never", {"restartPolicy": "OnFailure"}, 1, False),
+    ("Never", {"restartPolicy": "OnFailure"}, 0, True),
+], ids=str)
+def test_probing_stops_only_for_a_container_that_will_not_restart(pod_policy: str, fields: dict[str, Any],
+                                                                  exit_code: int, stops: bool) -> None:
+    """Upstream worker (ContainerRestartRules on): probing a terminated container stops for good only when
+    `ContainerShouldRestart` says no for its exit code."""
+    from kopflet.podstate import ContainerInfo, RuntimePodStatus, State
+    pod = pod_from_body({"metadata": {"name": "p", "uid": "u"},
+                         "spec": {"restartPolicy": pod_policy,
+                                  "containers": [{"name": "app", "image": "i", "livenessProbe": EXEC, **fields}]}})
+    runtime = RuntimePodStatus(uid="u", containers=(
+        ContainerInfo(id="c1", name="app", state=State.EXITED, exit_code=exit_code),))
+    view = p.container_view(pod, runtime, "app")
+    assert view.restart_never is stops
+    state = p.observe(p.observe(make(Kind.LIVENESS), running()), view)
+    assert state.stopped is stops
+
+
+def test_a_sidecar_under_a_never_pod_keeps_being_probed_after_an_exit() -> None:
+    from kopflet.podstate import ContainerInfo, RuntimePodStatus, State
+    pod = pod_from_body({"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "app", "image": "i"}],
+        "initContainers": [{"name": "side", "image": "i", "restartPolicy": "Always", "readinessProbe": EXEC}]}})
+    runtime = RuntimePodStatus(uid="u", containers=(
+        ContainerInfo(id="s1", name="side", state=State.EXITED, exit_code=1),))
+    assert not p.container_view(pod, runtime, "side").restart_never
+
+
 def test_states_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         make(Kind.LIVENESS).result = F  # type: ignore[misc]

@@ -87,6 +87,10 @@ NOT_RECREATED_NEVER = NOT_READY + "; restartPolicy Never and containers already 
 NOT_RECREATED_DONE = NOT_READY + "; all containers succeeded: not re-creating it"
 
 
+def init_not_restarted(name: str) -> str:
+    return f"Init container {name} failed and its restart policy does not restart it"
+
+
 def killed(name: str, message: str, reason: str = "") -> KillInfo:
     return KillInfo(name=name, reason=reason, message=message)
 
@@ -251,12 +255,16 @@ INIT_CASES: dict[str, Case] = {
         policy("OnFailure"), lambda rt: rt.exited(2, 137),
         PodActions(sandbox_id="sandboxID", init_containers_to_start=("init3",), backoff_since={"init3": AGO})),
     "an OOM-killed init container failed even with exit code 0": (
-        policy("OnFailure"), lambda rt: (rt.exited(2, 0), rt.c(2, reason="OOMKilled")),
+        policy("Always"), lambda rt: (rt.exited(2, 0), rt.c(2, reason="OOMKilled")),
         PodActions(sandbox_id="sandboxID", init_containers_to_start=("init3",), backoff_since={"init3": AGO})),
+    "an OOM-killed init container with exit code 0 under OnFailure: the exit code says no restart, kill the pod": (
+        # Upstream ShouldContainerBeRestarted (ContainerRestartRules on) judges the exit code, not the OOM kill.
+        policy("OnFailure"), lambda rt: (rt.exited(2, 0), rt.c(2, reason="OOMKilled")),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", reason=init_not_restarted("init3"))),
     "initialization failed; kill pod if RestartPolicy == Never": (
         policy("Never"), lambda rt: rt.exited(2, 137),
         PodActions(kill_pod=True, sandbox_id="sandboxID",
-                   reason="Init container init3 failed and restartPolicy is Never")),
+                   reason=init_not_restarted("init3"))),
     "init container state unknown; kill and recreate the last init container if RestartPolicy == Always": (
         policy("Always"), lambda rt: rt.c(2, state=State.UNKNOWN),
         PodActions(sandbox_id="sandboxID", init_containers_to_start=("init3",),
@@ -265,7 +273,7 @@ INIT_CASES: dict[str, Case] = {
     "init container state unknown; kill pod if RestartPolicy == Never": (
         policy("Never"), lambda rt: rt.c(2, state=State.UNKNOWN),
         PodActions(kill_pod=True, sandbox_id="sandboxID",
-                   reason="Init container init3 failed and restartPolicy is Never")),
+                   reason=init_not_restarted("init3"))),
     "sandbox not ready, init containers ran, RestartPolicy == Never; kill pod only": (
         policy("Never"), lambda rt: rt.s(0, ready=False),
         PodActions(kill_pod=True, sandbox_id="sandboxID", attempt=1, reason=NOT_RECREATED_NEVER)),
@@ -318,6 +326,166 @@ def test_compute_pod_actions(mutate_pod: Any, mutate_rt: Any, expected: PodActio
 @pytest.mark.parametrize(("mutate_pod", "mutate_rt", "expected"), list(INIT_CASES.values()), ids=list(INIT_CASES))
 def test_compute_pod_actions_with_init_containers(mutate_pod: Any, mutate_rt: Any, expected: PodActions) -> None:
     assert _run(True, mutate_pod, mutate_rt) == expected
+
+
+# ------------------------------------------------ container-level restartPolicy and restartPolicyRules (upstream
+# TestComputePodActionsWithContainerRestartRules, and the e2e "Container Restart Rules" pods)
+
+
+def own_policy(pod_policy: str, container_policy: str, *indexes: int, rules: list[dict[str, Any]] | None = None,
+               kind: str = "containers") -> Callable[[dict[str, Any]], None]:
+    """The pod's restartPolicy, and a restartPolicy (and restartPolicyRules) of their own for the containers at
+    `indexes` of `kind` (``containers`` or ``initContainers``)."""
+    def mutate(body: dict[str, Any]) -> None:
+        body["spec"]["restartPolicy"] = pod_policy
+        for index in indexes:
+            container = body["spec"][kind][index]
+            container["restartPolicy"] = container_policy
+            if rules is not None:
+                container["restartPolicyRules"] = rules
+    return mutate
+
+
+def rule(operator: str, *values: int, action: str = "Restart") -> dict[str, Any]:
+    return {"action": action, "exitCodes": {"operator": operator, "values": list(values)}}
+
+
+IN_42 = [rule("In", 42)]
+UNKNOWN_INIT3 = killed("init3", 'Init container is in "unknown" state, try killing it before restart', "Unknown")
+
+OWN_POLICY_CASES: dict[str, Case] = {
+    "container Always in a Never pod: restart the exited containers, succeeded or not": (
+        own_policy("Never", "Always", 0, 1), lambda rt: (rt.exited(0, 0), rt.exited(1, 111)),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo1", "foo2"),
+                   backoff_since={"foo1": AGO, "foo2": AGO})),
+    "container OnFailure in a Never pod: restart the failed one only": (
+        own_policy("Never", "OnFailure", 0, 1), lambda rt: (rt.exited(0, 0), rt.exited(1, 111)),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",), backoff_since={"foo2": AGO})),
+    "container OnFailure in a Never pod: restart one created but never started": (
+        own_policy("Never", "OnFailure", 0, 1), lambda rt: (rt.exited(0, 0), rt.c(1, state=State.CREATED)),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",))),
+    "container Never in an Always pod: do not restart the exited containers": (
+        own_policy("Always", "Never", 0, 1), lambda rt: (rt.exited(0, 0), rt.exited(1, 111)), NO_ACTION),
+    "container Never in an Always pod, all exited (e2e 'container-level restart policy Never'): kill the pod": (
+        own_policy("Always", "Never", 0, 1, 2), _all_exited(1),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", reason=ALL_DEAD)),
+    "a container without a policy of its own follows the pod's": (
+        own_policy("Always", "Never", 0), lambda rt: (rt.exited(0, 1), rt.exited(1, 1)),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",), backoff_since={"foo2": AGO})),
+    "rule In [42] matches exit code 42 (e2e 'rule match'): restart under container and pod Never": (
+        own_policy("Never", "Never", 0, rules=IN_42), lambda rt: rt.exited(0, 42),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo1",), backoff_since={"foo1": AGO})),
+    "rule In [42] does not match exit code 1 (e2e 'rule mismatch'): the container's Never applies": (
+        own_policy("Never", "Never", 0, rules=IN_42), lambda rt: rt.exited(0, 1), NO_ACTION),
+    "rule NotIn [0 1] matches exit code 2: restart": (
+        own_policy("Never", "Never", 0, rules=[rule("NotIn", 0, 1)]), lambda rt: rt.exited(0, 2),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo1",), backoff_since={"foo1": AGO})),
+    "rule NotIn [0 1] does not match exit code 1: the container's Never applies": (
+        own_policy("Never", "Never", 0, rules=[rule("NotIn", 0, 1)]), lambda rt: rt.exited(0, 1), NO_ACTION),
+    "a matching rule restarts even a container that exited 0": (
+        own_policy("Never", "Never", 0, rules=[rule("In", 0)]), lambda rt: rt.exited(0, 0),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo1",), backoff_since={"foo1": AGO})),
+    "no rule matches: the container's OnFailure applies to the failure": (
+        own_policy("Never", "OnFailure", 0, rules=IN_42), lambda rt: rt.exited(0, 3),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo1",), backoff_since={"foo1": AGO})),
+    "no rule matches: the container's OnFailure leaves a success alone": (
+        own_policy("Always", "OnFailure", 0, rules=IN_42), lambda rt: rt.exited(0, 0), NO_ACTION),
+    "a later rule matches when the first does not": (
+        own_policy("Never", "Never", 0, rules=[rule("In", 1), rule("NotIn", 42)]), lambda rt: rt.exited(0, 3),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo1",), backoff_since={"foo1": AGO})),
+    "the first matching rule decides: RestartAllContainers (not implemented) falls back to the container's Never": (
+        own_policy("Never", "Never", 0, rules=[rule("In", 42, action="RestartAllContainers"), rule("In", 42)]),
+        lambda rt: rt.exited(0, 42), NO_ACTION),
+    "failed liveness probe, container Never in an Always pod: kill without restart": (
+        own_policy("Always", "Never", 1), LIVENESS_FAILED,
+        PodActions(sandbox_id="sandboxID",
+                   containers_to_kill={"id2": killed("foo2", "Container foo2 failed liveness probe",
+                                                     "LivenessProbe")})),
+    "failed startup probe, container Always in a Never pod: kill and restart": (
+        own_policy("Never", "Always", 1), STARTUP_FAILED,
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",),
+                   containers_to_kill={"id2": killed("foo2", "Container foo2 failed startup probe, will be restarted",
+                                                     "StartupProbe")})),
+    "failed liveness probe: no exit code, the rules are not consulted, the container's Never wins": (
+        own_policy("Always", "Never", 1, rules=[rule("NotIn", 0)]), LIVENESS_FAILED,
+        PodActions(sandbox_id="sandboxID",
+                   containers_to_kill={"id2": killed("foo2", "Container foo2 failed liveness probe",
+                                                     "LivenessProbe")})),
+    "a changed spec restarts even a container with its own Never": (
+        own_policy("Always", "Never", 1), lambda rt: rt.c(1, hash="deadbeef"),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo2",),
+                   containers_to_kill={"id2": killed("foo2", "Container foo2 definition changed, will be restarted")})),
+    "sandbox dead, container OnFailure in an Always pod: the succeeded one is not run again": (
+        own_policy("Always", "OnFailure", 1), lambda rt: (rt.s(0, ready=False), rt.exited(1, 0)),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
+                   containers_to_start=("foo1", "foo3"), reason=NOT_READY)),
+    "sandbox dead, container Always in an OnFailure pod: the succeeded one runs again": (
+        own_policy("OnFailure", "Always", 1), lambda rt: (rt.s(0, ready=False), rt.exited(1, 0)),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
+                   containers_to_start=("foo1", "foo2", "foo3"), backoff_since={"foo2": AGO}, reason=NOT_READY)),
+    "sandbox dead, container Never in an Always pod: everything runs again (only OnFailure means run once)": (
+        own_policy("Always", "Never", 0), lambda rt: (rt.s(0, ready=False), rt.exited(0, 1)),
+        PodActions(kill_pod=True, create_sandbox=True, sandbox_id="sandboxID", attempt=1,
+                   containers_to_start=("foo1", "foo2", "foo3"), backoff_since={"foo1": AGO}, reason=NOT_READY)),
+    "sandbox dead, a Never pod with a container Always: the pod's Never decides, no new sandbox": (
+        own_policy("Never", "Always", 0), lambda rt: (rt.s(0, ready=False), rt.exited(0, 1)),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", attempt=1, reason=NOT_RECREATED_NEVER)),
+}
+
+OWN_POLICY_INIT_CASES: dict[str, Case] = {
+    "init container OnFailure in a Never pod failed: restart it": (
+        own_policy("Never", "OnFailure", 2, kind="initContainers"), lambda rt: rt.exited(2, 1),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("init3",), backoff_since={"init3": AGO})),
+    "init container Never in an Always pod failed: kill the pod": (
+        own_policy("Always", "Never", 2, kind="initContainers"), lambda rt: rt.exited(2, 1),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", reason=init_not_restarted("init3"))),
+    "init container with rule In [42] in a Never pod exited 42: restart it": (
+        own_policy("Never", "Never", 2, rules=IN_42, kind="initContainers"), lambda rt: rt.exited(2, 42),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("init3",), backoff_since={"init3": AGO})),
+    "init container with rule In [42] in an Always pod exited 1: its own Never kills the pod": (
+        own_policy("Always", "Never", 2, rules=IN_42, kind="initContainers"), lambda rt: rt.exited(2, 1),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", reason=init_not_restarted("init3"))),
+    "init container with its own OnFailure succeeded: start the regular containers": (
+        own_policy("Never", "OnFailure", 2, kind="initContainers"), None,
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo1", "foo2", "foo3"))),
+    "init container in unknown state, its own OnFailure in a Never pod: kill and restart it": (
+        own_policy("Never", "OnFailure", 2, kind="initContainers"), lambda rt: rt.c(2, state=State.UNKNOWN),
+        PodActions(sandbox_id="sandboxID", init_containers_to_start=("init3",),
+                   containers_to_kill={"initid3": UNKNOWN_INIT3})),
+    "init container in unknown state, its own Never in an Always pod: kill the pod, rules not consulted": (
+        own_policy("Always", "Never", 2, rules=[rule("NotIn", 0)], kind="initContainers"),
+        lambda rt: rt.c(2, state=State.UNKNOWN),
+        PodActions(kill_pod=True, sandbox_id="sandboxID", reason=init_not_restarted("init3"))),
+}
+
+
+@pytest.mark.parametrize(("mutate_pod", "mutate_rt", "expected"), list(OWN_POLICY_CASES.values()),
+                         ids=list(OWN_POLICY_CASES))
+def test_compute_pod_actions_with_container_restart_policies(mutate_pod: Any, mutate_rt: Any,
+                                                             expected: PodActions) -> None:
+    assert _run(False, mutate_pod, mutate_rt) == expected
+
+
+@pytest.mark.parametrize(("mutate_pod", "mutate_rt", "expected"), list(OWN_POLICY_INIT_CASES.values()),
+                         ids=list(OWN_POLICY_INIT_CASES))
+def test_compute_pod_actions_with_init_container_restart_policies(mutate_pod: Any, mutate_rt: Any,
+                                                                  expected: PodActions) -> None:
+    assert _run(True, mutate_pod, mutate_rt) == expected
+
+
+def test_a_restart_by_rule_waits_out_the_crash_loop_backoff() -> None:
+    """Restarts a rule asks for use the same per-container crash-loop backoff as any other (upstream doBackOff)."""
+    body = base_body()
+    own_policy("Never", "Never", 0, rules=IN_42)(body)
+    pod = pod_from_body(body)
+    b = _backoff_with(pod, "foo1", [NOW - 30, NOW - 15])  # 20s since the last bump
+    rt = base_runtime()
+    rt.exited(0, 42, at=NOW - 5)
+    actions = compute_pod_actions(pod, rt.build(), backoff=b, now=NOW)
+    assert actions == PodActions(
+        sandbox_id="sandboxID",
+        containers_in_backoff={"foo1": f"back-off 20s restarting failed container=foo1 pod={FULL_NAME}"},
+        retry_after=15.0)
 
 
 # ------------------------------------------------------------------------- sidecars (restartable init containers)
@@ -448,7 +616,7 @@ SIDECAR_CASES: dict[str, Case] = {
     "an ordinary init container failed under Never: kill the pod, sidecars included": (
         lambda b: (_regular_init(1)(b), policy("Never")(b)), lambda rt: (rt.exited(1, 2), _keep_only(0, 1)(rt)),
         PodActions(kill_pod=True, sandbox_id="sandboxID",
-                   reason="Init container sidecar2 failed and restartPolicy is Never")),
+                   reason=init_not_restarted("sidecar2"))),
     "sandbox dead, a sidecar failed, RestartPolicy == Never: kill the pod only": (
         policy("Never"), lambda rt: (rt.s(0, ready=False), rt.exited(2, 137)),
         PodActions(kill_pod=True, sandbox_id="sandboxID", attempt=1, reason=NOT_RECREATED_NEVER)),
@@ -710,6 +878,30 @@ def test_sandbox_change_rules_directly() -> None:
 ])
 def test_should_restart(restart_policy: str, state: State | None, exit_code: int, expected: bool) -> None:
     pod = _pod(restartPolicy=restart_policy)
+    containers = () if state is None else (ContainerInfo(id="c", name="foo1", state=state, exit_code=exit_code),)
+    rt = podstate.RuntimePodStatus(uid="12345678", containers=containers)
+    assert reconciler.should_restart(pod.spec.containers[0], pod, rt) is expected
+
+
+@pytest.mark.parametrize(("pod_policy", "own", "rules", "state", "exit_code", "expected"), [
+    ("Always", "Never", None, State.EXITED, 0, False),
+    ("Always", "Never", None, State.EXITED, 1, False),
+    ("Never", "Always", None, State.EXITED, 0, True),
+    ("Never", "OnFailure", None, State.EXITED, 0, False),
+    ("Never", "OnFailure", None, State.EXITED, 1, True),
+    ("Never", "Never", IN_42, State.EXITED, 42, True),
+    ("Never", "Never", IN_42, State.EXITED, 1, False),
+    ("Always", "Never", IN_42, State.EXITED, 1, False),
+    ("Always", "Never", None, State.CREATED, 0, True),   # never ran: started whatever the policy
+    ("Always", "Never", None, State.UNKNOWN, 0, True),
+    ("Always", "Never", None, None, 0, True),
+    ("Never", "Always", None, State.RUNNING, 0, False),
+], ids=str)
+def test_should_restart_with_a_container_policy(pod_policy: str, own: str, rules: list[dict[str, Any]] | None,
+                                                state: State | None, exit_code: int, expected: bool) -> None:
+    body = base_body()
+    own_policy(pod_policy, own, 0, rules=rules)(body)
+    pod = pod_from_body(body)
     containers = () if state is None else (ContainerInfo(id="c", name="foo1", state=state, exit_code=exit_code),)
     rt = podstate.RuntimePodStatus(uid="12345678", containers=containers)
     assert reconciler.should_restart(pod.spec.containers[0], pod, rt) is expected

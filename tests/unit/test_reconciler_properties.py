@@ -2,7 +2,8 @@
 
 The table-driven tests in test_reconciler.py pin exact answers for hand-picked cases; here hypothesis draws
 pods (0-3 init containers, some of them sidecars, 1-3 regular containers, an optional ephemeral container,
-every restartPolicy, probes, hostNetwork, a deletion timestamp) and runtime states (0-2 sandboxes, ready or
+every restartPolicy, container-level restartPolicy and restartPolicyRules on some ordinary init and regular
+containers, probes, hostNetwork, a deletion timestamp) and runtime states (0-2 sandboxes, ready or
 not, with or without IP and in either network mode; 0-2 instances of every container, in every state, in the
 current, an older or an unknown sandbox, with current or stale spec hashes; a stray container not in the spec;
 probe verdicts; a crash-loop backoff table with random bumps; `now`), and checks what must hold whatever the
@@ -12,12 +13,14 @@ answer is:
    `KillPod: createPodSandbox`) and the next attempt number; containers only start in a new sandbox or in the
    single ready, newest one;
 2. a pod being torn down (deleted, or killed without a new sandbox) gets no container started;
-3. restart policies: under Never a regular container that ran is not run again, under OnFailure one that
-   succeeded is not; a regular init container that succeeded is never run again in the same sandbox, and a
+3. restart policies (upstream ContainerShouldRestart): an exited container is run again in the same sandbox
+   only if its first matching restartPolicyRules entry says Restart, or else its own restartPolicy, or else
+   the pod's allows it for its exit code; in a new sandbox one that succeeded under OnFailure (its own, else the
+   pod's) is not; a regular init container that succeeded is never run again in the same sandbox, and a
    sidecar's own restartPolicy Always wins over the pod's;
 4. kills: only the instance the rules judge, for a reason the inputs justify; a killed container is restarted
-   (kill-and-restart) except a regular one under Never that failed a probe; nothing starts next to a running
-   instance of itself;
+   (kill-and-restart) except a regular one whose own restartPolicy (else the pod's) is Never that failed a
+   probe; nothing starts next to a running instance of itself;
 5. names: every output name is a container of the pod, of the right kind, once, in spec order, with at most one
    regular init container;
 6. crash-loop backoff: a container waiting in backoff is not started, and the backoff outputs agree;
@@ -42,6 +45,7 @@ from hypothesis import strategies as st
 from cri_client.types import NamespaceMode
 from kopflet import backoff as backoffs
 from kopflet import podstate, reconciler
+from kopflet import spec as pod_spec
 from kopflet.backoff import Backoff
 from kopflet.podstate import ContainerInfo, SandboxInfo, State
 from kopflet.reconciler import PodActions
@@ -109,6 +113,7 @@ _VERY_RARE = _one_of((False,) * 7 + (True,))
 _STATE = _one_of((State.RUNNING, State.RUNNING, State.EXITED, State.EXITED, State.CREATED, State.UNKNOWN))
 _MOSTLY_RUNNING = _one_of((State.RUNNING,) * 4 + (State.EXITED, State.EXITED, State.CREATED, State.UNKNOWN))
 _MOSTLY_EXITED = _one_of((State.EXITED,) * 5 + (State.UNKNOWN,))
+_OFTEN_EXITED = _one_of((State.RUNNING, State.EXITED, State.EXITED, State.EXITED, State.CREATED, State.UNKNOWN))
 _EXIT_CODE = _one_of((0, 0, 1, 137))
 _EXIT_REASON = _one_of(("", "", "Error", reconciler.OOM_KILLED))
 # Seconds since an exit / a backoff bump: often recent (inside a 10-40s delay), else up to well past the 600s
@@ -118,21 +123,47 @@ _BUMPED_AGO = st.one_of(st.integers(0, 40), st.integers(0, 1500))
 _CREATED = st.integers(1, 1000)
 _INSTANCES = _one_of((0, 1, 1, 1, 2))
 _FEW_INSTANCES = _one_of((0, 0, 1))
+_NONE = st.just(0)
+_OWN_STAGE = _one_of(("running", "initialising", "sandbox died"))
 _INIT_COUNT = _one_of((0, 0, 1, 2, 3))
+_OWN_INIT_COUNT = _one_of((0, 0, 0, 1, 2, 3))
 _SANDBOXES = _one_of((0, 0, 1, 1, 1, 1, 1, 2, 2))
 _ATTEMPT = st.integers(0, 3)
 _IP = _one_of(("10.0.0.1",) * 5 + ("",))
 _READY = _one_of((True,) * 5 + (False,))
 _NOW = st.integers(0, 10_000)
+# A container-level restartPolicy on most ordinary containers, rules on most of those, about the exit codes the
+# instances get (0, 1, 137).
+_OWN_POLICY = _one_of((None, *RESTART_POLICIES, RESTART_NEVER))
+_INIT_OWN_POLICY = _one_of((RESTART_NEVER, RESTART_ON_FAILURE))
+_RULES = st.sampled_from((None,
+                           ({"action": "Restart", "exitCodes": {"operator": "In", "values": [1]}},),
+                           ({"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0]}},),
+                           ({"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [1, 137]}},
+                            {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0]}})))
 
 
-def _pod(draw: st.DrawFn) -> Pod:
+def _own_restart_policy(draw: st.DrawFn, body: dict[str, Any]) -> None:
+    """Maybe a container-level restartPolicy, and with it maybe restartPolicyRules (ContainerRestartRules)."""
+    policy = draw(_OWN_POLICY)
+    if policy is None:
+        return
+    body["restartPolicy"] = policy
+    rules = draw(_RULES)
+    if rules is not None:
+        body["restartPolicyRules"] = [dict(r) for r in rules]
+
+
+def _pod(draw: st.DrawFn, own_policies: bool = False) -> Pod:
     """0-3 init containers, about half of them sidecars with optional probes; 1-3 regular containers; an optional
     ephemeral one; any restartPolicy; hostNetwork and a deletion timestamp now and then.
 
-    No init container at all is drawn too: only then does a new sandbox start the regular containers directly."""
+    No init container at all is drawn too: only then does a new sandbox start the regular containers directly.
+    With `own_policies`, ordinary init and regular containers may get restartPolicy fields of their own
+    (`_own_restart_policy`); without, nothing more is drawn than before those existed, so the examples of the
+    first property test stay what they were."""
     inits = []
-    for i in range(draw(_INIT_COUNT)):
+    for i in range(draw(_OWN_INIT_COUNT if own_policies else _INIT_COUNT)):
         body: dict[str, Any] = {"name": f"init{i}", "image": "busybox:1.36"}
         if draw(_BOOL):
             body["restartPolicy"] = "Always"  # a sidecar
@@ -140,12 +171,18 @@ def _pod(draw: st.DrawFn) -> Pod:
                 body["startupProbe"] = PROBE
             if draw(_BOOL):
                 body["livenessProbe"] = PROBE
+        elif own_policies:
+            body["restartPolicy"] = draw(_INIT_OWN_POLICY)  # not Always: that would make it a sidecar
+            if (rules := draw(_RULES)) is not None:
+                body["restartPolicyRules"] = [dict(r) for r in rules]
         inits.append(body)
     containers = []
     for i in range(draw(st.integers(1, 3))):
         body = {"name": f"app{i}", "image": "busybox:1.36"}
         if draw(_BOOL):
             body["livenessProbe"] = PROBE
+        if own_policies:
+            _own_restart_policy(draw, body)
         containers.append(body)
     spec: dict[str, Any] = {"containers": containers, "initContainers": inits,
                             "restartPolicy": draw(_one_of(RESTART_POLICIES)), "hostNetwork": draw(_RARE)}
@@ -198,25 +235,34 @@ def _backoff(draw: st.DrawFn, pod: Pod, names: tuple[str, ...], now: float) -> B
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> Scenario:
-    pod = _pod(draw)
+def scenarios(draw: st.DrawFn, own_policies: bool = False) -> Scenario:
+    pod = _pod(draw, own_policies)
     now = BASE_NOW + draw(_NOW) / 8
+    stage = "running"
     if draw(_BOOL):
         # Anything goes: any sandboxes, instances anywhere.
         boxes = _sandboxes(draw, pod)
         where = _one_of((*(ids := tuple(b.id for b in boxes)), *ids, "", "sb-gone"))
         states = {c.name: _STATE for c in (*pod.spec.init_containers, *pod.spec.containers)}
+        if own_policies:  # exits are what container-level policies are about
+            states.update({c.name: _OFTEN_EXITED for c in pod.spec.containers})
     else:
         # A pod that got going: one healthy sandbox holding every instance, init containers that ran to their
         # end (ordinary ones exited, sidecars running), regular containers mostly running, so that the decisions
-        # about a running pod come up often.
-        boxes = (SandboxInfo(id="sb0", attempt=draw(_ATTEMPT), ready=True, ip="10.0.0.1",
+        # about a running pod come up often. With container-level policies, also a pod still initialising (no
+        # regular container yet: failed init containers with policies of their own) and one whose sandbox died
+        # (what a new sandbox runs again).
+        stage = draw(_OWN_STAGE) if own_policies else "running"
+        boxes = (SandboxInfo(id="sb0", attempt=draw(_ATTEMPT), ready=stage != "sandbox died", ip="10.0.0.1",
                              network_mode=reconciler.network_mode(pod)),)
         where = _one_of(("sb0",))
         states = {c.name: _STATE if c.is_sidecar else _MOSTLY_EXITED for c in pod.spec.init_containers}
-        states.update({c.name: _MOSTLY_RUNNING for c in pod.spec.containers})
+        states.update({c.name: _OFTEN_EXITED if stage == "sandbox died" else _MOSTLY_RUNNING
+                       for c in pod.spec.containers})
+    regular = {c.name for c in pod.spec.containers}
     containers = [info for c in (*pod.spec.init_containers, *pod.spec.containers)
-                  for info in _instances(draw, c.name, c.hash, where, now, states=states[c.name])]
+                  for info in _instances(draw, c.name, c.hash, where, now, states=states[c.name],
+                                         counts=_NONE if stage == "initialising" and c.name in regular else _INSTANCES)]
     for c in pod.spec.ephemeral_containers:  # mostly not started yet
         containers += _instances(draw, c.name, c.hash, where, now, counts=_FEW_INSTANCES)
     if draw(_RARE):
@@ -277,8 +323,25 @@ def check_torn_down_pod_starts_nothing(s: Scenario, a: PodActions) -> None:
             "a pod being killed waits for a crash-loop backoff"
 
 
+def _would_restart(s: Scenario, c: ContainerSpec, exit_code: int) -> bool:
+    """Upstream `ContainerShouldRestart`, written out again from its definition (rules only with a container
+    restartPolicy; the first match decides; Restart restarts, the unimplemented RestartAllContainers falls
+    through; then the container's policy, else the pod's)."""
+    policy = c.restart_policy
+    if policy is not None:
+        for rule in c.restart_policy_rules:
+            if (exit_code in rule.values) == (rule.operator == "In"):
+                if rule.action == "Restart":
+                    return True
+                break
+    else:
+        policy = s.pod.spec.restart_policy
+    return policy == "Always" or (policy == RESTART_ON_FAILURE and exit_code != 0)
+
+
 def check_restart_policies(s: Scenario, a: PodActions) -> None:
-    """3. restartPolicy Never / OnFailure for regular and init containers; sidecars always restart.
+    """3. Container-level restartPolicyRules and restartPolicy, else the pod's restartPolicy, for regular and
+    init containers; sidecars always restart.
 
     "Has run" is judged on the newest instance, as upstream `ShouldContainerBeRestarted` does: a container whose
     newest instance is only created (a failed start) or unknown is started again whatever the policy, and so is
@@ -290,11 +353,13 @@ def check_restart_policies(s: Scenario, a: PodActions) -> None:
         latest = s.runtime.latest_container(c.name)
         if latest is None or latest.state is not State.EXITED:
             continue
-        if policy == RESTART_ON_FAILURE and latest.exit_code == 0:
-            # Also in a new sandbox (upstream skips containerSucceeded under OnFailure there too).
-            assert c.name not in restarting, f"{c.name} succeeded under OnFailure and is run again"
-        if policy == RESTART_NEVER and not a.create_sandbox:
-            assert c.name not in restarting, f"{c.name} ran under Never and is run again"
+        if pod_spec.effective_restart_policy(c, s.pod.spec) == RESTART_ON_FAILURE and latest.exit_code == 0 \
+                and a.create_sandbox:
+            # Upstream skips containerSucceeded under OnFailure (the container's own, else the pod's) there.
+            assert c.name not in restarting, f"{c.name} succeeded under OnFailure and is run again in a new sandbox"
+        if not a.create_sandbox and not _would_restart(s, c, latest.exit_code):
+            assert c.name not in restarting, \
+                f"{c.name} exited {latest.exit_code}, its policy says no, and it is run again"
     if policy == RESTART_NEVER and a.create_sandbox:
         # A new sandbox re-runs everything, even under Never, in two cases only, as upstream: the runtime has no
         # container of the pod (none ever ran), or no sandbox at all (attempt 0; upstream's only reason not to
@@ -311,8 +376,9 @@ def check_restart_policies(s: Scenario, a: PodActions) -> None:
         elif latest is not None and latest.state is State.EXITED:
             if not reconciler.init_container_failed(latest):
                 assert c.name not in restarting, f"init container {c.name} succeeded and is run again"
-            if policy == RESTART_NEVER:
-                assert c.name not in restarting, f"init container {c.name} ran under Never and is run again"
+            if not _would_restart(s, c, latest.exit_code):
+                assert c.name not in restarting, f"init container {c.name} exited {latest.exit_code}, its policy " \
+                                                 "says no, and it is run again"
 
 
 def check_kills(s: Scenario, a: PodActions) -> None:
@@ -348,7 +414,8 @@ def check_kills(s: Scenario, a: PodActions) -> None:
             assert cid in s.startup_failures, f"{why} without a startup failure"
         if a.kill_pod:
             continue
-        kill_only = (info.name not in init_names and s.pod.spec.restart_policy == RESTART_NEVER
+        kill_only = (info.name not in init_names
+                     and pod_spec.effective_restart_policy(container, s.pod.spec) == RESTART_NEVER
                      and info.reason in (reconciler.REASON_LIVENESS_PROBE, reconciler.REASON_STARTUP_PROBE))
         if kill_only:
             assert info.name not in restarting, f"{info.name} failed a probe under Never and is restarted"
@@ -406,6 +473,8 @@ def _snapshot(s: Scenario) -> bytes:
 
 SEEN: Counter[str] = Counter()
 """How many of the examples checked showed each feature (see `features`), for the test after."""
+SEEN_OWN: Counter[str] = Counter()
+"""The same for the examples with container-level restart policies (`own_policy_features`)."""
 
 INVARIANTS: tuple[Callable[[Scenario, PodActions], None], ...] = (
     check_one_sandbox, check_torn_down_pod_starts_nothing, check_restart_policies, check_kills, check_names,
@@ -424,6 +493,23 @@ def test_compute_pod_actions_invariants(s: Scenario) -> None:
         SEEN[feature] += shown
         if shown:
             event(feature)  # pytest --hypothesis-show-statistics lists them
+    for invariant in INVARIANTS:
+        invariant(s, actions)
+
+
+@settings(PROPERTY_SETTINGS, max_examples=1500)  # more situations to reach: about 4 seconds
+@given(scenarios(own_policies=True))
+def test_compute_pod_actions_invariants_with_container_restart_policies(s: Scenario) -> None:
+    """The same invariants and purity, on pods whose ordinary containers may have a restartPolicy and
+    restartPolicyRules of their own (upstream ContainerRestartRules)."""
+    before = _snapshot(s)
+    actions = s.compute()
+    assert _snapshot(s) == before, "compute_pod_actions mutated its inputs"
+    assert s.compute() == actions, "compute_pod_actions is not deterministic"
+    for feature, shown in own_policy_features(s, actions).items():
+        SEEN_OWN[feature] += shown
+        if shown:
+            event(feature)
     for invariant in INVARIANTS:
         invariant(s, actions)
 
@@ -478,6 +564,52 @@ def features(s: Scenario, a: PodActions) -> dict[str, bool]:
     return found
 
 
+def own_policy_features(s: Scenario, a: PodActions) -> dict[str, bool]:
+    """The situations of container-level restart policies and rules, and whether this example shows each."""
+    policy = s.pod.spec.restart_policy
+    restarting = _restarting(a)
+    exited = {c.name: e for c in s.regulars
+              if (e := s.runtime.latest_container(c.name)) is not None and e.state is State.EXITED}
+
+    def rule_restarts(c: ContainerSpec) -> bool:
+        rule = pod_spec.matching_restart_rule(c, exited[c.name].exit_code)
+        return rule is not None and rule.action == "Restart"
+
+    in_sandbox = not a.create_sandbox and not a.kill_pod
+    return {
+        "regular container restarted by a matching restart rule": in_sandbox and any(
+            c.name in exited and c.name in restarting and c.restart_policy != "Always" and rule_restarts(c)
+            for c in s.regulars),
+        "regular container left alone though a rule of it matched (RestartAllContainers)": in_sandbox and any(
+            c.name in exited and c.name not in restarting and pod_spec.matching_restart_rule(
+                c, exited[c.name].exit_code) is not None for c in s.regulars),
+        "exited regular container with its own Never left alone in a pod that restarts": (
+            policy != RESTART_NEVER and in_sandbox and any(
+                c.restart_policy == RESTART_NEVER and c.name in exited and c.name not in restarting
+                for c in s.regulars)),
+        "regular container with its own Always or OnFailure restarted in a Never pod": (
+            policy == RESTART_NEVER and in_sandbox and any(
+                c.restart_policy in ("Always", RESTART_ON_FAILURE) and c.name in exited and c.name in restarting
+                for c in s.regulars)),
+        "failed init container with its own policy restarted": not a.create_sandbox and any(
+            not c.is_sidecar and c.restart_policy is not None and c.name in restarting
+            and (e := s.runtime.latest_active_container(c.name)) is not None and e.state is State.EXITED
+            for c in s.inits),
+        "failed init container with its own Never kills a pod that restarts": (
+            policy != RESTART_NEVER and a.kill_pod and not a.create_sandbox and any(
+                not c.is_sidecar and c.restart_policy == RESTART_NEVER
+                and (e := s.runtime.latest_active_container(c.name)) is not None
+                and reconciler.init_container_failed(e) for c in s.inits)),
+        "succeeded container with its own OnFailure not run again in a new sandbox": (
+            a.create_sandbox and not s.inits and any(
+                c.restart_policy == RESTART_ON_FAILURE and c.name in exited and exited[c.name].exit_code == 0
+                for c in s.regulars)),
+        "probe failure kills without restart for a container's own Never": not a.kill_pod and any(
+            i.name not in restarting and i.reason in (reconciler.REASON_LIVENESS_PROBE, reconciler.REASON_STARTUP_PROBE)
+            and policy != RESTART_NEVER for i in a.containers_to_kill.values()),
+    }
+
+
 def test_the_generator_reaches_every_case() -> None:
     """The invariants are not vacuous: among the examples the property test checked, every situation they
     constrain came up (derandomized: the same examples on every run; 5 times or more each with hypothesis 6.170)."""
@@ -485,3 +617,13 @@ def test_the_generator_reaches_every_case() -> None:
         test_compute_pod_actions_invariants()
     missing = [name for name, count in SEEN.items() if not count]
     assert not missing, f"never generated: {missing}; all: {dict(SEEN)}"
+
+
+def test_the_generator_reaches_every_container_policy_case() -> None:
+    """The same for the examples with container-level restart policies and rules (4 times or more each with
+    hypothesis 6.170, whether this file runs alone or after the other unit tests: hypothesis's derandomized
+    examples shift a little with what ran before in the process)."""
+    if not SEEN_OWN:
+        test_compute_pod_actions_invariants_with_container_restart_policies()
+    missing = [name for name, count in SEEN_OWN.items() if not count]
+    assert not missing, f"never generated: {missing}; all: {dict(SEEN_OWN)}"

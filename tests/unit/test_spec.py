@@ -266,7 +266,15 @@ def _set(path: str, value: Any) -> dict[str, Any]:
     ("spec.containers.0.securityContext", 1, "spec.containers[0].securityContext", "must be an object"),
     ("spec.containers.0.tty", "true", "spec.containers[0].tty", "must be true or false"),
     ("spec.containers.0.restartPolicy", "Sometimes", "spec.containers[0].restartPolicy", "Unsupported value"),
-    ("spec.initContainers.0.restartPolicy", "Never", "spec.initContainers[0].restartPolicy", "Unsupported value"),
+    ("spec.containers.0.restartPolicy", "", "spec.containers[0].restartPolicy", "Unsupported value: ''"),
+    ("spec.initContainers.0.restartPolicy", "Sometimes", "spec.initContainers[0].restartPolicy", "Unsupported value"),
+    ("spec.containers.0.restartPolicyRules", [{"action": "Restart", "exitCodes": {"operator": "In", "values": [1]}}],
+     "spec.containers[0].restartPolicy", "Required value: must specify restartPolicy when restart rules are used"),
+    ("spec.initContainers.0.restartPolicyRules",
+     [{"action": "Restart", "exitCodes": {"operator": "In", "values": [1]}}],
+     "spec.initContainers[0].restartPolicy", "Required value: must specify restartPolicy"),
+    ("spec.containers.0.restartPolicyRules", {"action": "Restart"}, "spec.containers[0].restartPolicyRules",
+     "must be a list"),
     ("spec.initContainers.0.image", ..., "spec.initContainers[0].image", "Required value"),
     ("spec.initContainers", {}, "spec.initContainers", "must be a list"),
     ("spec.ephemeralContainers", {}, "spec.ephemeralContainers", "must be a list"),
@@ -275,6 +283,9 @@ def _set(path: str, value: Any) -> dict[str, Any]:
      "Duplicate value: 'app'"),
     ("spec.ephemeralContainers", [{"name": "debug", "image": "busybox", "restartPolicy": "Always"}],
      "spec.ephemeralContainers[0].restartPolicy", "Forbidden: cannot be set for an Ephemeral Container"),
+    ("spec.ephemeralContainers", [{"name": "debug", "image": "busybox", "restartPolicyRules": [
+        {"action": "Restart", "exitCodes": {"operator": "In", "values": [1]}}]}],
+     "spec.ephemeralContainers[0].restartPolicyRules", "Forbidden: cannot be set for an Ephemeral Container"),
     ("spec.ephemeralContainers", [{"name": "debug", "image": "busybox", "targetContainerName": "nope"}],
      "spec.ephemeralContainers[0].targetContainerName", "Not found: 'nope'"),
     ("spec.ephemeralContainers", [{"name": "d1", "image": "busybox"}, {"name": "d2", "image": "busybox",
@@ -304,6 +315,130 @@ def test_spec_errors_name_the_field(path: str, value: Any, field: str, detail: s
     assert info.value.field == field
     assert detail in info.value.detail
     assert str(info.value) == f"{field}: {info.value.detail}"
+
+
+def _rules(*rules: Any) -> dict[str, Any]:
+    return with_container(restartPolicy="Never", restartPolicyRules=list(rules))
+
+
+def _rule(operator: Any = "In", values: Any = (42,), action: Any = "Restart") -> dict[str, Any]:
+    return {"action": action, "exitCodes": {"operator": operator, "values": list(values)}}
+
+
+RULES = "spec.containers[0].restartPolicyRules"
+
+
+@pytest.mark.parametrize(("pod_body", "field", "detail"), [
+    (_rules(*[_rule()] * 21), RULES, "Too many: 21: must have at most 20 items"),
+    (_rules("Restart"), f"{RULES}[0]", "must be an object"),
+    (_rules({"exitCodes": {"operator": "In", "values": [1]}}), f"{RULES}[0].action", "Required value"),
+    (_rules(_rule(action="Retry")), f"{RULES}[0].action",
+     'supported values: "Restart", "RestartAllContainers"'),
+    (_rules({"action": "Restart"}), f"{RULES}[0].exitCodes", "Required value: must be specified"),
+    (_rules({"action": "Restart", "exitCodes": [1]}), f"{RULES}[0].exitCodes", "must be an object"),
+    (_rules(_rule(operator=None)), f"{RULES}[0].exitCodes.operator", "Required value"),
+    (_rules(_rule(operator="Equals")), f"{RULES}[0].exitCodes.operator", 'supported values: "In", "NotIn"'),
+    (_rules(_rule(values=range(256))), f"{RULES}[0].exitCodes.values", "Too many: 256: must have at most 255 items"),
+    (_rules(_rule(values=["42"])), f"{RULES}[0].exitCodes.values[0]", "must be an integer"),
+    (_rules(_rule(values=[True])), f"{RULES}[0].exitCodes.values[0]", "must be an integer"),
+    (_rules(_rule(values=[None])), f"{RULES}[0].exitCodes.values[0]", "must be an integer"),
+    (_rules(_rule(values=[2**31])), f"{RULES}[0].exitCodes.values[0]", "less than or equal to 2147483647"),
+    (_rules(_rule(), _rule(values=[1.5])), f"{RULES}[1].exitCodes.values[0]", "must be an integer"),
+], ids=str)
+def test_restart_rule_errors_name_the_field(pod_body: dict[str, Any], field: str, detail: str) -> None:
+    """The apiserver's `validateContainerRestartPolicy`, for bodies that bypass it (static pods)."""
+    with pytest.raises(SpecError) as info:
+        pod_from_body(pod_body)
+    assert info.value.field == field
+    assert detail in info.value.detail
+
+
+def test_container_restart_policy_and_rules_are_parsed() -> None:
+    b = body(containers=[{"name": "app", "image": "nginx:1.27", "restartPolicy": "Never", "restartPolicyRules": [
+                 {"action": "Restart", "exitCodes": {"operator": "In", "values": [42, 43]}},
+                 {"action": "RestartAllContainers", "exitCodes": {"operator": "NotIn", "values": []}}]},
+                         {"name": "plain", "image": "nginx:1.27", "restartPolicy": "OnFailure"}],
+             initContainers=[{"name": "setup", "image": "busybox", "restartPolicy": "OnFailure",
+                              "restartPolicyRules": [{"action": "Restart",
+                                                      "exitCodes": {"operator": "NotIn", "values": [0]}}]},
+                             {"name": "once", "image": "busybox", "restartPolicy": "Never"},
+                             {"name": "proxy", "image": "envoy:v1", "restartPolicy": "Always", "restartPolicyRules": [
+                                 {"action": "Restart", "exitCodes": {"operator": "In", "values": [1]}}]}])
+    s = pod_from_body(b).spec
+    app, plain = s.containers
+    assert app.restart_policy == "Never" and not app.is_sidecar
+    assert app.restart_policy_rules == (
+        spec.RestartRule(action="Restart", operator="In", values=(42, 43)),
+        spec.RestartRule(action="RestartAllContainers", operator="NotIn", values=()))
+    assert (plain.restart_policy, plain.restart_policy_rules) == ("OnFailure", ())
+    setup, once, proxy = s.init_containers
+    # Init containers may have any container restartPolicy now (ContainerRestartRules); only Always is a sidecar.
+    assert (setup.restart_policy, setup.is_sidecar, once.restart_policy, once.is_sidecar) == (
+        "OnFailure", False, "Never", False)
+    assert setup.restart_policy_rules == (spec.RestartRule(action="Restart", operator="NotIn", values=(0,)),)
+    assert proxy.is_sidecar and len(proxy.restart_policy_rules) == 1
+    assert pod_from_body(body()).spec.containers[0].restart_policy_rules == ()
+    # Rules do not change the container hash: upstream hashes name and image only.
+    assert app.hash == container_hash({"name": "app", "image": "nginx:1.27"})
+
+
+IN_42 = spec.RestartRule(action="Restart", operator="In", values=(42, 50, 60))
+NOT_IN_012 = spec.RestartRule(action="Restart", operator="NotIn", values=(0, 1, 2))
+ALL_IN_42 = spec.RestartRule(action="RestartAllContainers", operator="In", values=(42,))
+
+
+def _container(policy: str | None = None, *rules: spec.RestartRule) -> spec.ContainerSpec:
+    return spec.ContainerSpec(name="c", image="busybox", image_pull_policy="IfNotPresent", hash="0",
+                              restart_policy=policy, restart_policy_rules=rules)
+
+
+def _pod_spec(policy: str) -> spec.PodSpec:
+    return spec.PodSpec(containers=(_container(),), restart_policy=policy)
+
+
+@pytest.mark.parametrize(("container", "pod_policy", "exit_code", "expected"), [
+    # upstream TestContainerHasRestartablePolicy (pkg/api/v1/pod/util_test.go)
+    (_container("Never", IN_42), "Always", 42, True),
+    (_container("Never", NOT_IN_012), "Always", 99, True),
+    (_container("Never", spec.RestartRule(action="Restart", operator="In", values=(10, 20))), "Always", 30, False),
+    (_container("Never", spec.RestartRule(action="Restart", operator="NotIn", values=(10, 20))), "Always", 10, False),
+    (_container("Always"), "Never", 0, True),
+    (_container("OnFailure"), "Never", 0, False),
+    (_container("OnFailure"), "Never", 1, True),
+    (_container("Never"), "Always", 1, False),
+    (_container(), "Always", 0, True),
+    (_container(), "OnFailure", 1, True),
+    (_container(), "OnFailure", 0, False),
+    (_container(), "Never", 1, False),
+    # no rule matches: the container's own policy, not the pod's
+    (_container("OnFailure", IN_42), "Never", 3, True),
+    (_container("OnFailure", IN_42), "Always", 0, False),
+    (_container("Always", IN_42), "Never", 0, True),
+    # the first match wins; RestartAllContainers is not implemented: the container's policy decides
+    (_container("Never", ALL_IN_42, IN_42), "Always", 42, False),
+    (_container("OnFailure", ALL_IN_42), "Never", 42, True),
+    (_container("Never", NOT_IN_012, IN_42), "Never", 42, True),
+    # negative exit codes are matched like any other (int32 on the API)
+    (_container("Never", spec.RestartRule(action="Restart", operator="In", values=(-1,))), "Never", -1, True),
+], ids=str)
+def test_container_should_restart(container: spec.ContainerSpec, pod_policy: str, exit_code: int,
+                                  expected: bool) -> None:
+    assert spec.container_should_restart(container, _pod_spec(pod_policy), exit_code) is expected
+
+
+def test_matching_restart_rule_is_the_first_match() -> None:
+    """Upstream TestFindMatchingContainerRestartRule."""
+    in_42_only = spec.RestartRule(action="Restart", operator="In", values=(42,))
+    assert spec.matching_restart_rule(_container("Never", IN_42), 42) is IN_42
+    assert spec.matching_restart_rule(_container("Never", NOT_IN_012), 99) is NOT_IN_012
+    assert spec.matching_restart_rule(_container("Never", IN_42, in_42_only), 42) is IN_42
+    assert spec.matching_restart_rule(_container("Never", IN_42), 100) is None
+    assert spec.matching_restart_rule(_container(), 0) is None
+
+
+def test_effective_restart_policy() -> None:
+    assert spec.effective_restart_policy(_container("Never", IN_42), _pod_spec("Always")) == "Never"
+    assert spec.effective_restart_policy(_container(), _pod_spec("OnFailure")) == "OnFailure"
 
 
 def test_body_itself_must_be_a_mapping() -> None:

@@ -524,6 +524,96 @@ def test_get_phase_with_init_containers(policy: str, init: list[dict[str, Any]],
     assert get_phase(make_pod(init=True, policy=policy), [*regular, *init]) == expected
 
 
+# getPhase with container-level restartPolicy / restartPolicyRules (upstream getPhase, ContainerRestartRules on)
+
+NEVER_UNLESS_42 = {"restartPolicy": "Never",
+                   "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}
+
+
+def own_pod(pod_policy: str, web: dict[str, Any] | None = None, log: dict[str, Any] | None = None,
+            init1: dict[str, Any] | None = None) -> Pod:
+    """The base pod with restartPolicy fields of their own on web, log and (if given) init1."""
+    fields: dict[str, Any] = {"containers": [{"name": "web", "image": "busybox", **(web or {})},
+                                             {"name": "log", "image": "alpine:3.20", **(log or {})}]}
+    if init1 is not None:
+        fields["initContainers"] = [{"name": "init1", "image": "busybox", **init1},
+                                    {"name": "init2", "image": "busybox"}]
+    return make_pod(policy=pod_policy, **fields)
+
+
+NEVER = {"restartPolicy": "Never"}
+
+
+@pytest.mark.parametrize(("pod", "statuses", "terminal", "expected"), [
+    (own_pod("Always", NEVER, NEVER), [st("web", "terminated", code=1), st("log", "terminated")], False, "Failed"),
+    (own_pod("Always", NEVER, NEVER), [st("web", "terminated"), st("log", "terminated")], False, "Succeeded"),
+    (own_pod("Always", NEVER), [st("web", "terminated", code=1), st("log", "terminated")], False, "Running"),
+    (own_pod("Always", NEVER), [st("web", "terminated", code=1), st("log", "running")], False, "Running"),
+    (own_pod("Always", NEVER), [st("web", "waiting"), st("log", "running")], False, "Pending"),
+    (own_pod("Never", NEVER_UNLESS_42), [st("web", "terminated", code=42), st("log", "terminated")], False,
+     "Running"),
+    (own_pod("Never", NEVER_UNLESS_42), [st("web", "waiting", last_code=42), st("log", "terminated")], False,
+     "Running"),
+    (own_pod("Never", NEVER_UNLESS_42), [st("web", "terminated", code=1), st("log", "terminated")], False, "Failed"),
+    (own_pod("Never", NEVER_UNLESS_42), [st("web", "terminated", code=42), st("log", "terminated")], True,
+     "Failed"),
+    (own_pod("Never", {"restartPolicy": "Always"}), [st("web", "terminated"), st("log", "terminated")], False,
+     "Running"),
+    (own_pod("Never", {"restartPolicy": "OnFailure"}), [st("web", "terminated"), st("log", "terminated")], False,
+     "Succeeded"),
+    (own_pod("Never", {"restartPolicy": "OnFailure"}), [st("web", "terminated", code=1), st("log", "terminated")],
+     False, "Running"),
+    (own_pod("OnFailure", NEVER), [st("web", "terminated", code=1), st("log", "terminated")], False, "Failed"),
+    (own_pod("OnFailure", NEVER), [st("web", "terminated"), st("log", "terminated", code=1)], False, "Running"),
+], ids=str)
+def test_get_phase_with_container_restart_policies(pod: Pod, statuses: list[dict[str, Any]], terminal: bool,
+                                                   expected: str) -> None:
+    assert get_phase(pod, statuses, pod_is_terminal=terminal) == expected
+
+
+@pytest.mark.parametrize(("pod", "init", "expected"), [
+    (own_pod("Never", init1={"restartPolicy": "OnFailure"}), [st("init1", "terminated", code=1)], "Pending"),
+    (own_pod("Never", init1={"restartPolicy": "OnFailure"}), [st("init1", "waiting", last_code=1)], "Pending"),
+    (own_pod("Always", init1=NEVER), [st("init1", "terminated", code=1)], "Failed"),
+    (own_pod("Always", init1=NEVER), [st("init1", "waiting", last_code=1)], "Failed"),
+    (own_pod("Always", init1=NEVER), [st("init1", "terminated"), st("init2", "running")], "Pending"),
+    (own_pod("Never", init1=NEVER_UNLESS_42), [st("init1", "waiting", last_code=42)], "Pending"),
+    (own_pod("Never", init1=NEVER_UNLESS_42), [st("init1", "terminated", code=1)], "Failed"),
+], ids=str)
+def test_get_phase_with_init_container_restart_policies(pod: Pod, init: list[dict[str, Any]], expected: str) -> None:
+    assert get_phase(pod, [st("web", "waiting"), st("log", "waiting"), *init]) == expected
+
+
+def test_container_never_in_an_always_pod_ends_failed_without_a_restart() -> None:
+    """The e2e "should restart container on container-level restart policy Never" pod: it must end Failed, with
+    its container terminated and restartCount 0 (not CrashLoopBackOff) even if a crash-loop reason is pending."""
+    pod = make_pod(policy="Always", containers=[{"name": "web", "image": "busybox", "restartPolicy": "Never"}])
+    rt = runtime(exited("web", "c-web", 1), sandbox=dataclasses.replace(SANDBOX, ready=False))
+    result = compute(pod, rt, {"phase": "Running"}, waiting={"web": Waiting("CrashLoopBackOff", CRASH_MESSAGE)})
+    assert result["phase"] == "Failed"
+    (web,) = result["containerStatuses"]
+    assert web["state"] == terminated("c-web", 1) and web["restartCount"] == 0 and web["lastState"] == {}
+    assert {c["type"]: (c["status"], c.get("reason")) for c in result["conditions"]}["Ready"] == ("False", "PodFailed")
+
+
+def test_restart_by_rule_shows_crash_loop_then_counts_the_restart() -> None:
+    """The e2e "should restart container on rule match" pod (Never pod, container Never + Restart on exit 42)."""
+    pod = make_pod(policy="Never", containers=[{"name": "web", "image": "busybox", **NEVER_UNLESS_42}])
+    first = runtime(exited("web", "c-web-1", 42))
+    crash = compute(pod, first, {"phase": "Running"}, waiting={"web": Waiting("CrashLoopBackOff", CRASH_MESSAGE)})
+    assert crash["phase"] == "Running"
+    (web,) = crash["containerStatuses"]
+    assert web["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": CRASH_MESSAGE}}
+    assert web["lastState"] == terminated("c-web-1", 42) and web["restartCount"] == 0
+    again = runtime(info("web", "c-web-2", State.RUNNING, started=T0 + 100, restart=1),
+                    exited("web", "c-web-1", 42))
+    result = compute(pod, again, crash)
+    assert result["phase"] == "Running"
+    (web,) = result["containerStatuses"]
+    assert web["restartCount"] == 1 and web["state"] == {"running": {"startedAt": ts(T0 + 100)}}
+    assert web["lastState"] == terminated("c-web-1", 42)
+
+
 def test_sidecars_count_for_the_phase_and_readiness() -> None:
     pod = make_pod(initContainers=[{"name": "init1", "image": "busybox"},
                                               {"name": "init2", "image": "busybox", "restartPolicy": "Always"}])
