@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   containerd runc containernetworking-plugins iptables   # the container runtime and pod network
   docker-registry skopeo apache2-utils                    # the local image registries (htpasswd) and pushing
-  busybox-static gcc libc6-dev                            # what the project's own images are built from
+  gcc libc6-dev make debian-archive-keyring               # the images: pause's C, busybox from source, Debian's debs
   openssl curl iproute2 procps util-linux                 # certificates, health checks, process tools
 )
 missing=()

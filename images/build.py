@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """Build the stack's container images from local binaries and push them to a local registry.
 
-Nothing can be pulled from the internet here, so the images the tests need (the pod sandbox's
-pause image and busybox) are assembled from Debian packages and our own C source into OCI image
-layouts, then pushed with skopeo to the local registry that containerd mirrors docker.io and
-registry.k8s.io to.
+Nothing can be pulled from the internet here, so the images the tests need are assembled into OCI image
+layouts and pushed with skopeo to the local registry that containerd mirrors docker.io and registry.k8s.io
+to: the pod sandbox's pause image from our own C source, and every image upstream's node e2e specs name
+(test/utils/image/manifest.go at the pinned release) built the way upstream builds it, from the same
+sources (busybox from its release tarball, agnhost and nnp from the pinned Kubernetes module, kitten and
+nautilus from that module's test/images) and Debian's packages of the tools where upstream installs
+Alpine's (curl, nc, dig, ip, socat, bash, nginx, ...).
 
 Builds are reproducible (fixed mtimes and owners, sorted tar entries, gzip mtime 0, canonical
 JSON), so an unchanged input gives the same manifest digest, and the push is skipped when the
-registry already serves that digest.
+registry already serves that digest. An image whose inputs (packages, binaries, this file) are
+unchanged is not even re-assembled: its layout is reused.
 
 Usage: python images/build.py --registry 127.0.0.1:5000 [--cache DIR] [IMAGE ...]
 """
@@ -16,6 +20,8 @@ Usage: python images/build.py --registry 127.0.0.1:5000 [--cache DIR] [IMAGE ...
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import fnmatch
 import functools
 import gzip
 import hashlib
@@ -30,6 +36,7 @@ import tarfile
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -158,6 +165,9 @@ class Image:
     files: Callable[[Context], list[Entry]]
     config: dict[str, object]  # Cmd, Entrypoint, User, Env, WorkingDir, ...
     labels: Callable[[], dict[str, str]] = field(default=lambda: {})
+    # What the layer is made of (package and binary digests), when files() is costly: an unchanged
+    # key reuses the layout already built instead of assembling the layer again.
+    key: Callable[[Context], list[str]] | None = None
 
     @property
     def ref(self) -> str:
@@ -272,6 +282,60 @@ def write_layout(layout: Path, blobs: dict[str, bytes], index: dict[str, object]
     write_atomic(layout / "index.json", canonical_json(index))
 
 
+INPUTS_FILE = "kopflet-inputs"  # in a layout: the fingerprint of the inputs it was built from
+
+
+@functools.cache
+def builder_digest() -> str:
+    """This file's digest: a change to how images are assembled invalidates every reused layout."""
+    return sha256(Path(__file__).read_bytes())
+
+
+def inputs_fingerprint(image: Image, key: list[str], arch: str, variant: str | None, epoch: int) -> str:
+    """Everything an image's layout follows from, when its files() declares a key."""
+    return sha256(
+        canonical_json(
+            {
+                "ref": image.ref,
+                "key": key,
+                "config": image.config,
+                "labels": image.labels(),
+                "platform": [arch, variant],
+                "epoch": epoch,
+                "builder": builder_digest(),
+            }
+        )
+    )
+
+
+def load_layout(image: Image, layout: Path, fingerprint: str) -> Built | None:
+    """The image already in `layout` if it was built from the same inputs and is whole, else None."""
+    blob_dir = layout / "blobs" / "sha256"
+    try:
+        if (layout / INPUTS_FILE).read_text() != fingerprint:
+            return None
+        [desc] = json.loads((layout / "index.json").read_bytes())["manifests"]
+        manifest = (blob_dir / desc["digest"].removeprefix("sha256:")).read_bytes()
+        if sha256(manifest) != desc["digest"]:
+            return None
+        parsed = json.loads(manifest)
+        for d in [parsed["config"], *parsed["layers"]]:
+            if (blob_dir / d["digest"].removeprefix("sha256:")).stat().st_size != d["size"]:
+                return None
+        config = json.loads((blob_dir / parsed["config"]["digest"].removeprefix("sha256:")).read_bytes())
+        return Built(
+            image,
+            layout,
+            desc["digest"],
+            manifest,
+            parsed["config"]["digest"],
+            [d["digest"] for d in parsed["layers"]],
+            list(config["rootfs"]["diff_ids"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def build(
     image: Image,
     out: Path,
@@ -283,7 +347,14 @@ def build(
     """Build one image into the OCI layout at `out` and return its digests."""
     epoch = source_date_epoch() if epoch is None else epoch
     arch, variant = platform_ or host_platform()
-    entries = image.files(Context(cache=cache or out.parent))
+    ctx = Context(cache=cache or out.parent)
+    fingerprint = None
+    if image.key is not None:
+        fingerprint = inputs_fingerprint(image, image.key(ctx), arch, variant, epoch)
+        reused = load_layout(image, out, fingerprint)
+        if reused is not None:
+            return reused
+    entries = image.files(ctx)
     tar = layer_tar(entries, epoch)
     gz = cached_gzip(tar, cache)
     diff_id, layer_digest = sha256(tar), sha256(gz)
@@ -316,7 +387,10 @@ def build(
             }
         ],
     }
+    (out / INPUTS_FILE).unlink(missing_ok=True)
     write_layout(out, {layer_digest: gz, config_digest: config, manifest_digest: manifest}, index)
+    if fingerprint is not None:
+        write_atomic(out / INPUTS_FILE, fingerprint.encode())
     return Built(image, out, manifest_digest, manifest, config_digest, [layer_digest], [diff_id])
 
 
@@ -348,16 +422,581 @@ def compile_static(source: Path, ctx: Context, defines: dict[str, str] | None = 
 
 
 PAUSE_VERSION = "3.10.1"  # the sandbox_image tag containerd asks for
+E2E_PAUSE_VERSION = "3.10.2"  # imageutils.Pause / GetPauseImageName() at the pinned release
+
+
+def pause_image(version: str) -> Image:
+    """Only /pause, as upstream's sandbox image has (3.10.1 and 3.10.2 differ only on Windows)."""
+
+    def files(ctx: Context) -> list[Entry]:
+        binary = compile_static(HERE / "pause" / "pause.c", ctx, {"PAUSE_VERSION": version})
+        return [file_("pause", binary, 0o755)]
+
+    return Image(
+        repo="pause",  # registry.k8s.io/pause
+        tag=version,
+        files=files,
+        config={"Entrypoint": ["/pause"], "User": "65535:65535", "Env": [f"PATH={DEFAULT_PATH}"], "WorkingDir": "/"},
+        labels=lambda: {"org.opencontainers.image.title": "pause", "org.opencontainers.image.version": version},
+    )
 
 
 def pause_files(ctx: Context) -> list[Entry]:
-    """Only /pause, as upstream's sandbox image has."""
-    binary = compile_static(HERE / "pause" / "pause.c", ctx, {"PAUSE_VERSION": PAUSE_VERSION})
-    return [file_("pause", binary, 0o755)]
+    """The sandbox image's single file, for the tag containerd asks for."""
+    return pause_image(PAUSE_VERSION).files(ctx)
 
 
-BUSYBOX = Path("/bin/busybox")
-BUSYBOX_PKG = "busybox-static"
+# --- Debian packages -------------------------------------------------------------------------
+# Upstream's images install Alpine packages; ours take Debian's packages of the same tools. apt resolves
+# each package set's dependency closure as if nothing were installed (an empty dpkg status) and downloads
+# the .debs into the cache; their data is unpacked into the layer (maintainer scripts do not run: what
+# they would do that matters in an image is done explicitly, in configure()).
+
+DEBIAN_MIRROR = os.environ.get("KOPFLET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+APT_LISTS = Path("/var/lib/apt/lists")
+# No lock on the system's dpkg (nothing is installed), no _apt sandbox for private directories, no
+# recommends (as Alpine's apk and upstream's Dockerfiles install), SHA-256 as the hash apt reports.
+APT_OPTIONS = ["-o", "Debug::NoLocking=1", "-o", "APT::Sandbox::User=root", "-o", "APT::Install-Recommends=false",
+               "-o", "Acquire::ForceHash=SHA256"]  # fmt: skip
+PATH_DIRS = ("bin", "sbin", "usr/bin", "usr/sbin", "usr/local/bin", "usr/local/sbin")
+
+
+@dataclass(frozen=True)
+class Deb:
+    """One .deb of a resolved closure, as apt names it."""
+
+    name: str
+    version: str
+    filename: str
+    size: int
+    digest: str  # "SHA256:<hex>", as apt prints it
+
+
+@dataclass(frozen=True)
+class DebContents:
+    """A .deb's control stanza and its data as layer entries."""
+
+    name: str
+    control: str
+    entries: tuple[Entry, ...]
+
+
+def parse_print_uris(text: str) -> list[Deb]:
+    """The .debs in `apt-get --print-uris` output: lines of 'URI' file size HASH."""
+    debs = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 4 or not parts[0].startswith("'") or not parts[1].endswith(".deb"):
+            continue
+        filename, size, digest = parts[1:]
+        name, version = filename.split("_")[:2]
+        if ":" not in digest:
+            raise ValueError(f"no hash for {filename} in apt's output: {line!r}")
+        debs.append(Deb(name, urllib.parse.unquote(version), filename, int(size), digest))
+    return sorted(debs, key=lambda d: d.name)
+
+
+def parse_required(dumpavail: str, archs: set[str]) -> list[str]:
+    """Packages of Priority required (what debootstrap's minbase installs, with apt) in `apt-cache dumpavail`."""
+    names = set()
+    for stanza in dumpavail.split("\n\n"):
+        fields = dict(
+            line.split(":", 1) for line in stanza.splitlines() if line and not line[0].isspace() and ":" in line
+        )
+        if fields.get("Priority", "").strip() == "required" and fields.get("Architecture", "").strip() in archs:
+            names.add(fields["Package"].strip())
+    return sorted(names)
+
+
+def apt_lists_state() -> str:
+    """Changes whenever `apt-get update` brings new package lists (and so new versions)."""
+    state = [
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(APT_LISTS.glob("*"))
+        if p.is_file() and ("Packages" in p.name or p.name.endswith("Release"))
+    ]
+    return sha256(canonical_json([dpkg_architecture(), state]))
+
+
+@functools.cache
+def dpkg_architecture() -> str:
+    """This system's Debian architecture (amd64, arm64, ...)."""
+    return subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _apt_with_update(cmd: list[str]) -> str:
+    """Run an apt command; on failure (lists missing or stale), `apt-get update` once and retry."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:2])} ... failed:\n{proc.stderr.strip()}")
+    return proc.stdout
+
+
+def required_packages(ctx: Context) -> list[str]:
+    """Debian's Priority: required packages for this architecture, memoized per state of the lists."""
+    memo = ctx.cache / "debs" / "closures" / f"required-{apt_lists_state()[7:39]}.json"
+    if memo.is_file():
+        return list(json.loads(memo.read_text()))
+    names = parse_required(_apt_with_update(["apt-cache", "dumpavail"]), {dpkg_architecture(), "all"})
+    write_atomic(memo, canonical_json(names))
+    return names
+
+
+def _closure_memo(ctx: Context, wanted: list[str]) -> Path:
+    return ctx.cache / "debs" / "closures" / f"{sha256(canonical_json([wanted, apt_lists_state()]))[7:39]}.json"
+
+
+def resolve_debs(packages: Iterable[str], ctx: Context) -> list[Deb]:
+    """The dependency closure of `packages` (no recommends), as apt would install it on an empty system;
+    memoized per state of the package lists."""
+    wanted = sorted(set(packages))
+    memo = _closure_memo(ctx, wanted)
+    if memo.is_file():
+        return [Deb(**d) for d in json.loads(memo.read_text())]
+    with tempfile.TemporaryDirectory() as tmp:
+        status, archives = Path(tmp) / "status", Path(tmp) / "archives"
+        status.write_bytes(b"")
+        (archives / "partial").mkdir(parents=True)
+        cmd = ["apt-get", "-q", "-y", *APT_OPTIONS, "-o", f"Dir::State::status={status}"]
+        cmd += ["-o", f"Dir::Cache::archives={archives}", "--print-uris", "install", *wanted]
+        debs = parse_print_uris(_apt_with_update(cmd))
+    if not debs:
+        raise RuntimeError(f"apt resolved nothing for {wanted}")
+    write_atomic(_closure_memo(ctx, wanted), canonical_json([dataclasses.asdict(d) for d in debs]))
+    return debs
+
+
+def fetch_debs(debs: list[Deb], ctx: Context) -> list[Path]:
+    """The .deb files, downloaded once into the cache's pool and checked against apt's hashes."""
+    pool = ctx.cache / "debs" / "pool"
+    pool.mkdir(parents=True, exist_ok=True)
+    missing = [d for d in debs if not ((pool / d.filename).is_file() and (pool / d.filename).stat().st_size == d.size)]
+    if missing:
+        with tempfile.TemporaryDirectory(dir=pool) as tmp:
+            cmd = ["apt-get", "-q", *APT_OPTIONS, "download", *[f"{d.name}={d.version}" for d in missing]]
+            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"apt-get download failed:\n{proc.stderr.strip()}")
+            for d in missing:
+                data = (Path(tmp) / d.filename).read_bytes()
+                algo, _, want = d.digest.partition(":")
+                if hashlib.new(algo.lower().replace("-", ""), data).hexdigest() != want.lower():
+                    raise RuntimeError(f"{d.filename}: checksum mismatch")
+                os.replace(Path(tmp) / d.filename, pool / d.filename)
+    return [pool / d.filename for d in debs]
+
+
+def tar_entries(data: bytes) -> list[Entry]:
+    """A package's data.tar as entries: modes and numeric owners kept, hard links made copies of their
+    target (the same inode: its data, mode and owner)."""
+    entries: list[Entry] = []
+    files: dict[str, Entry] = {}
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for m in tar:
+            path = os.path.normpath(m.name).lstrip("/")
+            if path in (".", ""):
+                continue
+            mode = m.mode & 0o7777
+            if m.isdir():
+                entries.append(dir_(path, mode, m.uid, m.gid))
+            elif m.issym():
+                entries.append(symlink(path, m.linkname))
+            elif m.islnk():
+                entries.append(dataclasses.replace(files[os.path.normpath(m.linkname).lstrip("/")], path=path))
+            elif m.isfile():
+                f = tar.extractfile(m)
+                files[path] = file_(path, f.read() if f else b"", mode, m.uid, m.gid)
+                entries.append(files[path])
+    return entries
+
+
+@functools.cache
+def read_deb(path: Path) -> DebContents:
+    """A .deb's control stanza and data (memoized: images share packages)."""
+    control = subprocess.run(["dpkg-deb", "-f", str(path)], capture_output=True, text=True, check=True).stdout
+    data = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(path)], capture_output=True, check=True).stdout
+    name = path.name.split("_", 1)[0]
+    return DebContents(name, control, tuple(tar_entries(data)))
+
+
+def debs_for(packages: Iterable[str], ctx: Context) -> list[DebContents]:
+    """Resolve, fetch and read the closure of `packages`."""
+    return [read_deb(p) for p in fetch_debs(resolve_debs(packages, ctx), ctx)]
+
+
+def debs_key(packages: Iterable[str], ctx: Context) -> list[str]:
+    """The closure's files and hashes: what a layout built from these packages depends on."""
+    return [f"{d.filename} {d.digest}" for d in resolve_debs(packages, ctx)]
+
+
+# The documentation, manuals and translations Debian's slim images leave out (as their dpkg path-excludes).
+SLIM_EXCLUDE = ("usr/share/doc/*", "usr/share/man/*", "usr/share/groff/*", "usr/share/info/*",
+                "usr/share/lintian/*", "usr/share/linda/*", "usr/share/locale/*")  # fmt: skip
+SLIM_INCLUDE = ("usr/share/doc/*/copyright", "usr/share/locale/locale.alias")
+
+
+def slim(path: str, exclude: Iterable[str] = SLIM_EXCLUDE, include: Iterable[str] = SLIM_INCLUDE) -> bool:
+    """Whether a path stays in a slim image."""
+    return not any(fnmatch.fnmatchcase(path, p) for p in exclude) or any(fnmatch.fnmatchcase(path, p) for p in include)
+
+
+def usrmerge(path: str) -> str:
+    """Where a package's path lands on a merged-/usr system (Debian's images since bookworm): /bin is /usr/bin."""
+    top, _, rest = path.partition("/")
+    if top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        return f"usr/{top}/{rest}".rstrip("/")
+    return path
+
+
+def merge(*groups: Iterable[Entry]) -> dict[str, Entry]:
+    """Entries by path; a later group's entry replaces an earlier one at the same path."""
+    root: dict[str, Entry] = {}
+    for group in groups:
+        for e in group:
+            root[e.path] = e
+    return root
+
+
+def unpack(
+    debs: Iterable[DebContents], *, merged_usr: bool = False, keep: Callable[[str], bool] = slim
+) -> dict[str, Entry]:
+    """The packages' files as one tree, as dpkg would unpack them (later packages win a shared path)."""
+    root: dict[str, Entry] = {}
+    for deb in debs:
+        for e in deb.entries:
+            if not keep(e.path):
+                continue
+            path = usrmerge(e.path) if merged_usr else e.path
+            root[path] = dataclasses.replace(e, path=path)
+    return root
+
+
+def resolve_link(root: dict[str, Entry], path: str, hops: int = 32) -> Entry | None:
+    """The entry a path leads to inside the tree, following symlinks in every component (absolute and
+    relative targets), or None when it leads nowhere."""
+    todo = [p for p in path.split("/") if p]
+    done: list[str] = []
+    while todo:
+        done.append(todo.pop(0))
+        entry = root.get("/".join(done))
+        if entry is not None and entry.kind == "symlink":
+            hops -= 1
+            if hops < 0:
+                return None
+            base = "/" if entry.target.startswith("/") else "/" + "/".join(done[:-1])
+            todo = [p for p in os.path.normpath(os.path.join(base, entry.target)).split("/") if p] + todo
+            done = []
+    return root.get("/".join(done))
+
+
+# --- what maintainer scripts would have done -------------------------------------------------
+
+# update-alternatives links the postinst scripts register; with one provider, that provider is chosen.
+ALTERNATIVES: dict[str, list[tuple[str, str]]] = {
+    "mawk": [("usr/bin/awk", "/usr/bin/mawk"), ("usr/bin/nawk", "/usr/bin/mawk")],
+    "netcat-openbsd": [("bin/nc", "/bin/nc.openbsd"), ("bin/netcat", "/bin/nc.openbsd")],
+    "debianutils": [("usr/bin/which", "/usr/bin/which.debianutils")],
+}
+
+
+def shadow_of(passwd: str, days: int) -> str:
+    """/etc/shadow for a passwd file: every account locked ('*'), as Debian's shadowconfig writes it."""
+    names = [line.split(":", 1)[0] for line in passwd.splitlines() if line]
+    return "".join(f"{n}:*:{days}:0:99999:7:::\n" for n in names)
+
+
+def gshadow_of(group: str) -> str:
+    """/etc/gshadow for a group file, members kept."""
+    rows = [line.split(":") for line in group.splitlines() if line]
+    return "".join(f"{r[0]}:*::{r[3] if len(r) > 3 else ''}\n" for r in rows)
+
+
+def with_shells(passwd: str, present: Callable[[str], bool], fallback: str = "/bin/sh") -> str:
+    """Passwords moved to the shadow file ('x', as pwconv leaves them) and login shells the image lacks
+    (Debian's root has /bin/bash) replaced by one it has; nologin and false stay as they are."""
+    out = []
+    for line in passwd.splitlines():
+        f = line.split(":")
+        if len(f) == 7:
+            f[1] = "x"
+            if f[6].endswith("sh") and not present(f[6]):
+                f[6] = fallback
+        out.append(":".join(f))
+    return "\n".join(out) + "\n"
+
+
+def group_shadowed(group: str) -> str:
+    """Group passwords moved to gshadow ('x', as grpconv leaves them)."""
+    rows = [line.split(":") for line in group.splitlines() if line]
+    return "".join(":".join([r[0], "x", *r[2:]]) + "\n" if len(r) > 2 else ":".join(r) + "\n" for r in rows)
+
+
+def add_account(
+    passwd: str,
+    group: str,
+    user: str,
+    uid: int,
+    gid: int,
+    *,
+    home: str,
+    shell: str = "/bin/sh",
+    gecos: str = "",
+    member_of: Iterable[tuple[str, int]] = (),
+) -> tuple[str, str]:
+    """Append a user with its own group the way adduser does, and the extra groups it belongs to."""
+    group += f"{user}:x:{gid}:\n"
+    passwd += f"{user}:x:{uid}:{gid}:{gecos}:{home}:{shell}\n"
+    for name, extra_gid in member_of:
+        group += f"{name}:x:{extra_gid}:{user}\n"
+    return passwd, group
+
+
+def configure(
+    root: dict[str, Entry], packages: set[str], *, passwd: str | None = None, group: str | None = None
+) -> None:
+    """Do in `root` what the packages' maintainer scripts would do that an image relies on."""
+
+    def text(path: str) -> str | None:
+        e = resolve_link(root, path)
+        return e.data.decode() if e is not None and e.kind == "file" else None
+
+    def present(path: str) -> bool:
+        return resolve_link(root, path.lstrip("/")) is not None
+
+    # base-passwd: the master files become /etc/passwd and /etc/group; the shadow suite adds shadow files.
+    passwd = passwd or text("usr/share/base-passwd/passwd.master") or "root:x:0:0:root:/root:/bin/sh\n"
+    group = group or text("usr/share/base-passwd/group.master") or "root:x:0:\n"
+    if "apt" in packages and "\n_apt:" not in "\n" + passwd:  # apt's postinst: its sandbox user
+        passwd += "_apt:x:42:65534::/nonexistent:/usr/sbin/nologin\n"
+    passwd = with_shells(passwd, present)
+    days = source_date_epoch() // 86400
+    root["etc/passwd"] = file_("etc/passwd", passwd.encode())
+    group = group_shadowed(group)
+    root["etc/group"] = file_("etc/group", group.encode())
+    shadow_gid = next((int(r.split(":")[2]) for r in group.splitlines() if r.startswith("shadow:")), 0)
+    root["etc/shadow"] = file_("etc/shadow", shadow_of(passwd, days).encode(), 0o640, gid=shadow_gid)
+    root["etc/gshadow"] = file_("etc/gshadow", gshadow_of(group).encode(), 0o640, gid=shadow_gid)
+    # libc-bin: the default name service switch.
+    nsswitch = text("usr/share/libc-bin/nsswitch.conf")
+    if nsswitch is not None and "etc/nsswitch.conf" not in root:
+        root["etc/nsswitch.conf"] = file_("etc/nsswitch.conf", nsswitch.encode())
+    # debianutils' update-shells: the shells packages declare, with their /usr paths on merged /usr.
+    shells = text("usr/share/debianutils/shells")
+    if shells is not None:
+        lines = shells.splitlines()
+        merged = root.get("bin") is not None and root["bin"].kind == "symlink"
+        for p in sorted(p for p in root if p.startswith("usr/share/debianutils/shells.d/")):
+            for line in (text(p) or "").splitlines():
+                for shell in (line, "/usr" + line) if merged and line.startswith("/bin/") else (line,):
+                    if shell.startswith("/") and shell not in lines:
+                        lines.append(shell)
+        root["etc/shells"] = file_("etc/shells", ("\n".join(lines) + "\n").encode())
+    # update-alternatives.
+    for pkg, links in ALTERNATIVES.items():
+        if pkg in packages:
+            for link, target in links:
+                name = os.path.basename(link)
+                root[f"etc/alternatives/{name}"] = symlink(f"etc/alternatives/{name}", target)
+                root[link] = symlink(link, f"/etc/alternatives/{name}")
+    # base-files: the shell profile and root's dot files.
+    for src, dst in (("profile", "etc/profile"), ("dot.profile", "root/.profile"), ("dot.bashrc", "root/.bashrc")):
+        data = text(f"usr/share/base-files/{src}")
+        if data is not None and dst not in root and (dst != "root/.bashrc" or "bash" in packages):
+            root[dst] = file_(dst, data.encode())
+    # tzdata: UTC, debconf's default.
+    if "tzdata" in packages:
+        root["etc/localtime"] = symlink("etc/localtime", "/usr/share/zoneinfo/Etc/UTC")
+        root["etc/timezone"] = file_("etc/timezone", b"Etc/UTC\n")
+    # ca-certificates: every certificate enabled (the debconf default) and update-ca-certificates' bundle.
+    certs = sorted(p for p in root if p.startswith("usr/share/ca-certificates/") and p.endswith(".crt"))
+    if certs:
+        names = [p.removeprefix("usr/share/ca-certificates/") for p in certs]
+        root["etc/ca-certificates.conf"] = file_("etc/ca-certificates.conf", "".join(f"{n}\n" for n in names).encode())
+        bundle = b"".join(d if d.endswith(b"\n") else d + b"\n" for d in (root[p].data for p in certs))
+        root["etc/ssl/certs/ca-certificates.crt"] = file_("etc/ssl/certs/ca-certificates.crt", bundle)
+        for p, n in zip(certs, names, strict=True):
+            pem = f"etc/ssl/certs/{os.path.basename(n)[:-4]}.pem"
+            root[pem] = symlink(pem, f"/{p}")
+
+
+def dpkg_database(debs: Iterable[DebContents], root: dict[str, Entry], arch: str) -> list[Entry]:
+    """/var/lib/dpkg as dpkg leaves it after installing the packages: status and each package's file list."""
+    stanzas, entries = [], []
+    for deb in sorted(debs, key=lambda d: d.name):
+        lines = deb.control.rstrip("\n").splitlines()
+        stanzas.append("\n".join([lines[0], "Status: install ok installed", *lines[1:]]))
+        multi = any(line == "Multi-Arch: same" for line in lines)
+        listed = ["/."] + [f"/{e.path}" for e in deb.entries if e.path in root or usrmerge(e.path) in root]
+        name = f"{deb.name}:{arch}" if multi else deb.name
+        entries.append(file_(f"var/lib/dpkg/info/{name}.list", "".join(f"{p}\n" for p in listed).encode()))
+    entries.append(file_("var/lib/dpkg/status", ("\n\n".join(stanzas) + "\n").encode()))
+    entries.append(file_("var/lib/dpkg/available", b""))
+    return entries
+
+
+# --- busybox, from its release tarball ---------------------------------------------------------
+# Upstream's e2e busybox image is docker.io/library/busybox (glibc variant): busybox built from the
+# release tarball with `make defconfig` and a few options (docker-library/busybox), linked against glibc,
+# with glibc's libraries and Debian's getconf beside it. Debian's own busybox packages cannot stand in:
+# Debian reverts upstream's commit 9c143ce5, so their ash drops environment variables whose names are not
+# shell identifiers ("data-1", which the ConfigMap env specs print with `sh -c env`); upstream keeps them.
+# Debian ships the release tarball unchanged as its orig tarball, so the source comes from Debian's
+# archive (apt-get source), checked against the release's SHA-256.
+
+BUSYBOX_VERSION = "1.37.0"
+BUSYBOX_SHA256 = "3311dff32e746499f4df0d5df04d7eb396382d7e108bb9250e7b519b837043a4"
+BUSYBOX_SUITE = "trixie"  # the Debian release whose busybox source package is 1.37.0
+# docker-library/busybox's changes to defconfig; the SHA hardware acceleration is off instead of patched
+# (1.37.0 uses SHA-NI without checking the CPU; upstream's image carries a patch for that).
+BUSYBOX_CONFIG: dict[str, str | None] = {
+    "CONFIG_AR": "y",
+    "CONFIG_FEATURE_AR_CREATE": "y",
+    "CONFIG_FEATURE_AR_LONG_FILENAMES": "y",
+    "CONFIG_LAST_SUPPORTED_WCHAR": "0",
+    "CONFIG_INOTIFYD": "y",
+    "CONFIG_FEATURE_SYNC_FANCY": None,
+    "CONFIG_SHA1_HWACCEL": None,
+    "CONFIG_SHA256_HWACCEL": None,
+}
+
+
+def busybox_config(defconfig: str, changes: dict[str, str | None]) -> str:
+    """A busybox .config with options set (value) or unset (None), as docker-library's sed does."""
+    lines = []
+    for line in defconfig.splitlines():
+        name = line.split("=", 1)[0] if line.startswith("CONFIG_") else line.removeprefix("# ").split(" ", 1)[0]
+        if name not in changes:
+            lines.append(line)
+    for name, value in changes.items():
+        lines.append(f"{name}={value}" if value is not None else f"# {name} is not set")
+    return "\n".join(lines) + "\n"
+
+
+def busybox_source(ctx: Context) -> Path:
+    """The busybox release tarball, from Debian's archive once, then from the cache."""
+    dest = ctx.cache / "src" / f"busybox-{BUSYBOX_VERSION}.tar.bz2"
+    if dest.is_file() and sha256(dest.read_bytes()) == f"sha256:{BUSYBOX_SHA256}":
+        return dest
+    apt = ctx.cache / "src" / "apt"  # a private apt state holding only the source index of that suite
+    (apt / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+    (apt / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+    sources = apt / "sources.list"
+    keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+    sources.write_text(f"deb-src [signed-by={keyring}] {DEBIAN_MIRROR} {BUSYBOX_SUITE} main\n")
+    opts = [*APT_OPTIONS, "-o", f"Dir::Etc::sourcelist={sources}", "-o", "Dir::Etc::sourceparts=-"]
+    opts += ["-o", f"Dir::State::lists={apt / 'lists'}", "-o", f"Dir::Cache={apt / 'cache'}"]
+    subprocess.run(["apt-get", "-qq", *opts, "update"], check=True)
+    with tempfile.TemporaryDirectory(dir=apt) as tmp:
+        subprocess.run(["apt-get", "-qq", *opts, "source", "--download-only", "busybox"], cwd=tmp, check=True)
+        orig = Path(tmp) / f"busybox_{BUSYBOX_VERSION}.orig.tar.bz2"
+        if not orig.is_file():
+            found = ", ".join(sorted(p.name for p in Path(tmp).iterdir()))
+            raise RuntimeError(f"Debian {BUSYBOX_SUITE}'s busybox source is not {BUSYBOX_VERSION} any more: {found}")
+        data = orig.read_bytes()
+    if sha256(data) != f"sha256:{BUSYBOX_SHA256}":
+        raise RuntimeError(f"busybox {BUSYBOX_VERSION} tarball from Debian does not match the release's SHA-256")
+    write_atomic(dest, data)
+    shutil.rmtree(apt, ignore_errors=True)  # the source index is not needed again
+    return dest
+
+
+def _toolchain_key() -> list[str]:
+    """What a compiled binary depends on besides its source: compiler and C library headers."""
+    gcc = subprocess.run(["gcc", "--version"], capture_output=True, text=True, check=True).stdout
+    libc = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "libc6-dev"], capture_output=True, text=True).stdout
+    return [gcc.splitlines()[0], libc]
+
+
+@functools.cache
+def _busybox_binary(cache: Path) -> Path:
+    ctx = Context(cache=cache)
+    source = busybox_source(ctx)
+    key = sha256(canonical_json([BUSYBOX_SHA256, BUSYBOX_CONFIG, _toolchain_key()]))[7:39]
+    cached = cache / "bin" / f"busybox-{BUSYBOX_VERSION}-{key}"
+    if cached.is_file():
+        return cached
+    print(f"building busybox {BUSYBOX_VERSION} from source ...", file=sys.stderr)
+    (cache / "build").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache / "build") as tmp, tarfile.open(source, "r:bz2") as tar:
+        top = tar.getmember(f"busybox-{BUSYBOX_VERSION}")
+        kwargs: dict[str, object] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(tmp, **kwargs)  # type: ignore[arg-type]
+        src = Path(tmp) / f"busybox-{BUSYBOX_VERSION}"
+        # The build date embedded in the binary: the tarball's, as docker-library does, for reproducibility.
+        env = {**os.environ, "SOURCE_DATE_EPOCH": str(int(top.mtime)), "LC_ALL": "C"}
+
+        def run(cmd: list[str], stdin: bytes = b"") -> None:
+            proc = subprocess.run(cmd, cwd=src, env=env, input=stdin, capture_output=True)
+            if proc.returncode != 0:
+                tail = proc.stderr.decode(errors="replace")[-4000:]
+                raise RuntimeError(f"busybox build: {' '.join(cmd)} failed:\n{tail}")
+
+        run(["make", "defconfig"])
+        (src / ".config").write_text(busybox_config((src / ".config").read_text(), BUSYBOX_CONFIG))
+        run(["make", "oldconfig"], b"\n" * 2000)
+        config = (src / ".config").read_text()
+        for name, value in BUSYBOX_CONFIG.items():
+            want = f"{name}={value}" if value is not None else f"# {name} is not set"
+            if want not in config.splitlines():
+                raise RuntimeError(f"busybox config: {want!r} did not stick")
+        run(["make", f"-j{os.cpu_count() or 1}", "busybox"])
+        write_atomic(cached, (src / "busybox").read_bytes())
+    cached.chmod(0o755)
+    return cached
+
+
+def busybox_binary(ctx: Context) -> Path:
+    """busybox built from the release tarball with upstream image's configuration (cached)."""
+    return _busybox_binary(ctx.cache)
+
+
+@functools.cache
+def busybox_applets(binary: Path) -> tuple[str, ...]:
+    """Applet install paths ("bin/sh", "usr/bin/wget", ...) of a busybox binary."""
+    out = subprocess.run([str(binary), "--list-full"], capture_output=True, text=True, check=True).stdout
+    # "linuxrc" (top level) is an initrd entry point, and bin/busybox is the binary itself.
+    return tuple(sorted({p for p in out.split() if "/" in p and p != "bin/busybox"}))
+
+
+def busybox_key(ctx: Context) -> str:
+    """The busybox binary's digest, for image keys."""
+    return f"busybox {sha256(busybox_binary(ctx).read_bytes())}"
+
+
+def ldd_names(text: str) -> set[str]:
+    """Library file names in `ldd` output (the vDSO, which has no file, left out)."""
+    names = set()
+    for line in text.splitlines():
+        parts = line.split()
+        if "=>" in parts and len(parts) > parts.index("=>") + 1 and parts[parts.index("=>") + 1].startswith("/"):
+            names.add(os.path.basename(parts[parts.index("=>") + 1]))
+        elif parts and parts[0].startswith("/"):
+            names.add(os.path.basename(parts[0]))
+    return names
+
+
+def library_closure(first: Iterable[bytes], libs: dict[str, Entry]) -> set[str]:
+    """The shared libraries (by file name) the given binaries need, transitively, among `libs`."""
+    needed: set[str] = set()
+    todo = list(first)
+    with tempfile.TemporaryDirectory() as tmp:
+        while todo:
+            exe = Path(tmp) / "x"
+            exe.write_bytes(todo.pop())
+            exe.chmod(0o755)
+            out = subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout
+            for name in sorted(ldd_names(out) - needed):
+                if name not in libs:
+                    raise RuntimeError(f"{name} is needed but not in libc6")
+                needed.add(name)
+                todo.append(libs[name].data)
+    return needed
+
+
+# --- users -----------------------------------------------------------------------------------
 
 PASSWD = """\
 root:x:0:0:root:/root:/bin/sh
@@ -377,46 +1016,107 @@ nogroup:x:65534:
 SHADOW = "".join(f"{line.split(':')[0]}:*:0:0:99999:7:::\n" for line in PASSWD.splitlines())
 NSSWITCH = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n"
 
+# The accounts of docker.io/library/busybox (buildroot's skeleton, which docker-library's build copies).
+BUILDROOT_PASSWD = """\
+root:x:0:0:root:/root:/bin/sh
+daemon:x:1:1:daemon:/usr/sbin:/bin/false
+bin:x:2:2:bin:/bin:/bin/false
+sys:x:3:3:sys:/dev:/bin/false
+sync:x:4:100:sync:/bin:/bin/sync
+mail:x:8:8:mail:/var/spool/mail:/bin/false
+www-data:x:33:33:www-data:/var/www:/bin/false
+operator:x:37:37:Operator:/var:/bin/false
+nobody:x:65534:65534:nobody:/home:/bin/false
+"""
+BUILDROOT_GROUP = "".join(
+    f"{name}:x:{gid}:{members}\n"
+    for name, gid, members in [
+        ("root", 0, ""), ("daemon", 1, ""), ("bin", 2, ""), ("sys", 3, ""), ("adm", 4, ""), ("tty", 5, ""),
+        ("disk", 6, ""), ("lp", 7, ""), ("mail", 8, ""), ("kmem", 9, ""), ("wheel", 10, "root"),
+        ("cdrom", 11, ""), ("dialout", 18, ""), ("floppy", 19, ""), ("video", 28, ""), ("audio", 29, ""),
+        ("tape", 32, ""), ("www-data", 33, ""), ("operator", 37, ""), ("utmp", 43, ""), ("plugdev", 46, ""),
+        ("staff", 50, ""), ("lock", 54, ""), ("netdev", 82, ""), ("users", 100, ""), ("nogroup", 65534, ""),
+    ]
+)  # fmt: skip
 
-def busybox_applets() -> list[str]:
-    """Applet paths ("bin/sh", "usr/bin/wget", ...) that this busybox binary provides."""
-    out = subprocess.run([str(BUSYBOX), "--list-full"], capture_output=True, text=True, check=True).stdout
-    # "linuxrc" (top level) is an initrd entry point, and bin/busybox is the binary itself.
-    return sorted({p for p in out.split() if "/" in p and p != "bin/busybox"})
+
+# --- busybox images --------------------------------------------------------------------------
 
 
-@functools.cache
-def busybox_package_version() -> str:
-    """Debian's version of the package that ships /bin/busybox, e.g. 1:1.35.0-4+deb12u1+b1."""
-    try:
-        return subprocess.run(
-            ["dpkg-query", "-W", "-f=${Version}", BUSYBOX_PKG], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+def glibc_for(binaries: Iterable[bytes], debs: dict[str, DebContents]) -> list[Entry]:
+    """glibc's libraries a binary needs, plus the NSS modules and libpthread, flat in /lib (lib64 -> lib),
+    as docker-library's glibc busybox image carries them."""
+    libs: dict[str, Entry] = {}
+    tree = {e.path: e for e in debs["libc6"].entries}
+    for path in sorted(tree):
+        if path.startswith(("lib/", "lib64/", "usr/lib/")) and ".so" in path:
+            target = resolve_link(tree, path)
+            if target is not None and target.kind == "file":
+                libs.setdefault(os.path.basename(path), target)
+    extra = {n for n in libs if fnmatch.fnmatchcase(n, "libnss*.so.*") or fnmatch.fnmatchcase(n, "libpthread*.so.*")}
+    needed = library_closure([*binaries, *(libs[n].data for n in sorted(extra))], libs) | extra
+    entries = [file_(f"lib/{n}", libs[n].data, libs[n].mode) for n in sorted(needed)]
+    return [*entries, symlink("lib64", "lib")]
 
 
-@functools.cache
-def busybox_version() -> str:
-    """The real busybox version, from its banner ("BusyBox v1.35.0 (...)"): the tag is only a name."""
-    head = subprocess.run([str(BUSYBOX)], capture_output=True, text=True).stdout.split("\n", 1)[0]
-    return head.split()[1].lstrip("v") if head.startswith("BusyBox v") else "unknown"
+def e2e_busybox_files(ctx: Context) -> list[Entry]:
+    """registry.k8s.io/e2e-test-images/busybox: upstream's Dockerfile is FROM busybox:<version> (the glibc
+    variant): every applet linked in /bin, Debian's getconf, glibc's libraries, buildroot's accounts."""
+    binary = busybox_binary(ctx)
+    debs = {d.name: d for d in debs_for(("libc6", "libc-bin", "tzdata"), ctx)}
+    libc_bin = {e.path: e for e in debs["libc-bin"].entries}
+    tz = {e.path: e for e in debs["tzdata"].entries}
+    getconf = libc_bin["usr/bin/getconf"].data
+    utc = resolve_link(tz, "usr/share/zoneinfo/UTC")
+    if utc is None:
+        raise RuntimeError("tzdata has no usr/share/zoneinfo/UTC")
+    entries = [file_("bin/busybox", binary.read_bytes(), 0o755), file_("bin/getconf", getconf, 0o755)]
+    entries += [symlink(f"bin/{os.path.basename(p)}", "busybox") for p in busybox_applets(binary)]
+    entries += glibc_for([binary.read_bytes(), getconf], debs)
+    nsswitch = libc_bin["usr/share/libc-bin/nsswitch.conf"].data
+    entries += [
+        file_("etc/passwd", BUILDROOT_PASSWD.encode()),
+        file_("etc/group", BUILDROOT_GROUP.encode()),
+        file_("etc/shadow", shadow_of(BUILDROOT_PASSWD, source_date_epoch() // 86400).encode(), 0o600),
+        file_("etc/nsswitch.conf", nsswitch),
+        file_("etc/localtime", utc.data),
+        symlink("usr/bin/env", "../../bin/env"),
+        dir_("dev"),
+        dir_("home"),
+        dir_("root", 0o700),
+        dir_("tmp", 0o1777),
+        dir_("usr/sbin", 0o755, uid=1, gid=1),
+        dir_("var/spool/mail", 0o755, uid=8, gid=8),
+        dir_("var/www", 0o755, uid=33, gid=33),
+    ]
+    return entries
+
+
+def e2e_busybox_key(ctx: Context) -> list[str]:
+    """The busybox binary and the glibc packages the image takes files from."""
+    return [busybox_key(ctx), *debs_key(("libc6", "libc-bin", "tzdata"), ctx)]
 
 
 def busybox_labels() -> dict[str, str]:
-    """Say what is really inside: Debian's busybox, whatever the tag claims."""
+    """Say what is really inside: busybox 1.37.0 from source, whatever the tag claims."""
     return {
         "org.opencontainers.image.title": "busybox",
-        "org.opencontainers.image.version": busybox_version(),
-        "org.opencontainers.image.description": "BusyBox from Debian's busybox-static, built by kopflet",
-        "io.kopflet.image.debian-package": f"{BUSYBOX_PKG}={busybox_package_version()}",
+        "org.opencontainers.image.version": BUSYBOX_VERSION,
+        "org.opencontainers.image.description": (
+            f"BusyBox {BUSYBOX_VERSION} built from its release tarball with docker-library's configuration "
+            "(glibc, dynamically linked), with Debian's glibc, by kopflet"
+        ),
     }
 
 
 def busybox_files(ctx: Context) -> list[Entry]:
-    """Debian's static busybox with a symlink per applet and a minimal /etc."""
-    entries = [file_("bin/busybox", BUSYBOX.read_bytes(), 0o755)]
-    entries += [symlink(p, "/bin/busybox") for p in busybox_applets()]
+    """docker.io/library/busybox:1.36 for kopflet's own tests: the busybox from source (with upstream's
+    env handling, unlike Debian's), a symlink per applet, glibc's libraries and a minimal /etc."""
+    binary = busybox_binary(ctx)
+    debs = {d.name: d for d in debs_for(("libc6",), ctx)}
+    entries = [file_("bin/busybox", binary.read_bytes(), 0o755)]
+    entries += [symlink(p, "/bin/busybox") for p in busybox_applets(binary)]
+    entries += glibc_for([binary.read_bytes()], debs)
     entries += [
         file_("etc/passwd", PASSWD.encode()),
         file_("etc/group", GROUP.encode()),
@@ -435,54 +1135,490 @@ def busybox_files(ctx: Context) -> list[Entry]:
     return entries
 
 
-IMAGES: list[Image] = [
-    Image(
-        repo="pause",  # registry.k8s.io/pause
-        tag=PAUSE_VERSION,
-        files=pause_files,
+def busybox_image_key(ctx: Context) -> list[str]:
+    """The busybox binary and glibc."""
+    return [busybox_key(ctx), *debs_key(("libc6",), ctx)]
+
+
+# --- Alpine-based upstream images, on Debian ---------------------------------------------------
+# Upstream builds agnhost, nginx and nonewprivs FROM alpine (busybox as the userland, apk packages for the
+# tools). Here: the same busybox as the userland, Debian's packages of the same tools, and the base
+# files Alpine's base carries (accounts, CA certificates, /etc/services).
+
+ALPINE_LIKE_BASE = ("libc6", "libc-bin", "base-files", "base-passwd", "netbase", "ca-certificates")
+
+
+Accounts = Callable[[str, str], tuple[str, str]]  # (passwd, group) -> (passwd, group) with the image's users
+
+
+def alpine_like(ctx: Context, packages: Iterable[str], *, accounts: Accounts | None = None) -> dict[str, Entry]:
+    """busybox's applets plus Debian packages; a package's command replaces the applet of that name (as an
+    apk package's file replaces busybox's link)."""
+    binary = busybox_binary(ctx)
+    names = (*ALPINE_LIKE_BASE, *packages)
+    debs = debs_for(names, ctx)
+    applets = [symlink(p, "/bin/busybox") for p in busybox_applets(binary)]
+    root = merge([file_("bin/busybox", binary.read_bytes(), 0o755), *applets], unpack(debs).values())
+    installed = {d.name for d in debs}
+    passwd, group = None, None
+    if accounts is not None:
+        tree = {e.path: e for d in debs if d.name == "base-passwd" for e in d.entries}
+        passwd, group = accounts(
+            tree["usr/share/base-passwd/passwd.master"].data.decode(),
+            tree["usr/share/base-passwd/group.master"].data.decode(),
+        )
+    configure(root, installed, passwd=passwd, group=group)
+    drop_shadowed_applets(root)
+    for d in (dir_("dev"), dir_("proc"), dir_("sys"), dir_("run"), dir_("tmp", 0o1777)):
+        root.setdefault(d.path, d)
+    return root
+
+
+def drop_shadowed_applets(root: dict[str, Entry]) -> None:
+    """Remove busybox's links for commands a package provides anywhere on PATH (its file or alternative),
+    so the package's command is the one found whatever the PATH order."""
+    applets = {p for p, e in root.items() if e.kind == "symlink" and e.target == "/bin/busybox"}
+    tools = {
+        os.path.basename(p)
+        for p, e in root.items()
+        if os.path.dirname(p) in PATH_DIRS and e.kind != "dir" and p not in applets and p != "bin/busybox"
+    }
+    for p in applets:
+        if os.path.basename(p) in tools:
+            del root[p]
+
+
+def alpine_like_key(ctx: Context, packages: Iterable[str]) -> list[str]:
+    """busybox and the package closure."""
+    return [busybox_key(ctx), *debs_key((*ALPINE_LIKE_BASE, *packages), ctx)]
+
+
+def file_key(*paths: Path) -> list[str]:
+    """Digests of input files."""
+    return [f"{p.name} {sha256(p.read_bytes())}" for p in paths]
+
+
+# agnhost's Dockerfile: `apk add bind-tools curl netcat-openbsd iproute2 iperf bash util-linux-misc socat`.
+AGNHOST_PACKAGES = ("bind9-dnsutils", "curl", "netcat-openbsd", "iproute2", "iperf", "bash", "util-linux", "socat")
+AGNHOST_PORTS = ("80/tcp", "8080/tcp", "8081/tcp", "9376/tcp", "5000/tcp")
+
+
+def agnhost_accounts(passwd: str, group: str) -> tuple[str, str]:
+    """`adduser -u 1000 -D user-defined-in-image && addgroup -g 50000 group-defined-in-image &&
+    addgroup user-defined-in-image group-defined-in-image` (the SupplementalGroupsPolicy specs read them)."""
+    return add_account(
+        passwd,
+        group,
+        "user-defined-in-image",
+        1000,
+        1000,
+        home="/home/user-defined-in-image",
+        gecos="Linux User,,,",
+        member_of=[("group-defined-in-image", 50000)],
+    )
+
+
+@dataclass(frozen=True)
+class E2EAssets:
+    """What build-binaries.sh leaves for the e2e images: binaries and files from the pinned module."""
+
+    bin_dir: Path
+
+    @property
+    def agnhost(self) -> Path:
+        return self.bin_dir / "agnhost"
+
+    @property
+    def agnhost_version(self) -> str:
+        return (self.bin_dir / "agnhost.version").read_text().strip()
+
+    @property
+    def nnp(self) -> Path:
+        return self.bin_dir / "nnp"
+
+    def file(self, *parts: str) -> Path:
+        """A file of the module's test/images directory, as copied by build-binaries.sh."""
+        return self.bin_dir.joinpath("e2e-images", *parts)
+
+
+def agnhost_root(ctx: Context, assets: E2EAssets) -> dict[str, Entry]:
+    """agnhost's image contents: the tools, /agnhost and its second copy /agnhost-2, the porter
+    certificate, /uploads and the users; upstream's fake registry content and /coredns are not here."""
+    root = alpine_like(ctx, AGNHOST_PACKAGES, accounts=agnhost_accounts)
+    for e in (
+        symlink("usr/local/bin/iperf", "/usr/bin/iperf"),
+        dir_("uploads"),
+        dir_("home/user-defined-in-image", 0o755, uid=1000, gid=1000),
+        file_("localhost.crt", assets.file("agnhost", "porter", "localhost.crt").read_bytes()),
+        file_("localhost.key", assets.file("agnhost", "porter", "localhost.key").read_bytes()),
+        file_("agnhost", assets.agnhost.read_bytes(), 0o755),
+        symlink("agnhost-2", "agnhost"),
+    ):
+        root[e.path] = e
+    return root
+
+
+def agnhost_key(ctx: Context, assets: E2EAssets) -> list[str]:
+    """Packages, busybox, the agnhost binary and the porter certificate."""
+    porter = [assets.file("agnhost", "porter", n) for n in ("localhost.crt", "localhost.key")]
+    return [*alpine_like_key(ctx, AGNHOST_PACKAGES), *file_key(assets.agnhost, *porter)]
+
+
+def agnhost_config(cmd: list[str]) -> dict[str, object]:
+    """ENTRYPOINT ["/agnhost"], the given CMD, EXPOSE 80 8080 8081 9376 5000."""
+    return {
+        "Entrypoint": ["/agnhost"],
+        "Cmd": cmd,
+        "Env": [f"PATH={DEFAULT_PATH}"],
+        "WorkingDir": "/",
+        "ExposedPorts": {p: {} for p in AGNHOST_PORTS},
+    }
+
+
+def agnhost_image(bin_dir: Path, tag: str | None = None) -> Image:
+    """registry.k8s.io/e2e-test-images/agnhost: the agnhost binary built from the pinned Kubernetes module
+    by build-binaries.sh (tagged with the version upstream publishes for that source) on the Alpine-like
+    base with the tools upstream's Dockerfile installs. `tag` names another tag for the same build."""
+    assets = E2EAssets(bin_dir)
+    version = assets.agnhost_version
+    source = f"agnhost {version} from k8s.io/kubernetes"
+    # AgnhostPrev (2.55) was built upstream from a commit between releases, which the module proxy serves
+    # under no version: that tag carries this build, and its labels say so.
+    note = "" if tag in (None, version) else f"; tagged {tag}, whose own source is in no module release"
+    return Image(
+        repo="e2e-test-images/agnhost",  # registry.k8s.io/e2e-test-images/agnhost
+        tag=tag or version,
+        files=lambda ctx: list(agnhost_root(ctx, assets).values()),
+        config=agnhost_config(["pause"]),
+        labels=lambda: {
+            "org.opencontainers.image.title": "agnhost",
+            "org.opencontainers.image.version": version,
+            "org.opencontainers.image.description": (
+                f"{source}{note}, with Debian's {', '.join(AGNHOST_PACKAGES)} and busybox "
+                f"{BUSYBOX_VERSION}, by kopflet"
+            ),
+        },
+        key=lambda ctx: agnhost_key(ctx, assets),
+    )
+
+
+def picture_image(bin_dir: Path, name: str, tag: str) -> Image:
+    """kitten and nautilus: upstream's Dockerfile is FROM agnhost, COPY html/<name>.jpg and html/data.json
+    (into /), CMD ["test-webserver"]."""
+    assets = E2EAssets(bin_dir)
+    pictures = [assets.file(name, "html", f"{name}.jpg"), assets.file(name, "html", "data.json")]
+
+    def files(ctx: Context) -> list[Entry]:
+        root = agnhost_root(ctx, assets)
+        for p in pictures:
+            root[p.name] = file_(p.name, p.read_bytes())
+        return list(root.values())
+
+    return Image(
+        repo=f"e2e-test-images/{name}",
+        tag=tag,
+        files=files,
+        config=agnhost_config(["test-webserver"]),
+        labels=lambda: {
+            "org.opencontainers.image.title": name,
+            "org.opencontainers.image.version": tag,
+            "org.opencontainers.image.description": (
+                f"{name}.jpg and data.json from k8s.io/kubernetes test/images/{name} on the agnhost "
+                f"{assets.agnhost_version} image, by kopflet"
+            ),
+        },
+        key=lambda ctx: [*agnhost_key(ctx, assets), *file_key(*pictures)],
+    )
+
+
+def nonewprivs_image(bin_dir: Path) -> Image:
+    """nonewprivs: FROM alpine, nnp (built from the module's test/images/nonewprivs) setuid and setgid
+    (`chmod +s`), CMD ["nnp"]."""
+    assets = E2EAssets(bin_dir)
+
+    def files(ctx: Context) -> list[Entry]:
+        root = alpine_like(ctx, ())
+        root["usr/local/bin/nnp"] = file_("usr/local/bin/nnp", assets.nnp.read_bytes(), 0o6755)
+        return list(root.values())
+
+    return Image(
+        repo="e2e-test-images/nonewprivs",
+        tag="1.4",
+        files=files,
+        config={"Cmd": ["nnp"], "Env": [f"PATH={DEFAULT_PATH}"], "WorkingDir": "/"},
+        labels=lambda: {
+            "org.opencontainers.image.title": "nonewprivs",
+            "org.opencontainers.image.version": "1.4",
+            "org.opencontainers.image.description": (
+                f"nnp from k8s.io/kubernetes test/images/nonewprivs on busybox {BUSYBOX_VERSION} and "
+                "Debian's glibc, by kopflet"
+            ),
+        },
+        key=lambda ctx: [*alpine_like_key(ctx, ()), *file_key(assets.nnp)],
+    )
+
+
+# nginx:<version>-alpine, which upstream's nginx images are: nginx (with curl, tzdata and envsubst),
+# its configuration serving /usr/share/nginx/html on port 80, logs to the container's stdout and stderr,
+# user nginx (101), an entrypoint that prepares the configuration and runs nginx in the foreground.
+NGINX_PACKAGES = ("nginx", "curl", "gettext-base", "tzdata")
+NGINX_CONF = """\
+user  nginx;
+worker_processes  auto;
+
+error_log  /var/log/nginx/error.log notice;
+pid        /run/nginx.pid;
+
+
+events {
+    worker_connections  1024;
+}
+
+
+http {
+    include       /etc/nginx/mime.types;
+    default_type  application/octet-stream;
+
+    log_format  main  '$remote_addr - $remote_user [$time_local] "$request" '
+                      '$status $body_bytes_sent "$http_referer" '
+                      '"$http_user_agent" "$http_x_forwarded_for"';
+
+    access_log  /var/log/nginx/access.log  main;
+
+    sendfile        on;
+
+    keepalive_timeout  65;
+
+    include /etc/nginx/conf.d/*.conf;
+}
+"""
+NGINX_DEFAULT_SITE = """\
+server {
+    listen       80;
+    server_name  localhost;
+
+    location / {
+        root   /usr/share/nginx/html;
+        index  index.html index.htm;
+    }
+
+    error_page   500 502 503 504  /50x.html;
+    location = /50x.html {
+        root   /usr/share/nginx/html;
+    }
+}
+"""
+NGINX_50X = """\
+<!DOCTYPE html>
+<html>
+<head>
+<title>Error</title>
+</head>
+<body>
+<h1>An error occurred.</h1>
+<p>Sorry, the page you are looking for is currently unavailable.<br/>
+Please try again later.</p>
+</body>
+</html>
+"""
+# The official image's entrypoint runs its /docker-entrypoint.d scripts before nginx; the one that changes
+# a default setup adds an IPv6 listener when the container has IPv6. This does that, then runs the command.
+NGINX_ENTRYPOINT = """\
+#!/bin/sh
+# Entrypoint of kopflet's build of the e2e nginx image (the official nginx image's semantics).
+set -e
+if [ "$1" = nginx ] || [ "$1" = nginx-debug ]; then
+    conf=/etc/nginx/conf.d/default.conf
+    if [ -f /proc/net/if_inet6 ] && [ -w "$conf" ] && ! grep -q 'listen  \\[::\\]:80;' "$conf"; then
+        sed -i 's/^    listen       80;$/&\\n    listen  [::]:80;/' "$conf"
+        echo "$0: enabled listen on IPv6 in $conf"
+    fi
+    echo "$0: Configuration complete; ready for start up"
+fi
+exec "$@"
+"""
+
+
+def nginx_accounts(passwd: str, group: str) -> tuple[str, str]:
+    """`addgroup -g 101 -S nginx && adduser -S -D -H -u 101 -h /var/cache/nginx -s /sbin/nologin -G nginx
+    -g nginx nginx`."""
+    return add_account(passwd, group, "nginx", 101, 101, home="/var/cache/nginx", shell="/sbin/nologin", gecos="nginx")
+
+
+def nginx_image(tag: str, upstream: str) -> Image:
+    """registry.k8s.io/e2e-test-images/nginx (upstream: FROM nginx:<upstream>-alpine), with Debian's nginx."""
+
+    def files(ctx: Context) -> list[Entry]:
+        root = alpine_like(ctx, NGINX_PACKAGES, accounts=nginx_accounts)
+        for e in (
+            file_("etc/nginx/nginx.conf", NGINX_CONF.encode()),
+            file_("etc/nginx/conf.d/default.conf", NGINX_DEFAULT_SITE.encode()),
+            file_("usr/share/nginx/html/50x.html", NGINX_50X.encode()),
+            file_("docker-entrypoint.sh", NGINX_ENTRYPOINT.encode(), 0o755),
+            dir_("docker-entrypoint.d"),
+            dir_("var/cache/nginx"),
+            symlink("var/log/nginx/access.log", "/dev/stdout"),
+            symlink("var/log/nginx/error.log", "/dev/stderr"),
+        ):
+            root[e.path] = e
+        root.pop("etc/nginx/sites-enabled/default", None)
+        return list(root.values())
+
+    return Image(
+        repo="e2e-test-images/nginx",
+        tag=tag,
+        files=files,
         config={
-            "Entrypoint": ["/pause"],
-            "User": "65535:65535",
+            "Entrypoint": ["/docker-entrypoint.sh"],
+            "Cmd": ["nginx", "-g", "daemon off;"],
             "Env": [f"PATH={DEFAULT_PATH}"],
             "WorkingDir": "/",
+            "ExposedPorts": {"80/tcp": {}},
+            "StopSignal": "SIGQUIT",
         },
         labels=lambda: {
-            "org.opencontainers.image.title": "pause",
-            "org.opencontainers.image.version": PAUSE_VERSION,
+            "org.opencontainers.image.title": "nginx",
+            "org.opencontainers.image.version": tag,
+            "org.opencontainers.image.description": (
+                f"Debian's nginx (upstream's image is nginx:{upstream}-alpine) with the official image's "
+                f"configuration, on busybox {BUSYBOX_VERSION}, by kopflet"
+            ),
         },
-    ),
+        key=lambda ctx: alpine_like_key(ctx, NGINX_PACKAGES),
+    )
+
+
+# --- Debian-based upstream images --------------------------------------------------------------
+# glibc-dns-testing is FROM debian:bookworm-slim (+ dnsutils); nonroot is FROM debian-base (Kubernetes'
+# build-image: bookworm-slim without bash, e2fsprogs, ncurses and tzdata, documentation removed, no-op
+# init stubs). debian:bookworm-slim is what debootstrap's minbase variant installs (the packages of
+# Priority required, and apt), slimmed; here the same packages, unpacked on merged /usr, configured as
+# their maintainer scripts would, with dpkg's database.
+
+DEBIAN_BASE_REMOVED = ("bash", "e2fsprogs", "libss2", "libcom-err2", "libext2fs2", "logsave", "ncurses-base",
+                       "ncurses-bin", "tzdata")  # fmt: skip
+DEBIAN_BASE_EXCLUDE = (*SLIM_EXCLUDE, "usr/share/doc/*", "usr/share/bash-completion/*", "etc/systemd/*",
+                       "lib/lsb/*", "lib/udev/*", "usr/lib/*/gconv/IBM*", "usr/lib/*/gconv/EBC*")  # fmt: skip
+
+
+def debian_slim_packages(ctx: Context, extra: Iterable[str] = (), removed: Iterable[str] = ()) -> list[str]:
+    """minbase's package set (required + apt) with `extra`, without `removed` and what only they need."""
+    # usr-is-merged: debootstrap merges /usr itself, so init-system-helpers' "usrmerge | usr-is-merged" is
+    # satisfied by the marker package, not by usrmerge (and perl).
+    wanted = {*required_packages(ctx), "apt", "usr-is-merged", *extra} - set(removed)
+    names = [d.name for d in resolve_debs(wanted, ctx)]
+    return sorted(set(names) - set(removed))
+
+
+def debian_root(ctx: Context, packages: list[str], *, keep: Callable[[str], bool] = slim) -> dict[str, Entry]:
+    """The packages unpacked on merged /usr and configured, with dpkg's database."""
+    debs = [d for d in debs_for(packages, ctx) if d.name in packages]
+    root = unpack(debs, merged_usr=True, keep=keep)
+    for top in ("bin", "sbin", "lib", "lib64"):
+        root[top] = symlink(top, f"usr/{top}")
+    configure(root, {d.name for d in debs})
+    for e in dpkg_database(debs, root, dpkg_architecture()):
+        root[e.path] = e
+    return root
+
+
+def debian_key(ctx: Context, packages: list[str]) -> list[str]:
+    """The package files and hashes."""
+    return [d for d in debs_key(packages, ctx) if d.split("_", 1)[0] in packages]
+
+
+def glibc_dns_testing_image() -> Image:
+    """glibc-dns-testing: FROM debian:bookworm-slim, apt-get install dnsutils (CMD bash, the base's)."""
+    tag = "2.1.1"
+
+    def files(ctx: Context) -> list[Entry]:
+        return list(debian_root(ctx, debian_slim_packages(ctx, ["dnsutils"])).values())
+
+    return Image(
+        repo="e2e-test-images/glibc-dns-testing",
+        tag=tag,
+        files=files,
+        config={"Cmd": ["bash"], "Env": [f"PATH={DEFAULT_PATH}"], "WorkingDir": "/"},
+        labels=lambda: {
+            "org.opencontainers.image.title": "glibc-dns-testing",
+            "org.opencontainers.image.version": tag,
+            "org.opencontainers.image.description": "Debian bookworm (slim) with dnsutils, by kopflet",
+        },
+        key=lambda ctx: debian_key(ctx, debian_slim_packages(ctx, ["dnsutils"])),
+    )
+
+
+def nonroot_image() -> Image:
+    """nonroot: FROM debian-base, USER 1234 (the runAsNonRoot specs check the image's user)."""
+    tag = "1.5"
+
+    def packages(ctx: Context) -> list[str]:
+        return debian_slim_packages(ctx, removed=DEBIAN_BASE_REMOVED)
+
+    def files(ctx: Context) -> list[Entry]:
+        root = debian_root(ctx, packages(ctx), keep=lambda p: slim(p, DEBIAN_BASE_EXCLUDE, ()))
+        noop = [file_("usr/local/bin/noop", b"", 0o555)]
+        noop += [symlink(f"usr/local/bin/{n}", "noop") for n in ("runlevel", "invoke-rc.d", "update-rc.d")]
+        noop += [symlink(f"usr/sbin/{n}", f"/usr/bin/{n}") for n in ("dpkg-split", "dpkg-deb", "tar", "rm")]
+        noop += [dir_(f"usr/share/man/man{i}") for i in range(1, 9)]
+        return list(merge(root.values(), noop).values())
+
+    return Image(
+        repo="e2e-test-images/nonroot",
+        tag=tag,
+        files=files,
+        config={"Cmd": ["/bin/sh"], "User": "1234", "Env": [f"PATH={DEFAULT_PATH}"], "WorkingDir": "/"},
+        labels=lambda: {
+            "org.opencontainers.image.title": "nonroot",
+            "org.opencontainers.image.version": tag,
+            "org.opencontainers.image.description": "Kubernetes' debian-base (bookworm) as user 1234, by kopflet",
+        },
+        key=lambda ctx: debian_key(ctx, packages(ctx)),
+    )
+
+
+# --- the image table -------------------------------------------------------------------------
+
+E2E_REGISTRY_IMAGES = "e2e-test-images"  # registry.k8s.io/e2e-test-images/...
+
+IMAGES: list[Image] = [
+    pause_image(PAUSE_VERSION),
+    pause_image(E2E_PAUSE_VERSION),
     Image(
         repo="library/busybox",  # docker.io/library/busybox
         tag="1.36",
         files=busybox_files,
         config={"Cmd": ["sh"], "Env": [f"PATH={DEFAULT_PATH}"], "WorkingDir": "/"},
         labels=busybox_labels,
+        key=busybox_image_key,
     ),
+    Image(
+        repo="e2e-test-images/busybox",  # imageutils.BusyBox
+        tag="1.37.0-2",
+        files=e2e_busybox_files,
+        config={"Cmd": ["sh"], "Env": [f"PATH={DEFAULT_PATH}"]},
+        labels=busybox_labels,
+        key=e2e_busybox_key,
+    ),
+    nginx_image("1.27.0-2", "1.27"),  # imageutils.Nginx
+    nginx_image("1.28.0-2", "1.28"),  # imageutils.NginxNew
+    glibc_dns_testing_image(),
+    nonroot_image(),
 ]
 
 
-def agnhost_image(bin_dir: Path) -> Image:
-    """Upstream's e2e test image: the agnhost binary built from the pinned Kubernetes module.
+AGNHOST_PREV = "2.55"  # imageutils.AgnhostPrev
 
-    build-binaries.sh builds it and records the tag upstream publishes for that source; busybox
-    provides the shell and tools the upstream image (Alpine based) has.
-    """
-    binary, version = bin_dir / "agnhost", (bin_dir / "agnhost.version").read_text().strip()
 
-    def files(ctx: Context) -> list[Entry]:
-        return [*busybox_files(ctx), file_("agnhost", binary.read_bytes(), 0o755)]
-
-    return Image(
-        repo="e2e-test-images/agnhost",  # registry.k8s.io/e2e-test-images/agnhost
-        tag=version,
-        files=files,
-        config={"Entrypoint": ["/agnhost"], "Cmd": ["pause"], "Env": [f"PATH={DEFAULT_PATH}"], "WorkingDir": "/"},
-        labels=lambda: {
-            "org.opencontainers.image.title": "agnhost",
-            "org.opencontainers.image.version": version,
-            "org.opencontainers.image.description": "agnhost from k8s.io/kubernetes, with Debian's busybox, by kopflet",
-        },
-    )
+def e2e_images(bin_dir: Path) -> list[Image]:
+    """The images made from build-binaries.sh's output (agnhost, nnp, the module's test/images files)."""
+    return [
+        agnhost_image(bin_dir),
+        agnhost_image(bin_dir, AGNHOST_PREV),
+        picture_image(bin_dir, "kitten", "1.8"),
+        picture_image(bin_dir, "nautilus", "1.8"),
+        nonewprivs_image(bin_dir),
+    ]
 
 
 # --- registry --------------------------------------------------------------------------------
@@ -553,12 +1689,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help=f"layout cache (default {DEFAULT_CACHE})"
     )
-    ap.add_argument("--bin-dir", type=Path, help="where build-binaries.sh put agnhost (adds the agnhost image)")
+    ap.add_argument(
+        "--bin-dir", type=Path, help="where build-binaries.sh put agnhost and nnp (adds the images made of them)"
+    )
     ap.add_argument("--no-push", action="store_true", help="only build the OCI layouts")
     ap.add_argument("--list", action="store_true", help="list the known images and exit")
     ap.add_argument("images", nargs="*", metavar="IMAGE", help="e.g. pause, busybox, library/busybox:1.36")
     args = ap.parse_args(argv)
-    images = [*IMAGES, agnhost_image(args.bin_dir)] if args.bin_dir else IMAGES
+    images = [*IMAGES, *e2e_images(args.bin_dir)] if args.bin_dir else IMAGES
     if args.list:
         print("\n".join(i.ref for i in images))
         return 0

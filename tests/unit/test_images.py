@@ -205,43 +205,557 @@ def test_rebuild_removes_stale_blobs(tmp_path):
 # --- the image table -------------------------------------------------------------------------
 
 
-def test_image_table():
+E2E_REFS = {
+    "e2e-test-images/agnhost:2.66.1",
+    "e2e-test-images/agnhost:2.55",
+    "e2e-test-images/kitten:1.8",
+    "e2e-test-images/nautilus:1.8",
+    "e2e-test-images/nonewprivs:1.4",
+}
+CONFIG_KEYS = {"Cmd", "Entrypoint", "User", "Env", "WorkingDir", "ExposedPorts", "StopSignal"}
+
+
+def e2e_bin_dir(tmp_path):
+    """What build-binaries.sh leaves: agnhost, nnp, agnhost.version and e2e-images/ (fakes)."""
+    d = tmp_path / "bin"
+    (d / "e2e-images" / "agnhost" / "porter").mkdir(parents=True)
+    (d / "agnhost").write_bytes(b"agnhost binary")
+    (d / "agnhost.version").write_text("2.66.1\n")
+    (d / "nnp").write_bytes(b"nnp binary")
+    for name in ("localhost.crt", "localhost.key"):
+        (d / "e2e-images" / "agnhost" / "porter" / name).write_bytes(name.encode())
+    for pic in ("kitten", "nautilus"):
+        (d / "e2e-images" / pic / "html").mkdir(parents=True)
+        (d / "e2e-images" / pic / "html" / f"{pic}.jpg").write_bytes(f"{pic} picture".encode())
+        (d / "e2e-images" / pic / "html" / "data.json").write_text(f'{{"image": "{pic}.jpg"}}\n')
+    return d
+
+
+def test_image_table(tmp_path):
     refs = {i.ref: i for i in b.IMAGES}
-    assert set(refs) >= {"pause:3.10.1", "library/busybox:1.36"}
-    pause = refs["pause:3.10.1"]
-    assert pause.config["Entrypoint"] == ["/pause"] and pause.config["User"] == "65535:65535"
+    assert set(refs) == {
+        "pause:3.10.1",
+        "pause:3.10.2",
+        "library/busybox:1.36",
+        "e2e-test-images/busybox:1.37.0-2",
+        "e2e-test-images/nginx:1.27.0-2",
+        "e2e-test-images/nginx:1.28.0-2",
+        "e2e-test-images/glibc-dns-testing:2.1.1",
+        "e2e-test-images/nonroot:1.5",
+    }
+    for tag in ("3.10.1", "3.10.2"):
+        pause = refs[f"pause:{tag}"]
+        assert pause.config["Entrypoint"] == ["/pause"] and pause.config["User"] == "65535:65535"
+        assert pause.labels()["org.opencontainers.image.version"] == tag
     assert refs["library/busybox:1.36"].config["Cmd"] == ["sh"]
-    for image in b.IMAGES:
-        assert set(image.config) <= {"Cmd", "Entrypoint", "User", "Env", "WorkingDir", "ExposedPorts"}
+    assert refs["e2e-test-images/busybox:1.37.0-2"].config["Cmd"] == ["sh"]
+    assert refs["e2e-test-images/nonroot:1.5"].config["User"] == "1234"
+    assert refs["e2e-test-images/glibc-dns-testing:2.1.1"].config["Cmd"] == ["bash"]
+    for tag in ("1.27.0-2", "1.28.0-2"):
+        nginx = refs[f"e2e-test-images/nginx:{tag}"].config
+        assert nginx["Entrypoint"] == ["/docker-entrypoint.sh"] and nginx["Cmd"] == ["nginx", "-g", "daemon off;"]
+        assert nginx["ExposedPorts"] == {"80/tcp": {}} and nginx["StopSignal"] == "SIGQUIT"
+
+    e2e = {i.ref: i for i in b.e2e_images(e2e_bin_dir(tmp_path))}
+    assert set(e2e) == E2E_REFS
+    ports = {"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}
+    for ref in ("e2e-test-images/agnhost:2.66.1", "e2e-test-images/agnhost:2.55"):
+        config = e2e[ref].config
+        assert config["Entrypoint"] == ["/agnhost"] and config["Cmd"] == ["pause"] and config["ExposedPorts"] == ports
+        # the real version, whatever the tag
+        assert e2e[ref].labels()["org.opencontainers.image.version"] == "2.66.1"
+    assert "tagged 2.55" in e2e["e2e-test-images/agnhost:2.55"].labels()["org.opencontainers.image.description"]
+    assert "tagged" not in e2e["e2e-test-images/agnhost:2.66.1"].labels()["org.opencontainers.image.description"]
+    for pic in ("kitten", "nautilus"):
+        config = e2e[f"e2e-test-images/{pic}:1.8"].config
+        assert config["Entrypoint"] == ["/agnhost"] and config["Cmd"] == ["test-webserver"]
+    assert e2e["e2e-test-images/nonewprivs:1.4"].config["Cmd"] == ["nnp"]
+    for image in [*b.IMAGES, *e2e.values()]:
+        assert set(image.config) <= CONFIG_KEYS, image.ref
+        assert "PATH=" + b.DEFAULT_PATH in image.config["Env"]
+        # everything built from packages or big binaries declares what it is made of
+        assert (image.key is None) == image.repo.startswith("pause"), image.ref
+
+
+def _manifest_go():
+    """test/utils/image/manifest.go of the pinned Kubernetes module, when it is in the Go module cache."""
+    versions = dict(
+        line.split("=", 1) for line in (ROOT / "devstack" / "versions.env").read_text().splitlines() if "=" in line
+    )
+    if shutil.which("go") is None:
+        return None
+    modcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True).stdout.strip()
+    path = Path(modcache) / f"k8s.io/kubernetes@{versions['KUBERNETES_VERSION']}" / "test/utils/image/manifest.go"
+    return path.read_text() if path.is_file() else None
+
+
+@pytest.mark.skipif(_manifest_go() is None, reason="the pinned k8s.io/kubernetes module is not in the Go module cache")
+def test_the_table_has_every_image_the_node_specs_name(tmp_path):
+    """Each image the node conformance specs use, under the name and tag upstream's manifest gives it."""
+    import re
+
+    configs = {
+        m[0]: (m[1], m[2], m[3])
+        for m in re.findall(r'configs\[(\w+)\] = Config\{list\.(\w+), "([^"]+)", "([^"]+)"\}', _manifest_go())
+    }
+    used = ("AgnhostPrev", "Agnhost", "BusyBox", "GlibcDnsTesting", "Kitten", "Nautilus", "Nginx", "NginxNew",
+            "Nonewprivs", "NonRoot", "Pause")  # fmt: skip
+    prefixes = {"PromoterE2eRegistry": "e2e-test-images/", "GcRegistry": ""}
+    ours = {i.ref for i in [*b.IMAGES, *b.e2e_images(e2e_bin_dir(tmp_path))]}
+    for image_id in used:
+        registry, name, tag = configs[image_id]
+        assert f"{prefixes[registry]}{name}:{tag}" in ours, image_id
 
 
 def test_select_by_alias():
-    assert [i.ref for i in b.select(["busybox"])] == ["library/busybox:1.36"]
-    assert [i.ref for i in b.select(["library/busybox:1.36", "pause", "busybox"])] == [
+    assert [i.ref for i in b.select(["library/busybox"])] == ["library/busybox:1.36"]
+    # a short name selects every image of that name
+    assert [i.ref for i in b.select(["busybox"])] == ["library/busybox:1.36", "e2e-test-images/busybox:1.37.0-2"]
+    assert [i.ref for i in b.select(["library/busybox:1.36", "pause:3.10.1", "busybox:1.36"])] == [
         "library/busybox:1.36",
         "pause:3.10.1",
     ]
+    assert [i.ref for i in b.select(["pause"])] == ["pause:3.10.1", "pause:3.10.2"]
     assert b.select([]) == b.IMAGES
     with pytest.raises(SystemExit):
         b.select(["nope"])
 
 
-@pytest.mark.skipif(not b.BUSYBOX.is_file(), reason="busybox-static is not installed")
-def test_busybox_files():
-    entries = {e.path: e for e in b.busybox_files(b.Context(cache=Path("/nonexistent")))}
+# --- reusing a layout built from the same inputs ---------------------------------------------
+
+
+def test_unchanged_inputs_reuse_the_layout_and_changed_ones_rebuild(tmp_path):
+    calls = []
+    key = ["packages v1"]
+
+    def files(ctx):
+        calls.append(ctx.cache)
+        return fake_files(ctx)
+
+    image = b.Image(repo="test/keyed", tag="1", files=files, config=dict(FAKE.config), key=lambda ctx: list(key))
+    out = tmp_path / "l"
+    first = b.build(image, out, platform_=PLATFORM, epoch=0)
+    again = b.build(image, out, platform_=PLATFORM, epoch=0)
+    assert len(calls) == 1 and again == first
+
+    key[0] = "packages v2"
+    b.build(image, out, platform_=PLATFORM, epoch=0)
+    assert len(calls) == 2
+    b.build(image, out, platform_=PLATFORM, epoch=1)  # everything the layout follows from counts
+    assert len(calls) == 3
+    b.build(image, out, platform_=PLATFORM, epoch=0)
+    assert len(calls) == 4
+
+    # a damaged layout is never reused
+    layer = out / "blobs" / "sha256" / first.layer_digests[0].removeprefix("sha256:")
+    layer.write_bytes(layer.read_bytes()[:-1])
+    rebuilt = b.build(image, out, platform_=PLATFORM, epoch=0)
+    assert len(calls) == 5 and rebuilt.manifest_digest == first.manifest_digest
+    (out / "index.json").write_text("{}")
+    b.build(image, out, platform_=PLATFORM, epoch=0)
+    assert len(calls) == 6
+
+
+def test_images_without_a_key_are_always_assembled(tmp_path):
+    calls = []
+
+    def files(ctx):
+        calls.append(1)
+        return fake_files(ctx)
+
+    image = b.Image(repo="test/unkeyed", tag="1", files=files, config=dict(FAKE.config))
+    b.build(image, tmp_path / "l", platform_=PLATFORM, epoch=0)
+    b.build(image, tmp_path / "l", platform_=PLATFORM, epoch=0)
+    assert len(calls) == 2 and not (tmp_path / "l" / b.INPUTS_FILE).exists()
+
+
+# --- Debian packages -------------------------------------------------------------------------
+
+PRINT_URIS = """\
+Reading package lists...
+Building dependency tree...
+The following NEW packages will be installed:
+  curl libc6
+'http://deb.debian.org/debian/pool/main/c/curl/curl_7.88.1-10%2bdeb12u15_amd64.deb' curl_7.88.1-10+deb12u15_amd64.deb 315312 SHA256:aa11
+'http://deb.debian.org/debian/pool/main/b/bind9/bind9-host_1%3a9.18.49-1~deb12u3_amd64.deb' bind9-host_1%3a9.18.49-1~deb12u3_amd64.deb 1234 SHA256:bb22
+"""  # noqa: E501
+
+
+def test_parse_print_uris():
+    debs = b.parse_print_uris(PRINT_URIS)
+    assert debs == [
+        b.Deb("bind9-host", "1:9.18.49-1~deb12u3", "bind9-host_1%3a9.18.49-1~deb12u3_amd64.deb", 1234, "SHA256:bb22"),
+        b.Deb("curl", "7.88.1-10+deb12u15", "curl_7.88.1-10+deb12u15_amd64.deb", 315312, "SHA256:aa11"),
+    ]
+    with pytest.raises(ValueError):
+        b.parse_print_uris("'http://x/a_1_amd64.deb' a_1_amd64.deb 10 nohash\n")
+
+
+def test_parse_required():
+    dumpavail = (
+        "Package: dash\nPriority: required\nArchitecture: amd64\nDescription: x\n continued: yes\n\n"
+        "Package: tzdata\nPriority: required\nArchitecture: all\n\n"
+        "Package: adduser\nPriority: important\nArchitecture: all\n\n"
+        "Package: foreign\nPriority: required\nArchitecture: arm64\n"
+    )
+    assert b.parse_required(dumpavail, {"amd64", "all"}) == ["dash", "tzdata"]
+
+
+def _tar(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, kind, extra in members:
+            info = tarfile.TarInfo(name)
+            if kind == "dir":
+                info.type, info.mode = tarfile.DIRTYPE, extra
+                tar.addfile(info)
+            elif kind == "file":
+                data, mode = extra
+                info.size, info.mode, info.uid, info.gid = len(data), mode, 0, 43
+                tar.addfile(info, io.BytesIO(data))
+            elif kind == "sym":
+                info.type, info.linkname = tarfile.SYMTYPE, extra
+                tar.addfile(info)
+            else:
+                info.type, info.linkname = tarfile.LNKTYPE, extra
+                tar.addfile(info)
+    return buf.getvalue()
+
+
+def test_tar_entries_keep_modes_and_owners_and_copy_hard_links():
+    data = _tar([
+        ("./", "dir", 0o755),
+        ("./bin/", "dir", 0o755),
+        ("./bin/su", "file", (b"su", 0o4755)),
+        ("./bin/chsh", "link", "./bin/su"),
+        ("./bin/sh", "sym", "dash"),
+        ("./var/mail/", "dir", 0o2775),
+    ])  # fmt: skip
+    entries = {e.path: e for e in b.tar_entries(data)}
+    assert set(entries) == {"bin", "bin/su", "bin/chsh", "bin/sh", "var/mail"}
+    assert entries["bin/su"].mode == 0o4755 and entries["bin/su"].gid == 43
+    assert entries["bin/chsh"] == b.file_("bin/chsh", b"su", 0o4755, 0, 43)
+    assert entries["bin/sh"] == b.symlink("bin/sh", "dash")
+    assert entries["var/mail"].kind == "dir" and entries["var/mail"].mode == 0o2775
+
+
+def test_slim_usrmerge_and_unpack():
+    assert not b.slim("usr/share/doc/curl/changelog.gz") and b.slim("usr/share/doc/curl/copyright")
+    assert not b.slim("usr/share/man/man1/curl.1.gz") and not b.slim("usr/share/locale/de/LC_MESSAGES/x.mo")
+    assert b.slim("usr/share/locale/locale.alias") and b.slim("usr/bin/curl")
+    assert b.usrmerge("bin/bash") == "usr/bin/bash" and b.usrmerge("lib64/ld.so") == "usr/lib64/ld.so"
+    assert b.usrmerge("bin") == "usr/bin" and b.usrmerge("usr/bin/x") == "usr/bin/x"
+    assert b.usrmerge("binx/y") == "binx/y"
+    one = _deb("one", [b.file_("bin/tool", b"1"), b.file_("usr/share/doc/one/README", b"r")])
+    two = _deb("two", [b.file_("bin/tool", b"2")])
+    assert {p: e.data for p, e in b.unpack([one, two]).items()} == {"bin/tool": b"2"}
+    assert set(b.unpack([one], merged_usr=True)) == {"usr/bin/tool"}
+
+
+def test_resolve_link():
+    root = b.merge([
+        b.symlink("bin", "usr/bin"),
+        b.file_("usr/bin/dash", b"dash"),
+        b.symlink("usr/bin/sh", "dash"),
+        b.symlink("etc/alternatives/awk", "/usr/bin/mawk"),
+        b.symlink("usr/bin/awk", "/etc/alternatives/awk"),
+        b.file_("usr/bin/mawk", b"mawk"),
+        b.symlink("loop/a", "b"),
+        b.symlink("loop/b", "a"),
+        b.symlink("lib64", "lib"),
+        b.symlink("lib/ld.so", "../usr/lib/ld.so"),
+        b.file_("usr/lib/ld.so", b"ld"),
+    ])  # fmt: skip
+    assert b.resolve_link(root, "bin/sh").data == b"dash"  # through a directory symlink, then a relative one
+    assert b.resolve_link(root, "/usr/bin/awk").data == b"mawk"  # chained absolute links
+    assert b.resolve_link(root, "lib64/ld.so").data == b"ld"
+    assert b.resolve_link(root, "bin/missing") is None
+    assert b.resolve_link(root, "loop/a") is None
+
+
+def test_accounts():
+    passwd = "root:*:0:0:root:/root:/bin/bash\ndaemon:*:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+    fixed = b.with_shells(passwd, lambda p: p != "/bin/bash")
+    assert fixed == "root:x:0:0:root:/root:/bin/sh\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+    assert b.with_shells(passwd, lambda p: True).startswith("root:x:0:0:root:/root:/bin/bash\n")
+    assert b.group_shadowed("root:*:0:\nshadow:*:42:\n") == "root:x:0:\nshadow:x:42:\n"
+    assert b.shadow_of(fixed, 7) == "root:*:7:0:99999:7:::\ndaemon:*:7:0:99999:7:::\n"
+    assert b.gshadow_of("root:x:0:\nwheel:x:10:root,adm\n") == "root:*::\nwheel:*::root,adm\n"
+    p, g = b.agnhost_accounts("root:x:0:0:root:/root:/bin/sh\n", "root:x:0:\n")
+    assert "user-defined-in-image:x:1000:1000:Linux User,,,:/home/user-defined-in-image:/bin/sh\n" in p
+    assert g.splitlines()[1:] == [
+        "user-defined-in-image:x:1000:",
+        "group-defined-in-image:x:50000:user-defined-in-image",
+    ]
+    p, g = b.nginx_accounts("", "")
+    assert p == "nginx:x:101:101:nginx:/var/cache/nginx:/sbin/nologin\n" and g == "nginx:x:101:\n"
+
+
+def test_busybox_config():
+    defconfig = "CONFIG_AR=n\n# CONFIG_INOTIFYD is not set\nCONFIG_SHA1_HWACCEL=y\nCONFIG_ASH=y\n# comment\n"
+    out = b.busybox_config(defconfig, {"CONFIG_AR": "y", "CONFIG_INOTIFYD": "y", "CONFIG_SHA1_HWACCEL": None})
+    lines = out.splitlines()
+    assert "CONFIG_ASH=y" in lines and "# comment" in lines
+    assert "CONFIG_AR=y" in lines and "CONFIG_AR=n" not in lines
+    assert "CONFIG_INOTIFYD=y" in lines and "# CONFIG_INOTIFYD is not set" not in lines
+    assert "# CONFIG_SHA1_HWACCEL is not set" in lines and "CONFIG_SHA1_HWACCEL=y" not in lines
+    # docker-library's changes; the SHA acceleration off
+    assert b.BUSYBOX_CONFIG["CONFIG_INOTIFYD"] == "y" and b.BUSYBOX_CONFIG["CONFIG_FEATURE_SYNC_FANCY"] is None
+
+
+def test_ldd_names():
+    out = (
+        "\tlinux-vdso.so.1 (0x00007ffd)\n"
+        "\tlibm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x00007f)\n"
+        "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n"
+        "\t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n"
+        "\tlibmissing.so.1 => not found\n"
+    )
+    assert b.ldd_names(out) == {"libm.so.6", "libc.so.6", "ld-linux-x86-64.so.2"}
+    assert b.ldd_names("\tstatically linked\n") == set()
+
+
+@pytest.mark.skipif(shutil.which("ldd") is None or not Path("/bin/true").is_file(), reason="no ldd")
+def test_library_closure_follows_ldd_transitively():
+    libs = {}
+    for line in subprocess.run(["ldd", "/bin/true"], capture_output=True, text=True).stdout.splitlines():
+        path = line.split("=>")[-1].split("(")[0].strip()
+        if path.startswith("/"):
+            libs[Path(path).name] = b.file_(f"lib/{Path(path).name}", Path(path).read_bytes())
+    assert "libc.so.6" in libs
+    assert b.library_closure([Path("/bin/true").read_bytes()], libs) == set(libs)
+    with pytest.raises(RuntimeError):
+        b.library_closure([Path("/bin/true").read_bytes()], {})
+
+
+# --- assembled roots (fake packages and a fake busybox) -----------------------------------------
+
+FAKE_APPLETS = ["bin/sh", "bin/cat", "bin/sleep", "bin/echo", "bin/id", "bin/true", "bin/false", "bin/ping", "bin/env",
+                "sbin/ip", "usr/bin/nc", "usr/bin/wget", "usr/bin/awk", "usr/sbin/httpd", "linuxrc"]  # fmt: skip
+
+
+def _deb(name, entries, multi=False):
+    control = f"Package: {name}\nVersion: 1.0\nArchitecture: amd64\n"
+    control += "Multi-Arch: same\n" if multi else ""
+    return b.DebContents(name, control + "Description: fake\n", tuple(entries))
+
+
+FAKE_DEBS = {
+    d.name: d
+    for d in [
+        _deb("libc6", [
+            b.file_("lib/x86_64-linux-gnu/libc.so.6", b"libc", 0o755),
+            b.file_("lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", b"ld", 0o755),
+            b.symlink("lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"),
+            b.file_("lib/x86_64-linux-gnu/libnss_files.so.2", b"nss"),
+            b.file_("lib/x86_64-linux-gnu/libpthread.so.0", b"pthread"),
+            b.file_("lib/x86_64-linux-gnu/libm.so.6", b"libm"),
+        ], multi=True),
+        _deb("libc-bin", [
+            b.file_("usr/bin/getconf", b"getconf", 0o755),
+            b.file_("usr/bin/getent", b"getent", 0o755),
+            b.file_("usr/share/libc-bin/nsswitch.conf", b"hosts: files dns\n"),
+        ]),
+        _deb("tzdata", [
+            b.file_("usr/share/zoneinfo/Etc/UTC", b"TZif"),
+            b.symlink("usr/share/zoneinfo/UTC", "Etc/UTC"),
+        ]),
+        _deb("base-files", [
+            b.dir_("tmp", 0o1777),
+            b.dir_("root", 0o700),
+            b.file_("usr/lib/os-release", b'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n'),
+            b.symlink("etc/os-release", "../usr/lib/os-release"),
+            b.file_("usr/share/base-files/profile", b"# profile\n"),
+            b.file_("usr/share/base-files/dot.profile", b"# dot.profile\n"),
+            b.file_("usr/share/base-files/dot.bashrc", b"# dot.bashrc\n"),
+            b.file_("usr/share/doc/base-files/README", b"docs"),
+        ]),
+        _deb("base-passwd", [
+            b.file_("usr/share/base-passwd/passwd.master",
+                    b"root:*:0:0:root:/root:/bin/bash\nnobody:*:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
+            b.file_("usr/share/base-passwd/group.master", b"root:*:0:\nshadow:*:42:\nnogroup:*:65534:\n"),
+        ]),
+        _deb("netbase", [b.file_("etc/services", b"http 80/tcp\n")]),
+        _deb("ca-certificates", [
+            b.file_("usr/share/ca-certificates/mozilla/B.crt", b"B-cert"),
+            b.file_("usr/share/ca-certificates/mozilla/A.crt", b"A-cert\n"),
+        ]),
+        _deb("netcat-openbsd", [b.file_("bin/nc.openbsd", b"nc", 0o755)]),
+        _deb("iproute2", [b.file_("bin/ip", b"ip", 0o755)]),
+        _deb("bash", [b.file_("bin/bash", b"bash", 0o755)]),
+        _deb("curl", [b.file_("usr/bin/curl", b"curl", 0o755)]),
+        _deb("mawk", [b.file_("usr/bin/mawk", b"mawk", 0o755)]),
+        _deb("dash", [b.file_("bin/dash", b"dash", 0o755), b.symlink("bin/sh", "dash")]),
+        _deb("apt", [b.file_("usr/bin/apt-get", b"apt", 0o755)]),
+        _deb("nginx", [b.file_("usr/sbin/nginx", b"nginx", 0o755)]),
+        _deb("nginx-common", [
+            b.file_("etc/nginx/nginx.conf", b"debian's"),
+            b.file_("usr/share/nginx/html/index.html", b"<title>Welcome to nginx!</title>"),
+            b.dir_("var/lib/nginx"),
+            b.dir_("var/log/nginx"),
+            b.symlink("etc/nginx/sites-enabled/default", "/etc/nginx/sites-available/default"),
+        ]),
+    ]
+}  # fmt: skip
+
+
+@pytest.fixture
+def fake_build(tmp_path, monkeypatch):
+    """busybox_binary and debs_for replaced: a script answering --list-full, and FAKE_DEBS."""
+    busybox = tmp_path / "busybox"
+    busybox.write_text("#!/bin/sh\necho " + " ".join(FAKE_APPLETS) + "\n")
+    busybox.chmod(0o755)
+    asked = []
+
+    def debs_for(packages, ctx):
+        asked.append(tuple(packages))
+        names = {*packages, "nginx-common"} if "nginx" in packages else set(packages)
+        return [FAKE_DEBS[n] for n in sorted(names) if n in FAKE_DEBS]
+
+    monkeypatch.setattr(b, "busybox_binary", lambda ctx: busybox)
+    monkeypatch.setattr(b, "debs_for", debs_for)
+    monkeypatch.setattr(b, "source_date_epoch", lambda: 0)
+    b.busybox_applets.cache_clear()
+    yield b.Context(cache=tmp_path / "cache"), asked
+    b.busybox_applets.cache_clear()
+
+
+def test_e2e_busybox_is_laid_out_like_the_official_image(fake_build):
+    ctx, _ = fake_build
+    entries = {e.path: e for e in b.e2e_busybox_files(ctx)}
+    for applet in ("sh", "cat", "env", "ip", "nc", "wget", "httpd", "awk"):  # every applet in /bin
+        assert entries[f"bin/{applet}"] == b.symlink(f"bin/{applet}", "busybox"), applet
+    assert "bin/linuxrc" not in entries and "linuxrc" not in entries
+    assert entries["bin/busybox"].mode == 0o755 and entries["bin/getconf"].data == b"getconf"
+    assert entries["usr/bin/env"] == b.symlink("usr/bin/env", "../../bin/env")
+    assert entries["lib64"] == b.symlink("lib64", "lib")
+    assert entries["lib/libnss_files.so.2"].data == b"nss" and entries["lib/libpthread.so.0"].data == b"pthread"
+    assert entries["etc/localtime"].data == b"TZif" and entries["etc/nsswitch.conf"].data == b"hosts: files dns\n"
+    assert entries["etc/passwd"].data.decode() == b.BUILDROOT_PASSWD
+    assert entries["etc/shadow"].mode == 0o600 and entries["etc/shadow"].data.startswith(b"root:*:0:")
+    assert "wheel:x:10:root\n" in entries["etc/group"].data.decode()
+    assert entries["root"].mode == 0o700 and entries["tmp"].mode == 0o1777
+    assert (entries["var/www"].uid, entries["var/spool/mail"].uid) == (33, 8)
+
+
+def test_library_busybox_keeps_its_layout_with_the_busybox_from_source(fake_build):
+    ctx, _ = fake_build
+    entries = {e.path: e for e in b.busybox_files(ctx)}
+    for path in ("bin/sh", "bin/sleep", "usr/bin/nc", "usr/bin/wget", "usr/sbin/httpd", "bin/true", "bin/false"):
+        assert entries[path] == b.symlink(path, "/bin/busybox"), path
     assert entries["bin/busybox"].kind == "file" and entries["bin/busybox"].mode == 0o755
-    for applet in ("sh", "sleep", "echo", "cat", "id", "nc", "wget", "httpd", "true", "false"):
-        links = [e for p, e in entries.items() if p.rsplit("/", 1)[-1] == applet]
-        assert links and all(e.kind == "symlink" and e.target == "/bin/busybox" for e in links), applet
-    assert entries["tmp"].mode == 0o1777
-    assert entries["root"].kind == entries["home"].kind == "dir"
-    passwd = entries["etc/passwd"].data.decode()
-    users = {line.split(":")[0]: line.split(":")[2] for line in passwd.splitlines()}
+    assert entries["lib64"] == b.symlink("lib64", "lib") and "lib/libnss_files.so.2" in entries
+    assert entries["tmp"].mode == 0o1777 and entries["root"].kind == entries["home"].kind == "dir"
+    users = {line.split(":")[0]: line.split(":")[2] for line in entries["etc/passwd"].data.decode().splitlines()}
     assert users["root"] == "0" and users["nobody"] == "65534" and users["user"] == "1000"
     groups = entries["etc/group"].data.decode()
     assert "root:x:0:" in groups and "nobody:x:65534:" in groups
-    labels = b.busybox_labels()
-    assert labels["org.opencontainers.image.version"].startswith("1.")
+    assert b.busybox_labels()["org.opencontainers.image.version"] == b.BUSYBOX_VERSION == "1.37.0"
+
+
+def test_alpine_like_root_packages_replace_applets_and_are_configured(fake_build):
+    ctx, asked = fake_build
+    root = b.alpine_like(ctx, ("netcat-openbsd", "iproute2", "bash", "curl", "mawk"))
+    assert set(asked[-1]) >= {"libc6", "base-passwd", "ca-certificates", "netbase", "curl"}
+    # a package's command wins over busybox's applet of that name, wherever either is on PATH
+    assert "sbin/ip" not in root and root["bin/ip"].data == b"ip"
+    assert "usr/bin/nc" not in root and root["bin/nc"] == b.symlink("bin/nc", "/etc/alternatives/nc")
+    assert root["etc/alternatives/nc"] == b.symlink("etc/alternatives/nc", "/bin/nc.openbsd")
+    assert root["usr/bin/awk"] == b.symlink("usr/bin/awk", "/etc/alternatives/awk")
+    assert b.resolve_link(root, "bin/netcat").data == b"nc"
+    # the rest of the userland is busybox
+    assert root["bin/sh"] == b.symlink("bin/sh", "/bin/busybox") and root["usr/bin/wget"].target == "/bin/busybox"
+    assert "usr/share/doc/base-files/README" not in root  # slim
+    passwd = root["etc/passwd"].data.decode()
+    assert passwd.startswith("root:x:0:0:root:/root:/bin/bash\n")  # bash is there
+    assert root["etc/shadow"].gid == 42 and root["etc/shadow"].mode == 0o640
+    assert root["etc/group"].data.decode() == "root:x:0:\nshadow:x:42:\nnogroup:x:65534:\n"
+    assert root["etc/nsswitch.conf"].data == b"hosts: files dns\n"
+    assert root["etc/ca-certificates.conf"].data == b"mozilla/A.crt\nmozilla/B.crt\n"
+    assert root["etc/ssl/certs/ca-certificates.crt"].data == b"A-cert\nB-cert\n"
+    assert root["etc/ssl/certs/A.pem"] == b.symlink("etc/ssl/certs/A.pem", "/usr/share/ca-certificates/mozilla/A.crt")
+    assert root["etc/profile"].data == b"# profile\n" and root["root/.bashrc"].data == b"# dot.bashrc\n"
+    for d in ("dev", "proc", "sys", "run"):
+        assert root[d].kind == "dir"
+    assert root["tmp"].mode == 0o1777 and root["root"].mode == 0o700
+    # without bash, root's shell is busybox's
+    plain = b.alpine_like(ctx, ())
+    assert plain["etc/passwd"].data.decode().startswith("root:x:0:0:root:/root:/bin/sh\n")
+    assert plain["usr/bin/nc"].target == "/bin/busybox" and "root/.bashrc" not in plain
+
+
+def test_agnhost_and_picture_images(fake_build, tmp_path):
+    ctx, _ = fake_build
+    bin_dir = e2e_bin_dir(tmp_path)
+    images = {i.ref: i for i in b.e2e_images(bin_dir)}
+    root = {e.path: e for e in images["e2e-test-images/agnhost:2.66.1"].files(ctx)}
+    assert root["agnhost"] == b.file_("agnhost", b"agnhost binary", 0o755)
+    assert root["agnhost-2"] == b.symlink("agnhost-2", "agnhost")
+    assert root["localhost.crt"].data == b"localhost.crt" and root["localhost.key"].data == b"localhost.key"
+    assert root["uploads"].kind == "dir" and root["usr/local/bin/iperf"].target == "/usr/bin/iperf"
+    assert root["home/user-defined-in-image"].uid == 1000
+    assert "group-defined-in-image:x:50000:user-defined-in-image\n" in root["etc/group"].data.decode()
+    assert root["bin/nc"].target == "/etc/alternatives/nc" and root["bin/bash"].data == b"bash"
+    kitten = {e.path: e for e in images["e2e-test-images/kitten:1.8"].files(ctx)}
+    assert kitten["kitten.jpg"].data == b"kitten picture" and b"kitten.jpg" in kitten["data.json"].data
+    assert kitten["agnhost"] == root["agnhost"] and "nautilus.jpg" not in kitten
+    nnp = {e.path: e for e in images["e2e-test-images/nonewprivs:1.4"].files(ctx)}
+    assert nnp["usr/local/bin/nnp"] == b.file_("usr/local/bin/nnp", b"nnp binary", 0o6755)  # chmod +s
+
+
+def test_nginx_image_files(fake_build):
+    ctx, _ = fake_build
+    image = {i.ref: i for i in b.IMAGES}["e2e-test-images/nginx:1.27.0-2"]
+    root = {e.path: e for e in image.files(ctx)}
+    assert root["etc/nginx/nginx.conf"].data.decode().startswith("user  nginx;\n")
+    assert "listen       80;" in root["etc/nginx/conf.d/default.conf"].data.decode()
+    assert "include /etc/nginx/conf.d/*.conf;" in root["etc/nginx/nginx.conf"].data.decode()
+    assert root["docker-entrypoint.sh"].mode == 0o755 and root["docker-entrypoint.sh"].data.startswith(b"#!/bin/sh\n")
+    assert root["var/log/nginx/access.log"].target == "/dev/stdout"
+    assert root["var/log/nginx/error.log"].target == "/dev/stderr"
+    assert "etc/nginx/sites-enabled/default" not in root and root["usr/share/nginx/html/50x.html"].kind == "file"
+    assert "nginx:x:101:101:nginx:/var/cache/nginx:/sbin/nologin\n" in root["etc/passwd"].data.decode()
+
+
+@pytest.mark.skipif(shutil.which("dpkg") is None, reason="not a Debian system")
+def test_debian_root_is_merged_usr_configured_with_a_dpkg_database(fake_build):
+    ctx, _ = fake_build
+    root = b.debian_root(ctx, ["apt", "base-files", "base-passwd", "dash", "libc6", "mawk"])
+    assert root["bin"] == b.symlink("bin", "usr/bin") and root["lib64"] == b.symlink("lib64", "usr/lib64")
+    assert root["usr/bin/dash"].data == b"dash" and "bin/dash" not in root
+    assert b.resolve_link(root, "bin/sh").data == b"dash"
+    assert b.resolve_link(root, "usr/bin/awk").data == b"mawk"
+    assert b.resolve_link(root, "lib64/ld-linux-x86-64.so.2").data == b"ld"
+    assert "_apt:x:42:65534::/nonexistent:/usr/sbin/nologin\n" in root["etc/passwd"].data.decode()
+    status = root["var/lib/dpkg/status"].data.decode()
+    stanzas = status.strip().split("\n\n")
+    assert [s.splitlines()[0] for s in stanzas] == [f"Package: {n}" for n in sorted(
+        ["apt", "base-files", "base-passwd", "dash", "libc6", "mawk"])]  # fmt: skip
+    assert all(s.splitlines()[1] == "Status: install ok installed" for s in stanzas)
+    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
+    assert root[f"var/lib/dpkg/info/libc6:{arch}.list"].data.decode().splitlines()[:2] == [
+        "/.", "/lib/x86_64-linux-gnu/libc.so.6"]  # fmt: skip
+    assert root["var/lib/dpkg/info/dash.list"].data == b"/.\n/bin/dash\n/bin/sh\n"
+
+
+def _built_busybox():
+    found = sorted((b.DEFAULT_CACHE / "bin").glob(f"busybox-{b.BUSYBOX_VERSION}-*"))
+    return found[-1] if found else None
+
+
+@pytest.mark.skipif(_built_busybox() is None, reason="busybox has not been built into the default cache yet")
+def test_built_busybox_keeps_environment_names_that_are_not_identifiers(tmp_path):
+    """The ConfigMap env specs print `sh -c env` and look for data-1=value-1 (Debian's busybox drops it)."""
+    busybox = _built_busybox()
+    (tmp_path / "env").symlink_to(busybox)  # as the image links the applet
+    out = subprocess.run(
+        [busybox, "sh", "-c", "env"], env={"data-1": "value-1", "p-data-1": "value-1", "PATH": str(tmp_path)},
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "data-1=value-1" in out.splitlines() and "p-data-1=value-1" in out.splitlines()
+    applets = {p.rsplit("/", 1)[-1] for p in b.busybox_applets(busybox)}
+    assert {"sh", "sleep", "echo", "cat", "id", "nc", "wget", "httpd", "true", "false", "env", "ip"} <= applets
+    assert subprocess.run([busybox], capture_output=True, text=True).stdout.startswith("BusyBox v1.37.0 ")
 
 
 def _static_gcc():
