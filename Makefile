@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export KOPFLET_CACHE ?= /var/cache/kopflet
 PYTEST_ARGS ?=
 
-.PHONY: dev test bench reliability deps venv binaries agent-image proto lint unit down status
+.PHONY: dev test bench conformance reliability deps venv binaries agent-image proto lint unit down status
 
 dev: deps venv binaries
 	$(PY) -m devstack dev
@@ -21,6 +21,14 @@ BENCH_ARGS ?=
 bench: deps venv binaries
 	bash devstack/build-binaries.sh --kubelet >/dev/null
 	$(PY) -m devstack run -- $(PY) -m bench $(BENCH_ARGS)
+
+# Upstream's node conformance specs, never part of `make test`: each pass with kopflet as the node's agent, then
+# with the upstream kubelet of the same release; writes docs/conformance.md. CONFORMANCE_ARGS: --pass node|serial
+# (default both), --focus REGEX and --agents for a focused rerun, --nodes N.
+CONFORMANCE_ARGS ?=
+conformance: deps venv binaries
+	bash devstack/build-binaries.sh --kubelet --e2e >/dev/null
+	$(PY) -m devstack run -- $(PY) -m conformance $(CONFORMANCE_ARGS)
 
 # docs/reliability.md: the fault-injection, kill-matrix, restart and hostile-input tests with what each
 # injected and what the user saw, plus a 1,000-cycle churn's leftover counts (RELIABILITY_ARGS=--churn N).

@@ -11,47 +11,19 @@ import argparse
 import dataclasses
 import datetime
 import json
-import platform
 import re
-import subprocess
 import sys
 import traceback
 from pathlib import Path
 
 from bench import agents as agents_mod
 from bench import cluster, floor, host, report
+from bench.agents import other_agents_running, versions
 from bench.run import Plan, Run
 from devstack.layout import REPO, Layout
 
 RESULTS = REPO / "bench" / "results"
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
-
-
-def _version(argv: list[str]) -> str:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return "?"
-    return out.splitlines()[0] if out else "?"
-
-
-def versions(layout: Layout, agents: dict[str, agents_mod.Agent]) -> dict[str, str]:
-    out = {"kubernetes (apiserver)": layout.versions.get("KUBERNETES_VERSION", "?"),
-           "containerd": _version(["containerd", "--version"]).split()[-1],
-           "runc": _version(["runc", "--version"]).split()[-1],
-           "python": platform.python_version()}
-    for name, agent in agents.items():
-        try:
-            out[name] = agent.version()
-        except OSError as exc:
-            out[name] = f"unavailable: {exc}"
-    return out
-
-
-def other_agents_running() -> list[str]:
-    """The node takes one agent at a time: a running kopflet or kubelet would skew (and fight) the run."""
-    found = subprocess.run(["pgrep", "-af", r"operator/main\.py|/kubelet( |$)"], capture_output=True, text=True)
-    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
 
 
 def readme_block(results: dict, md_name: str) -> str:

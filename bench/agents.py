@@ -7,6 +7,7 @@ the stack's serving certificate, so `kubectl logs` works the same way for both.
 
 from __future__ import annotations
 
+import platform
 import signal
 import subprocess
 import sys
@@ -153,6 +154,36 @@ def _tail(path: Path, size: int = 3000) -> str:
     except OSError:
         return ""
     return data[-size:].decode(errors="replace")
+
+
+def _version(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return out.splitlines()[0] if out else "?"
+
+
+def versions(layout: Layout, agents: dict[str, Agent]) -> dict[str, str]:
+    out = {"kubernetes (apiserver)": layout.versions.get("KUBERNETES_VERSION", "?"),
+           "containerd": _version(["containerd", "--version"]).split()[-1],
+           "runc": _version(["runc", "--version"]).split()[-1],
+           "python": platform.python_version()}
+    for name, agent in agents.items():
+        try:
+            out[name] = agent.version()
+        except OSError as exc:
+            out[name] = f"unavailable: {exc}"
+    return out
+
+
+def other_agents_running() -> list[str]:
+    """The node takes one agent at a time: a running kopflet or kubelet would skew (and fight) the run."""
+    # The agent is the program itself (argv[0] a kubelet, or a kopf/python running operator/main.py), not a
+    # process that merely names one (`go build -o .../kubelet`, an editor, grep).
+    found = subprocess.run(["pgrep", "-af", r"^(\S*/)?kubelet( |$)|^\S*(kopf|python[0-9.]*) .*operator/main\.py"],
+                           capture_output=True, text=True)
+    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
 
 
 def agents_by_name(layout: Layout, workdir: Path) -> dict[str, Agent]:

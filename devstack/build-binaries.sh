@@ -3,6 +3,8 @@
 # modules (through the Go module proxy; no git checkout of kubernetes is needed).
 # Binaries are cached per version under $KOPFLET_CACHE/bin/<k8s version>, so a second run is free.
 # --kubelet also builds the upstream kubelet of the same release: `make bench` measures kopflet beside it.
+# --e2e also builds upstream's e2e test binary (e2e.test, from k8s.io/kubernetes/test/e2e with its own
+# e2e_test.go) and the ginkgo CLI at the version that module graph selects: `make conformance` runs them.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -10,13 +12,23 @@ source "$here/versions.env"
 cache=${KOPFLET_CACHE:-/var/cache/kopflet}
 out="$cache/bin/$KUBERNETES_VERSION-etcd-$ETCD_VERSION"
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-# agnhost: upstream's e2e test image binary (grpc health server, netexec, inclusterclient...), from the
-# same k8s.io/kubernetes module; images/build.py packs it into registry.k8s.io/e2e-test-images/agnhost.
-test_bins=(agnhost)
-[ "${1:-}" = "--kubelet" ] && k8s_bins+=(kubelet)
+# agnhost: upstream's e2e test image binary (grpc health server, netexec, inclusterclient...), and nnp (the
+# nonewprivs image's), from the same k8s.io/kubernetes module; images/build.py packs them into the
+# registry.k8s.io/e2e-test-images images, with the files those images' Dockerfiles copy from the module's
+# test/images (e2e-images/: agnhost's porter certificate, kitten's and nautilus' pictures).
+test_bins=(agnhost nnp)
+e2e_bins=()
+for arg in "$@"; do
+  case $arg in
+    --kubelet) k8s_bins+=(kubelet) ;;
+    --e2e) e2e_bins=(e2e.test ginkgo) ;;
+    *) echo "usage: $0 [--kubelet] [--e2e]" >&2; exit 2 ;;
+  esac
+done
 
 missing=0
-for b in etcd "${k8s_bins[@]}" "${test_bins[@]}"; do [ -x "$out/$b" ] || missing=1; done
+for b in etcd "${k8s_bins[@]}" "${test_bins[@]}" "${e2e_bins[@]}"; do [ -x "$out/$b" ] || missing=1; done
+[ -f "$out/e2e-images/.complete" ] || missing=1
 if [ "$missing" = 0 ]; then echo "$out"; exit 0; fi
 
 mkdir -p "$out" "$cache/build"
@@ -48,18 +60,23 @@ GO
 fi
 
 # --- kubernetes ------------------------------------------------------------------------------
-d="$cache/build/kubernetes-$KUBERNETES_VERSION"; mkdir -p "$d"
 staging=$(curl -sfL --max-time 60 "$(go env GOPROXY | cut -d, -f1)/k8s.io/kubernetes/@v/$KUBERNETES_VERSION.mod" \
   | sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p')
 [ -n "$staging" ] || { echo "could not read the staging module list of k8s.io/kubernetes $KUBERNETES_VERSION" >&2; exit 1; }
-{
-  echo "module kopflet.local/kubernetes"
-  echo "go 1.26"
-  echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
-  echo "replace ("
-  for m in $staging; do echo "	$m => $m $KUBERNETES_STAGING_VERSION"; done
-  echo ")"
-} > "$d/go.mod"
+# write_gomod DIR MODULE: a module requiring k8s.io/kubernetes, its ./staging replacements (which a
+# dependency's go.mod cannot carry) pointed at the staging modules' own releases.
+write_gomod() {
+  {
+    echo "module $2"
+    echo "go 1.26"
+    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+    echo "replace ("
+    for m in $staging; do echo "	$m => $m $KUBERNETES_STAGING_VERSION"; done
+    echo ")"
+  } > "$1/go.mod"
+}
+d="$cache/build/kubernetes-$KUBERNETES_VERSION"; mkdir -p "$d"
+write_gomod "$d" kopflet.local/kubernetes
 cat > "$d/tools.go" <<'GO'
 //go:build tools
 
@@ -90,11 +107,63 @@ for b in "${k8s_bins[@]}"; do
   go build -trimpath -tags tools -ldflags "$ldflags" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b" >&2
   mv "$out/$b.tmp" "$out/$b"
 done
-if [ ! -x "$out/agnhost" ]; then
-  echo "building agnhost $KUBERNETES_VERSION ..." >&2
-  go build -trimpath -tags tools -ldflags "-s -w" -o "$out/agnhost.tmp" k8s.io/kubernetes/test/images/agnhost >&2
-  # The image tag upstream publishes for this agnhost source.
-  cat "$(go list -m -f "{{.Dir}}" k8s.io/kubernetes)/test/images/agnhost/VERSION" > "$out/agnhost.version"
+kdir=$(go list -m -f "{{.Dir}}" k8s.io/kubernetes)
+# The image tag upstream publishes for this agnhost source, which its Makefile also stamps into the binary
+# (-X main.Version): `agnhost --version` answers it. A binary without the stamp is rebuilt.
+agnhost_version=$(cat "$kdir/test/images/agnhost/VERSION")
+if [ ! -x "$out/agnhost" ] || [ "$("$out/agnhost" --version 2>/dev/null | awk '{print $NF}')" != "$agnhost_version" ]
+then
+  echo "building agnhost $agnhost_version ($KUBERNETES_VERSION) ..." >&2
+  go build -trimpath -tags tools -ldflags "-s -w -X main.Version=$agnhost_version" -o "$out/agnhost.tmp" \
+    k8s.io/kubernetes/test/images/agnhost >&2
+  echo "$agnhost_version" > "$out/agnhost.version"
   mv "$out/agnhost.tmp" "$out/agnhost"
+fi
+if [ ! -x "$out/nnp" ]; then
+  echo "building nnp $KUBERNETES_VERSION ..." >&2
+  go build -trimpath -ldflags "-s -w" -o "$out/nnp.tmp" k8s.io/kubernetes/test/images/nonewprivs >&2
+  mv "$out/nnp.tmp" "$out/nnp"
+fi
+if [ ! -f "$out/e2e-images/.complete" ]; then
+  a="$out/e2e-images"
+  rm -rf "$a.tmp" && mkdir -p "$a.tmp/agnhost/porter" "$a.tmp/kitten/html" "$a.tmp/nautilus/html"
+  cp "$kdir/test/images/agnhost/porter/localhost.crt" "$kdir/test/images/agnhost/porter/localhost.key" \
+    "$a.tmp/agnhost/porter/"
+  for p in kitten nautilus; do cp "$kdir/test/images/$p/html/$p.jpg" "$kdir/test/images/$p/html/data.json" \
+    "$a.tmp/$p/html/"; done
+  chmod -R u+w "$a.tmp" && touch "$a.tmp/.complete" && rm -rf "$a" && mv "$a.tmp" "$a"
+fi
+
+# --- e2e.test and ginkgo (--e2e) -------------------------------------------------------------
+# A module of its own: the suite's test-only dependencies stay out of the stack binaries' go.sum.
+# e2e.test is upstream's test/e2e package compiled with its own e2e_test.go (the framework's flags, every
+# test package, the embedded testing-manifests), as upstream's `make WHAT=test/e2e/e2e.test` does; ginkgo is
+# built from the same module graph, as upstream builds it from build/tools.go.
+if [ "${#e2e_bins[@]}" -gt 0 ] && { [ ! -x "$out/e2e.test" ] || [ ! -x "$out/ginkgo" ]; }; then
+  d="$cache/build/e2e-$KUBERNETES_VERSION"; mkdir -p "$d"
+  write_gomod "$d" kopflet.local/e2e
+  cat > "$d/tools.go" <<'GO'
+//go:build tools
+
+// Package tools pins what this module builds: the e2e suite and the ginkgo CLI.
+package tools
+
+import (
+	_ "github.com/onsi/ginkgo/v2/ginkgo"
+	_ "k8s.io/kubernetes/test/e2e"
+)
+GO
+  cd "$d"
+  go mod tidy >&2
+  if [ ! -x "$out/e2e.test" ]; then
+    echo "building e2e.test $KUBERNETES_VERSION ..." >&2
+    go test -c -trimpath -ldflags "$ldflags" -o "$out/e2e.test.tmp" k8s.io/kubernetes/test/e2e >&2
+    mv "$out/e2e.test.tmp" "$out/e2e.test"
+  fi
+  if [ ! -x "$out/ginkgo" ]; then
+    echo "building ginkgo $(go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2) ..." >&2
+    go build -trimpath -tags tools -ldflags "-s -w" -o "$out/ginkgo.tmp" github.com/onsi/ginkgo/v2/ginkgo >&2
+    mv "$out/ginkgo.tmp" "$out/ginkgo"
+  fi
 fi
 echo "$out"

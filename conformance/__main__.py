@@ -1,0 +1,190 @@
+"""``python -m conformance [run] [--pass node,serial] [--agents kopflet,kubelet] [--focus RE] [--nodes N]`` and
+``python -m conformance report``.
+
+`make conformance` runs this inside the dev stack (``python -m devstack run -- ...``): for each pass, upstream's
+e2e specs with kopflet as the node's agent, then the same specs with the upstream kubelet of the same
+release. A full pass (both agents, the pass's own selection) is published: its JUnit files and metadata under
+docs/conformance/, docs/conformance.md rewritten from every published pass, and the README's totals. A focused
+rerun or a single agent writes its report into its run directory (.devstack/conformance/<stamp>-<pass>/) only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench import cluster
+from bench.agents import agents_by_name, other_agents_running, versions
+from conformance import report, run, selection
+from devstack.layout import REPO, Layout
+
+DOCS = REPO / "docs" / "conformance"
+REPORT = REPO / "docs" / "conformance.md"
+KNOWN_LIMITS = Path(__file__).with_name("known-limits.yaml")
+AGENT_NAMES = (report.KOPFLET, report.KUBELET)
+DEFAULT_AGENTS = ",".join(AGENT_NAMES)
+TIMEOUTS = {"node": "3h", "serial": "6h"}
+
+
+def commit() -> str:
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                           capture_output=True, text=True).stdout.strip()
+    return f"{rev.stdout.strip() or '?'}{'-dirty' if dirty else ''}"
+
+
+def shared_args(args: list[str]) -> list[str]:
+    """e2e.test's arguments as the report shows them: the two that differ between agents as placeholders."""
+    placeholders = {"--report-dir": "<run dir>/<pass>-<agent>-report", "--kubelet-root-dir": "<the agent's root dir>"}
+    out = []
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        out.append(f"{flag}={placeholders[flag]}" if flag in placeholders else arg)
+    return out
+
+
+def load_passes(directory: Path) -> list[report.PassResult]:
+    """Every pass with metadata in `directory` (<pass>.json beside <pass>-<agent>.xml), in PASSES order."""
+    passes = []
+    for name in selection.PASSES:
+        meta_path = directory / f"{name}.json"
+        if not meta_path.exists():
+            continue
+        meta = json.loads(meta_path.read_text())
+        suites = {}
+        for agent, info in meta.get("agents", {}).items():
+            junit = directory / info.get("junit", f"{name}-{agent}.xml")
+            if junit.exists():
+                suites[agent] = report.parse_junit(junit.read_text())
+        passes.append(report.PassResult(name, meta, suites))
+    return passes
+
+
+def write_report(directory: Path, out: Path, readme: Path | None) -> None:
+    passes = load_passes(directory)
+    limits = report.parse_known_limits(KNOWN_LIMITS.read_text())
+    out.write_text(report.markdown(passes, limits))
+    print(f"conformance: wrote {out}", file=sys.stderr)
+    if readme is not None and passes:
+        text = readme.read_text()
+        updated = report.replace_readme_block(text, report.readme_block(passes))
+        if updated != text:
+            readme.write_text(updated)
+            print("conformance: README conformance section updated", file=sys.stderr)
+
+
+def publish(rundir: Path, name: str, meta: dict[str, Any]) -> None:
+    """A full pass into docs/conformance/ (JUnit trimmed to the selected specs), then the report and README."""
+    DOCS.mkdir(parents=True, exist_ok=True)
+    published = json.loads(json.dumps(meta))
+    for info in published["agents"].values():
+        source = rundir / info["junit"]
+        if source.exists():
+            (DOCS / info["junit"]).write_text(report.trim_junit(source.read_text()))
+        else:
+            (DOCS / info["junit"]).unlink(missing_ok=True)
+        info.pop("agent_log", None)
+    sel = published["selection"]
+    if sel.get("focus_file"):
+        (DOCS / sel["focus_file"]).write_text((rundir / sel["focus_file"]).read_text())
+        sel["focus_file"] = f"docs/conformance/{sel['focus_file']}"
+        sel.pop("focus", None)  # tens of kilobytes of escaped names; the file lists them
+    (DOCS / f"{name}.json").write_text(json.dumps(published, indent=1) + "\n")
+    write_report(DOCS, REPORT, REPO / "README.md")
+
+
+def run_pass(args: argparse.Namespace, layout: Layout, name: str, agent_names: list[str]) -> bool:
+    """One pass under each agent in turn; True when every agent's run completed (whatever the specs did)."""
+    pass_ = selection.PASSES[name]
+    e2e, ginkgo = run.tools(layout)
+    now = datetime.datetime.now(datetime.UTC)
+    rundir = layout.root / "conformance" / f"{now:%Y%m%d-%H%M%S}-{name}"
+    rundir.mkdir(parents=True, exist_ok=True)
+    sel = run.plan(pass_, layout, e2e, rundir, args.focus)
+    if args.nodes:
+        sel["nodes"] = args.nodes
+    print(f"conformance: {pass_.title}: {sel['count']} specs, ginkgo {sel['nodes']} process(es); in {rundir}",
+          file=sys.stderr)
+    agents = agents_by_name(layout, rundir)
+    chosen = {a: agents[a] for a in agent_names}
+    meta: dict[str, Any] = {"pass": name, "title": pass_.title, "date": now.strftime("%Y-%m-%d %H:%M UTC"),
+                            "commit": commit(), "versions": versions(layout, chosen) | run.tool_versions(e2e, ginkgo),
+                            "selection": sel, "agents": {}}
+    core = cluster.api(layout.admin_kubeconfig)
+    for agent_name, agent in chosen.items():
+        print(f"conformance: {pass_.title} under {agent_name}", file=sys.stderr)
+        result = run.run_agent(agent, layout, core, e2e, ginkgo, sel, rundir, name, args.timeout or TIMEOUTS[name])
+        meta["agents"][agent_name] = result
+        meta.setdefault("e2e_args", shared_args(result.get("e2e_args", [])))
+        (rundir / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+        if result.get("error"):
+            print(f"conformance: {agent_name}: {result['error']}", file=sys.stderr)
+    if not args.focus and agent_names == DEFAULT_AGENTS.split(","):
+        publish(rundir, name, meta)
+    else:
+        write_report(rundir, rundir / "conformance.md", None)
+    return not any(r.get("error") for r in meta["agents"].values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    p_run = sub.add_parser("run", help="run the specs (the default)")
+    for p, defaults in ((parser, True), (p_run, False)):
+        # Defaults on the main parser only: the subcommand must not reset options given before `run`.
+        def default(value: str | None, defaults: bool = defaults) -> str | None:
+            return value if defaults else argparse.SUPPRESS
+
+        p.add_argument("--pass", dest="passes", default=default(",".join(selection.PASSES)),
+                       help="passes to run, in order: node (the [NodeConformance] selection, 4 processes), serial "
+                            "(default-on feature-gated and [Serial] node specs, one at a time); default: both")
+        p.add_argument("--agents", default=default(DEFAULT_AGENTS), help="agents, in order (default: kopflet,kubelet)")
+        p.add_argument("--focus", default=default(None), help="a ginkgo focus regex in place of the pass's selection "
+                                                              "(its skip still applies): a focused rerun")
+        p.add_argument("--nodes", type=int, default=default(None), help="ginkgo processes (default: the pass's)")
+        p.add_argument("--timeout", default=default(None),
+                       help="ginkgo's suite timeout, a Go duration (default: node 3h, serial 6h)")
+    p_report = sub.add_parser("report", help="rewrite docs/conformance.md and the README from docs/conformance/")
+    p_report.add_argument("--dir", type=Path, default=DOCS, help="where <pass>.json and the JUnit files are")
+    p_report.add_argument("--out", type=Path, default=REPORT)
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        if not load_passes(args.dir):
+            print(f"conformance: no pass stored in {args.dir}; `make conformance` runs them", file=sys.stderr)
+            return 1
+        write_report(args.dir, args.out, REPO / "README.md" if args.dir == DOCS else None)
+        return 0
+
+    passes, agent_names = args.passes.split(","), args.agents.split(",")
+    unknown = [p for p in passes if p not in selection.PASSES] + [a for a in agent_names if a not in AGENT_NAMES]
+    if unknown:
+        parser.error(f"unknown pass or agent: {', '.join(unknown)}")
+    try:
+        run.parse_duration(args.timeout or "1h")
+    except ValueError as exc:
+        parser.error(str(exc))
+    busy = other_agents_running()
+    if busy:
+        print("conformance: another node agent runs on this node; stop it first:\n  " + "\n  ".join(busy),
+              file=sys.stderr)
+        return 2
+    layout = Layout.from_env()
+    if report.KUBELET in agent_names and not (layout.bin_dir / "kubelet").exists():
+        print("conformance: the upstream kubelet is not built: run `bash devstack/build-binaries.sh --kubelet`",
+              file=sys.stderr)
+        return 2
+    try:
+        completed = [run_pass(args, layout, name, agent_names) for name in passes]
+    except run.ConformanceError as exc:
+        print(f"conformance: {exc}", file=sys.stderr)
+        return 2
+    return 0 if all(completed) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
