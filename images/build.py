@@ -569,6 +569,18 @@ def resolve_debs(packages: Iterable[str], ctx: Context) -> list[Deb]:
     return debs
 
 
+def _digest_matches(data: bytes, digest: str) -> bool:
+    """apt's ``ALGO:hex`` for a download. apt-get download has checked it against the signed index already; this
+    repeats the check where this Python's OpenSSL offers the algorithm (some builds refuse MD5 outright)."""
+    algo, _, want = digest.partition(":")
+    try:
+        hasher = hashlib.new(algo.lower().replace("-", "").replace("sum", ""), usedforsecurity=False)
+    except ValueError:
+        return True
+    hasher.update(data)
+    return hasher.hexdigest() == want.lower()
+
+
 def fetch_debs(debs: list[Deb], ctx: Context) -> list[Path]:
     """The .deb files, downloaded once into the cache's pool and checked against apt's hashes."""
     pool = ctx.cache / "debs" / "pool"
@@ -582,8 +594,7 @@ def fetch_debs(debs: list[Deb], ctx: Context) -> list[Path]:
                 raise RuntimeError(f"apt-get download failed:\n{proc.stderr.strip()}")
             for d in missing:
                 data = (Path(tmp) / d.filename).read_bytes()
-                algo, _, want = d.digest.partition(":")
-                if hashlib.new(algo.lower().replace("-", ""), data).hexdigest() != want.lower():
+                if not _digest_matches(data, d.digest) or len(data) != d.size:
                     raise RuntimeError(f"{d.filename}: checksum mismatch")
                 os.replace(Path(tmp) / d.filename, pool / d.filename)
     return [pool / d.filename for d in debs]
