@@ -44,6 +44,12 @@ _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_LABEL_MESSAGE = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
                           "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
                           "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_SUBDOMAIN_MAX_LENGTH = 253
+_DNS1123_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start "
+    "and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
 _PROTOCOLS = {"TCP": cri.Protocol.TCP, "UDP": cri.Protocol.UDP, "SCTP": cri.Protocol.SCTP}
 
 
@@ -237,6 +243,15 @@ def _label_errors(value: str) -> str:
     return ";".join(errors)
 
 
+def _subdomain_errors(value: str) -> str:
+    errors = []
+    if len(value) > _DNS1123_SUBDOMAIN_MAX_LENGTH:
+        errors.append(f"must be no more than {_DNS1123_SUBDOMAIN_MAX_LENGTH} characters")
+    if not _DNS1123_SUBDOMAIN.match(value):
+        errors.append(_DNS1123_SUBDOMAIN_MESSAGE)
+    return ";".join(errors)
+
+
 def truncate_hostname(pod_name: str, hostname: str) -> str:
     """Cap a hostname at 63 characters, then strip trailing ``-`` and ``.`` (upstream
     `truncatePodHostnameIfNeeded`)."""
@@ -251,9 +266,15 @@ def truncate_hostname(pod_name: str, hostname: str) -> str:
 def pod_hostname_and_domain(pod: spec.Pod, cluster_domain: str) -> tuple[str, str]:
     """The pod's short hostname and its domain (upstream `GeneratePodHostNameAndDomain`).
 
-    The hostname is spec.hostname or the pod name, truncated to 63 characters; the domain is
+    The hostname is spec.hostnameOverride (GA at v1.37: a DNS subdomain, with no domain at all), else
+    spec.hostname or the pod name, truncated to 63 characters; the domain is
     ``<subdomain>.<namespace>.svc.<cluster domain>`` when spec.subdomain is set, else empty.
     """
+    if pod.spec.hostname_override is not None:
+        override = pod.spec.hostname_override
+        if errors := _subdomain_errors(override):
+            raise SandboxConfigError(f'pod HostnameOverride "{override}" is not a valid DNS subdomain: {errors}')
+        return truncate_hostname(pod.name, override), ""
     hostname = pod.name
     if pod.spec.hostname:
         if errors := _label_errors(pod.spec.hostname):

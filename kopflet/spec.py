@@ -175,6 +175,8 @@ class PodSpec:
     dns_config: Mapping[str, Any] | None = None
     hostname: str = ""
     subdomain: str = ""
+    hostname_override: str | None = None
+    """spec.hostnameOverride: the pod's hostname as given, in place of hostname and subdomain (None: unset)."""
     host_network: bool = False
     host_pid: bool = False
     host_ipc: bool = False
@@ -373,6 +375,8 @@ def _pod_spec(spec: Mapping[str, Any]) -> PodSpec:
         dns_config=_optional_mapping(spec.get("dnsConfig"), "spec.dnsConfig"),
         hostname=_str(spec.get("hostname"), "spec.hostname"),
         subdomain=_str(spec.get("subdomain"), "spec.subdomain"),
+        hostname_override=(None if spec.get("hostnameOverride") is None
+                           else _str(spec.get("hostnameOverride"), "spec.hostnameOverride")),
         host_network=_bool(spec.get("hostNetwork"), "spec.hostNetwork"),
         host_pid=_bool(spec.get("hostPID"), "spec.hostPID"),
         host_ipc=_bool(spec.get("hostIPC"), "spec.hostIPC"),

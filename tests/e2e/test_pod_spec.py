@@ -182,6 +182,16 @@ def test_managed_etc_hosts_hostname_subdomain_and_aliases(running_agent: Agent, 
     assert lines[1] == "# Kubernetes-managed hosts file."
 
 
+def test_hostname_override_is_the_pods_hostname(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                               namespace: str) -> None:
+    # Upstream e2e "Override hostname of Pod": spec.hostnameOverride (GA at v1.37) is the hostname as given, a DNS
+    # subdomain, over hostname and subdomain, for the kernel and the managed /etc/hosts alike.
+    pod = run_to_completion(admin, namespace, layout, "override", "echo $(hostname)';'$(hostname -f)';' "
+                            "> /dev/termination-log", hostname="custom-host", subdomain="t",
+                            hostnameOverride="override.example.host")
+    assert message(pod).strip() == "override.example.host;override.example.host;"
+
+
 def test_dns_policy_none_with_dns_config(running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
     pod = run_to_completion(admin, namespace, layout, "dns", "cat /etc/resolv.conf > /dev/termination-log",
                             dnsPolicy="None", dnsConfig={"nameservers": ["10.0.0.53"], "searches": ["corp.example"],

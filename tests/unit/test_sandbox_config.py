@@ -108,6 +108,13 @@ HOSTNAME_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("a subdomain alone does not change it", "web", {"subdomain": "db"}, "web"),
     ("long names are cut at 63 without a trailing - or .", "a" * 60 + "-b.c-d" + "e" * 10, {}, "a" * 60 + "-b"),
     ("no hostname on the host network", "web", {"hostNetwork": True}, ""),
+    # spec.hostnameOverride (GA at v1.37): taken as is, a DNS subdomain, over hostname and subdomain.
+    ("hostnameOverride, a subdomain", "web", {"hostnameOverride": "override.example.host"}, "override.example.host"),
+    ("hostnameOverride over hostname", "web", {"hostname": "custom-host", "hostnameOverride": "override-host"},
+     "override-host"),
+    ("hostnameOverride with a subdomain: no domain", "web",
+     {"subdomain": "t", "setHostnameAsFQDN": True, "hostnameOverride": "override-host"}, "override-host"),
+    ("hostnameOverride cut at 63", "web", {"hostnameOverride": "a" * 62 + ".bc"}, "a" * 62),
 ]
 
 
@@ -119,6 +126,10 @@ def test_sandbox_hostname(name: str, change: dict[str, Any], expected: str) -> N
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"hostname": "Not_A_Label"}, 'pod Hostname "Not_A_Label" is not a valid DNS label: a lowercase RFC 1123 label'),
+    ({"hostnameOverride": "Not.A.Subdomain"}, 'pod HostnameOverride "Not.A.Subdomain" is not a valid DNS '
+     "subdomain: a lowercase RFC 1123 subdomain must consist of"),
+    ({"hostnameOverride": "x" * 254}, f'pod HostnameOverride "{"x" * 254}" is not a valid DNS subdomain: must be '
+     "no more than 253 characters"),
     ({"subdomain": "x" * 64}, f'pod Subdomain "{"x" * 64}" is not a valid DNS label: must be no more than 63'),
     ({"hostname": "h" * 30, "subdomain": "s" * 20, "setHostnameAsFQDN": True},
      "failed to construct FQDN from pod hostname and cluster domain, FQDN "),
