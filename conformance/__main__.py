@@ -118,13 +118,17 @@ def run_pass(args: argparse.Namespace, layout: Layout, name: str, agent_names: l
     core = cluster.api(layout.admin_kubeconfig)
     for agent_name, agent in chosen.items():
         print(f"conformance: {pass_.title} under {agent_name}", file=sys.stderr)
+        # The tree as this agent starts (a pass takes an hour per agent): what kopflet actually ran.
+        meta["versions"][agent_name] = agent.version()
+        if agent_name == "kopflet":
+            meta["commit"] = commit()
         result = run.run_agent(agent, layout, core, e2e, ginkgo, sel, rundir, name, args.timeout or TIMEOUTS[name])
         meta["agents"][agent_name] = result
         meta.setdefault("e2e_args", shared_args(result.get("e2e_args", [])))
         (rundir / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
         if result.get("error"):
             print(f"conformance: {agent_name}: {result['error']}", file=sys.stderr)
-    if not args.focus and agent_names == DEFAULT_AGENTS.split(","):
+    if not args.focus and sorted(agent_names) == sorted(DEFAULT_AGENTS.split(",")):  # both agents, any order
         publish(rundir, name, meta)
     else:
         write_report(rundir, rundir / "conformance.md", None)
