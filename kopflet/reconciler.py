@@ -29,14 +29,21 @@ where upstream has no exit code to judge (a running container killed for a faile
 unknown state, which containers a new sandbox runs) the container's own restartPolicy overrides the pod's and
 the rules are not consulted. Whether a dead sandbox is re-created still depends on the pod's policy alone.
 
-Not covered yet: in-place resize, the RestartAllContainers rule action (RestartAllContainersOnContainerExits),
-and the post-start hook failure kill reason.
+The RestartAllContainers rule action (RestartAllContainersOnContainerExits, beta and on by default at 1.37):
+when the pod's status carries AllContainersRestarting=True (`status.all_containers_restarting`, computed from
+`should_all_containers_restart`), the caller passes `restart_all_containers` and the only action is
+`containers_to_reset`: every instance of every init and regular container is killed (if not exited, grace 0)
+and removed, in place, the sandbox kept; the next sync, seeing none left, starts the pod from its first init
+container as for a new pod (upstream `computePodActions` with `restartAllContainers`).
+
+Not covered yet: in-place resize and the post-start hook failure kill reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 from cri_client import types as cri
 from kopflet import backoff as backoffs
@@ -47,8 +54,12 @@ from kopflet.podstate import State
 REASON_UNKNOWN = "Unknown"
 REASON_LIVENESS_PROBE = "LivenessProbe"
 REASON_STARTUP_PROBE = "StartupProbe"
+REASON_RESTART_ALL_CONTAINERS = "RestartAllContainers"
 
 OOM_KILLED = "OOMKilled"
+
+# The pod condition RestartAllContainers sets while it removes the containers (upstream v1.AllContainersRestarting).
+ALL_CONTAINERS_RESTARTING = "AllContainersRestarting"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,6 +69,16 @@ class KillInfo:
     name: str
     reason: str = ""
     message: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ResetInfo:
+    """One container instance to remove for RestartAllContainers (upstream `containerToRemoveInfo`)."""
+
+    container_id: str
+    name: str
+    kill: bool = False
+    """Stop it first (grace period 0, so the runtime's minimum): it has not exited."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -93,6 +114,9 @@ class PodActions:
     """Seconds until the earliest backoff in `containers_in_backoff` ends: when to sync this pod again."""
     reason: str = ""
     """Why the pod is killed or its sandbox re-created, for logs (empty when neither)."""
+    containers_to_reset: tuple[ResetInfo, ...] = ()
+    """RestartAllContainers, when the pod is not killed: remove these instances in this order (killing those
+    with `kill` first), keeping the sandbox; the containers whose exit triggered it come last."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -152,6 +176,74 @@ def should_restart(container: spec.ContainerSpec, pod: spec.Pod, runtime: podsta
     if status.state in (State.UNKNOWN, State.CREATED):
         return True
     return spec.container_should_restart(container, pod.spec, status.exit_code)
+
+
+def _restarts_all(container: spec.ContainerSpec, exit_code: int) -> bool:
+    """The container's first rule matching the exit code has the RestartAllContainers action."""
+    rule = spec.matching_restart_rule(container, exit_code)
+    return rule is not None and rule.action == spec.RULE_ACTION_RESTART_ALL_CONTAINERS
+
+
+def _last_terminated_exit_code(status: Mapping[str, Any]) -> int | None:
+    """``state.terminated.exitCode`` of an API container status, None when it is not terminated."""
+    terminated = (status.get("state") or {}).get("terminated")
+    if not isinstance(terminated, Mapping):
+        return None
+    code = terminated.get("exitCode")
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
+def should_all_containers_restart(pod: spec.Pod, runtime: podstate.RuntimePodStatus | None,
+                                  previous: Mapping[str, Any] | None) -> bool:
+    """Upstream `ShouldAllContainersRestart`: the pod's API status (`previous`) says AllContainersRestarting
+    is True, or an init or regular container exited with an exit code whose first matching rule is
+    RestartAllContainers, judged on its newest runtime instance or on its API status."""
+    previous = previous or {}
+    for condition in previous.get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == ALL_CONTAINERS_RESTARTING \
+                and condition.get("status") == "True":
+            return True
+    api: dict[str, Mapping[str, Any]] = {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for item in previous.get(key) or ():
+            if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+                api[item["name"]] = item
+    for container in (*pod.spec.init_containers, *pod.spec.containers):
+        if runtime is not None:
+            latest = runtime.latest_container(container.name)
+            if latest is not None and latest.state is State.EXITED and _restarts_all(container, latest.exit_code):
+                return True
+        if container.name in api:
+            code = _last_terminated_exit_code(api[container.name])
+            if code is not None and _restarts_all(container, code):
+                return True
+    return False
+
+
+def all_containers_restart_cleaned_up(pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> bool:
+    """Upstream `AllContainersRestartCleanedUp`: no instance of any init or regular container is left."""
+    return all(runtime.latest_container(c.name) is None for c in (*pod.spec.init_containers, *pod.spec.containers))
+
+
+def containers_to_reset(pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> tuple[ResetInfo, ...]:
+    """Upstream `getContainersToReset`, in `computePodActions` order: every instance (all sandboxes) of the
+    regular containers, then of the init containers, then the instances whose exit triggered the reset (exited
+    with a matching RestartAllContainers rule): regular, then init. Ones not exited are killed first."""
+    def split(containers: Sequence[spec.ContainerSpec]) -> tuple[list[ResetInfo], list[ResetInfo]]:
+        sources: list[ResetInfo] = []
+        targets: list[ResetInfo] = []
+        for container in containers:
+            for info in runtime.instances(container.name):
+                if info.state is State.EXITED:
+                    reset = ResetInfo(container_id=info.id, name=info.name)
+                    (sources if _restarts_all(container, info.exit_code) else targets).append(reset)
+                else:
+                    targets.append(ResetInfo(container_id=info.id, name=info.name, kill=True))
+        return sources, targets
+
+    init_sources, init_targets = split(pod.spec.init_containers)
+    sources, targets = split(pod.spec.containers)
+    return (*targets, *init_targets, *sources, *init_sources)
 
 
 def init_container_failed(status: podstate.ContainerInfo) -> bool:
@@ -270,13 +362,15 @@ def compute_pod_actions(pod: spec.Pod,
                         now: float,
                         liveness_failures: Collection[str] = (),
                         startup_failures: Collection[str] = (),
-                        started: Collection[str] = ()) -> PodActions:
+                        started: Collection[str] = (),
+                        restart_all_containers: bool = False) -> PodActions:
     """Decide the next step for a pod from its spec and what the runtime has (upstream `computePodActions`).
 
     `now` is seconds since the epoch (the runtime's nanosecond times are compared against it);
     `liveness_failures` / `startup_failures` are ids of running containers whose probe failed; `started` are
     ids of running containers whose startup probe succeeded (a sidecar with a startup probe counts as started
-    for the init order only then).
+    for the init order only then). `restart_all_containers` is upstream's flag: the status generated for this
+    sync has AllContainersRestarting True; then the containers are only removed (`containers_to_reset`).
     """
     if pod.is_deleting:
         # Upstream's pod worker stops calling SyncPod and kills the pod instead (SyncTerminatingPod).
@@ -286,6 +380,12 @@ def compute_pod_actions(pod: spec.Pod,
                           reason="Pod is being deleted")
 
     change = sandbox_change(pod, runtime)
+    if restart_all_containers:
+        # Nothing starts in this sync; with a sandbox to re-create the pod is killed instead (upstream SyncPod
+        # then leaves the reset list alone), and it is re-created with nothing to start in it.
+        return PodActions(kill_pod=change.create, create_sandbox=change.create, sandbox_id=change.sandbox_id,
+                          attempt=change.attempt, reason=change.reason,
+                          containers_to_reset=() if change.create else containers_to_reset(pod, runtime))
     draft = _Draft(kill_pod=change.create, create_sandbox=change.create, sandbox_id=change.sandbox_id,
                    attempt=change.attempt, reason=change.reason)
     probes = _Probes(liveness_failures=frozenset(liveness_failures), startup_failures=frozenset(startup_failures),

@@ -242,15 +242,15 @@ def container_should_restart(container: ContainerSpec, pod_spec: PodSpec, exit_c
     """Whether a container that exited with `exit_code` is to run again (upstream `ContainerShouldRestart`,
     pkg/api/v1/pod/util.go, with ContainerRestartRules on).
 
-    Only with a container-level restartPolicy: the first matching rule decides (Restart: yes), else that
-    policy; without one, the pod's. A matching RestartAllContainers rule falls through to the container's
-    policy, as upstream does with RestartAllContainersOnContainerExits off: kopflet does not implement that
-    feature (nor declare it on the Node, so the scheduler does not send it such pods).
+    Only with a container-level restartPolicy: the first matching rule decides (Restart and, with
+    RestartAllContainersOnContainerExits on as at 1.37, RestartAllContainers: yes), else that policy; without
+    one, the pod's. A RestartAllContainers match is acted on by the reconciler's reset
+    (`reconciler.compute_pod_actions` with `restart_all_containers`), not by restarting this container alone.
     """
     policy = container.restart_policy
     if policy is not None:
         rule = matching_restart_rule(container, exit_code)
-        if rule is not None and rule.action == RULE_ACTION_RESTART:
+        if rule is not None and rule.action in (RULE_ACTION_RESTART, RULE_ACTION_RESTART_ALL_CONTAINERS):
             return True
     else:
         policy = pod_spec.restart_policy
@@ -259,6 +259,13 @@ def container_should_restart(container: ContainerSpec, pod_spec: PodSpec, exit_c
     if policy == RESTART_ON_FAILURE:
         return exit_code != 0
     return True
+
+
+def all_containers_could_restart(pod_spec: PodSpec) -> bool:
+    """Whether an init or regular container has a RestartAllContainers rule (upstream
+    `AllContainersCouldRestart`): only such pods get the AllContainersRestarting condition."""
+    return any(rule.action == RULE_ACTION_RESTART_ALL_CONTAINERS
+               for c in (*pod_spec.init_containers, *pod_spec.containers) for rule in c.restart_policy_rules)
 
 
 def effective_restart_policy(container: ContainerSpec, pod_spec: PodSpec) -> str:
@@ -672,6 +679,7 @@ __all__ = [
     "Resources",
     "RestartRule",
     "SpecError",
+    "all_containers_could_restart",
     "container_hash",
     "container_should_restart",
     "default_pull_policy",

@@ -56,9 +56,11 @@ INITIALIZED = "Initialized"
 CONTAINERS_READY = "ContainersReady"
 READY = "Ready"
 DISRUPTION_TARGET = "DisruptionTarget"
+ALL_CONTAINERS_RESTARTING = reconciler.ALL_CONTAINERS_RESTARTING
 KUBELET_CONDITIONS = (POD_SCHEDULED, READY, INITIALIZED, CONTAINERS_READY, POD_READY_TO_START_CONTAINERS,
-                      "PodResizeInProgress", "PodResizePending")
-"""Upstream `PodConditionsByKubelet` (+ PodReadyToStartContainers): regenerated; all others are kept."""
+                      "PodResizeInProgress", "PodResizePending", ALL_CONTAINERS_RESTARTING)
+"""Upstream `PodConditionsByKubelet` (+ PodReadyToStartContainers, AllContainersRestarting): regenerated; all
+others are kept."""
 
 # Condition reasons (pkg/kubelet/status/generate.go).
 UNKNOWN_CONTAINER_STATUSES = "UnknownContainerStatuses"
@@ -67,12 +69,16 @@ POD_FAILED = "PodFailed"
 CONTAINERS_NOT_READY = "ContainersNotReady"
 CONTAINERS_NOT_INITIALIZED = "ContainersNotInitialized"
 READINESS_GATES_NOT_READY = "ReadinessGatesNotReady"
+RESTART_ALL_CONTAINERS_STARTED = "RestartAllContainersStarted"
+MESSAGE_RESTART_ALL_CONTAINERS_STARTED = "container exited with restart policy rule"
 
 # Container state reasons.
 CONTAINER_CREATING = "ContainerCreating"
 POD_INITIALIZING = "PodInitializing"
 CONTAINER_STATUS_UNKNOWN = "ContainerStatusUnknown"
 COMPLETED = "Completed"
+RESTARTING_ALL_CONTAINERS = "RestartingAllContainers"
+MESSAGE_RESTARTING_ALL_CONTAINERS = "The container is removed because RestartAllContainers in place"
 
 MESSAGE_UNKNOWN_TERMINATED = "The container could not be located when the pod was terminated"
 MESSAGE_UNKNOWN_DELETED = ("The container could not be located when the pod was deleted.  "
@@ -118,6 +124,8 @@ class _Inputs:
     readiness: Mapping[str, bool]
     startup: Mapping[str, bool]
     runtime_name: str
+    pod_restarting: bool = False
+    """Upstream podRestarting: `reconciler.should_all_containers_restart` (RestartAllContainers under way)."""
 
 
 def _state_of(status: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
@@ -130,6 +138,18 @@ def _state_of(status: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
 def _last_terminated(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
     value = (status.get("lastState") or {}).get("terminated")
     return value if isinstance(value, Mapping) else None
+
+
+def _restart_count(status: Mapping[str, Any]) -> int:
+    value = status.get("restartCount")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _restartable(container: spec.ContainerSpec, pod: spec.Pod, terminated: Mapping[str, Any]) -> bool:
+    """Upstream getPhase: the container runs again after this termination (its restart policy and rules), or
+    it was removed by RestartAllContainers."""
+    return (spec.container_should_restart(container, pod.spec, _exit_code(terminated))
+            or terminated.get("reason") == RESTARTING_ALL_CONTAINERS)
 
 
 def _volume_mounts(container: spec.ContainerSpec) -> list[dict[str, Any]]:
@@ -169,8 +189,19 @@ def _convert(inputs: _Inputs, info: podstate.ContainerInfo, container: spec.Cont
     }
     if old is not None and "volumeMounts" in old:
         status["volumeMounts"] = copy.deepcopy(old["volumeMounts"])
+    if old is not None:
+        # RestartAllContainersOnContainerExits (on at 1.37, for every pod): a reset removes the old instances,
+        # so the count and the last termination are carried over from the API status.
+        status["restartCount"] = max(info.restart_count, _restart_count(old))
+        old_terminated = _state_of(old, "terminated")
+        if old.get("containerID") != container_id and old_terminated is not None:
+            status["lastState"] = {"terminated": copy.deepcopy(dict(old_terminated))}
+        elif (last := _last_terminated(old)) is not None:
+            status["lastState"] = {"terminated": copy.deepcopy(dict(last))}
     if info.state is State.RUNNING:
         status["state"] = {"running": {"startedAt": timestamp(info.started_at)}}
+        if old is not None and _state_of(old, "terminated") is not None and _restart_count(old) >= info.restart_count:
+            status["restartCount"] = _restart_count(old) + 1
     elif info.state is State.EXITED:
         message = info.message
         extra = inputs.termination_messages.get(info.id, "")
@@ -186,7 +217,8 @@ def _convert(inputs: _Inputs, info: podstate.ContainerInfo, container: spec.Cont
         status["state"] = {"terminated": terminated}
     elif info.state is State.UNKNOWN and old is not None and _state_of(old, "running") is not None:
         # It ran and the runtime lost it: "ran and failed", not "never ran" (so run-once pods do not rerun).
-        status["state"] = {"terminated": {"exitCode": 137, "reason": CONTAINER_STATUS_UNKNOWN,
+        reason = RESTARTING_ALL_CONTAINERS if inputs.pod_restarting else CONTAINER_STATUS_UNKNOWN
+        status["state"] = {"terminated": {"exitCode": 137, "reason": reason,
                                           "message": MESSAGE_UNKNOWN_TERMINATED, "startedAt": None,
                                           "finishedAt": None}}
         status["restartCount"] = int(old.get("restartCount") or 0) + 1
@@ -227,6 +259,16 @@ def _container_statuses(inputs: _Inputs, containers: Sequence[spec.ContainerSpec
     for container in containers:
         old = olds.get(container.name)
         if runtime.latest_container(container.name) is not None or old is None:
+            continue
+        if inputs.pod_restarting and _state_of(old, "waiting") is None:
+            # RestartAllContainers removed it: waiting to run again, its last state a synthetic termination.
+            status = statuses[container.name]
+            status["state"] = {"waiting": {"reason": RESTARTING_ALL_CONTAINERS,
+                                           "message": MESSAGE_RESTARTING_ALL_CONTAINERS}}
+            status["lastState"] = {"terminated": {"exitCode": 137, "reason": RESTARTING_ALL_CONTAINERS,
+                                                  "message": MESSAGE_RESTARTING_ALL_CONTAINERS, "startedAt": None,
+                                                  "finishedAt": None}}
+            status["restartCount"] = _restart_count(old) + 1
             continue
         if _state_of(old, "terminated") is not None or _state_of(old, "running") is None:
             continue
@@ -332,7 +374,8 @@ def get_phase(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], *, pod_is_te
 
     Whether a stopped container will run again is `spec.container_should_restart` on its last exit code (its
     restartPolicyRules, its own restartPolicy, else the pod's), so the phase agrees with what the reconciler
-    does. Pending while a regular init container has not succeeded or a container waits without having run;
+    does; one whose termination says RestartingAllContainers (removed by a reset) runs again too. Pending
+    while a regular init container has not succeeded or a container waits without having run;
     Failed when an init container failed and will not be restarted; Running while one runs; when all stopped:
     Running while one of them will be restarted, else Succeeded if all exited 0, else Failed; a terminal pod
     (being torn down) is Succeeded or Failed by its exit codes whatever the policy.
@@ -347,8 +390,7 @@ def get_phase(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], *, pod_is_te
             pending_init += 1
         elif (exited := _state_of(status, "terminated")) is not None or (
                 _state_of(status, "waiting") is not None and (exited := _last_terminated(status)) is not None):
-            code = _exit_code(exited)
-            failed_init_for_good += code != 0 and not spec.container_should_restart(container, pod.spec, code)
+            failed_init_for_good += _exit_code(exited) != 0 and not _restartable(container, pod, exited)
         else:
             pending_init += 1
 
@@ -382,11 +424,11 @@ def get_phase(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], *, pod_is_te
         elif (terminated := _state_of(status, "terminated")) is not None:
             stopped += 1
             succeeded += terminated.get("exitCode") == 0
-            stopped_for_good += not spec.container_should_restart(container, pod.spec, _exit_code(terminated))
+            stopped_for_good += not _restartable(container, pod, terminated)
         elif _state_of(status, "waiting") is not None:
             if (last := _last_terminated(status)) is not None:
                 stopped += 1
-                stopped_for_good += not spec.container_should_restart(container, pod.spec, _exit_code(last))
+                stopped_for_good += not _restartable(container, pod, last)
             else:
                 waiting += 1
         else:
@@ -484,8 +526,10 @@ def _has_any_regular_container_started(pod: spec.Pod, statuses: Sequence[Mapping
                                            or _state_of(s, "terminated") is not None) for s in statuses)
 
 
-def initialized_condition(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], phase: str) -> dict[str, Any]:
-    """Upstream `GeneratePodInitializedCondition`: every init container done (sidecars: started)."""
+def initialized_condition(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], phase: str,
+                          previous_conditions: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """Upstream `GeneratePodInitializedCondition`: every init container done (sidecars: started). Once True
+    it stays True while init containers re-run after RestartAllContainers (`previous_conditions`)."""
     by_name = {s.get("name"): s for s in statuses}
     unknown: list[str] = []
     incomplete: list[str] = []
@@ -507,8 +551,32 @@ def initialized_condition(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], 
     if incomplete:
         messages.append(f"containers with incomplete status: {_go_list(incomplete)}")
     if messages:
+        if any(c.get("type") == INITIALIZED and c.get("status") == "True" for c in previous_conditions):
+            return _condition(INITIALIZED, True)
         return _condition(INITIALIZED, False, CONTAINERS_NOT_INITIALIZED, ", ".join(messages))
     return _condition(INITIALIZED, True)
+
+
+def all_containers_restarting_condition(pod: spec.Pod, runtime: podstate.RuntimePodStatus,
+                                        previous: Mapping[str, Any], phase: str) -> dict[str, Any]:
+    """Upstream `GenerateAllContainersRestartingCondition`: True from a RestartAllContainers exit until every
+    init and regular container is removed from the runtime; False on a terminal pod."""
+    if phase == SUCCEEDED:
+        return _condition(ALL_CONTAINERS_RESTARTING, False, POD_COMPLETED)
+    if phase == FAILED:
+        return _condition(ALL_CONTAINERS_RESTARTING, False, POD_FAILED)
+    if not reconciler.should_all_containers_restart(pod, runtime, previous) \
+            or reconciler.all_containers_restart_cleaned_up(pod, runtime):
+        return _condition(ALL_CONTAINERS_RESTARTING, False)
+    return _condition(ALL_CONTAINERS_RESTARTING, True, RESTART_ALL_CONTAINERS_STARTED,
+                      MESSAGE_RESTART_ALL_CONTAINERS_STARTED)
+
+
+def all_containers_restarting(status: Mapping[str, Any]) -> bool:
+    """Whether a status `compute_pod_status` made has AllContainersRestarting True: the reconciler's
+    `restart_all_containers` (upstream reads it off the status generated before SyncPod)."""
+    return any(c.get("type") == ALL_CONTAINERS_RESTARTING and c.get("status") == "True"
+               for c in status.get("conditions") or ())
 
 
 def ready_to_start_containers_condition(pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> dict[str, Any]:
@@ -597,7 +665,8 @@ def compute_pod_status(pod: spec.Pod,
     `generation` is metadata.generation, written as observedGeneration when given.
     """
     inputs = _Inputs(pod=pod, runtime=runtime, waiting=waiting or {}, termination_messages=termination_messages or {},
-                     readiness=readiness or {}, startup=startup or {}, runtime_name=runtime_name)
+                     readiness=readiness or {}, startup=startup or {}, runtime_name=runtime_name,
+                     pod_restarting=reconciler.should_all_containers_restart(pod, runtime, previous))
     node_ips = list(host_ips) or ([host_ip] if host_ip else [])
     status: dict[str, Any] = {}
 
@@ -638,10 +707,12 @@ def compute_pod_status(pod: spec.Pod,
 
     conditions = [dict(c) for c in _previous_conditions(previous) if c.get("type") not in KUBELET_CONDITIONS]
     owned = [ready_to_start_containers_condition(pod, runtime),
-             initialized_condition(pod, [*init_statuses, *container_statuses], phase)]
+             initialized_condition(pod, [*init_statuses, *container_statuses], phase, _previous_conditions(previous))]
     owned.append(ready_condition(pod, [*conditions, *owned], [*init_statuses, *container_statuses], phase))
     owned.append(containers_ready_condition(pod, [*init_statuses, *container_statuses], phase))
     owned.append(_condition(POD_SCHEDULED, True))
+    if spec.all_containers_could_restart(pod.spec):
+        owned.append(all_containers_restarting_condition(pod, runtime, previous, phase))
     if phase in TERMINAL_PHASES:  # mergePodStatus: a terminal pod is never ready
         reason = POD_FAILED if phase == FAILED else POD_COMPLETED
         owned = [_condition(c["type"], False, reason)
@@ -687,7 +758,7 @@ def _stamp(conditions: Iterable[dict[str, Any]], previous: Mapping[str, Any], no
     for condition in conditions:
         before = old.get(condition["type"])
         stamped: dict[str, Any] = {"type": condition["type"], "status": condition["status"]}
-        if generation is not None:
+        if generation is not None and condition["type"] != ALL_CONTAINERS_RESTARTING:  # upstream sets none on it
             stamped["observedGeneration"] = generation
         stamped["lastProbeTime"] = None
         if before is not None and before.get("status") == condition["status"] and before.get("lastTransitionTime"):
@@ -799,11 +870,14 @@ def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[st
 
 
 __all__ = [
+    "ALL_CONTAINERS_RESTARTING",
     "FAILED",
     "PENDING",
     "RUNNING",
     "SUCCEEDED",
     "Waiting",
+    "all_containers_restarting",
+    "all_containers_restarting_condition",
     "compute_pod_status",
     "containers_ready_condition",
     "get_phase",

@@ -393,9 +393,13 @@ OWN_POLICY_CASES: dict[str, Case] = {
     "a later rule matches when the first does not": (
         own_policy("Never", "Never", 0, rules=[rule("In", 1), rule("NotIn", 42)]), lambda rt: rt.exited(0, 3),
         PodActions(sandbox_id="sandboxID", containers_to_start=("foo1",), backoff_since={"foo1": AGO})),
-    "the first matching rule decides: RestartAllContainers (not implemented) falls back to the container's Never": (
-        own_policy("Never", "Never", 0, rules=[rule("In", 42, action="RestartAllContainers"), rule("In", 42)]),
-        lambda rt: rt.exited(0, 42), NO_ACTION),
+    "the first matching rule decides: RestartAllContainers counts as a restart (upstream ContainerShouldRestart)": (
+        own_policy("Never", "Never", 0, rules=[rule("In", 42, action="RestartAllContainers"), rule("NotIn", 42)]),
+        lambda rt: rt.exited(0, 42),
+        PodActions(sandbox_id="sandboxID", containers_to_start=("foo1",), backoff_since={"foo1": AGO})),
+    "RestartAllContainers rule not matching: the next rule, then the container's Never": (
+        own_policy("Never", "Never", 0, rules=[rule("In", 42, action="RestartAllContainers"), rule("In", 7)]),
+        lambda rt: rt.exited(0, 1), NO_ACTION),
     "failed liveness probe, container Never in an Always pod: kill without restart": (
         own_policy("Always", "Never", 1), LIVENESS_FAILED,
         PodActions(sandbox_id="sandboxID",

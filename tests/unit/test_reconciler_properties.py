@@ -24,7 +24,11 @@ answer is:
 5. names: every output name is a container of the pod, of the right kind, once, in spec order, with at most one
    regular init container;
 6. crash-loop backoff: a container waiting in backoff is not started, and the backoff outputs agree;
-7. purity: same inputs, same answer, no input mutated.
+7. purity: same inputs, same answer, no input mutated;
+8. RestartAllContainers (upstream `computePodActions` with `restartAllContainers`): only when asked, and then
+   every instance of every init and regular container is removed, each once, those not exited killed first,
+   regular before init, the instances whose exit triggered it last, and nothing else happens (unless the
+   sandbox must be re-created: then the pod is killed and nothing is reset or started).
 
 Each invariant is a separate function so that a failure names it; `test_the_generator_reaches_every_case`
 makes sure the strategies really produce the situations the invariants talk about (none is vacuous).
@@ -72,12 +76,14 @@ class Scenario:
     liveness_failures: set[str]
     startup_failures: set[str]
     started: set[str]
+    restart_all: bool = False
+    """The pod's status says AllContainersRestarting (RestartAllContainers under way)."""
 
     def compute(self) -> PodActions:
         # Through the module attribute, so a scratch run can monkeypatch a broken reconciler in.
         return reconciler.compute_pod_actions(
             self.pod, self.runtime, backoff=self.backoff, now=self.now, liveness_failures=self.liveness_failures,
-            startup_failures=self.startup_failures, started=self.started)
+            startup_failures=self.startup_failures, started=self.started, restart_all_containers=self.restart_all)
 
     # --- views on the pod, for the checks
 
@@ -278,7 +284,7 @@ def scenarios(draw: st.DrawFn, own_policies: bool = False) -> Scenario:
     names = (*exited, *exited, *exited, *(c.name for c in (*pod.spec.init_containers, *pod.spec.containers)), STRAY)
     return Scenario(pod=pod, runtime=runtime, backoff=_backoff(draw, pod, names, now), now=now,
                     liveness_failures=draw(some_running), startup_failures=draw(some_running),
-                    started=draw(some_running))
+                    started=draw(some_running), restart_all=own_policies and draw(_RARE))
 
 
 # ------------------------------------------------------------------------------------------------ invariants
@@ -325,13 +331,13 @@ def check_torn_down_pod_starts_nothing(s: Scenario, a: PodActions) -> None:
 
 def _would_restart(s: Scenario, c: ContainerSpec, exit_code: int) -> bool:
     """Upstream `ContainerShouldRestart`, written out again from its definition (rules only with a container
-    restartPolicy; the first match decides; Restart restarts, the unimplemented RestartAllContainers falls
-    through; then the container's policy, else the pod's)."""
+    restartPolicy; the first match decides; Restart and, with RestartAllContainersOnContainerExits on,
+    RestartAllContainers restart; then the container's policy, else the pod's)."""
     policy = c.restart_policy
     if policy is not None:
         for rule in c.restart_policy_rules:
             if (exit_code in rule.values) == (rule.operator == "In"):
-                if rule.action == "Restart":
+                if rule.action in ("Restart", "RestartAllContainers"):
                     return True
                 break
     else:
@@ -379,6 +385,43 @@ def check_restart_policies(s: Scenario, a: PodActions) -> None:
             if not _would_restart(s, c, latest.exit_code):
                 assert c.name not in restarting, f"init container {c.name} exited {latest.exit_code}, its policy " \
                                                  "says no, and it is run again"
+
+
+def _triggers_reset(c: ContainerSpec, info: ContainerInfo) -> bool:
+    """An exited instance whose first matching rule is RestartAllContainers (upstream's reset "source")."""
+    if info.state is not State.EXITED:
+        return False
+    for rule in c.restart_policy_rules:
+        if (info.exit_code in rule.values) == (rule.operator == "In"):
+            return rule.action == "RestartAllContainers"
+    return False
+
+
+def check_reset(s: Scenario, a: PodActions) -> None:
+    """8. RestartAllContainers: removes every instance of the init and regular containers, sources last, and
+    does nothing else; never without the pod's AllContainersRestarting."""
+    if not s.restart_all or s.pod.is_deleting:
+        assert a.containers_to_reset == (), "containers reset though no RestartAllContainers is under way"
+        return
+    assert not _starts(a) and not a.containers_to_kill, "a reset starts or kills containers besides removing them"
+    assert not a.containers_in_backoff and not a.backoff_since and a.retry_after is None, "a reset waits for backoff"
+    if a.kill_pod:
+        assert a.create_sandbox and a.containers_to_reset == (), "a reset kills the pod without a new sandbox"
+        return
+    assert not a.create_sandbox
+    kinds = {c.name: ("init", c) for c in s.inits} | {c.name: ("regular", c) for c in s.regulars}
+    expected = {c.id for c in s.runtime.containers if c.name in kinds}
+    ids = [r.container_id for r in a.containers_to_reset]
+    assert len(ids) == len(set(ids)) and set(ids) == expected, "a reset does not remove each instance exactly once"
+    by_id = {c.id: c for c in s.runtime.containers}
+    groups = []
+    for reset in a.containers_to_reset:
+        info = by_id[reset.container_id]
+        kind, container = kinds[info.name]
+        assert reset.name == info.name and reset.kill == (info.state is not State.EXITED), \
+            f"{reset} is not killed exactly when it has not exited"
+        groups.append((_triggers_reset(container, info), kind == "init"))
+    assert groups == sorted(groups), "reset order is not: regular, init, then the triggering regular, init ones"
 
 
 def check_kills(s: Scenario, a: PodActions) -> None:
@@ -478,7 +521,10 @@ SEEN_OWN: Counter[str] = Counter()
 
 INVARIANTS: tuple[Callable[[Scenario, PodActions], None], ...] = (
     check_one_sandbox, check_torn_down_pod_starts_nothing, check_restart_policies, check_kills, check_names,
-    check_backoff)
+    check_backoff, check_reset)
+RESET_INVARIANTS: tuple[Callable[[Scenario, PodActions], None], ...] = (
+    check_one_sandbox, check_torn_down_pod_starts_nothing, check_names, check_reset)
+"""What must hold while RestartAllContainers removes the containers (the planning rules are not consulted)."""
 
 
 @PROPERTY_SETTINGS
@@ -510,7 +556,7 @@ def test_compute_pod_actions_invariants_with_container_restart_policies(s: Scena
         SEEN_OWN[feature] += shown
         if shown:
             event(feature)
-    for invariant in INVARIANTS:
+    for invariant in RESET_INVARIANTS if s.restart_all and not s.pod.is_deleting else INVARIANTS:
         invariant(s, actions)
 
 
@@ -575,14 +621,20 @@ def own_policy_features(s: Scenario, a: PodActions) -> dict[str, bool]:
         rule = pod_spec.matching_restart_rule(c, exited[c.name].exit_code)
         return rule is not None and rule.action == "Restart"
 
-    in_sandbox = not a.create_sandbox and not a.kill_pod
+    in_sandbox = not a.create_sandbox and not a.kill_pod and not s.restart_all
+    resets = {(r.kill, _triggers_reset(next(c for c in (*s.inits, *s.regulars) if c.name == r.name),
+                                       next(i for i in s.runtime.containers if i.id == r.container_id)))
+              for r in a.containers_to_reset}
     return {
         "regular container restarted by a matching restart rule": in_sandbox and any(
             c.name in exited and c.name in restarting and c.restart_policy != "Always" and rule_restarts(c)
             for c in s.regulars),
-        "regular container left alone though a rule of it matched (RestartAllContainers)": in_sandbox and any(
-            c.name in exited and c.name not in restarting and pod_spec.matching_restart_rule(
-                c, exited[c.name].exit_code) is not None for c in s.regulars),
+        "regular container restarted alone by its RestartAllContainers rule (no reset under way)": in_sandbox and any(
+            c.name in exited and c.name in restarting and (r := pod_spec.matching_restart_rule(
+                c, exited[c.name].exit_code)) is not None and r.action == "RestartAllContainers" for c in s.regulars),
+        "reset removing a triggering instance, a running one and an exited one": {
+            (False, True), (True, False), (False, False)} <= resets,
+        "reset with a sandbox to re-create: the pod is killed": s.restart_all and a.kill_pod and a.create_sandbox,
         "exited regular container with its own Never left alone in a pod that restarts": (
             policy != RESTART_NEVER and in_sandbox and any(
                 c.restart_policy == RESTART_NEVER and c.name in exited and c.name not in restarting

@@ -414,8 +414,11 @@ def _pod_spec(policy: str) -> spec.PodSpec:
     (_container("OnFailure", IN_42), "Never", 3, True),
     (_container("OnFailure", IN_42), "Always", 0, False),
     (_container("Always", IN_42), "Never", 0, True),
-    # the first match wins; RestartAllContainers is not implemented: the container's policy decides
-    (_container("Never", ALL_IN_42, IN_42), "Always", 42, False),
+    # the first match wins; RestartAllContainers restarts (RestartAllContainersOnContainerExits on at 1.37)
+    (_container("Never", ALL_IN_42, spec.RestartRule(action="Restart", operator="NotIn", values=(42,))),
+     "Always", 42, True),
+    (_container("Never", ALL_IN_42), "Never", 42, True),
+    (_container("Never", ALL_IN_42), "Always", 41, False),
     (_container("OnFailure", ALL_IN_42), "Never", 42, True),
     (_container("Never", NOT_IN_012, IN_42), "Never", 42, True),
     # negative exit codes are matched like any other (int32 on the API)
