@@ -168,6 +168,7 @@ class NodeAgent:
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.cfg.port}},
             "nodeInfo": nodestatus.node_info(self.facts, KUBELET_VERSION, self.runtime_version),
             "images": images,
+            "declaredFeatures": nodestatus.declared_features(),
         }
 
     async def post_status(self, force: bool = False) -> None:

@@ -1,7 +1,8 @@
 """Carrying out a pod's PodActions on the runtime, in upstream ``SyncPod`` order; it decides nothing.
 
-Order: kill the pod (or the containers to kill), create the sandbox, start the next init container,
-start the containers. Each step records what the pod's status must show (waiting reasons) and the
+Order: kill the pod (or the containers to kill, then the containers to reset for RestartAllContainers:
+killed with no grace period if they have not exited, and removed), create the sandbox, start the next init
+container, start the containers. Each step records what the pod's status must show (waiting reasons) and the
 kubelet's events. Where the sandbox, a container's log directory and its termination-log file are
 made: here.
 """
@@ -96,6 +97,7 @@ class PodSyncer:
             await asyncio.gather(*(
                 self.stop_container(pod, runtime, cid, info.message, grace=_kill_grace(pod, info))
                 for cid, info in actions.containers_to_kill.items()))
+            await self.reset_containers(pod, actions.containers_to_reset)
 
         # Volumes first, as upstream waits for them before creating anything; on every sync, so ConfigMap,
         # Secret and token updates reach running pods. A missing source keeps the pod ContainerCreating.
@@ -211,7 +213,10 @@ class PodSyncer:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, refusal)
 
         previous = runtime.latest_container(name)
-        restart_count = previous.restart_count + 1 if previous is not None else 0
+        if previous is not None:
+            restart_count = previous.restart_count + 1
+        else:  # none left on the runtime (RestartAllContainers removed it): go on from its log files
+            restart_count = await asyncio.to_thread(_restart_count_from_logs, Path(config.log_directory, name))
         try:
             target_id = reconciler.namespace_target_id(container, runtime)  # ephemeral: the target's PID namespace
         except LookupError as exc:
@@ -357,6 +362,21 @@ class PodSyncer:
             if not exc.not_found:
                 raise
 
+    async def reset_containers(self, pod: spec.Pod, resets: Sequence[reconciler.ResetInfo]) -> None:
+        """RestartAllContainers (upstream SyncPod's ContainersToReset): one at a time in the given order, stop
+        a container that has not exited with grace period 0 (no preStop hook, the runtime's minimum of 2s;
+        Killing event "killing"), then remove it; its log files stay. A failure stops here (retried on the
+        next sync, which still sees AllContainersRestarting)."""
+        for reset in resets:
+            is_init = any(c.name == reset.name for c in pod.spec.init_containers)
+            if reset.kill:
+                await self._stop(pod, reset.container_id, reset.name, is_init, "killing", MINIMUM_GRACE_PERIOD)
+            try:
+                await self.cri.containers.remove(reset.container_id)
+            except CriError as exc:
+                if not exc.not_found:
+                    raise
+
     async def kill_pod(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, grace: int | None) -> None:
         """Stop every running container concurrently, then every sandbox (upstream killPodWithSyncResult).
 
@@ -484,6 +504,15 @@ def _ensure_sub_paths(mounts: Iterable[cri.Mount], volume_roots: Iterable[str]) 
         for folder in reversed(missing):
             folder.mkdir()
             os.chmod(folder, mode)  # mkdir is subject to the umask and drops setgid/sticky
+
+
+def _restart_count_from_logs(folder: Path) -> int:
+    """Upstream calcRestartCountByLogDir on a container's log directory (blocking: run in a thread)."""
+    try:
+        names = [entry.name for entry in os.scandir(folder) if not entry.is_dir()]
+    except OSError:
+        return 0
+    return container_config.restart_count_from_log_names(names)
 
 
 def _remove_tree(path: Path) -> None:

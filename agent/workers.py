@@ -182,10 +182,12 @@ class PodWorkers:
             return await self._finish(worker, pod, runtime, write=True)
         self._probe(pod, runtime)
         started = {cid for cid, ok in self.probes.started(uid).items() if ok} if self.probes else set()
+        restart_all = await self._restarting_all_containers(worker, pod, runtime, previous)
         actions = reconciler.compute_pod_actions(
             pod, runtime, backoff=self.backoff, now=time.time(),
             liveness_failures=self.probes.liveness_failures(uid) if self.probes else (),
-            startup_failures=self.probes.startup_failures(uid) if self.probes else (), started=started)
+            startup_failures=self.probes.startup_failures(uid) if self.probes else (), started=started,
+            restart_all_containers=restart_all)
         if actions.reason:
             logger.info(f"pod {pod.namespace}/{pod.name}: {actions.reason}")
         before = runtime
@@ -206,7 +208,23 @@ class PodWorkers:
             delay = min(delay, STARTED_RECHECK)
         if not actions.kill_pod and podstate.exited_meanwhile(before, runtime, stopped=actions.containers_to_kill):
             delay = 0.0  # this refresh hid the exit from the relist: decide on it now
+        if actions.containers_to_reset:
+            delay = 0.0  # upstream requeues the pod right after a RestartAllContainers reset to start it again
         return delay
+
+    async def _restarting_all_containers(self, worker: _Worker, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
+                                         previous: Mapping[str, Any]) -> bool:
+        """Upstream's restartingAllContainers: AllContainersRestarting True in the status generated before
+        SyncPod. When it is, that status is written first, as upstream's status manager has it before the
+        containers go: the container that triggered the reset shows its exit, and the status after the reset
+        (containers waiting with RestartingAllContainers, restartCount + 1) is computed against it."""
+        if not spec.all_containers_could_restart(pod.spec):
+            return False
+        before = status.compute_pod_status(pod, runtime, previous=previous, now=datetime.datetime.now(datetime.UTC))
+        if not status.all_containers_restarting(before):
+            return False
+        await self._write_status(worker, pod, runtime, SyncResult())
+        return True
 
     async def _finish(self, worker: _Worker, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
                       write: bool = False) -> float:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -66,6 +67,22 @@ def relative_log_path(name: str, restart_count: int) -> str:
 def container_log_path(pod_log_dir: str, name: str, restart_count: int) -> str:
     """The absolute log file path of one container instance (upstream `BuildContainerLogsDirectory` + name)."""
     return posixpath.join(pod_log_dir, relative_log_path(name, restart_count))
+
+
+_LOG_FILE = re.compile(r"^(\d+)\.log(\..*)?")
+
+
+def restart_count_from_log_names(names: Iterable[str]) -> int:
+    """The restart count for a container with no instance left on the runtime: one past the highest
+    ``<n>.log`` (rotated ``<n>.log.<suffix>`` too) in its log directory, 0 if none (upstream
+    `calcRestartCountByLogDir`), so a new instance never writes over an earlier one's log (after
+    RestartAllContainers removed them, or the runtime lost them)."""
+    count = 0
+    for name in names:
+        match = _LOG_FILE.match(name)
+        if match is not None:
+            count = max(count, int(match.group(1)) + 1)
+    return count
 
 
 def termination_message_mount(container: spec.ContainerSpec, host_path: str) -> cri.Mount | None:
@@ -422,6 +439,7 @@ __all__ = [
     "possible_cpus",
     "proc_mount_paths",
     "relative_log_path",
+    "restart_count_from_log_names",
     "should_mount_etc_hosts",
     "target_pid_namespace",
     "termination_message_mount",

@@ -142,6 +142,19 @@ def addresses(node_name: str, node_ip: str) -> list[dict[str, str]]:
     return out
 
 
+DECLARED_FEATURES = ("RestartAllContainersOnContainerExits",)
+"""The node features kopflet implements among upstream's registry (k8s.io/component-helpers
+nodedeclaredfeatures, NodeDeclaredFeatures GA at 1.37): the scheduler's NodeDeclaredFeatures plugin sends a pod
+that needs one (a RestartAllContainers rule) only to nodes declaring it. The upstream kubelet declares each
+whose gate is on; kopflet declares only what it does."""
+
+
+def declared_features() -> list[str]:
+    """``status.declaredFeatures``: sorted and unique, as the apiserver requires (upstream
+    `DiscoverNodeFeatures`, then `validateNodeDeclaredFeatures`)."""
+    return sorted(set(DECLARED_FEATURES))
+
+
 def node_info(facts: MachineFacts, kubelet_version: str, runtime_version: str) -> dict[str, str]:
     return {"machineID": facts.machine_id, "systemUUID": facts.system_uuid, "bootID": facts.boot_id,
             "kernelVersion": facts.kernel_version, "osImage": facts.os_image,

@@ -1,7 +1,8 @@
 """agent.sync.PodSyncer.kill_pod against a fake CRI: the upstream termination order of pods with sidecars.
 
 Regular containers are stopped first, then the sidecars in reverse spec order (upstream terminationOrdering);
-ephemeral containers and pods without sidecars are stopped all at once.
+ephemeral containers and pods without sidecars are stopped all at once. And `reset_containers`
+(RestartAllContainers): one at a time, stop (grace 0, so 2s) only those that have not exited, then remove.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agent.sync import PodSyncer
+from agent.sync import MINIMUM_GRACE_PERIOD, PodSyncer
+from kopflet import reconciler
 from kopflet.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
 from kopflet.spec import Pod, pod_from_body
 
@@ -19,9 +21,14 @@ class FakeContainers:
         self.slow = slow
         self.calls: list[tuple[str, int]] = []
         self.done: list[str] = []
+        self.log: list[tuple[str, str]] = []  # ("stop" | "remove", id), in call order
+
+    async def remove(self, container_id: str) -> None:
+        self.log.append(("remove", container_id))
 
     async def stop(self, container_id: str, seconds: int) -> None:
         self.calls.append((container_id, seconds))
+        self.log.append(("stop", container_id))
         await asyncio.sleep(self.slow.get(container_id, 0.0))
         self.done.append(container_id)
 
@@ -102,3 +109,19 @@ async def test_without_sidecars_or_with_grace_zero_everything_stops_at_once() ->
         await syncer.kill_pod(pod, runtime(*names), grace=grace)
         assert asyncio.get_running_loop().time() - started < 0.09  # concurrent: one delay, not several
         assert sorted(cid for cid, _ in cri.containers.calls) == sorted(f"c-{n}" for n in names)
+
+
+async def test_reset_containers_stops_what_runs_with_no_grace_and_removes_each_in_order() -> None:
+    """Upstream SyncPod's ContainersToReset: killContainer with gracePeriodOverride 0 (Killing "killing", no
+    preStop, the 2s minimum), then removeContainer, one after the other."""
+    syncer, cri, recorder = make_syncer({})
+    resets = (reconciler.ResetInfo(container_id="c-app", name="app", kill=True),
+              reconciler.ResetInfo(container_id="c-setup", name="setup"),
+              reconciler.ResetInfo(container_id="c-proxy", name="proxy", kill=True),
+              reconciler.ResetInfo(container_id="c-worker", name="worker"))
+    await syncer.reset_containers(make_pod(), resets)
+    assert cri.containers.log == [("stop", "c-app"), ("remove", "c-app"), ("remove", "c-setup"),
+                                  ("stop", "c-proxy"), ("remove", "c-proxy"), ("remove", "c-worker")]
+    assert cri.containers.calls == [("c-app", MINIMUM_GRACE_PERIOD), ("c-proxy", MINIMUM_GRACE_PERIOD)]
+    assert [(e[1], e[2], e[3], e[4]) for e in recorder.events] == [("Killing", "killing", "app", False),
+                                                                  ("Killing", "killing", "proxy", True)]
