@@ -406,6 +406,38 @@ def test_container_restart_rule_restarts_on_a_matching_exit_code(running_agent: 
     assert statuses(missed)["main"]["restartCount"] == 0
 
 
+def test_restart_all_containers_rule_restarts_the_pod_in_place(running_agent: Agent, admin: Kubectl,
+                                                               layout: Layout, namespace: str) -> None:
+    # Upstream e2e "Pod Extended (RestartAllContainers)" (RestartAllContainersOnContainerExits, beta and on at
+    # v1.37): exit 42 matches a RestartAllContainers rule, so every container is killed and removed and the pod
+    # starts again from its init containers in the same sandbox, with AllContainersRestarting shown meanwhile.
+    mount = [{"name": "work", "mountPath": "/mnt"}]
+    source = container("source", "if [ -f /mnt/done ]; then sleep 3600; else touch /mnt/done; sleep 2; exit 42; fi",
+                       volumeMounts=mount, restartPolicy="Never", restartPolicyRules=[
+                           {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}])
+    admin.apply(pod_manifest(
+        "reset", namespace, layout.node_name, [source, container("regular", "sleep 3600")],
+        initContainers=[container("init", "true"), container("sidecar", "sleep 3600", restartPolicy="Always")],
+        volumes=[{"name": "work", "emptyDir": {}}], restartPolicy="Never"))
+    first = wait_pod(admin, namespace, "reset", lambda p: "running" in statuses(p).get("regular", {}).get("state", {}),
+                     what="running")
+    node = json.loads(admin.run("get", "node", layout.node_name, "-o", "json").stdout)
+    assert "RestartAllContainersOnContainerExits" in node["status"].get("declaredFeatures", [])
+
+    def restarted(p: dict[str, Any]) -> bool:
+        every = {**statuses(p), **statuses(p, "initContainerStatuses")}
+        return all(every.get(n, {}).get("restartCount", 0) >= 1 for n in ("init", "sidecar", "source", "regular")) \
+            and all("running" in every[n]["state"] for n in ("sidecar", "source", "regular"))
+
+    pod = wait_pod(admin, namespace, "reset", restarted, what="every container restarted", timeout=120)
+    assert pod["status"]["phase"] == "Running"
+    assert pod["status"]["podIP"] == first["status"]["podIP"]  # the sandbox is kept
+    last = statuses(pod)["regular"]["lastState"]["terminated"]
+    assert (last["reason"], last["exitCode"]) == ("RestartingAllContainers", 137)
+    condition = next(c for c in pod["status"]["conditions"] if c["type"] == "AllContainersRestarting")
+    assert condition["status"] == "False"
+
+
 def test_active_deadline_fails_the_pod(running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
     admin.apply(pod_manifest("deadline", namespace, layout.node_name, [container("main", "sleep 3600")],
                              activeDeadlineSeconds=4))
