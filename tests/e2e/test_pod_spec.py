@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -478,3 +479,10 @@ def test_image_pull_secret_opens_a_private_registry(running_agent: Agent, admin:
         "main", "true", image=image, imagePullPolicy="Always")], restartPolicy="Never",
         imagePullSecrets=[{"name": "regcred"}]))
     wait_pod(admin, namespace, "authorized", phase("Succeeded"), what="pulled with the secret and ran")
+    # The private copy has the public image's digest, so containerd now lists both names for one image and reports
+    # the first (sorted) name in container statuses: drop the private name, or a later run in this clone would see
+    # 127.0.0.1:5001/private/busybox where it expects docker.io/library/busybox.
+    ctr = ["ctr", "-a", str(layout.containerd_socket), "-n", "k8s.io", "images"]
+    names = subprocess.run([*ctr, "ls", "-q"], check=True, capture_output=True, text=True, timeout=30).stdout.split()
+    private = [n for n in names if n.startswith(image.rsplit(":", 1)[0])]  # the tag and its digest reference
+    subprocess.run([*ctr, "rm", *private], check=True, capture_output=True, timeout=30)
