@@ -234,22 +234,22 @@ def _fit_searches(searches: list[str]) -> tuple[list[str], SandboxWarning | None
 # -------------------------------------------------------------------------------------------- hostname
 
 
-def _label_errors(value: str) -> str:
+def _dns_errors(value: str, pattern: re.Pattern[str], max_length: int, message: str) -> str:
+    """Upstream IsDNS1123Label/IsDNS1123Subdomain, joined with ";" as the kubelet's messages join them."""
     errors = []
-    if len(value) > HOSTNAME_MAX_LENGTH:
-        errors.append(f"must be no more than {HOSTNAME_MAX_LENGTH} characters")
-    if not _DNS1123_LABEL.match(value):
-        errors.append(_DNS1123_LABEL_MESSAGE)
+    if len(value) > max_length:
+        errors.append(f"must be no more than {max_length} characters")
+    if not pattern.match(value):
+        errors.append(message)
     return ";".join(errors)
+
+
+def _label_errors(value: str) -> str:
+    return _dns_errors(value, _DNS1123_LABEL, HOSTNAME_MAX_LENGTH, _DNS1123_LABEL_MESSAGE)
 
 
 def _subdomain_errors(value: str) -> str:
-    errors = []
-    if len(value) > _DNS1123_SUBDOMAIN_MAX_LENGTH:
-        errors.append(f"must be no more than {_DNS1123_SUBDOMAIN_MAX_LENGTH} characters")
-    if not _DNS1123_SUBDOMAIN.match(value):
-        errors.append(_DNS1123_SUBDOMAIN_MESSAGE)
-    return ";".join(errors)
+    return _dns_errors(value, _DNS1123_SUBDOMAIN, _DNS1123_SUBDOMAIN_MAX_LENGTH, _DNS1123_SUBDOMAIN_MESSAGE)
 
 
 def truncate_hostname(pod_name: str, hostname: str) -> str:
