@@ -311,6 +311,13 @@ class Containers(_Facade):
         """Remove a container (force-stopping it if needed). Idempotent for absent containers."""
         await self._runtime("RemoveContainer", pb.RemoveContainerRequest(container_id=container_id))
 
+    async def update_resources(self, container_id: str, linux: types.LinuxContainerResources) -> None:
+        """Change a container's cgroup settings in place (in-place pod resize). The runtime applies the whole
+        set, so pass every field, not only the changed ones; a failed update leaves the old values."""
+        request = pb.UpdateContainerResourcesRequest(container_id=container_id,
+                                                     linux=convert.linux_resources_to_pb(linux))
+        await self._runtime("UpdateContainerResources", request)
+
     async def status(self, container_id: str) -> types.ContainerStatus:
         """State, times, exit code and image of one container; CriError(NOT_FOUND) when absent."""
         response = await self._runtime("ContainerStatus", pb.ContainerStatusRequest(container_id=container_id))

@@ -574,6 +574,8 @@ def container_status_to_pb(s: types.ContainerStatus) -> pb.ContainerStatus:
     )
     if s.metadata is not None:
         m.metadata.CopyFrom(container_metadata_to_pb(s.metadata))
+    if s.resources is not None:
+        m.resources.linux.CopyFrom(linux_resources_to_pb(s.resources))
     return m
 
 
@@ -595,6 +597,8 @@ def container_status_from_pb(m: pb.ContainerStatus) -> types.ContainerStatus:
         annotations=_map(m.annotations),
         mounts=tuple(mount_from_pb(x) for x in m.mounts),
         log_path=m.log_path,
+        resources=linux_resources_from_pb(m.resources.linux)
+        if m.HasField("resources") and m.resources.HasField("linux") else None,
     )
 
 

@@ -429,6 +429,9 @@ class ContainerStatus:
     annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
     mounts: tuple[Mount, ...] = ()
     log_path: str = ""
+    resources: LinuxContainerResources | None = None
+    """The cgroup settings the runtime applied (after creation or the last UpdateContainerResources), when it
+    reports them."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

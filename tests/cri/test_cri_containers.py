@@ -184,3 +184,22 @@ async def test_create_with_a_missing_image_fails_clearly(cri: CriClient, bench) 
         await bench.create_container(sandbox_id, sandbox, config)
     assert "does-not-exist" in info.value.details, info.value
     assert BUSYBOX not in info.value.details
+
+
+async def test_update_resources_changes_the_running_containers_cgroup(cri: CriClient, bench) -> None:
+    """UpdateContainerResources (in-place resize) reaches the cgroup the container itself sees, and ContainerStatus
+    reports the new values."""
+    _, container_id, _, _ = await bench.start_container(STUBBORN)
+    await bench.wait_for_state(container_id, types.ContainerState.RUNNING)
+    wanted = types.LinuxContainerResources(cpu_period=100000, cpu_quota=30000, cpu_shares=307,
+                                           memory_limit_in_bytes=96 << 20)
+    await cri.containers.update_resources(container_id, wanted)
+
+    status = await cri.containers.status(container_id)
+    assert status.resources is not None
+    assert (status.resources.cpu_quota, status.resources.cpu_shares, status.resources.memory_limit_in_bytes) == \
+        (30000, 307, 96 << 20), status.resources
+    read = "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null" \
+        " || cat /sys/fs/cgroup/cpu.max /sys/fs/cgroup/memory.max"
+    result = await cri.containers.exec_sync(container_id, ["sh", "-c", read], timeout=10)
+    assert result.stdout.decode().split() in (["30000", str(96 << 20)], ["30000", "100000", str(96 << 20)]), result

@@ -270,6 +270,14 @@ ROUND_TRIPS: dict[str, Case] = {
         convert.container_status_to_pb,
         convert.container_status_from_pb,
     ),
+    "container-status-with-resources": (
+        types.ContainerStatus(id="c1", state=types.ContainerState.RUNNING,
+                              resources=types.LinuxContainerResources(cpu_period=100000, cpu_quota=50000,
+                                                                      cpu_shares=512,
+                                                                      memory_limit_in_bytes=64 << 20)),
+        convert.container_status_to_pb,
+        convert.container_status_from_pb,
+    ),
     "container-status-negative-exit": (
         types.ContainerStatus(id="c1", state=types.ContainerState.EXITED, exit_code=-1),
         convert.container_status_to_pb,
