@@ -142,7 +142,8 @@ auth:
 
 
 def env_file(layout: Layout) -> str:
-    """What `source .devstack/env` gives a shell: admin kubectl, the runtime, the node identity."""
+    """What `source .devstack/env` gives a shell: admin kubectl, the runtime, the node identity, and the
+    stack's registry (images/build-agent-image.sh pushes there)."""
     lines = [
         "# Written by the kopflet dev stack. Usage: source .devstack/env",
         f"export KUBECONFIG={layout.admin_kubeconfig}",
@@ -151,6 +152,7 @@ def env_file(layout: Layout) -> str:
         f"export KOPFLET_KUBECONFIG={layout.node_kubeconfig}",
         f"export KOPFLET_DEVSTACK_DIR={layout.root}",
         f"export KOPFLET_CONFIG={layout.kubelet_config}",
+        f"export KOPFLET_REGISTRY={layout.registry_addr}",
         f'export PATH="{layout.bin_dir}:$PATH"',
     ]
     return "\n".join(lines) + "\n"

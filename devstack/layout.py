@@ -55,7 +55,10 @@ class Layout:
     root: Path  # <repo>/.devstack
     cache: Path
     node_name: str
-    registry_addr: str = "127.0.0.1:5000"
+    # Not 5000: upstream's image-pull specs run agnhost's fake registry as a hostNetwork pod on hostPort 5000
+    # and pull localhost:5000/pause:testing (test/e2e/framework/registry). images/build-agent-image.sh has the
+    # same default.
+    registry_addr: str = "127.0.0.1:5050"
     # A second registry that wants a login: what imagePullSecrets are tested against (dev/test credentials).
     private_registry_addr: str = "127.0.0.1:5001"
     private_registry_user: str = "kopflet"

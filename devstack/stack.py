@@ -12,10 +12,11 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from devstack import configs, pki, processes
@@ -52,9 +53,10 @@ def prepare(layout: Layout) -> None:
         (layout.containerd_dir / "certs.d" / rel).write_text(text)
     layout.cni_conf_dir.mkdir(parents=True, exist_ok=True)
     (layout.cni_conf_dir / "10-kopflet.conflist").write_text(configs.cni_conflist(layout))
-    (layout.root / "registry.yml").write_text(configs.registry_config(layout))
+    prune_host_dirs(layout.containerd_dir / "certs.d", configs.registry_host_files(layout))
+    for path, text in registry_configs(layout).values():
+        path.write_text(text)
     layout.audit_policy.write_text(configs.audit_policy())
-    (layout.root / "registry-private.yml").write_text(configs.private_registry_config(layout))
     if not layout.private_registry_htpasswd.exists():
         line = subprocess.run(["htpasswd", "-nbB", layout.private_registry_user, layout.private_registry_password],
                               capture_output=True, text=True, check=True).stdout.strip()
@@ -65,6 +67,44 @@ def prepare(layout: Layout) -> None:
     for d in (layout.containerd_state, layout.cni_data_dir, layout.etcd_data):
         d.mkdir(parents=True, exist_ok=True)
     layout.etcd_data.chmod(0o700)
+    # Now, not only once everything runs: an env file left by an older layout (another registry port) must not
+    # outlive a failed start.
+    layout.env_file.write_text(configs.env_file(layout))
+
+
+def registry_configs(layout: Layout) -> dict[str, tuple[Path, str]]:
+    """Each registry component's config file and the text this version writes into it."""
+    return {
+        "registry": (layout.root / "registry.yml", configs.registry_config(layout)),
+        "registry-private": (layout.root / "registry-private.yml", configs.private_registry_config(layout)),
+    }
+
+
+def prune_host_dirs(certs_d: Path, wanted: Mapping[str, str]) -> list[str]:
+    """Remove containerd's hosts directories no registry of this layout has (``127.0.0.1:5000`` once the
+    registry moved), so no stale route outlives its registry; return their names."""
+    keep = {rel.split("/", 1)[0] for rel in wanted}
+    stale = sorted(d.name for d in certs_d.iterdir() if d.is_dir() and d.name not in keep) if certs_d.is_dir() else []
+    for name in stale:
+        shutil.rmtree(certs_d / name)
+    return stale
+
+
+def reconfigured(layout: Layout) -> list[str]:
+    """Registries that run with another configuration than this version writes: started from a clone whose
+    registry had another address (127.0.0.1:5000 before it moved to leave that port to upstream's specs).
+    Waiting for one on its new address would only time out."""
+    changed = []
+    for name, (path, text) in registry_configs(layout).items():
+        if processes.read_pid(layout.pids / f"{name}.pid") is None:
+            continue
+        try:
+            current = path.read_text()
+        except OSError:
+            current = None
+        if current != text:
+            changed.append(name)
+    return changed
 
 
 def components(layout: Layout) -> list[Component]:
@@ -172,6 +212,10 @@ def fill_private_registry(layout: Layout) -> None:
 def up(layout: Layout, on_started: Callable[[str], None] = lambda name: None) -> list[str]:
     """Start every component not yet running; return the names this call started."""
     build_binaries()
+    restarted = reconfigured(layout)
+    for name in restarted:
+        _log(f"restarting {name}: it runs with an older configuration (another address)")
+        processes.stop(name, pids=layout.pids)
     prepare(layout)
     started: list[str] = []
     for comp in components(layout):
@@ -183,8 +227,9 @@ def up(layout: Layout, on_started: Callable[[str], None] = lambda name: None) ->
                         f"cannot start {comp.name}: port {port} is taken ({owner}). Another kopflet "
                         f"stack (from another clone?) or a system service runs; stop it first.")
         _log(f"starting {comp.name}" if comp.name not in running(layout) else f"{comp.name} already runs")
+        # A registry restarted for its new address ran before this call: it is not this call's to stop.
         if processes.start(comp.name, comp.argv, pids=layout.pids, logs=layout.logs,
-                           healthy=comp.healthy, timeout=comp.timeout):
+                           healthy=comp.healthy, timeout=comp.timeout) and comp.name not in restarted:
             started.append(comp.name)
             on_started(comp.name)
         if comp.name == "registry":
@@ -193,7 +238,6 @@ def up(layout: Layout, on_started: Callable[[str], None] = lambda name: None) ->
             fill_private_registry(layout)
         if comp.name == "kube-apiserver":
             bootstrap(layout)
-    layout.env_file.write_text(configs.env_file(layout))
     return started
 
 

@@ -8,7 +8,7 @@
 #
 # Usage: bash images/build-agent-image.sh [--import]  (--import also loads it into the stack's containerd)
 # Output: localhost/kopflet:<version> in buildah's store, and /var/cache/kopflet/images/kopflet-<version>.tar
-# Environment: KOPFLET_CACHE (/var/cache/kopflet), KOPFLET_REGISTRY (127.0.0.1:5000; empty: never push),
+# Environment: KOPFLET_CACHE (/var/cache/kopflet), KOPFLET_REGISTRY (127.0.0.1:5050, the stack's; empty: never push),
 #   KOPFLET_DEBIAN_MIRROR (http://deb.debian.org/debian), KOPFLET_BUILD_CA (the CA bundle pip trusts during
 #   the build, /etc/ssl/certs/ca-certificates.crt; empty: the image's own), KOPFLET_REBUILD_BASE=1 (commit
 #   the base again from the cached root; remove /var/cache/kopflet/images/debian-bookworm-rootfs for a fresh
@@ -18,7 +18,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cache=${KOPFLET_CACHE:-/var/cache/kopflet}/images
-registry=${KOPFLET_REGISTRY-127.0.0.1:5000}
+registry=${KOPFLET_REGISTRY-127.0.0.1:5050}
 mirror=${KOPFLET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 build_ca=${KOPFLET_BUILD_CA-/etc/ssl/certs/ca-certificates.crt}
 version=$(sed -n 's/^version *= *//p' "$repo/setup.cfg")

@@ -14,7 +14,7 @@ JSON), so an unchanged input gives the same manifest digest, and the push is ski
 registry already serves that digest. An image whose inputs (packages, binaries, this file) are
 unchanged is not even re-assembled: its layout is reused.
 
-Usage: python images/build.py --registry 127.0.0.1:5000 [--cache DIR] [IMAGE ...]
+Usage: python images/build.py --registry 127.0.0.1:5050 [--cache DIR] [IMAGE ...]
 """
 
 from __future__ import annotations
@@ -1696,7 +1696,7 @@ def select(names: list[str], images: list[Image] | None = None) -> list[Image]:
 def main(argv: list[str] | None = None) -> int:
     """Build every selected image and push the ones the registry does not already serve."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--registry", help="host:port of the insecure local registry, e.g. 127.0.0.1:5000")
+    ap.add_argument("--registry", help="host:port of the insecure local registry, e.g. 127.0.0.1:5050")
     ap.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help=f"layout cache (default {DEFAULT_CACHE})"
     )

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from pathlib import Path
 
 import yaml
 
-from devstack import configs, pki
-from devstack.layout import Layout, read_versions
+from devstack import configs, pki, stack
+from devstack.layout import REPO, Layout, read_versions
 
 LAYOUT = Layout(root=Path("/r/.devstack"), cache=Path("/c"), node_name="node-a")
 CRI = "io.containerd.grpc.v1.cri"
@@ -28,14 +29,25 @@ def test_containerd_config_has_cri_settings_this_vm_needs() -> None:
 
 def test_mirrors_route_public_registries_to_the_local_one_and_nowhere_else() -> None:
     files = configs.registry_host_files(LAYOUT)
-    assert set(files) == {"docker.io/hosts.toml", "registry.k8s.io/hosts.toml", "127.0.0.1:5000/hosts.toml",
+    assert set(files) == {"docker.io/hosts.toml", "registry.k8s.io/hosts.toml", "127.0.0.1:5050/hosts.toml",
                           "127.0.0.1:5001/hosts.toml"}
     for name, text in files.items():
         hosts = tomllib.loads(text)
         # the private registry (behind a login) is reached as itself; everything else goes to the public one
-        expected = "http://127.0.0.1:5001" if name.startswith("127.0.0.1:5001") else "http://127.0.0.1:5000"
+        expected = "http://127.0.0.1:5001" if name.startswith("127.0.0.1:5001") else "http://127.0.0.1:5050"
         assert hosts["server"] == expected
         assert list(hosts["host"]) == [expected]
+
+
+def test_the_stack_leaves_port_5000_to_upstreams_fake_registry() -> None:
+    """The image-pull specs run agnhost's fake-registry-server on hostPort 5000 (test/e2e/framework/registry)."""
+    addrs = {LAYOUT.registry_addr, LAYOUT.private_registry_addr}
+    assert addrs == {"127.0.0.1:5050", "127.0.0.1:5001"}
+    assert "addr: 127.0.0.1:5050" in configs.registry_config(LAYOUT)
+    assert not any(":5000" in text for text in configs.registry_host_files(LAYOUT).values())
+    # images/build-agent-image.sh pushes the agent's base there unless told otherwise
+    script = (REPO / "images" / "build-agent-image.sh").read_text()
+    assert f"registry=${{KOPFLET_REGISTRY-{LAYOUT.registry_addr}}}" in script.splitlines()
 
 
 def test_private_registry_wants_a_login() -> None:
@@ -65,6 +77,7 @@ def test_env_file_exports_what_the_readme_promises() -> None:
     assert exported["KUBECONFIG"] == "/r/.devstack/kubeconfig/admin.kubeconfig"
     assert exported["CONTAINER_RUNTIME_ENDPOINT"] == "unix:///run/kopflet/containerd/containerd.sock"
     assert exported["PATH"].startswith(f'"{LAYOUT.bin_dir}:')
+    assert exported["KOPFLET_REGISTRY"] == "127.0.0.1:5050"
 
 
 def test_kubeconfig_is_valid_yaml_with_file_references() -> None:
@@ -84,3 +97,38 @@ def test_versions_pin_one_kubernetes_release_for_all_components() -> None:
     major_minor_patch = v["KUBERNETES_VERSION"].removeprefix("v1.")
     assert v["KUBERNETES_STAGING_VERSION"] == f"v0.{major_minor_patch}"
     assert LAYOUT.bin_dir == Path(f"/c/bin/{v['KUBERNETES_VERSION']}-etcd-{v['ETCD_VERSION']}")
+
+
+def _stack_layout(tmp_path: Path) -> Layout:
+    return Layout(root=tmp_path / ".devstack", cache=tmp_path / "cache", node_name="node-a")
+
+
+def test_a_registry_running_with_its_old_address_is_found(tmp_path: Path) -> None:
+    """A clone whose registry was started on 127.0.0.1:5000: `up` must restart it, not wait for it on 5050."""
+    layout = _stack_layout(tmp_path)
+    layout.pids.mkdir(parents=True)
+    configs_now = stack.registry_configs(layout)
+    path, text = configs_now["registry"]
+    path.write_text(text.replace("127.0.0.1:5050", "127.0.0.1:5000"))
+    private_path, private_text = configs_now["registry-private"]
+    private_path.write_text(private_text)
+    assert stack.reconfigured(layout) == []  # neither runs: nothing to restart
+    for name in ("registry", "registry-private"):
+        (layout.pids / f"{name}.pid").write_text(f"{os.getpid()}\n")  # a live process stands in for each
+    assert stack.reconfigured(layout) == ["registry"]
+    path.write_text(text)
+    assert stack.reconfigured(layout) == []
+    path.unlink()  # running, but its config file is gone: it cannot be the one this version wants
+    assert stack.reconfigured(layout) == ["registry"]
+
+
+def test_containerd_hosts_of_a_moved_registry_are_removed(tmp_path: Path) -> None:
+    certs_d = tmp_path / "certs.d"
+    wanted = configs.registry_host_files(LAYOUT)
+    for rel in [*wanted, "127.0.0.1:5000/hosts.toml"]:
+        (certs_d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (certs_d / rel).write_text("x")
+    assert stack.prune_host_dirs(certs_d, wanted) == ["127.0.0.1:5000"]
+    assert sorted(str(p.relative_to(certs_d)) for p in certs_d.rglob("hosts.toml")) == sorted(wanted)
+    assert stack.prune_host_dirs(certs_d, wanted) == []
+    assert stack.prune_host_dirs(tmp_path / "missing", wanted) == []
