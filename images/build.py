@@ -1252,10 +1252,102 @@ class E2EAssets:
         return self.bin_dir.joinpath("e2e-images", *parts)
 
 
+# --- the fake registry's content: agnhost's /var/registry ---------------------------------------
+# Upstream's agnhost Dockerfile runs fakeregistryserver/prepare_registry.sh for each line of images.txt
+# ("pause 3.10.2 testing"): registry.k8s.io/pause:3.10.2's manifest list with its windows entries dropped,
+# every manifest it lists, and their config and layer blobs, where `agnhost fake-registry-server`
+# (registryserver.go) reads them. The image-pull specs pull localhost:5000/pause:testing from it, through
+# the runtime as any image. Here the content is our own pause 3.10.2, the very build the stack serves as
+# registry.k8s.io/pause:3.10.2, under an OCI index of its (linux) platforms.
+
+FAKE_REGISTRY_DIR = "var/registry"
+FAKE_REGISTRY_IMAGES = (("pause", E2E_PAUSE_VERSION, "testing"),)  # images.txt: name, tag, the tag served
+
+
+def digest_path(base: str, digest: str) -> str:
+    """Where the fake registry keeps a digest's content: `<base>/sha256/ab/abcd.../data` (its digestToPath)."""
+    algo, _, hexdigest = digest.partition(":")
+    return f"{base}/{algo}/{hexdigest[:2]}/{hexdigest}/data"
+
+
+def blob_bytes(built: Built, digest: str) -> bytes:
+    """A blob of a built image, from its layout."""
+    return (built.layout / "blobs" / "sha256" / digest.removeprefix("sha256:")).read_bytes()
+
+
+def built_platform(built: Built) -> dict[str, str]:
+    """The OCI platform of a built image, from its config."""
+    config = json.loads(blob_bytes(built, built.config_digest))
+    plat = {"architecture": config["architecture"], "os": config["os"]}
+    if config.get("variant"):
+        plat["variant"] = config["variant"]
+    return plat
+
+
+def registry_index(builds: Iterable[Built]) -> bytes:
+    """The manifest list the fake registry serves for a tag: each build's manifest with its platform.
+    registryserver.go sends a manifest's `mediaType` as its Content-Type, so the index says what it is."""
+    manifests = [
+        {"mediaType": json.loads(b.manifest)["mediaType"], "digest": b.manifest_digest, "size": len(b.manifest),
+         "platform": built_platform(b)}
+        for b in builds
+    ]  # fmt: skip
+    return canonical_json({"schemaVersion": 2, "mediaType": MT_INDEX, "manifests": manifests})
+
+
+def fake_registry_entries(name: str, tag: str, builds: Iterable[Built]) -> list[Entry]:
+    """One image of /var/registry: `<name>/manifests/<tag>` holding the index's digest (the server redirects a
+    tag to it), the index and each manifest under `<name>/manifests/`, configs and layers under `<name>/blobs/`,
+    each file at the path of its own digest; world-readable (the specs run the server as uid 5123). Windows
+    images are left out, index entry and content, as prepare_registry.sh's jq filter leaves them out."""
+    kept = [b for b in builds if built_platform(b)["os"] != "windows"]
+    index = registry_index(kept)
+    base = f"{FAKE_REGISTRY_DIR}/{name}"
+    entries = {f"{base}/manifests/{tag}": file_(f"{base}/manifests/{tag}", f"{sha256(index)}\n".encode())}
+    contents = [(f"{base}/manifests", index)]
+    for built in kept:
+        contents.append((f"{base}/manifests", built.manifest))
+        contents += [(f"{base}/blobs", blob_bytes(built, d)) for d in [built.config_digest, *built.layer_digests]]
+    for where, data in contents:
+        path = digest_path(where, sha256(data))
+        entries[path] = file_(path, data)
+    return [dir_(f"{base}/blobs"), *entries.values()]
+
+
+@functools.cache
+def _fake_registry_builds(cache: Path) -> tuple[tuple[str, str, tuple[Built, ...]], ...]:
+    """Memoized per cache: every agnhost-based image and its key ask for the same builds."""
+    images = {i.ref: i for i in IMAGES}
+    found = []
+    for name, tag, served in FAKE_REGISTRY_IMAGES:
+        image = images[f"{name}:{tag}"]
+        found.append((name, served, (build(image, cache / "oci" / image.repo / image.tag, cache=cache),)))
+    return tuple(found)
+
+
+def fake_registry_builds(ctx: Context) -> tuple[tuple[str, str, tuple[Built, ...]], ...]:
+    """images.txt's images as (name, served tag, builds): built into the layouts the registry push takes them
+    from (the same bytes whichever builds first), once per run."""
+    return _fake_registry_builds(ctx.cache)
+
+
+def fake_registry_files(ctx: Context) -> list[Entry]:
+    """Everything under /var/registry."""
+    return [e for name, tag, builds in fake_registry_builds(ctx) for e in fake_registry_entries(name, tag, builds)]
+
+
+def fake_registry_key(ctx: Context) -> list[str]:
+    """What /var/registry follows from: the manifest digests of its images (this file's code does the rest)."""
+    return [f"registry {name}:{tag} {b.manifest_digest}" for name, tag, builds in fake_registry_builds(ctx)
+            for b in builds]
+
+
 def agnhost_root(ctx: Context, assets: E2EAssets) -> dict[str, Entry]:
     """agnhost's image contents: the tools, /agnhost and its second copy /agnhost-2, the porter
-    certificate, /uploads and the users; upstream's fake registry content and /coredns are not here."""
+    certificate, /uploads, the users and the fake registry's /var/registry; upstream's /coredns is not here."""
     root = alpine_like(ctx, AGNHOST_PACKAGES, accounts=agnhost_accounts)
+    for e in fake_registry_files(ctx):
+        root[e.path] = e
     for e in (
         symlink("usr/local/bin/iperf", "/usr/bin/iperf"),
         dir_("uploads"),
@@ -1270,9 +1362,9 @@ def agnhost_root(ctx: Context, assets: E2EAssets) -> dict[str, Entry]:
 
 
 def agnhost_key(ctx: Context, assets: E2EAssets) -> list[str]:
-    """Packages, busybox, the agnhost binary and the porter certificate."""
+    """Packages, busybox, the agnhost binary, the porter certificate and the fake registry's images."""
     porter = [assets.file("agnhost", "porter", n) for n in ("localhost.crt", "localhost.key")]
-    return [*alpine_like_key(ctx, AGNHOST_PACKAGES), *file_key(assets.agnhost, *porter)]
+    return [*alpine_like_key(ctx, AGNHOST_PACKAGES), *file_key(assets.agnhost, *porter), *fake_registry_key(ctx)]
 
 
 def agnhost_config(cmd: list[str]) -> dict[str, object]:

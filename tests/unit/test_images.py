@@ -4,6 +4,7 @@ Pure: no registry and no network (the HTTP test talks to a stub on 127.0.0.1). T
 need /bin/busybox or a static-capable gcc are skipped where those are missing.
 """
 
+import dataclasses
 import gzip
 import hashlib
 import http.server
@@ -615,9 +616,18 @@ def fake_build(tmp_path, monkeypatch):
     monkeypatch.setattr(b, "busybox_binary", lambda ctx: busybox)
     monkeypatch.setattr(b, "debs_for", debs_for)
     monkeypatch.setattr(b, "source_date_epoch", lambda: 0)
+    monkeypatch.setattr(b, "compile_static", fake_compile_static)
+    monkeypatch.setattr(b, "host_platform", lambda: PLATFORM)
     b.busybox_applets.cache_clear()
+    b._fake_registry_builds.cache_clear()
     yield b.Context(cache=tmp_path / "cache"), asked
     b.busybox_applets.cache_clear()
+    b._fake_registry_builds.cache_clear()
+
+
+def fake_compile_static(source, ctx, defines=None):
+    """The pause binary without gcc: its source name and version."""
+    return f"static {source.name} {sorted((defines or {}).items())}".encode()
 
 
 def test_e2e_busybox_is_laid_out_like_the_official_image(fake_build):
@@ -701,6 +711,132 @@ def test_agnhost_and_picture_images(fake_build, tmp_path):
     assert kitten["agnhost"] == root["agnhost"] and "nautilus.jpg" not in kitten
     nnp = {e.path: e for e in images["e2e-test-images/nonewprivs:1.4"].files(ctx)}
     assert nnp["usr/local/bin/nnp"] == b.file_("usr/local/bin/nnp", b"nnp binary", 0o6755)  # chmod +s
+    assert not any(p.startswith("var/registry") for p in nnp)  # FROM alpine, not FROM agnhost
+    # the fake registry's content is in agnhost and in what upstream builds FROM agnhost
+    assert kitten["var/registry/pause/manifests/testing"] == root["var/registry/pause/manifests/testing"]
+    assert root["var/registry/pause/manifests/testing"].data.startswith(b"sha256:")
+
+
+def test_agnhost_serves_the_stacks_own_pause_3_10_2_as_pause_testing(fake_build, tmp_path, monkeypatch):
+    """/var/registry holds the very pause:3.10.2 build the stack's registry serves, and agnhost's key follows it."""
+    ctx, _ = fake_build
+    image = {i.ref: i for i in b.e2e_images(e2e_bin_dir(tmp_path))}["e2e-test-images/agnhost:2.66.1"]
+    root = {e.path: e for e in image.files(ctx)}
+    pause = b.build({i.ref: i for i in b.IMAGES}["pause:3.10.2"], tmp_path / "elsewhere", cache=ctx.cache)
+    index_digest = root["var/registry/pause/manifests/testing"].data.decode().strip()
+    index = json.loads(root[b.digest_path("var/registry/pause/manifests", index_digest)].data)
+    assert [m["digest"] for m in index["manifests"]] == [pause.manifest_digest]
+    assert root[b.digest_path("var/registry/pause/manifests", pause.manifest_digest)].data == pause.manifest
+    layer = root[b.digest_path("var/registry/pause/blobs", pause.layer_digests[0])].data
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(layer))) as tar:
+        assert tar.extractfile("pause").read() == b"static pause.c [('PAUSE_VERSION', '3.10.2')]"
+    key = image.key(ctx)
+    assert f"registry pause:testing {pause.manifest_digest}" in key
+
+    # another pause build: another key, so the cached agnhost layout is not reused
+    b._fake_registry_builds.cache_clear()
+    monkeypatch.setattr(b, "compile_static", lambda source, ctx, defines=None: b"another pause")
+    assert image.key(ctx) != key
+
+
+# --- the fake registry's content (agnhost's /var/registry) ------------------------------------
+
+
+def _registry_tree(tmp_path, entries):
+    """The entries extracted from the layer they make, as the runtime unpacks the image: var/registry."""
+    root = tmp_path / "rootfs"
+    with tarfile.open(fileobj=io.BytesIO(b.layer_tar(entries, 0))) as tar:
+        tar.extractall(root, filter="data")
+    return root / "var" / "registry"
+
+
+def _serve(registry, path):
+    """What registryserver.go answers for a GET (with --private, once logged in): status, headers, body."""
+    parts = path.removeprefix("/v2/").split("/")
+    if len(parts) < 3:
+        return 404, {}, b""
+    name, kind, ref = parts[:3]
+    if kind == "manifests" and not ref.startswith("sha256:"):
+        tag_file = registry / name / "manifests" / ref
+        if not tag_file.is_file():
+            return 404, {}, b""
+        return 307, {"Location": path.replace(ref, tag_file.read_text().strip(), 1)}, b""
+    algo, _, hexdigest = ref.partition(":")
+    data = registry / name / kind / algo / hexdigest[:2] / hexdigest / "data"
+    if kind not in ("manifests", "blobs") or not data.is_file():
+        return 404, {}, b""
+    body = data.read_bytes()
+    if kind == "blobs":
+        return 200, {"Content-Type": "application/octet-stream"}, body
+    media_type = json.loads(body).get("mediaType")
+    return 200, {"Content-Type": media_type} if media_type else {}, body
+
+
+def _get(registry, path):
+    status, headers, body = _serve(registry, path)
+    if status == 307:
+        status, headers, body = _serve(registry, headers["Location"])
+    assert status == 200, path
+    return headers, body
+
+
+def test_fake_registry_tree_is_laid_out_where_registryserver_reads_it(tmp_path):
+    built = b.build(FAKE, tmp_path / "layout", platform_=("arm64", "v8"), epoch=0)
+    tree = _registry_tree(tmp_path, b.fake_registry_entries("pause", "testing", [built]))
+
+    # every content file sits at the path of its own digest: <kind>/sha256/<first two>/<hex>/data
+    files = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file())
+    for rel in files:
+        if rel == "pause/manifests/testing":
+            continue
+        _name, _kind, algo, prefix, hexdigest, leaf = rel.split("/")
+        assert (algo, leaf, prefix) == ("sha256", "data", hexdigest[:2]), rel
+        assert hashlib.sha256((tree / rel).read_bytes()).hexdigest() == hexdigest, rel
+    # readable by the spec's registry container (uid 5123)
+    for p in [tree, *tree.rglob("*")]:
+        assert p.stat().st_mode & 0o777 == (0o755 if p.is_dir() else 0o644), p
+    assert (tree / "pause" / "blobs").is_dir()
+
+    # a client's pull of pause:testing: tag -> 307 -> index -> manifest -> config and layer, each its digest
+    tag_digest = (tree / "pause" / "manifests" / "testing").read_text()
+    assert tag_digest.endswith("\n") and tag_digest.startswith("sha256:")  # as `echo $digest` writes it
+    headers, index_body = _get(tree, "/v2/pause/manifests/testing")
+    assert headers["Content-Type"] == b.MT_INDEX and b.sha256(index_body) == tag_digest.strip()
+    index = json.loads(index_body)
+    assert index["schemaVersion"] == 2 and index["mediaType"] == b.MT_INDEX
+    [entry] = index["manifests"]
+    assert entry == {"mediaType": b.MT_MANIFEST, "digest": built.manifest_digest, "size": len(built.manifest),
+                     "platform": {"architecture": "arm64", "os": "linux", "variant": "v8"}}
+    headers, manifest_body = _get(tree, f"/v2/pause/manifests/{entry['digest']}")
+    assert headers["Content-Type"] == b.MT_MANIFEST and manifest_body == built.manifest
+    manifest = json.loads(manifest_body)
+    blobs = [manifest["config"], *manifest["layers"]]
+    for desc in blobs:
+        headers, data = _get(tree, f"/v2/pause/blobs/{desc['digest']}")
+        assert headers["Content-Type"] == "application/octet-stream"
+        assert b.sha256(data) == desc["digest"] and len(data) == desc["size"]
+    assert blobs[0]["digest"] == built.config_digest and [d["digest"] for d in blobs[1:]] == built.layer_digests
+    # nothing else is there: the tag, the index, the manifest, the config and the layer
+    assert len(files) == 5
+    assert _serve(tree, "/v2/pause/manifests/latest")[0] == 404
+
+
+def test_fake_registry_leaves_windows_out_and_is_deterministic(tmp_path):
+    linux = b.build(FAKE, tmp_path / "linux", platform_=PLATFORM, epoch=0)
+    windows = b.build(FAKE, tmp_path / "windows", platform_=PLATFORM, epoch=0)
+    config = json.loads(b.blob_bytes(windows, windows.config_digest))
+    config["os"] = "windows"
+    data = b.canonical_json(config)
+    (windows.layout / "blobs" / "sha256" / b.sha256(data).removeprefix("sha256:")).write_bytes(data)
+    windows = dataclasses.replace(windows, config_digest=b.sha256(data), manifest_digest="sha256:" + "e" * 64,
+                                  manifest=b'{"mediaType":"%s","windows":true}' % b.MT_MANIFEST.encode())
+    entries = b.fake_registry_entries("pause", "testing", [linux, windows])
+    assert entries == b.fake_registry_entries("pause", "testing", [linux, windows])  # same bytes every time
+    tree = _registry_tree(tmp_path, entries)
+    _, index_body = _get(tree, "/v2/pause/manifests/testing")
+    assert [m["digest"] for m in json.loads(index_body)["manifests"]] == [linux.manifest_digest]
+    everything = b"".join(p.read_bytes() for p in tree.rglob("*") if p.is_file())
+    assert b'"windows"' not in everything and data not in everything
 
 
 def test_nginx_image_files(fake_build):
