@@ -56,6 +56,11 @@ class RuntimeCache:
         self.synced.set()
         return changed
 
+    def forget_containers(self, container_ids: Iterable[str]) -> None:
+        """Read these containers' status again at the next refresh (their resources changed in place)."""
+        for cid in container_ids:
+            self._containers.pop(cid, None)
+
     async def refresh_pod(self, uid: str) -> podstate.RuntimePodStatus:
         """A fresh view of one pod (a worker calls this right before deciding and after acting)."""
         selector = {labels.POD_UID: uid}

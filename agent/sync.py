@@ -21,6 +21,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from agent.allocation import AllocationManager
+from agent.cm import CgroupError, PodCgroups
 from agent.events import NORMAL, WARNING, EventRecorder
 from agent.hooks import HookRunner
 from agent.images import ImageError, ImageManager
@@ -29,8 +31,22 @@ from agent.services import ServiceCache
 from agent.volumes import VolumeManager
 from cri_client import CriClient, CriError
 from cri_client import types as cri
+from kopflet import (
+    allocation,
+    cm,
+    container_config,
+    envvars,
+    podstate,
+    probes,
+    qos,
+    reconciler,
+    resize,
+    sandbox_config,
+    spec,
+    status,
+    volumes,
+)
 from kopflet import backoff as backoffs
-from kopflet import container_config, envvars, podstate, probes, reconciler, sandbox_config, spec, status, volumes
 from kopflet.config import AgentConfig
 from kopflet.status import Waiting
 from kopflet.volumes import VolumeError
@@ -54,6 +70,10 @@ class SyncResult:
     sandbox_error: str = ""
     volume_error: str = ""
     retry_after: float | None = None
+    resize_error: str = ""
+    """Why the in-place resize could not be actuated (PodResizeInProgress reason Error)."""
+    resized: list[str] = dataclasses.field(default_factory=list)
+    """Containers whose resources were updated: their runtime status must be read again."""
 
     @property
     def failed(self) -> bool:
@@ -65,8 +85,11 @@ class PodSyncer:
     def __init__(self, cfg: AgentConfig, cri_client: CriClient, api: KubeClient, recorder: EventRecorder,
                  images: ImageManager, backoff: backoffs.Backoff, dns: sandbox_config.DnsSettings,
                  node_memory_capacity: int, services: ServiceCache | None = None,
-                 node_allocatable: Callable[[], Mapping[str, str]] = dict) -> None:
+                 node_allocatable: Callable[[], Mapping[str, str]] = dict,
+                 allocations: AllocationManager | None = None, cgroups: PodCgroups | None = None) -> None:
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
+        self.allocations = allocations if allocations is not None else AllocationManager(cfg.root_dir)
+        self.cgroups = cgroups if cgroups is not None else PodCgroups()
         self.services, self.node_allocatable = services, node_allocatable
         # The node's hugepage sizes and default masked paths, read once at start (`read_host_container_facts`).
         self.hugepage_sizes: tuple[str, ...] = ()
@@ -79,7 +102,9 @@ class PodSyncer:
     # ------------------------------------------------------------------------------------------ sync
 
     async def sync(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
-                   actions: reconciler.PodActions) -> SyncResult:
+                   actions: reconciler.PodActions, resizing: resize.ResizeActions | None = None) -> SyncResult:
+        """Carry out `actions` for the allocated `pod`; `resizing` are the in-place resize steps (upstream
+        SyncPod step 6, after the kills and the sandbox, before anything starts)."""
         result = SyncResult()
         for name, message in actions.containers_in_backoff.items():
             result.waiting[name] = Waiting(CRASH_LOOP_BACK_OFF, message)
@@ -117,6 +142,8 @@ class PodSyncer:
             result.sandbox_error = f"Failed to create pod sandbox: {exc}"
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
             return result
+        if not await self.ensure_pod_cgroup(pod, result):
+            return result
         if actions.create_sandbox:
             sandbox_id = await self.create_sandbox(pod, config, result)
             if not sandbox_id:
@@ -124,6 +151,10 @@ class PodSyncer:
         if not sandbox_id:
             return result
         sandbox = await self.cri.sandboxes.status(sandbox_id)
+        if resizing is not None and resizing.any and not actions.kill_pod:
+            await self.resize(pod, runtime, resizing, result)
+            if result.resize_error:
+                return result  # upstream SyncPod returns after a failed resize: nothing starts in this sync
 
         # Upstream SyncPod steps 7-9: ephemeral containers first (they may run while init is stuck), then the
         # init containers in order, then the regular containers.
@@ -141,6 +172,122 @@ class PodSyncer:
         # that never starts (StartError) goes into CrashLoopBackOff instead of being retried on every relist.
         reconciler.note_restarts(actions, pod, self.backoff, time.time(), attempted=attempted)
         return result
+
+    # ---------------------------------------------------------------------------------- pod cgroup, resize
+
+    def pod_cgroup_config(self, pod: spec.Pod) -> cm.ResourceConfig:
+        """The allocated pod's cgroup settings (upstream ResourceConfigForPod with the kubelet's flags)."""
+        return cm.pod_resource_config(pod)
+
+    async def ensure_pod_cgroup(self, pod: spec.Pod, result: SyncResult) -> bool:
+        """Create the pod's cgroup with its limits before the sandbox (upstream podContainerManager.EnsureExists,
+        on every sync: an existing one is left alone, resizes change it). The first time, the allocation is
+        recorded as actuated too (upstream InitializeActuatedPod), so a new pod never counts as resizing."""
+        name = sandbox_config.pod_cgroup_parent(pod)
+        if await asyncio.to_thread(self.cgroups.exists, name):
+            return True
+        try:
+            await asyncio.to_thread(self.cgroups.apply, name, self.pod_cgroup_config(pod))
+        except (CgroupError, OSError) as exc:
+            result.sandbox_error = f"Failed to create pod sandbox: failed to ensure that the pod cgroup exists: {exc}"
+            self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
+            return False
+        if self.allocations.actuation(pod.uid) is None:
+            level = allocation.pod_level(pod)
+            for container in (*pod.spec.init_containers, *pod.spec.containers):
+                self.allocations.set_actuated_container(pod.uid, container.name,
+                                                        resize.effective(level, container.resources))
+            self.allocations.set_actuated_pod_level(pod.uid, level)
+        return True
+
+    async def resize(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, actions: resize.ResizeActions,
+                     result: SyncResult) -> None:
+        """Upstream doPodResizeAction: check memory decreases against usage first (nothing changes if one would go
+        below it), then per resource (memory, then cpu) the pod cgroup before the containers when it grows and
+        after them when it shrinks, each container with one UpdateContainerResources; stop at the first error."""
+        name = sandbox_config.pod_cgroup_parent(pod)
+        target = self.pod_cgroup_config(pod)
+        current = await asyncio.to_thread(self.cgroups.read, name)
+        try:
+            await self._check_memory_decreases(pod, name, target, current, actions)
+            memory_done = {update.name for update in actions.memory_updates}
+            for resource_name, updates in ((resize.MEMORY, actions.memory_updates), (resize.CPU, actions.cpu_updates)):
+                grows = _pod_cgroup_grows(resource_name, target, current)
+                if grows:
+                    await self._update_pod_cgroup(name, resource_name, target)
+                for update in updates:
+                    await self._update_container(
+                        pod, update, result, other_done=resource_name == resize.CPU and update.name in memory_done)
+                if not grows:
+                    await self._update_pod_cgroup(name, resource_name, target)
+        except (CgroupError, CriError, _ResizeError) as exc:
+            result.resize_error = exc.go_text if isinstance(exc, CriError) else str(exc)
+            logger.warning(f"{pod.namespace}/{pod.name}: resize failed: {result.resize_error}")
+            return
+        self.allocations.set_actuated_pod_level(pod.uid, allocation.pod_level(pod))
+
+    async def _check_memory_decreases(self, pod: spec.Pod, cgroup: str, target: cm.ResourceConfig,
+                                      current: cm.ResourceConfig | None, actions: resize.ResizeActions) -> None:
+        """Upstream validateMemoryResizeAction: a memory limit set or lowered must stay above what is in use."""
+        errors: list[str] = []
+        if target.memory and (current is None or not current.memory or current.memory < 0
+                              or target.memory < current.memory):
+            usage = await asyncio.to_thread(self.cgroups.memory_usage, cgroup)
+            if usage is None:
+                errors.append("missing pod memory usage")
+            elif usage >= target.memory:
+                errors.append(f"attempting to set pod memory limit ({target.memory}) below current usage ({usage})")
+        for update in actions.memory_updates:
+            new, old = update.desired.memory_limit, update.current.memory_limit
+            if not new or (old and new >= old):
+                continue
+            try:
+                stats = await self.cri.containers.stats(update.container_id)
+                usage = stats.memory.working_set_bytes if stats.memory is not None else None
+            except CriError:
+                usage = None
+            if usage is None:
+                errors.append(f'missing container "{update.name}" memory usage')
+            elif usage >= new:
+                errors.append(f'attempting to set container "{update.name}" memory limit ({new}) below current '
+                              f"usage ({usage})")
+        if errors:
+            joined = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+            raise _ResizeError(f"cannot decrease memory limits: {joined}")
+
+    async def _update_pod_cgroup(self, name: str, resource_name: str, target: cm.ResourceConfig) -> None:
+        if resource_name == resize.MEMORY:
+            if not target.memory:
+                return  # a pod without a memory limit keeps what it has (limits cannot be removed)
+            wanted = cm.ResourceConfig(memory=target.memory)
+        else:
+            wanted = cm.ResourceConfig(cpu_shares=target.cpu_shares, cpu_quota=target.cpu_quota,
+                                       cpu_period=target.cpu_period)
+        await asyncio.to_thread(self.cgroups.apply, name, wanted)
+
+    async def _update_container(self, pod: spec.Pod, update: resize.ContainerUpdate, result: SyncResult, *,
+                                other_done: bool = False) -> None:
+        """One UpdateContainerResources with the container's whole cgroup settings as at creation, `update`'s
+        resource at its desired values and the other as actuated (upstream updateContainerResources)."""
+        container = next(c for c in (*pod.spec.init_containers, *pod.spec.containers) if c.name == update.name)
+        wanted = update.resources(other_done=other_done)
+        resources = spec.Resources(
+            requests={**container.resources.requests, **_quantities(wanted, "request")},
+            limits={**container.resources.limits, **_quantities(wanted, "limit")})
+        resources = spec.Resources(requests={k: v for k, v in resources.requests.items() if _nonzero(v)},
+                                   limits={k: v for k, v in resources.limits.items() if _nonzero(v)})
+        shaped = dataclasses.replace(container, resources=resources)
+        linux = container_config.linux_resources(pod, shaped, memory_capacity=self.node_memory_capacity,
+                                                 hugepage_sizes=self.hugepage_sizes)
+        await self.cri.containers.update_resources(update.container_id, linux)
+        result.resized.append(update.container_id)
+        actuated = self.allocations.actuation(pod.uid)
+        before = actuated.containers.get(update.name, spec.Resources()) if actuated is not None else spec.Resources()
+        merged = resize.effective(allocation.pod_level(pod), container.resources)
+        kind = update.resource
+        self.allocations.set_actuated_container(pod.uid, update.name, spec.Resources(
+            requests=_with_resource(before.requests, merged.requests, kind),
+            limits=_with_resource(before.limits, merged.limits, kind)))
 
     async def create_sandbox(self, pod: spec.Pod, config: cri.PodSandboxConfig, result: SyncResult) -> str:
         """RunPodSandbox with the pod's log directory in place (upstream createPodSandbox)."""
@@ -238,6 +385,9 @@ class PodSyncer:
             container_id = await self.cri.containers.create(sandbox_id, ccfg, config)
         except (CriError, OSError) as exc:
             return failed(CREATE_CONTAINER_ERROR, _details(exc))
+        # What this container now runs with is what a later resize compares against (upstream SetActuatedResources).
+        self.allocations.set_actuated_container(
+            pod.uid, name, resize.effective(allocation.pod_level(pod), container.resources))
         self.recorder.pod_event(pod, NORMAL, "Created", f"Created container: {name}", name, init)
         try:
             await self.cri.containers.start(container_id)
@@ -428,7 +578,8 @@ class PodSyncer:
     async def remove_pod(self, runtime: podstate.RuntimePodStatus, uid: str) -> None:
         """Remove a deleted pod's containers, sandboxes, cgroup and directories (upstream: GC and cleanup)."""
         await self.remove([c.id for c in runtime.containers], [s.id for s in runtime.sandboxes])
-        await asyncio.to_thread(remove_pod_cgroups, uid)
+        await asyncio.to_thread(self.cgroups.remove, uid)
+        self.allocations.remove(uid)
         await self.volumes.cleanup(uid)
         await asyncio.to_thread(_remove_tree, Path(self.cfg.root_dir, "pods", uid))
         if runtime.namespace and runtime.name:
@@ -470,23 +621,6 @@ def _kill_grace(pod: spec.Pod, info: reconciler.KillInfo) -> int | None:
     if kind is None or container is None:
         return None
     return probes.termination_grace_period(container, kind)
-
-
-def remove_pod_cgroups(uid: str, fs_root: str = "/sys/fs/cgroup") -> None:
-    """Remove the pod's (now empty) cgroup in every hierarchy, whatever its QoS tier was (upstream
-    podContainerManager.Destroy). Blocking: run in a thread."""
-    name = f"pod{uid}"
-    root = sandbox_config.CGROUP_ROOT.lstrip("/")
-    bases = [Path(fs_root)] + [p for p in Path(fs_root).iterdir() if p.is_dir() and not p.is_symlink()] \
-        if Path(fs_root).is_dir() else []
-    for base in bases:
-        for tier in ("", "burstable", "besteffort"):
-            pod_dir = base / root / tier / name
-            if not pod_dir.is_dir():
-                continue
-            for dirpath, _dirs, _files in sorted(os.walk(pod_dir), key=lambda w: -len(w[0])):
-                with contextlib.suppress(OSError):
-                    os.rmdir(dirpath)
 
 
 def _ensure_sub_paths(mounts: Iterable[cri.Mount], volume_roots: Iterable[str]) -> None:
@@ -535,3 +669,40 @@ def _path_error(op: str, exc: OSError) -> str:
 def _pod_desc(pod: spec.Pod) -> str:
     """Upstream format.Pod: ``name_namespace(uid)``."""
     return f"{pod.name}_{pod.namespace}({pod.uid})"
+
+
+class _ResizeError(Exception):
+    """A resize refused before anything changed (upstream validatePodResizeAction)."""
+
+
+def _pod_cgroup_grows(resource_name: str, target: cm.ResourceConfig, current: cm.ResourceConfig | None) -> bool:
+    """Whether the pod cgroup's limit of this resource goes up (written before the containers) or not (after)."""
+    if current is None:
+        return True
+    if resource_name == resize.MEMORY:
+        have = current.memory if current.memory and current.memory > 0 else None
+        return have is not None and target.memory is not None and target.memory > have
+    have_quota = current.cpu_quota if current.cpu_quota and current.cpu_quota > 0 else None
+    want_quota = target.cpu_quota if target.cpu_quota and target.cpu_quota > 0 else None
+    if want_quota is None:
+        return True  # unlimited is the largest
+    return (have_quota is not None and want_quota > have_quota) or (target.cpu_shares or 0) > (current.cpu_shares or 0)
+
+
+def _quantities(values: resize.Values, kind: str) -> dict[str, str]:
+    """`values`' cpu (milli) and memory (bytes) request or limit as quantities; "0" where unset."""
+    if kind == "request":
+        return {"cpu": f"{values.cpu_request}m", "memory": str(values.memory_request)}
+    return {"cpu": f"{values.cpu_limit}m", "memory": str(values.memory_limit)}
+
+
+def _nonzero(quantity: str) -> bool:
+    return qos.parse_quantity(quantity) != 0
+
+
+def _with_resource(before: Mapping[str, str], after: Mapping[str, str], kind: str) -> dict[str, str]:
+    """`before` with resource `kind` taken from `after` (absent there: absent here)."""
+    result = {k: v for k, v in before.items() if k != kind}
+    if kind in after:
+        result[kind] = after[kind]
+    return result

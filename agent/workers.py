@@ -26,7 +26,7 @@ from agent.probes import ProbeManager
 from agent.runtime import RuntimeCache
 from agent.sync import PodSyncer, SyncResult
 from cri_client import CriError
-from kopflet import admission, deadline, gc, podstate, reconciler, spec, status
+from kopflet import admission, allocation, deadline, gc, podstate, reconciler, resize, sandbox_config, spec, status
 from kopflet import backoff as backoffs
 from kopflet.config import AgentConfig
 from kopflet.metrics import KubeletMetrics
@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 ERROR_RETRY = 10.0  # upstream backOffPeriod for a failed sync
 STARTED_RECHECK = 1.0  # seconds; the relist period
+PENDING_RESIZE_RETRY = 30.0  # upstream retries pending resizes every 30 s until the pod sources are ready, then 3 min
 MAX_TERMINATION_MESSAGE = 4096  # upstream: bytes per container
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
@@ -53,6 +54,8 @@ class _Worker:
         self.first_seen = time.time()
         self.synced = self.updated = self.start_observed = False
         self.deadline_reported = False  # the DeadlineExceeded event was posted
+        self.resize_conditions: dict[str, dict[str, Any]] | None = None
+        """PodResizePending / PodResizeInProgress as the agent holds them (None: not read from the API yet)."""
 
 
 class PodWorkers:
@@ -154,6 +157,7 @@ class PodWorkers:
             await self.syncer.remove_pod(await self.cache.refresh_pod(uid), uid)
             await self.cache.refresh_pod(uid)
             self.cache.pods.pop(uid, None)
+            self._wake_pending_resizes()  # upstream retries pending resizes when a pod is removed
             return self.cfg.resync_period
         try:
             pod = spec.pod_from_body(body)
@@ -167,12 +171,15 @@ class PodWorkers:
         if previous.get("phase") in TERMINAL_PHASES:
             return await self._finish(worker, pod, runtime)  # final: never restarted
 
-        worker.pod = pod
         if not worker.admitted:
+            worker.pod = pod
             if await self._admit(worker, pod, runtime, previous):
                 worker.admitted = True
             else:
                 return self.cfg.resync_period
+        # From here on the pod is the allocated one (upstream: the pod worker runs UpdatePodFromAllocation's pod).
+        pod = await self._allocate(worker, pod, previous)
+        worker.pod = pod
         if deadline.past_active_deadline(pod, deadline.start_time(previous), datetime.datetime.now(datetime.UTC)):
             # Upstream activeDeadlineHandler: the pod is terminal and killed; Failed (DeadlineExceeded) is written
             # once its containers stopped (upstream mergePodStatus holds a terminal phase back until then).
@@ -183,15 +190,23 @@ class PodWorkers:
         self._probe(pod, runtime)
         started = {cid for cid, ok in self.probes.started(uid).items() if ok} if self.probes else set()
         restart_all = await self._restarting_all_containers(worker, pod, runtime, previous)
+        actuated = self.syncer.allocations.actuation(uid)
         actions = reconciler.compute_pod_actions(
             pod, runtime, backoff=self.backoff, now=time.time(),
             liveness_failures=self.probes.liveness_failures(uid) if self.probes else (),
             startup_failures=self.probes.startup_failures(uid) if self.probes else (), started=started,
-            restart_all_containers=restart_all)
+            restart_all_containers=restart_all,
+            resize_restarts=resize.compute(pod, runtime, actuated).restart if not restart_all else None)
         if actions.reason:
             logger.info(f"pod {pod.namespace}/{pod.name}: {actions.reason}")
+        resizing = resize.compute(pod, runtime, actuated,
+                                  starting=(*actions.init_containers_to_start, *actions.containers_to_start))
+        self._resize_progress(worker, pod, runtime, actuated)
         before = runtime
-        result = await self.syncer.sync(pod, runtime, actions)
+        result = await self.syncer.sync(pod, runtime, actions, resizing)
+        if result.resize_error:
+            self._resize_failed(worker, pod, result.resize_error)
+        self.cache.forget_containers(result.resized)
         runtime = await self.cache.refresh_pod(uid)
         self._probe(pod, runtime)
         await self._write_status(worker, pod, runtime, result)
@@ -210,7 +225,92 @@ class PodWorkers:
             delay = 0.0  # this refresh hid the exit from the relist: decide on it now
         if actions.containers_to_reset:
             delay = 0.0  # upstream requeues the pod right after a RestartAllContainers reset to start it again
+        if resizing.any or resizing.restart or resize.in_progress(pod, runtime, self.syncer.allocations.actuation(uid)):
+            delay = min(delay, STARTED_RECHECK)  # upstream RequestPodReinspect: see the resize through soon
+        if (worker.resize_conditions or {}).get(allocation.POD_RESIZE_PENDING):
+            delay = min(delay, PENDING_RESIZE_RETRY)
         return delay
+
+    # ------------------------------------------------------------------------------------ resize
+
+    def _wake_pending_resizes(self) -> None:
+        self.wake([w.uid for w in self.workers.values()
+                   if (w.resize_conditions or {}).get(allocation.POD_RESIZE_PENDING)])
+
+    def _resize_state(self, worker: _Worker, previous: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """The resize conditions, taken over from the API status once (upstream BackfillPodResizeConditions)."""
+        if worker.resize_conditions is None:
+            worker.resize_conditions = {
+                c["type"]: dict(c) for c in previous.get("conditions") or ()
+                if isinstance(c, Mapping) and c.get("type") in status.RESIZE_CONDITIONS}
+        return worker.resize_conditions
+
+    async def _allocate(self, worker: _Worker, pod: spec.Pod, previous: Mapping[str, Any]) -> spec.Pod:
+        """Upstream handlePodResourcesResize: grant the spec's new resources if they fit next to what the other
+        pods hold, else say why in PodResizePending; return the pod with what is allocated."""
+        allocations = self.syncer.allocations
+        granted = allocations.allocation(pod.uid)
+        if granted is None:  # admitted now, or before a restart that lost the checkpoint
+            allocations.set_allocation(pod)
+            return pod
+        conditions = self._resize_state(worker, previous)
+        if not allocation.resize_pending_differs(pod, granted):
+            conditions.pop(allocation.POD_RESIZE_PENDING, None)
+            return pod
+        generation = int(worker.body.get("metadata", {}).get("generation") or 0)
+        others = [allocation.held_pod(w.pod, w.body.get("status"))
+                  for w in self.workers.values()
+                  if w is not worker and w.admitted and w.pod is not None and not w.gone
+                  and (w.body.get("status", {}) or {}).get("phase") not in TERMINAL_PHASES]
+        decision = allocation.decide(pod, granted, await self.node_info(), others)
+        now = status.timestamp(datetime.datetime.now(datetime.UTC))
+        event = decision.event(pod, generation)
+        if decision.outcome == allocation.ACCEPTED:
+            allocations.set_allocation(pod)
+            conditions.pop(allocation.POD_RESIZE_PENDING, None)
+            conditions.pop(allocation.POD_RESIZE_IN_PROGRESS, None)
+            conditions[allocation.POD_RESIZE_IN_PROGRESS], _ = allocation.in_progress_condition(
+                None, "", "", generation, now)
+            logger.info(f"pod {pod.namespace}/{pod.name}: resize accepted")
+        elif decision.pending:
+            condition, changed = allocation.pending_condition(
+                conditions.get(allocation.POD_RESIZE_PENDING), decision.reason, decision.message, generation, now)
+            conditions[allocation.POD_RESIZE_PENDING] = condition
+            if not changed:
+                event = None
+        if event is not None:
+            self.recorder.pod_event(pod, event.type, event.reason, event.message)
+        return allocation.apply_allocation(pod, allocations.allocation(pod.uid))
+
+    def _resize_progress(self, worker: _Worker, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
+                         actuated: allocation.PodAllocation | None) -> None:
+        """Upstream SyncPod before actuating: PodResizeInProgress while the allocation is not actuated; cleared
+        (with ResizeCompleted, only if one was there) once it is."""
+        conditions = self._resize_state(worker, worker.body.get("status") or {})
+        generation = int(worker.body.get("metadata", {}).get("generation") or 0)
+        if resize.in_progress(pod, runtime, actuated):
+            now = status.timestamp(datetime.datetime.now(datetime.UTC))
+            conditions[allocation.POD_RESIZE_IN_PROGRESS], _ = allocation.in_progress_condition(
+                conditions.get(allocation.POD_RESIZE_IN_PROGRESS), "", "", generation, now)
+            return
+        cleared = conditions.pop(allocation.POD_RESIZE_IN_PROGRESS, None)
+        if cleared is not None:
+            done = int(cleared.get("observedGeneration") or generation)
+            self.recorder.pod_event(pod, NORMAL, allocation.RESIZE_COMPLETED,
+                                    allocation.resize_event_message("Pod resize completed", pod, done))
+
+    def _resize_failed(self, worker: _Worker, pod: spec.Pod, message: str) -> None:
+        """A resize the runtime or the kernel refused: PodResizeInProgress reason Error, ResizeError if new."""
+        conditions = self._resize_state(worker, worker.body.get("status") or {})
+        generation = int(worker.body.get("metadata", {}).get("generation") or 0)
+        now = status.timestamp(datetime.datetime.now(datetime.UTC))
+        condition, changed = allocation.in_progress_condition(
+            conditions.get(allocation.POD_RESIZE_IN_PROGRESS), allocation.REASON_ERROR, message, generation, now)
+        conditions[allocation.POD_RESIZE_IN_PROGRESS] = condition
+        if changed:
+            done = int(condition.get("observedGeneration") or generation)
+            self.recorder.pod_event(pod, WARNING, allocation.RESIZE_ERROR,
+                                    allocation.resize_event_message("Pod resize error", pod, done, message))
 
     async def _restarting_all_containers(self, worker: _Worker, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
                                          previous: Mapping[str, Any]) -> bool:
@@ -304,12 +404,19 @@ class PodWorkers:
                             result: SyncResult, terminal: bool = False) -> None:
         previous = worker.body.get("status", {}) or {}
         messages = await asyncio.to_thread(self._termination_messages, pod, runtime)
+        actuated = self.syncer.allocations.actuation(pod.uid)
+        pod_cgroup = await asyncio.to_thread(self.syncer.cgroups.read, sandbox_config.pod_cgroup_parent(pod)) \
+            if previous.get("phase") == status.RUNNING else None
+        generation = worker.body.get("metadata", {}).get("generation")
         desired = status.compute_pod_status(
             pod, runtime, previous=previous, waiting=result.waiting, termination_messages=messages,
             readiness=self.probes.readiness(pod.uid) if self.probes else None,
             startup=self.probes.started(pod.uid) if self.probes else None,
             host_ip=self.cfg.node_ip, host_ips=(self.cfg.node_ip,) if self.cfg.node_ip else (),
-            now=datetime.datetime.now(datetime.UTC), pod_is_terminal=terminal)
+            now=datetime.datetime.now(datetime.UTC), pod_is_terminal=terminal,
+            generation=generation if isinstance(generation, int) else None,
+            actuated=actuated.containers if actuated is not None else None,
+            resize_conditions=list((worker.resize_conditions or {}).values()), pod_cgroup=pod_cgroup)
         if desired.get("reason") == deadline.REASON and previous.get("reason") != deadline.REASON \
                 and not worker.deadline_reported:  # the deadline passed during this sync
             worker.deadline_reported = True

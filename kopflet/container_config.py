@@ -207,17 +207,17 @@ def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capa
     cgroup v2 nodes unless singleProcessOOMKill). `hugepage_sizes` are the node's page sizes
     (`hugepage_page_sizes`), each given a limit (`hugepage_limits`). Swap is not configured.
     """
-    requests, limits = container.resources.requests, container.resources.limits
-    if "cpu" in requests:
-        shares = milli_cpu_to_shares(qos.milli_cpu(requests["cpu"]))
-    else:
-        shares = milli_cpu_to_shares(qos.milli_cpu(limits.get("cpu")))
+    from kopflet import cm  # cm builds on this module's conversions
+
+    # Under pod-level resources a container without its own cpu/memory limit takes the pod's (upstream
+    # getCPULimit/getMemoryLimit), and the pod-level memory request counts in its OOM score.
+    effective = cm.container_effective_limits(pod, container)
     return cri.LinuxContainerResources(
-        cpu_shares=shares,
+        cpu_shares=milli_cpu_to_shares(effective.cpu_request_milli),
         cpu_period=QUOTA_PERIOD if cpu_cfs_quota else 0,
-        cpu_quota=milli_cpu_to_quota(qos.milli_cpu(limits.get("cpu"))) if cpu_cfs_quota else 0,
-        memory_limit_in_bytes=qos.byte_value(limits.get("memory")),
-        oom_score_adj=qos.oom_score_adj(pod, container, memory_capacity),
+        cpu_quota=milli_cpu_to_quota(effective.cpu_limit_milli) if cpu_cfs_quota else 0,
+        memory_limit_in_bytes=effective.memory_limit,
+        oom_score_adj=cm.container_oom_score_adj(pod, container, memory_capacity),
         hugepage_limits=hugepage_limits(pod, container, hugepage_sizes),
         unified={"memory.oom.group": "1"} if memory_oom_group else {},
     )

@@ -142,7 +142,8 @@ def addresses(node_name: str, node_ip: str) -> list[dict[str, str]]:
     return out
 
 
-DECLARED_FEATURES = ("RestartAllContainersOnContainerExits",)
+DECLARED_FEATURES = ("InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers",
+                     "RestartAllContainersOnContainerExits")
 """The node features kopflet implements among upstream's registry (k8s.io/component-helpers
 nodedeclaredfeatures, NodeDeclaredFeatures GA at 1.37): the scheduler's NodeDeclaredFeatures plugin sends a pod
 that needs one (a RestartAllContainers rule) only to nodes declaring it. The upstream kubelet declares each

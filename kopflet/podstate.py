@@ -79,6 +79,8 @@ class ContainerInfo:
     sandbox_id: str = ""
     termination_message_path: str = ""
     termination_message_policy: str = ""
+    resources: cri.LinuxContainerResources | None = None
+    """The cgroup settings the runtime reports for it (in-place resize reads them back into the status)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -180,6 +182,7 @@ def container_info(status: cri.ContainerStatus, *, sandbox_id: str = "") -> Cont
         sandbox_id=sandbox_id,
         termination_message_path=annotations.termination_message_path,
         termination_message_policy=annotations.termination_message_policy,
+        resources=status.resources,
     )
 
 

@@ -363,7 +363,8 @@ def compute_pod_actions(pod: spec.Pod,
                         liveness_failures: Collection[str] = (),
                         startup_failures: Collection[str] = (),
                         started: Collection[str] = (),
-                        restart_all_containers: bool = False) -> PodActions:
+                        restart_all_containers: bool = False,
+                        resize_restarts: Mapping[str, str] | None = None) -> PodActions:
     """Decide the next step for a pod from its spec and what the runtime has (upstream `computePodActions`).
 
     `now` is seconds since the epoch (the runtime's nanosecond times are compared against it);
@@ -371,6 +372,8 @@ def compute_pod_actions(pod: spec.Pod,
     ids of running containers whose startup probe succeeded (a sidecar with a startup probe counts as started
     for the init order only then). `restart_all_containers` is upstream's flag: the status generated for this
     sync has AllContainersRestarting True; then the containers are only removed (`containers_to_reset`).
+    `resize_restarts` (container id -> name, `resize.ResizeActions.restart`) are running containers an in-place
+    resize restarts (RestartContainer policy): killed and started again in this sync, with no crash-loop backoff.
     """
     if pod.is_deleting:
         # Upstream's pod worker stops calling SyncPod and kills the pod instead (SyncTerminatingPod).
@@ -400,8 +403,27 @@ def compute_pod_actions(pod: spec.Pod,
             _plan_containers(pod, runtime, draft, probes)
         if draft.kill_pod:
             draft.ephemeral_containers_to_start = []  # nothing starts in a sandbox about to be stopped
-    _apply_backoff(pod, runtime, draft, backoff, now)
+        else:
+            _plan_resize_restarts(pod, draft, resize_restarts or {})
+    _apply_backoff(pod, runtime, draft, backoff, now, exempt=set((resize_restarts or {}).values()))
     return draft.freeze()
+
+
+def _plan_resize_restarts(pod: spec.Pod, draft: _Draft, restarts: Mapping[str, str]) -> None:
+    """Upstream computePodResizeAction with RestartContainer: kill the running instance ("Container c resize
+    requires restart") and start it again in spec order, unless something else already restarts it."""
+    for container_id, name in restarts.items():
+        if container_id in draft.containers_to_kill:
+            continue
+        message = f"Container {name} resize requires restart"
+        draft.containers_to_kill[container_id] = KillInfo(name=name, message=message)
+        if any(c.name == name for c in pod.spec.init_containers):
+            if name not in draft.init_containers_to_start:
+                order = [c.name for c in pod.spec.init_containers]
+                draft.init_containers_to_start = sorted([*draft.init_containers_to_start, name], key=order.index)
+        elif name not in draft.containers_to_start:
+            order = [c.name for c in pod.spec.containers]
+            draft.containers_to_start = sorted([*draft.containers_to_start, name], key=order.index)
 
 
 def _succeeded(name: str, runtime: podstate.RuntimePodStatus) -> bool:
@@ -586,9 +608,12 @@ def _plan_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _
 
 
 def _apply_backoff(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft,
-                   backoff: backoffs.Backoff, now: float) -> None:
-    """Hold back starts still in crash-loop backoff since their last exit (upstream `doBackOff`)."""
+                   backoff: backoffs.Backoff, now: float, exempt: Collection[str] = ()) -> None:
+    """Hold back starts still in crash-loop backoff since their last exit (upstream `doBackOff`); `exempt` ones
+    are restarted by the agent itself (a resize), judged on their running instance upstream: no backoff."""
     for name in [*draft.init_containers_to_start, *draft.containers_to_start]:
+        if name in exempt:
+            continue
         exited = runtime.latest_exited(name)
         if exited is None:
             continue

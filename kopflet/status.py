@@ -40,7 +40,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kopflet import deadline, podstate, qos, reconciler, spec
+from kopflet import deadline, podstate, qos, reconciler, resize, spec
 from kopflet.podstate import State
 
 PENDING = "Pending"
@@ -91,7 +91,7 @@ MAX_POD_TERMINATION_MESSAGE_LENGTH = 1024 * 12
 
 OWNED_FIELDS = ("phase", "conditions", "message", "reason", "hostIP", "hostIPs", "podIP", "podIPs", "startTime",
                 "initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses", "qosClass",
-                "observedGeneration")
+                "observedGeneration", "resources", "allocatedResources")
 """Top-level status fields the kubelet writes: `status_patch` clears those it no longer sets."""
 
 
@@ -126,6 +126,8 @@ class _Inputs:
     runtime_name: str
     pod_restarting: bool = False
     """Upstream podRestarting: `reconciler.should_all_containers_restart` (RestartAllContainers under way)."""
+    actuated: Mapping[str, spec.Resources] = dataclasses.field(default_factory=dict)
+    """Each container's resources as last given to the runtime (the resize's actuated record)."""
 
 
 def _state_of(status: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
@@ -161,16 +163,6 @@ def _volume_mounts(container: spec.ContainerSpec) -> list[dict[str, Any]]:
             item["readOnly"] = True
             item["recursiveReadOnly"] = "Disabled"
         result.append(item)
-    return result
-
-
-def _resources(container: spec.ContainerSpec) -> dict[str, Any]:
-    """``resources`` of a status: the spec's (the runtime's actual values are not read back yet)."""
-    result: dict[str, Any] = {}
-    if container.resources.limits:
-        result["limits"] = dict(container.resources.limits)
-    if container.resources.requests:
-        result["requests"] = dict(container.resources.requests)
     return result
 
 
@@ -226,7 +218,10 @@ def _convert(inputs: _Inputs, info: podstate.ContainerInfo, container: spec.Cont
         status["state"] = {"waiting": {}}  # created, or unknown without a previous running status
     if info.state is State.RUNNING and old is not None and old.get("started") is True:
         status["started"] = True
-    status["resources"] = _resources(container)
+    same_instance = old is not None and old.get("containerID") == container_id
+    status["resources"] = resize.container_status_resources(
+        container.resources, info.state is State.RUNNING, info.resources, inputs.actuated.get(container.name),
+        old.get("resources") if same_instance and old is not None else None)
     if container.resources.requests:
         status["allocatedResources"] = dict(container.resources.requests)
     return status
@@ -653,7 +648,10 @@ def compute_pod_status(pod: spec.Pod,
                        startup: Mapping[str, bool] | None = None,
                        pod_is_terminal: bool = False,
                        generation: int | None = None,
-                       runtime_name: str = "containerd") -> dict[str, Any]:
+                       runtime_name: str = "containerd",
+                       actuated: Mapping[str, spec.Resources] | None = None,
+                       resize_conditions: Sequence[Mapping[str, Any]] = (),
+                       pod_cgroup: Any = None) -> dict[str, Any]:
     """The ``status`` to write for the pod (upstream `generateAPIPodStatus` + the status manager).
 
     `previous` is the Pod's ``status`` from the API ({} if none). `waiting` maps container names to the
@@ -663,10 +661,16 @@ def compute_pod_status(pod: spec.Pod,
     IPs, primary first (`host_ip` if empty). `pod_is_terminal` is upstream's podIsTerminal: the pod is
     being torn down and its containers will not restart, so stopped containers decide Succeeded/Failed.
     `generation` is metadata.generation, written as observedGeneration when given.
+
+    In-place resize: `pod` is the *allocated* pod; `actuated` maps container names to the resources last given
+    to the runtime; `resize_conditions` are the PodResizePending / PodResizeInProgress conditions the agent
+    holds (written as they are); `pod_cgroup` is the pod cgroup's settings read back (`cm.ResourceConfig`, for
+    the pod-level ``status.resources`` of a running pod).
     """
     inputs = _Inputs(pod=pod, runtime=runtime, waiting=waiting or {}, termination_messages=termination_messages or {},
                      readiness=readiness or {}, startup=startup or {}, runtime_name=runtime_name,
-                     pod_restarting=reconciler.should_all_containers_restart(pod, runtime, previous))
+                     pod_restarting=reconciler.should_all_containers_restart(pod, runtime, previous),
+                     actuated=actuated or {})
     node_ips = list(host_ips) or ([host_ip] if host_ip else [])
     status: dict[str, Any] = {}
 
@@ -717,7 +721,8 @@ def compute_pod_status(pod: spec.Pod,
         reason = POD_FAILED if phase == FAILED else POD_COMPLETED
         owned = [_condition(c["type"], False, reason)
                  if c["type"] in (READY, CONTAINERS_READY) and c["status"] == "True" else c for c in owned]
-    status["conditions"] = [*conditions, *_stamp(owned, previous, now, generation)]
+    status["conditions"] = [*conditions, *_stamp(owned, previous, now, generation),
+                            *(dict(c) for c in resize_conditions if phase not in TERMINAL_PHASES)]
 
     if node_ips:
         status["hostIP"] = node_ips[0]
@@ -744,6 +749,12 @@ def compute_pod_status(pod: spec.Pod,
     if ephemeral_statuses:
         status["ephemeralContainerStatuses"] = ephemeral_statuses
     status["qosClass"] = previous.get("qosClass") or qos.qos_class(pod)
+    # InPlacePodLevelResourcesVerticalScaling (beta, on): every pod's pod-level resources and allocation.
+    status["resources"] = resize.pod_status_resources(pod, running=previous.get("phase") == RUNNING,
+                                                      cgroup=pod_cgroup, previous=previous)
+    allocated_resources = resize.pod_allocated_resources(pod)
+    if allocated_resources:
+        status["allocatedResources"] = allocated_resources
     if generation is not None:
         status["observedGeneration"] = generation
     _normalize_messages(pod, status)
@@ -843,6 +854,7 @@ def status_changed(previous: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 # Lists that strategic merge patches merge by a key (the rest of the status lists are atomic).
 MERGE_KEYS = {"conditions": "type", "podIPs": "ip", "hostIPs": "ip"}
+RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
 
 
 def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -862,6 +874,11 @@ def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[st
             merge_key = MERGE_KEYS[key]
             before = {item.get(merge_key): item for item in old or []}
             changed = [copy.deepcopy(item) for item in value or [] if before.get(item.get(merge_key)) != item]
+            if key == "conditions":
+                # The resize conditions are the kubelet's: one it cleared must go from the API object too.
+                kept = {item.get(merge_key) for item in value or []}
+                changed += [{"type": kind, "$patch": "delete"} for kind in before
+                            if kind in RESIZE_CONDITIONS and kind not in kept]
             if changed:
                 body[key] = changed
         elif key in new and old != value:

@@ -144,7 +144,8 @@ def status(phase: str, container_statuses: list[dict[str, Any]], conds: list[dic
     result["startTime"] = pod_status.timestamp(start)
     if init_statuses is not None:
         result["initContainerStatuses"] = init_statuses
-    result.update(containerStatuses=container_statuses, qosClass=qos)
+    # Every pod's pod-level status.resources (InPlacePodLevelResourcesVerticalScaling): these pods set none.
+    result.update(containerStatuses=container_statuses, qosClass=qos, resources={})
     return result
 
 
