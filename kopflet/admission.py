@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -339,6 +339,29 @@ def _parsed(values: Mapping[str, Any] | None) -> dict[str, Fraction]:
     return {str(k): qos.parse_quantity(v) for k, v in (values or {}).items()}
 
 
+def aggregate(pod: spec.Pod, pick: Callable[[spec.ContainerSpec], Mapping[str, Any]]) -> dict[str, Fraction]:
+    """Upstream `aggregateContainerResourcesByFn` over the requests or limits `pick` returns: regular containers
+    and sidecars add up; every other init container needs itself plus the sidecars before it; the pod needs the
+    larger of the two."""
+    result: dict[str, Fraction] = {}
+    for container in pod.spec.containers:
+        _add(result, _parsed(pick(container)))
+    sidecars: dict[str, Fraction] = {}
+    init_peak: dict[str, Fraction] = {}
+    for container in pod.spec.init_containers:
+        own = _parsed(pick(container))
+        if container.is_sidecar:
+            _add(result, own)
+            _add(sidecars, own)
+            needed = dict(sidecars)
+        else:
+            needed = dict(own)
+            _add(needed, sidecars)
+        _maximise(init_peak, needed)
+    _maximise(result, init_peak)
+    return result
+
+
 def pod_requests(pod: spec.Pod) -> dict[str, Fraction]:
     """The pod's effective requests (upstream `resource.PodRequests`), exact.
 
@@ -346,22 +369,7 @@ def pod_requests(pod: spec.Pod) -> dict[str, Fraction]:
     its own requests plus the sidecars started before it; the pod needs the larger of the two. Pod-level
     ``spec.resources.requests`` (cpu, memory, hugepages-*) replace the aggregate; ``spec.overhead`` is added.
     """
-    result: dict[str, Fraction] = {}
-    for container in pod.spec.containers:
-        _add(result, _parsed(container.resources.requests))
-    sidecars: dict[str, Fraction] = {}
-    init_peak: dict[str, Fraction] = {}
-    for container in pod.spec.init_containers:
-        requests = _parsed(container.resources.requests)
-        if container.is_sidecar:
-            _add(result, requests)
-            _add(sidecars, requests)
-            needed = dict(sidecars)
-        else:
-            needed = dict(requests)
-            _add(needed, sidecars)
-        _maximise(init_peak, needed)
-    _maximise(result, init_peak)
+    result = aggregate(pod, lambda c: c.resources.requests)
     pod_level = qos.pod_level_resources(pod)
     pod_level_requests = _parsed((pod_level or {}).get("requests"))
     supported = {k: v for k, v in pod_level_requests.items()

@@ -98,37 +98,9 @@ def _parsed(values: Mapping[str, Any] | None) -> Resources:
     return {str(name): qos.parse_quantity(amount) for name, amount in (values or {}).items()}
 
 
-def _add(total: Resources, values: Mapping[str, Fraction]) -> None:
-    for name, amount in values.items():
-        total[name] = total.get(name, Fraction(0)) + amount
-
-
-def _maximise(total: Resources, values: Mapping[str, Fraction]) -> None:
-    for name, amount in values.items():
-        if name not in total or amount > total[name]:
-            total[name] = amount
-
-
 def _aggregate(pod: spec.Pod, pick: Callable[[spec.ContainerSpec], Mapping[str, Any]]) -> Resources:
-    """Upstream `aggregateContainerResourcesByFn`: regular containers and sidecars add up; every other init
-    container needs itself plus the sidecars before it; the pod needs the larger of the two."""
-    result: Resources = {}
-    for container in pod.spec.containers:
-        _add(result, _parsed(pick(container)))
-    sidecars: Resources = {}
-    init_peak: Resources = {}
-    for container in pod.spec.init_containers:
-        own = _parsed(pick(container))
-        if container.is_sidecar:
-            _add(result, own)
-            _add(sidecars, own)
-            needed = dict(sidecars)
-        else:
-            needed = dict(own)
-            _add(needed, sidecars)
-        _maximise(init_peak, needed)
-    _maximise(result, init_peak)
-    return result
+    """Upstream `aggregateContainerResourcesByFn` (`admission.aggregate`)."""
+    return admission.aggregate(pod, pick)
 
 
 def is_pod_level_resource(name: str) -> bool:

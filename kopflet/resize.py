@@ -284,11 +284,16 @@ def container_status_resources(allocated: spec.Resources, running: bool, reporte
                 requests[CPU] = old_requests[CPU]
         if MEMORY in requests and actuated is not None and qos.byte_value(actuated.requests.get(MEMORY)):
             requests[MEMORY] = actuated.requests[MEMORY]
+    return requirements(limits, requests)
+
+
+def requirements(limits: Mapping[str, str], requests: Mapping[str, str]) -> dict[str, Any]:
+    """A ResourceRequirements body as the API writes it: empty lists left out."""
     result: dict[str, Any] = {}
     if limits:
-        result["limits"] = limits
+        result["limits"] = dict(limits)
     if requests:
-        result["requests"] = requests
+        result["requests"] = dict(requests)
     return result
 
 
@@ -311,13 +316,7 @@ def pod_status_resources(pod: spec.Pod, *, running: bool, cgroup: Any,
     request from the pod's requests when it sets none.
     """
     if not running:
-        result: dict[str, Any] = {}
-        limits, requests = _resource_list(cm.pod_limits(pod)), _resource_list(cm.pod_requests(pod))
-        if limits:
-            result["limits"] = limits
-        if requests:
-            result["requests"] = requests
-        return result
+        return requirements(_resource_list(cm.pod_limits(pod)), _resource_list(cm.pod_requests(pod)))
     level = allocation.pod_level(pod) or spec.Resources()
     requests, limits = dict(level.requests), dict(level.limits)
     old = (previous or {}).get("resources") or {}
@@ -347,12 +346,7 @@ def pod_status_resources(pod: spec.Pod, *, running: bool, cgroup: Any,
         limits[MEMORY] = quantity_text(Fraction(memory_limit), binary=True)
     elif memory_limit is None and MEMORY in old_limits:
         limits[MEMORY] = old_limits[MEMORY]
-    result = {}
-    if limits:
-        result["limits"] = limits
-    if requests:
-        result["requests"] = requests
-    return result
+    return requirements(limits, requests)
 
 
 def container_config_shares(milli: int) -> int:

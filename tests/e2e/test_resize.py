@@ -1,0 +1,150 @@
+"""In-place pod resize on the real stack (upstream InPlacePodVerticalScaling and its pod-level variant): the pod
+cgroup is created with the pod's limits, a resize through ``pods/resize`` reaches the container's and the pod's
+cgroups without a restart, the status reports the new values and the conditions go away, a RestartContainer policy
+restarts just that container, a resize that does not fit is Deferred, and a memory limit below what is in use
+fails with PodResizeInProgress reason Error."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from devstack.layout import Layout
+from tests.conftest import Kubectl
+from tests.e2e.conftest import Agent
+from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, statuses, wait_pod
+
+MI = 2**20
+
+
+def cgroup_read(admin: Kubectl, namespace: str, pod: str, name: str, path: str) -> str:
+    """A file of the container's own cgroup (v1: /sys/fs/cgroup/<controller>/..., v2: /sys/fs/cgroup/...)."""
+    return admin.run("exec", "-n", namespace, pod, "-c", name, "--", "sh", "-c", f"head -n 1 {path}").stdout.strip()
+
+
+def pod_cgroup(pod: dict[str, Any], controller: str) -> str:
+    """The pod's cgroup directory on the host (cgroupfs driver, cgroup v1 as on this machine, or v2)."""
+    uid = pod["metadata"]["uid"]
+    tier = {"Guaranteed": "", "Burstable": "burstable/", "BestEffort": "besteffort/"}[pod["status"]["qosClass"]]
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        return f"/sys/fs/cgroup/kubepods/{tier}pod{uid}"
+    return f"/sys/fs/cgroup/{controller}/kubepods/{tier}pod{uid}"
+
+
+def host_read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
+def resize(admin: Kubectl, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    admin.run("patch", "pod", name, "-n", namespace, "--subresource", "resize", "--type", "strategic",
+              "-p", json.dumps(patch))
+
+
+def settled(generation: int) -> Any:
+    """Upstream WaitForPodResizeActuation: observedGeneration caught up, no resize condition left, Ready."""
+    def check(pod: dict[str, Any]) -> bool:
+        st = pod.get("status", {})
+        kinds = {c["type"] for c in st.get("conditions", [])}
+        return (st.get("observedGeneration", 0) >= generation and is_ready(pod)
+                and not kinds & {"PodResizePending", "PodResizeInProgress"})
+    return check
+
+
+def condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in pod.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def test_resize_reaches_container_and_pod_cgroups_without_a_restart(running_agent: Agent, admin: Kubectl,
+                                                                     layout: Layout, namespace: str) -> None:
+    resources = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "96Mi"}}
+    admin.apply(pod_manifest("grow", namespace, layout.node_name,
+                             [container("main", "sleep 3600", resources=resources)],
+                             terminationGracePeriodSeconds=0))
+    pod = wait_pod(admin, namespace, "grow", is_ready, what="Ready")
+    # The pod cgroup exists with the pod's limits before any resize (upstream ResourceConfigForPod).
+    assert host_read(pod_cgroup(pod, "memory") + "/memory.limit_in_bytes") == str(96 * MI)
+    assert host_read(pod_cgroup(pod, "cpu") + "/cpu.cfs_quota_us") == "20000"
+    assert pod["status"]["resources"] == resources and pod["status"]["allocatedResources"] == resources["requests"]
+    assert statuses(pod)["main"]["resources"] == resources
+
+    wanted = {"requests": {"cpu": "150m", "memory": "80Mi"}, "limits": {"cpu": "300m", "memory": "128Mi"}}
+    resize(admin, namespace, "grow", {"spec": {"containers": [{"name": "main", "resources": wanted}]}})
+    pod = wait_pod(admin, namespace, "grow", settled(2), what="resized")
+    main = statuses(pod)["main"]
+    assert main["restartCount"] == 0
+    assert main["resources"] == wanted and main["allocatedResources"] == wanted["requests"]
+    assert cgroup_read(admin, namespace, "grow", "main", "/sys/fs/cgroup/memory/memory.limit_in_bytes") == \
+        str(128 * MI)
+    assert cgroup_read(admin, namespace, "grow", "main", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us") == "30000"
+    assert cgroup_read(admin, namespace, "grow", "main", "/sys/fs/cgroup/cpu/cpu.shares") == "153"
+    assert host_read(pod_cgroup(pod, "memory") + "/memory.limit_in_bytes") == str(128 * MI)
+    assert host_read(pod_cgroup(pod, "cpu") + "/cpu.cfs_quota_us") == "30000"
+    reasons = [e["reason"] for e in events(admin, namespace, "grow")]
+    assert "ResizeStarted" in reasons and "ResizeCompleted" in reasons, reasons
+    completed = next(e for e in events(admin, namespace, "grow") if e["reason"] == "ResizeCompleted")
+    assert completed["message"].startswith('Pod resize completed: {"containers":[{"name":"main","resources":')
+
+
+def test_restart_container_policy_restarts_only_that_container(running_agent: Agent, admin: Kubectl,
+                                                               layout: Layout, namespace: str) -> None:
+    limits = {"cpu": "100m", "memory": "64Mi"}
+    policy = [{"resourceName": "memory", "restartPolicy": "RestartContainer"}]
+    admin.apply(pod_manifest("restart", namespace, layout.node_name,
+                             [container("mem", "sleep 3600", resources={"limits": limits}, resizePolicy=policy),
+                              container("other", "sleep 3600", resources={"limits": limits})],
+                             terminationGracePeriodSeconds=0))
+    wait_pod(admin, namespace, "restart", is_ready, what="Ready")
+    resize(admin, namespace, "restart", {"spec": {"containers": [
+        {"name": "mem", "resources": {"limits": {"memory": "80Mi"}, "requests": {"memory": "80Mi"}}}]}})
+    pod = wait_pod(admin, namespace, "restart", settled(2), what="resized")
+    assert statuses(pod)["mem"]["restartCount"] == 1
+    assert statuses(pod)["other"]["restartCount"] == 0
+    assert cgroup_read(admin, namespace, "restart", "mem", "/sys/fs/cgroup/memory/memory.limit_in_bytes") == \
+        str(80 * MI)
+    killing = [e["message"] for e in events(admin, namespace, "restart") if e["reason"] == "Killing"]
+    assert killing == ["Container mem resize requires restart"], killing
+
+
+def test_a_resize_beyond_what_is_free_is_deferred_and_a_memory_limit_below_usage_fails(
+        running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
+    allocatable = admin.json("get", "node", layout.node_name)["status"]["allocatable"]
+    admin.apply(pod_manifest("neighbour", namespace, layout.node_name,
+                             [container("main", "sleep 3600", resources={"requests": {"cpu": "50m"}})],
+                             terminationGracePeriodSeconds=0))
+    # 40 MiB in a tmpfs file, charged to the container's memory cgroup for as long as the file exists.
+    admin.apply(pod_manifest("big", namespace, layout.node_name,
+                             [container("main", "head -c 40m /dev/zero > /dev/shm/fill; sleep 3600",
+                                        resources={"limits": {"cpu": "100m", "memory": "128Mi"}})],
+                             terminationGracePeriodSeconds=0))
+    wait_pod(admin, namespace, "neighbour", is_ready, what="Ready")
+    wait_pod(admin, namespace, "big", is_ready, what="Ready")
+    # All of the node's cpu while the neighbour holds 50m: Deferred with the admission message (the apiserver
+    # itself refuses more than the node's whole allocatable).
+    everything = {"requests": {"cpu": allocatable["cpu"]}, "limits": {"cpu": allocatable["cpu"]}}
+    resize(admin, namespace, "big", {"spec": {"containers": [{"name": "main", "resources": everything}]}})
+    pod = wait_pod(admin, namespace, "big", lambda p: condition(p, "PodResizePending") is not None,
+                   what="PodResizePending")
+    pending = condition(pod, "PodResizePending")
+    assert pending is not None and pending["reason"] == "Deferred"
+    assert pending["message"].startswith("Node didn't have enough resource: cpu, requested: "), pending
+    assert "ResizeDeferred" in [e["reason"] for e in events(admin, namespace, "big")]
+    # Reverting the resize clears the condition.
+    resize(admin, namespace, "big", {"spec": {"containers": [
+        {"name": "main", "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "100m"}}}]}})
+    pod = wait_pod(admin, namespace, "big", settled(3), what="pending resize reverted")
+
+    # 40 MiB in use: a memory limit of 8 MiB is refused before anything changes.
+    resize(admin, namespace, "big", {"spec": {"containers": [
+        {"name": "main", "resources": {"requests": {"memory": "8Mi"}, "limits": {"memory": "8Mi"}}}]}})
+    pod = wait_pod(admin, namespace, "big",
+                   lambda p: (condition(p, "PodResizeInProgress") or {}).get("reason") == "Error",
+                   what="PodResizeInProgress Error")
+    message = condition(pod, "PodResizeInProgress")["message"]  # type: ignore[index]
+    assert message.startswith("cannot decrease memory limits: "), message
+    assert "below current usage" in message
+    assert statuses(pod)["main"]["resources"]["limits"]["memory"] == "128Mi"
+    assert cgroup_read(admin, namespace, "big", "main", "/sys/fs/cgroup/memory/memory.limit_in_bytes") == \
+        str(128 * MI)
+    assert "ResizeError" in [e["reason"] for e in events(admin, namespace, "big")]
