@@ -94,6 +94,8 @@ def publish(rundir: Path, name: str, meta: dict[str, Any]) -> None:
         (DOCS / sel["focus_file"]).write_text((rundir / sel["focus_file"]).read_text())
         sel["focus_file"] = f"docs/conformance/{sel['focus_file']}"
         sel.pop("focus", None)  # tens of kilobytes of escaped names; the file lists them
+        for part in sel.get("parts") or ():
+            part.pop("focus", None)
     (DOCS / f"{name}.json").write_text(json.dumps(published, indent=1) + "\n")
     write_report(DOCS, REPORT, REPO / "README.md")
 
@@ -108,6 +110,9 @@ def run_pass(args: argparse.Namespace, layout: Layout, name: str, agent_names: l
     sel = run.plan(pass_, layout, e2e, rundir, args.focus)
     if args.nodes:
         sel["nodes"] = args.nodes
+        for part in sel.get("parts") or ():
+            if part["name"] == "parallel":  # the [Serial] specs stay one at a time
+                part["nodes"] = args.nodes
     print(f"conformance: {pass_.title}: {sel['count']} specs, ginkgo {sel['nodes']} process(es); in {rundir}",
           file=sys.stderr)
     agents = agents_by_name(layout, rundir)

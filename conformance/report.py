@@ -90,6 +90,28 @@ def _failure_message(element: ET.Element) -> str:
     return message
 
 
+def merge_junit(texts: Sequence[str]) -> str:
+    """One JUnit report from several ginkgo runs of disjoint selections of the same suite: the first report whole,
+    with the specs the others ran (not those they filtered out) added to its first test suite."""
+    root = ET.fromstring(texts[0])
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        raise ValueError("the first JUnit report has no testsuite")
+    ran: dict[str, ET.Element] = {}
+    for text in texts[1:]:
+        for tc in ET.fromstring(text).iter("testcase"):
+            skipped = tc.find("skipped")
+            if skipped is None or skipped.get("message") not in (FILTERED_OUT, "pending"):
+                ran.setdefault(tc.get("name", ""), tc)
+    for parent in list(root.iter()):
+        for tc in [c for c in parent if c.tag == "testcase"]:
+            if tc.get("name", "") in ran and tc.find("skipped") is not None:
+                parent.remove(tc)  # filtered out here, run in another part
+    for tc in ran.values():
+        suite.append(tc)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
 def trim_junit(text: str) -> str:
     """The JUnit file kept in docs/: the selected specs only, with the captured output of failures alone.
 
@@ -252,6 +274,9 @@ def _totals_line(agent: str, suite: Suite | None) -> str:
 def _selection_text(meta: Mapping[str, Any]) -> str:
     sel = meta.get("selection", {})
     parts = [f"ginkgo {sel.get('nodes', '?')} process{'es' if sel.get('nodes') != 1 else ''}"]
+    if sel.get("parts"):
+        parts = ["; then ".join(f"{p.get('name')} specs in ginkgo {p.get('nodes')} "
+                                f"process{'es' if p.get('nodes') != 1 else ''}" for p in sel["parts"])]
     if sel.get("rule"):
         parts.append(str(sel["rule"]))
     if sel.get("focus_file"):

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from bench import cluster
 from bench.agents import Agent, wait_until
-from conformance import selection
+from conformance import report, selection
 from devstack import stack
 from devstack.layout import Layout
 
@@ -107,6 +107,11 @@ def plan(pass_: selection.Pass, layout: Layout, e2e: Path, workdir: Path, focus:
         chosen = selection.serial_selection(dry_run(e2e, workdir, "dry-run-all"), gates)
         (workdir / f"{pass_.name}-focus.txt").write_text("".join(f"{s.text}\n" for s, _ in chosen))
         sel.update(focus=selection.exact_focus(s.text for s, _ in chosen), focus_file=f"{pass_.name}-focus.txt")
+        if pass_.serial_nodes is not None:
+            serial, others = selection.split_serial(s.text for s, _ in chosen)
+            sel["parts"] = [{"name": name, "nodes": nodes, "focus": selection.exact_focus(texts)}
+                            for name, nodes, texts in (("parallel", pass_.nodes, others),
+                                                       ("serial", pass_.serial_nodes, serial)) if texts]
     if len(sel["focus"]) > MAX_FOCUS:
         raise ConformanceError(f"the focus is {len(sel['focus'])} bytes, more than one argument may carry")
     sel["count"] = len(dry_run(e2e, workdir, f"dry-run-{pass_.name}", sel["focus"], sel["skip"]))
@@ -149,9 +154,9 @@ def parse_duration(text: str) -> float:
     return total
 
 
-def run_ginkgo(argv: list[str], log: Path, timeout: float) -> int:
+def run_ginkgo(argv: list[str], log: Path, timeout: float, append: bool = False) -> int:
     """ginkgo's output to its log and to our stdout as it comes (a pass takes an hour or more)."""
-    with log.open("wb") as out:
+    with log.open("ab" if append else "wb") as out:
         out.write(("$ " + " ".join(argv) + "\n").encode())
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         stream = proc.stdout
@@ -233,9 +238,17 @@ def run_agent(agent: Agent, layout: Layout, core: kubernetes.client.CoreV1Api, e
                    agent)
         result["version"] = agent.version()
         args = e2e_args(layout, agent, outdir / f"{pass_name}-{agent.name}-report")
-        argv = ginkgo_argv(ginkgo, e2e, sel, outdir, junit, timeout, args)
         result["e2e_args"] = args
-        code = run_ginkgo(argv, outdir / result["log"], parse_duration(timeout) + 900)
+        parts = sel.get("parts") or [{"name": "", "nodes": sel["nodes"], "focus": sel["focus"]}]
+        codes, reports = [], []
+        for index, part in enumerate(parts):
+            part_junit = junit if len(parts) == 1 else f"{pass_name}-{agent.name}-{part['name']}.xml"
+            argv = ginkgo_argv(ginkgo, e2e, {**sel, **part}, outdir, part_junit, timeout, args)
+            codes.append(run_ginkgo(argv, outdir / result["log"], parse_duration(timeout) + 900, append=index > 0))
+            reports.append(outdir / part_junit)
+        if len(parts) > 1 and all(r.exists() for r in reports):
+            (outdir / junit).write_text(report.merge_junit([r.read_text() for r in reports]))
+        code = next((c for c in codes if c), 0)
         result["ginkgo_exit"] = code
         if not (outdir / junit).exists():
             result["error"] = f"ginkgo exited {code} without a JUnit report (see {outdir / result['log']})"

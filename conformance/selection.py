@@ -40,15 +40,19 @@ class Pass:
     rule: str
     focus: str = ""  # empty: computed from the dry run (the serial pass)
     skip: str = ""
+    serial_nodes: int | None = None
+    """When set, the selected specs marked ``[Serial]`` run apart, in this many processes (1), and the others
+    in `nodes`: ginkgo runs specs in parallel whatever their ``Serial`` label says."""
 
 
 PASSES = {
     "node": Pass("node", "Node pass", 4, "the specs marked `[NodeConformance]` less the slow, serial, disruptive, "
                  "flaky, `[Feature:…]` and alpha ones", focus=NODE_FOCUS, skip=NODE_SKIP),
-    "serial": Pass("serial", "Serial pass", 1,
-                   "one spec at a time: (a) node specs (`NodeConformance`) labelled `Feature:…` or `FeatureGate:…` "
-                   "whose every such label names a feature gate on by default at the pinned release, not already "
-                   "in the node pass; (b) `Serial` `NodeConformance` specs; neither `Flaky` nor `Disruptive`"),
+    "serial": Pass("serial", "Serial pass", 4,
+                   "(a) node specs (`NodeConformance`) labelled `Feature:…` or `FeatureGate:…` whose every such "
+                   "label names a feature gate on by default at the pinned release, not already in the node pass; "
+                   "(b) `Serial` `NodeConformance` specs; neither `Flaky` nor `Disruptive`; the `[Serial]` ones "
+                   "one at a time, after the others", serial_nodes=1),
 }
 
 
@@ -165,6 +169,15 @@ def serial_selection(specs: Iterable[Spec], gates: Mapping[str, Gate]) -> list[t
 # ------------------------------------------------------------------------------------------ focus
 
 _GO_REGEXP_SPECIAL = set(r"\.+*?()|[]{}^$")
+
+
+SERIAL_MARK = "[Serial]"
+
+
+def split_serial(texts: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The spec names marked ``[Serial]`` and the others, each in the given order."""
+    names = list(texts)
+    return [t for t in names if SERIAL_MARK in t], [t for t in names if SERIAL_MARK not in t]
 
 
 def go_regexp_quote(text: str) -> str:

@@ -36,7 +36,10 @@ when the pod's status carries AllContainersRestarting=True (`status.all_containe
 and removed, in place, the sandbox kept; the next sync, seeing none left, starts the pod from its first init
 container as for a new pod (upstream `computePodActions` with `restartAllContainers`).
 
-Not covered yet: in-place resize and the post-start hook failure kill reason.
+In-place resize: the caller passes the allocated pod, and `resize_restarts` for the running containers a resize
+restarts (RestartContainer policy); resource updates themselves are `kopflet.resize`'s and the executor's.
+
+Not covered yet: the post-start hook failure kill reason.
 """
 
 from __future__ import annotations

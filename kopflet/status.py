@@ -27,8 +27,13 @@ lastState like the others, never started/ready: no probes) and count for nothing
 ``activeDeadlineSeconds`` (`kopflet.deadline`, measured from ``startTime``) is Failed with reason
 DeadlineExceeded, as upstream's activeDeadlineHandler makes `generateAPIPodStatus` write it.
 
-Not covered yet: in-place resize conditions and CRI-reported resources, the container ``user``/``stopSignal``
-fields, readiness gates other than reading the conditions already present.
+In-place resize: the status is computed for the allocated pod; containers' ``resources`` are read back from what the
+runtime reports (`resize.container_status_resources`), the pod's ``resources`` from its cgroup, and the
+PodResizePending / PodResizeInProgress conditions the agent holds are written as given (a cleared one is deleted
+from the API status by `status_patch`).
+
+Not covered yet: the container ``user``/``stopSignal`` fields, readiness gates other than reading the conditions
+already present.
 """
 
 from __future__ import annotations

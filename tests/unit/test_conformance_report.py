@@ -271,3 +271,14 @@ def test_readme_block_and_its_replacement(kopflet: Suite, kubelet: Suite) -> Non
     assert report.replace_readme_block(readme, block) == f"# x\n\n{block}\n\nrest\n"
     assert report.replace_readme_block("no markers", block) == "no markers"
     assert "Not run yet." in report.readme_block([])
+
+
+def test_merge_junit_adds_what_the_other_parts_ran_in_place_of_their_filtered_entries() -> None:
+    skipped = '<skipped message="skipped"></skipped>'
+    parallel = junit(case("[sig-node] A [NodeConformance]"), case("[sig-node] S [Serial]", skipped))
+    serial = junit(case("[sig-node] A [NodeConformance]", skipped),
+                   case("[sig-node] S [Serial]", failure("it broke")))
+    merged = report.parse_junit(report.merge_junit([parallel, serial]))
+    assert {name: c.result for name, c in merged.cases.items()} == {
+        "[sig-node] A [NodeConformance]": PASS, "[sig-node] S [Serial]": FAIL}
+    assert merged.cases["[sig-node] S [Serial]"].message == "it broke"

@@ -209,4 +209,9 @@ def test_the_passes() -> None:
     node, serial = selection.PASSES["node"], selection.PASSES["serial"]
     assert (node.focus, node.skip, node.nodes) == (
         r"\[NodeConformance\]", r"\[Slow\]|\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:|\[Alpha\]", 4)
-    assert (serial.focus, serial.nodes) == ("", 1)
+    assert (serial.focus, serial.nodes, serial.serial_nodes) == ("", 4, 1)
+
+
+def test_split_serial_keeps_the_serial_specs_apart_in_order() -> None:
+    names = ["a [Serial] x", "b", "c [Serial]", "d [NodeConformance]"]
+    assert selection.split_serial(names) == (["a [Serial] x", "c [Serial]"], ["b", "d [NodeConformance]"])
