@@ -58,13 +58,17 @@ class _State:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(text)
+        with tmp.open("w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # as upstream's checkpoint writer: a torn file would stop the agent at its start
         os.replace(tmp, self.path)
         self._written = text
 
 
 class AllocationManager:
-    """Allocated and actuated resources by pod UID (upstream allocation manager + actuated state)."""
+    """Allocated and actuated resources by pod UID (upstream allocation manager + actuated state). Reads are from
+    memory; the setters write the file (small, fsynced): call them through ``asyncio.to_thread``."""
 
     def __init__(self, root_dir: str) -> None:
         root = Path(root_dir)
@@ -87,6 +91,9 @@ class AllocationManager:
         current = self.actuated.get(uid) or PodAllocation()
         containers = {**current.containers, name: resources}
         self.actuated.set(uid, PodAllocation(containers=containers, pod_level=current.pod_level))
+
+    def set_actuated_pod(self, uid: str, value: PodAllocation) -> None:
+        self.actuated.set(uid, value)
 
     def set_actuated_pod_level(self, uid: str, resources: spec.Resources | None) -> None:
         current = self.actuated.get(uid) or PodAllocation()

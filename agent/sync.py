@@ -47,6 +47,7 @@ from kopflet import (
     volumes,
 )
 from kopflet import backoff as backoffs
+from kopflet.allocation import PodAllocation
 from kopflet.config import AgentConfig
 from kopflet.status import Waiting
 from kopflet.volumes import VolumeError
@@ -152,9 +153,9 @@ class PodSyncer:
             return result
         sandbox = await self.cri.sandboxes.status(sandbox_id)
         if resizing is not None and resizing.any and not actions.kill_pod:
+            # A failed resize is recorded (PodResizeInProgress Error) and the sync goes on, as upstream's SyncPod:
+            # containers killed for a RestartContainer resize and crashed ones still start.
             await self.resize(pod, runtime, resizing, result)
-            if result.resize_error:
-                return result  # upstream SyncPod returns after a failed resize: nothing starts in this sync
 
         # Upstream SyncPod steps 7-9: ephemeral containers first (they may run while init is stuck), then the
         # init containers in order, then the regular containers.
@@ -183,6 +184,13 @@ class PodSyncer:
         """Create the pod's cgroup with its limits before the sandbox (upstream podContainerManager.EnsureExists,
         on every sync: an existing one is left alone, resizes change it). The first time, the allocation is
         recorded as actuated too (upstream InitializeActuatedPod), so a new pod never counts as resizing."""
+        if self.allocations.actuation(pod.uid) is None:
+            # Upstream InitializeActuatedPod, on every sync: a pod with no record (new, or from before the record
+            # existed) counts as running with what is allocated, never as resizing.
+            level = allocation.pod_level(pod)
+            await asyncio.to_thread(self.allocations.set_actuated_pod, pod.uid, PodAllocation(
+                containers={c.name: resize.effective(level, c.resources)
+                            for c in (*pod.spec.init_containers, *pod.spec.containers)}, pod_level=level))
         name = sandbox_config.pod_cgroup_parent(pod)
         if await asyncio.to_thread(self.cgroups.exists, name):
             return True
@@ -192,12 +200,6 @@ class PodSyncer:
             result.sandbox_error = f"Failed to create pod sandbox: failed to ensure that the pod cgroup exists: {exc}"
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
             return False
-        if self.allocations.actuation(pod.uid) is None:
-            level = allocation.pod_level(pod)
-            for container in (*pod.spec.init_containers, *pod.spec.containers):
-                self.allocations.set_actuated_container(pod.uid, container.name,
-                                                        resize.effective(level, container.resources))
-            self.allocations.set_actuated_pod_level(pod.uid, level)
         return True
 
     async def resize(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, actions: resize.ResizeActions,
@@ -212,19 +214,21 @@ class PodSyncer:
             await self._check_memory_decreases(pod, name, target, current, actions)
             memory_done = {update.name for update in actions.memory_updates}
             for resource_name, updates in ((resize.MEMORY, actions.memory_updates), (resize.CPU, actions.cpu_updates)):
-                grows = _pod_cgroup_grows(resource_name, target, current)
-                if grows:
-                    await self._update_pod_cgroup(name, resource_name, target)
+                # Each pod cgroup value that grows is written before the containers, each that shrinks after them
+                # (cgroup v1 refuses a child quota above its parent's): upstream doPodResizeAction.
+                growing, shrinking = _pod_cgroup_changes(resource_name, target, current)
+                if growing:
+                    await asyncio.to_thread(self.cgroups.apply, name, growing)
                 for update in updates:
                     await self._update_container(
                         pod, update, result, other_done=resource_name == resize.CPU and update.name in memory_done)
-                if not grows:
-                    await self._update_pod_cgroup(name, resource_name, target)
-        except (CgroupError, CriError, _ResizeError) as exc:
+                if shrinking:
+                    await asyncio.to_thread(self.cgroups.apply, name, shrinking)
+        except (CgroupError, CriError, _ResizeError, OSError) as exc:
             result.resize_error = exc.go_text if isinstance(exc, CriError) else str(exc)
             logger.warning(f"{pod.namespace}/{pod.name}: resize failed: {result.resize_error}")
             return
-        self.allocations.set_actuated_pod_level(pod.uid, allocation.pod_level(pod))
+        await asyncio.to_thread(self.allocations.set_actuated_pod_level, pod.uid, allocation.pod_level(pod))
 
     async def _check_memory_decreases(self, pod: spec.Pod, cgroup: str, target: cm.ResourceConfig,
                                       current: cm.ResourceConfig | None, actions: resize.ResizeActions) -> None:
@@ -243,7 +247,7 @@ class PodSyncer:
                 continue
             try:
                 stats = await self.cri.containers.stats(update.container_id)
-                usage = stats.memory.working_set_bytes if stats.memory is not None else None
+                usage = stats.memory.usage_bytes if stats.memory is not None else None
             except CriError:
                 usage = None
             if usage is None:
@@ -254,16 +258,6 @@ class PodSyncer:
         if errors:
             joined = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
             raise _ResizeError(f"cannot decrease memory limits: {joined}")
-
-    async def _update_pod_cgroup(self, name: str, resource_name: str, target: cm.ResourceConfig) -> None:
-        if resource_name == resize.MEMORY:
-            if not target.memory:
-                return  # a pod without a memory limit keeps what it has (limits cannot be removed)
-            wanted = cm.ResourceConfig(memory=target.memory)
-        else:
-            wanted = cm.ResourceConfig(cpu_shares=target.cpu_shares, cpu_quota=target.cpu_quota,
-                                       cpu_period=target.cpu_period)
-        await asyncio.to_thread(self.cgroups.apply, name, wanted)
 
     async def _update_container(self, pod: spec.Pod, update: resize.ContainerUpdate, result: SyncResult, *,
                                 other_done: bool = False) -> None:
@@ -285,7 +279,7 @@ class PodSyncer:
         before = actuated.containers.get(update.name, spec.Resources()) if actuated is not None else spec.Resources()
         merged = resize.effective(allocation.pod_level(pod), container.resources)
         kind = update.resource
-        self.allocations.set_actuated_container(pod.uid, update.name, spec.Resources(
+        await asyncio.to_thread(self.allocations.set_actuated_container, pod.uid, update.name, spec.Resources(
             requests=_with_resource(before.requests, merged.requests, kind),
             limits=_with_resource(before.limits, merged.limits, kind)))
 
@@ -386,8 +380,8 @@ class PodSyncer:
         except (CriError, OSError) as exc:
             return failed(CREATE_CONTAINER_ERROR, _details(exc))
         # What this container now runs with is what a later resize compares against (upstream SetActuatedResources).
-        self.allocations.set_actuated_container(
-            pod.uid, name, resize.effective(allocation.pod_level(pod), container.resources))
+        await asyncio.to_thread(self.allocations.set_actuated_container,
+                                pod.uid, name, resize.effective(allocation.pod_level(pod), container.resources))
         self.recorder.pod_event(pod, NORMAL, "Created", f"Created container: {name}", name, init)
         try:
             await self.cri.containers.start(container_id)
@@ -675,18 +669,37 @@ class _ResizeError(Exception):
     """A resize refused before anything changed (upstream validatePodResizeAction)."""
 
 
-def _pod_cgroup_grows(resource_name: str, target: cm.ResourceConfig, current: cm.ResourceConfig | None) -> bool:
-    """Whether the pod cgroup's limit of this resource goes up (written before the containers) or not (after)."""
-    if current is None:
-        return True
+def _pod_cgroup_changes(resource_name: str, target: cm.ResourceConfig, current: cm.ResourceConfig | None
+                        ) -> tuple[cm.ResourceConfig | None, cm.ResourceConfig | None]:
+    """The pod cgroup values of one resource to write before the containers (growing) and after them (shrinking).
+
+    Memory: the limit, left as it is when the pod has none (limits cannot be removed). CPU: the quota (with its
+    period; unlimited is the largest) and the shares, each on its own, as upstream writes them.
+    """
+    def grows(new: int, old: int | None) -> bool:
+        return old is None or new > old
+
     if resource_name == resize.MEMORY:
-        have = current.memory if current.memory and current.memory > 0 else None
-        return have is not None and target.memory is not None and target.memory > have
-    have_quota = current.cpu_quota if current.cpu_quota and current.cpu_quota > 0 else None
-    want_quota = target.cpu_quota if target.cpu_quota and target.cpu_quota > 0 else None
-    if want_quota is None:
-        return True  # unlimited is the largest
-    return (have_quota is not None and want_quota > have_quota) or (target.cpu_shares or 0) > (current.cpu_shares or 0)
+        if not target.memory:
+            return None, None
+        have = current.memory if current is not None and current.memory and current.memory > 0 else None
+        change = cm.ResourceConfig(memory=target.memory)
+        return (change, None) if have is None or target.memory > have else (None, change)
+    before: dict[str, int] = {}
+    after: dict[str, int] = {}
+    if target.cpu_quota is not None:
+        unlimited = 2**63
+        new = target.cpu_quota if target.cpu_quota > 0 else unlimited
+        old = None if current is None or current.cpu_quota is None else \
+            (current.cpu_quota if current.cpu_quota > 0 else unlimited)
+        side = before if grows(new, old) else after
+        side["cpu_quota"] = target.cpu_quota
+        if target.cpu_period:
+            side["cpu_period"] = target.cpu_period
+    if target.cpu_shares:
+        old_shares = current.cpu_shares if current is not None else None
+        (before if grows(target.cpu_shares, old_shares) else after)["cpu_shares"] = target.cpu_shares
+    return (cm.ResourceConfig(**before) if before else None, cm.ResourceConfig(**after) if after else None)
 
 
 def _quantities(values: resize.Values, kind: str) -> dict[str, str]:

@@ -67,6 +67,9 @@ class PodWorkers:
         self.probes: ProbeManager | None = None  # set once built: it needs this object's wake()
         self.metrics: KubeletMetrics | None = None
         self.workers: dict[str, _Worker] = {}
+        # Resize decisions one at a time, each against what the others hold once the previous one is recorded
+        # (upstream allocationMutex).
+        self.allocating = asyncio.Lock()
 
     # ------------------------------------------------------------------------------------- inputs
 
@@ -165,6 +168,8 @@ class PodWorkers:
             return await self._invalid(worker, str(exc))
 
         previous = body.get("status", {}) or {}
+        if pod.is_deleting or previous.get("phase") in TERMINAL_PHASES:
+            pod = allocation.apply_allocation(pod, self.syncer.allocations.allocation(uid))  # never ungranted values
         if pod.is_deleting:
             self._probe(pod, runtime)  # liveness and startup stop, readiness goes on
             return await self._terminate(worker, pod, runtime, previous)
@@ -225,7 +230,10 @@ class PodWorkers:
             delay = 0.0  # this refresh hid the exit from the relist: decide on it now
         if actions.containers_to_reset:
             delay = 0.0  # upstream requeues the pod right after a RestartAllContainers reset to start it again
-        if resizing.any or resizing.restart or resize.in_progress(pod, runtime, self.syncer.allocations.actuation(uid)):
+        if result.resize_error:
+            delay = min(delay, ERROR_RETRY)  # upstream retries a failed resize after its sync backoff
+        elif resizing.any or resizing.restart or resize.in_progress(pod, runtime,
+                                                                    self.syncer.allocations.actuation(uid)):
             delay = min(delay, STARTED_RECHECK)  # upstream RequestPodReinspect: see the resize through soon
         if (worker.resize_conditions or {}).get(allocation.POD_RESIZE_PENDING):
             delay = min(delay, PENDING_RESIZE_RETRY)
@@ -251,31 +259,38 @@ class PodWorkers:
         allocations = self.syncer.allocations
         granted = allocations.allocation(pod.uid)
         if granted is None:  # admitted now, or before a restart that lost the checkpoint
-            allocations.set_allocation(pod)
+            await asyncio.to_thread(allocations.set_allocation, pod)
             return pod
         conditions = self._resize_state(worker, previous)
         if not allocation.resize_pending_differs(pod, granted):
             conditions.pop(allocation.POD_RESIZE_PENDING, None)
             return pod
         generation = int(worker.body.get("metadata", {}).get("generation") or 0)
-        others = [allocation.held_pod(w.pod, w.body.get("status"))
-                  for w in self.workers.values()
-                  if w is not worker and w.admitted and w.pod is not None and not w.gone
-                  and (w.body.get("status", {}) or {}).get("phase") not in TERMINAL_PHASES]
-        decision = allocation.decide(pod, granted, await self.node_info(), others)
+        node = await self.node_info()
+        async with self.allocating:
+            others = [allocation.held_pod(w.pod, w.body.get("status"))
+                      for w in self.workers.values()
+                      if w is not worker and w.admitted and w.pod is not None and not w.gone
+                      and (w.body.get("status", {}) or {}).get("phase") not in TERMINAL_PHASES]
+            decision = allocation.decide(pod, granted, node, others)
+            if decision.outcome == allocation.ACCEPTED:
+                await asyncio.to_thread(allocations.set_allocation, pod)
+                worker.pod = pod  # what the next decision counts for this pod
         now = status.timestamp(datetime.datetime.now(datetime.UTC))
         event = decision.event(pod, generation)
         if decision.outcome == allocation.ACCEPTED:
-            allocations.set_allocation(pod)
             conditions.pop(allocation.POD_RESIZE_PENDING, None)
             conditions.pop(allocation.POD_RESIZE_IN_PROGRESS, None)
             conditions[allocation.POD_RESIZE_IN_PROGRESS], _ = allocation.in_progress_condition(
                 None, "", "", generation, now)
             logger.info(f"pod {pod.namespace}/{pod.name}: resize accepted")
         elif decision.pending:
+            previous_pending = conditions.get(allocation.POD_RESIZE_PENDING)
             condition, changed = allocation.pending_condition(
-                conditions.get(allocation.POD_RESIZE_PENDING), decision.reason, decision.message, generation, now)
-            conditions[allocation.POD_RESIZE_PENDING] = condition
+                previous_pending, decision.reason, decision.message, generation, now)
+            same = previous_pending is not None and all(
+                previous_pending.get(k) == condition.get(k) for k in ("status", "reason", "message"))
+            conditions[allocation.POD_RESIZE_PENDING] = _keep_probe_time(previous_pending, condition, not same)
             if not changed:
                 event = None
         if event is not None:
@@ -290,8 +305,9 @@ class PodWorkers:
         generation = int(worker.body.get("metadata", {}).get("generation") or 0)
         if resize.in_progress(pod, runtime, actuated):
             now = status.timestamp(datetime.datetime.now(datetime.UTC))
-            conditions[allocation.POD_RESIZE_IN_PROGRESS], _ = allocation.in_progress_condition(
-                conditions.get(allocation.POD_RESIZE_IN_PROGRESS), "", "", generation, now)
+            previous = conditions.get(allocation.POD_RESIZE_IN_PROGRESS)
+            condition, changed = allocation.in_progress_condition(previous, "", "", generation, now)
+            conditions[allocation.POD_RESIZE_IN_PROGRESS] = _keep_probe_time(previous, condition, changed)
             return
         cleared = conditions.pop(allocation.POD_RESIZE_IN_PROGRESS, None)
         if cleared is not None:
@@ -304,9 +320,10 @@ class PodWorkers:
         conditions = self._resize_state(worker, worker.body.get("status") or {})
         generation = int(worker.body.get("metadata", {}).get("generation") or 0)
         now = status.timestamp(datetime.datetime.now(datetime.UTC))
-        condition, changed = allocation.in_progress_condition(
-            conditions.get(allocation.POD_RESIZE_IN_PROGRESS), allocation.REASON_ERROR, message, generation, now)
-        conditions[allocation.POD_RESIZE_IN_PROGRESS] = condition
+        previous = conditions.get(allocation.POD_RESIZE_IN_PROGRESS)
+        condition, changed = allocation.in_progress_condition(previous, allocation.REASON_ERROR, message, generation,
+                                                              now)
+        conditions[allocation.POD_RESIZE_IN_PROGRESS] = _keep_probe_time(previous, condition, changed)
         if changed:
             done = int(condition.get("observedGeneration") or generation)
             self.recorder.pod_event(pod, WARNING, allocation.RESIZE_ERROR,
@@ -467,6 +484,15 @@ class PodWorkers:
             if message:
                 out[info.id] = message
         return out
+
+
+def _keep_probe_time(previous: Mapping[str, Any] | None, condition: dict[str, Any],
+                     changed: bool) -> dict[str, Any]:
+    """The condition with the previous lastProbeTime when nothing else changed: upstream's status manager does not
+    count probe times as a change (isPodStatusByKubeletEqual), so an unchanged condition writes nothing."""
+    if previous is not None and not changed and previous.get("lastProbeTime"):
+        return {**condition, "lastProbeTime": previous["lastProbeTime"]}
+    return condition
 
 
 def _gate_conditions(body: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

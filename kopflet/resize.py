@@ -231,20 +231,6 @@ def _milli_text(milli: int) -> str:
     return quantity_text(Fraction(milli, 1000))
 
 
-def shares_to_milli_cpu(shares: int) -> int:
-    """Upstream SharesToMilliCPU: ceil(shares * 1000 / 1024), 0 for the minimum shares."""
-    if shares <= 2:
-        return 0
-    return -(-shares * 1000 // 1024)
-
-
-def quota_to_milli_cpu(quota: int, period: int) -> int:
-    """Upstream QuotaToMilliCPU: quota * 1000 / period, 0 when unlimited."""
-    if quota <= 0 or period <= 0:
-        return 0
-    return quota * 1000 // period
-
-
 def container_status_resources(allocated: spec.Resources, running: bool, reported: Any,
                                actuated: spec.Resources | None, previous: Mapping[str, Any] | None) -> dict[str, Any]:
     """``containerStatuses[].resources`` (upstream `convertContainerStatusResources`).
@@ -263,7 +249,7 @@ def container_status_resources(allocated: spec.Resources, running: bool, reporte
         if CPU in limits:
             quota = getattr(reported, "cpu_quota", 0) or 0
             if quota > 0:
-                milli = quota_to_milli_cpu(quota, getattr(reported, "cpu_period", 0) or 100000)
+                milli = cm.quota_to_milli_cpu(quota, getattr(reported, "cpu_period", 0) or 100000)
                 if milli > MIN_MILLI_CPU_LIMIT or qos.milli_cpu(limits[CPU]) > MIN_MILLI_CPU_LIMIT:
                     limits[CPU] = _milli_text(milli)
             elif CPU in old_limits:
@@ -277,7 +263,7 @@ def container_status_resources(allocated: spec.Resources, running: bool, reporte
         if CPU in requests:
             shares = getattr(reported, "cpu_shares", 0) or 0
             if shares > 0:
-                milli = shares_to_milli_cpu(shares)
+                milli = cm.shares_to_milli_cpu(shares)
                 if milli > MIN_SHARES_MILLI or qos.milli_cpu(requests[CPU]) > MIN_SHARES_MILLI:
                     requests[CPU] = _milli_text(milli)
             elif CPU in old_requests:
@@ -323,10 +309,13 @@ def pod_status_resources(pod: spec.Pod, *, running: bool, cgroup: Any,
     old_requests, old_limits = dict(old.get("requests") or {}), dict(old.get("limits") or {})
     shares = getattr(cgroup, "cpu_shares", None)
     if shares is not None:
-        milli = shares_to_milli_cpu(shares)
+        milli = cm.shares_to_milli_cpu(shares)
         allocated_milli = qos.milli_cpu(requests.get(CPU))
-        if (milli > MIN_SHARES_MILLI or allocated_milli > MIN_SHARES_MILLI) and \
-                shares != container_config_shares(allocated_milli):
+        allocated_shares = container_config_shares(allocated_milli)
+        # cgroup v2's cpu.weight is coarse: read-back shares equal to the allocated ones seen through it keep the
+        # allocated value (upstream CPUSharesEqualAfterV2RoundTrip); on v1 they are simply equal.
+        same = shares == allocated_shares or cm.cpu_shares_equal_after_v2_round_trip(allocated_shares, shares)
+        if (milli > MIN_SHARES_MILLI or allocated_milli > MIN_SHARES_MILLI) and not same:
             requests[CPU] = _milli_text(milli)
     elif CPU in old_requests:
         requests[CPU] = old_requests[CPU]
@@ -336,7 +325,7 @@ def pod_status_resources(pod: spec.Pod, *, running: bool, cgroup: Any,
             requests[MEMORY] = quantity_text(memory, binary=True)
     quota = getattr(cgroup, "cpu_quota", None)
     if quota is not None:
-        milli = quota_to_milli_cpu(quota, getattr(cgroup, "cpu_period", None) or 100000)
+        milli = cm.quota_to_milli_cpu(quota, getattr(cgroup, "cpu_period", None) or 100000)
         if milli > MIN_MILLI_CPU_LIMIT or qos.milli_cpu(limits.get(CPU)) > MIN_MILLI_CPU_LIMIT:
             limits[CPU] = _milli_text(milli)
     elif CPU in old_limits:

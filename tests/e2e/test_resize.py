@@ -148,3 +148,21 @@ def test_a_resize_beyond_what_is_free_is_deferred_and_a_memory_limit_below_usage
     assert cgroup_read(admin, namespace, "big", "main", "/sys/fs/cgroup/memory/memory.limit_in_bytes") == \
         str(128 * MI)
     assert "ResizeError" in [e["reason"] for e in events(admin, namespace, "big")]
+
+
+def test_requests_up_and_limits_down_in_one_resize(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                   namespace: str) -> None:
+    """The pod cgroup's shares grow and its quota shrinks: the shares go before the container, the quota after it
+    (cgroup v1 refuses a pod quota below its container's: upstream writes each value in its own direction)."""
+    admin.apply(pod_manifest("opposite", namespace, layout.node_name,
+                             [container("main", "sleep 3600", resources={"requests": {"cpu": "100m"},
+                                                                          "limits": {"cpu": "400m"}})],
+                             terminationGracePeriodSeconds=0))
+    pod = wait_pod(admin, namespace, "opposite", is_ready, what="Ready")
+    wanted = {"requests": {"cpu": "200m"}, "limits": {"cpu": "300m"}}
+    resize(admin, namespace, "opposite", {"spec": {"containers": [{"name": "main", "resources": wanted}]}})
+    pod = wait_pod(admin, namespace, "opposite", settled(2), what="resized")
+    assert statuses(pod)["main"]["resources"] == wanted
+    assert host_read(pod_cgroup(pod, "cpu") + "/cpu.cfs_quota_us") == "30000"
+    assert host_read(pod_cgroup(pod, "cpu") + "/cpu.shares") == "204"
+    assert cgroup_read(admin, namespace, "opposite", "main", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us") == "30000"

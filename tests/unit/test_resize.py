@@ -196,3 +196,38 @@ def test_pod_status_resources_while_running_read_the_pod_cgroup() -> None:
 ])
 def test_quantity_text(value: Fraction, binary: bool, text: str) -> None:
     assert resize.quantity_text(value, binary=binary) == text
+
+
+# ------------------------------------------------------------------------------- pod cgroup write order
+
+@pytest.mark.parametrize(("resource", "target", "current", "before", "after"), [
+    # Request up, limit down (the rollback of "requests and limits in opposite directions"): shares first, the
+    # quota after the containers, or cgroup v1 refuses a child quota above its parent's.
+    ("cpu", cm.ResourceConfig(cpu_shares=409, cpu_quota=40000, cpu_period=100000),
+     cm.ResourceConfig(cpu_shares=204, cpu_quota=80000, cpu_period=100000),
+     cm.ResourceConfig(cpu_shares=409), cm.ResourceConfig(cpu_quota=40000, cpu_period=100000)),
+    ("cpu", cm.ResourceConfig(cpu_shares=102, cpu_quota=-1, cpu_period=100000),
+     cm.ResourceConfig(cpu_shares=204, cpu_quota=80000, cpu_period=100000),
+     cm.ResourceConfig(cpu_quota=-1, cpu_period=100000), cm.ResourceConfig(cpu_shares=102)),  # unlimited is largest
+    ("memory", cm.ResourceConfig(memory=64 * MI), cm.ResourceConfig(memory=96 * MI),
+     None, cm.ResourceConfig(memory=64 * MI)),
+    ("memory", cm.ResourceConfig(memory=128 * MI), cm.ResourceConfig(memory=96 * MI),
+     cm.ResourceConfig(memory=128 * MI), None),
+    ("memory", cm.ResourceConfig(), cm.ResourceConfig(memory=96 * MI), None, None),  # no limit: left alone
+])
+def test_pod_cgroup_values_that_grow_go_before_the_containers(resource: str, target: cm.ResourceConfig,
+                                                              current: cm.ResourceConfig, before: Any,
+                                                              after: Any) -> None:
+    from agent.sync import _pod_cgroup_changes
+    assert _pod_cgroup_changes(resource, target, current) == (before, after)
+
+
+def test_pod_status_cpu_request_survives_the_cgroup_v2_weight_round_trip() -> None:
+    pod = make_pod({"c1": {}}, pod_level=res({"cpu": "1"}, {"cpu": "1"}))
+    readback = cm.cpu_weight_to_shares(cm.cpu_shares_to_weight(1024))
+    assert readback != 1024
+    got = resize.pod_status_resources(pod, running=True, cgroup=cm.ResourceConfig(cpu_shares=readback,
+                                                                                    cpu_quota=100000,
+                                                                                    cpu_period=100000),
+                                      previous=None)
+    assert got["requests"]["cpu"] == "1"
