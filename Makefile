@@ -41,6 +41,7 @@ unit: venv
 
 lint: venv
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 
 deps:
 	bash devstack/install-deps.sh
