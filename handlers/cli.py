@@ -18,7 +18,7 @@ import kopf
 
 import handlers  # noqa: F401  (registers every handler, as operator/main.py does for `kopf run`)
 from handlers import configuring
-from kopflet import config as configuration
+from kopflet.config import settings as configuration
 
 USAGE_ERROR = 2
 

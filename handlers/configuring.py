@@ -1,6 +1,6 @@
 """Reading the agent's configuration at start, and logging in to the apiserver with its ``--kubeconfig``.
 
-The configuration is :func:`kopflet.config.from_env` over the real environment (``KOPFLET_ARGS`` carries the
+The configuration is :func:`kopflet.config.settings.from_env` over the real environment (``KOPFLET_ARGS`` carries the
 kubelet flags, since ``kopf run`` owns the command line), the hostname and the real file system for
 ``--config``. The credentials come from one function, :func:`connection_info`, used by both Kopf (through the
 ``@kopf.on.login`` handler here) and the agent's own apiserver client, so both speak as the same node.
@@ -16,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from kopflet import config as configuration
+from kopflet.config import settings as configuration
 
 
 def read_text(path: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import kopf
 
-from kopflet import static_pods
+from kopflet.config import static_pods
 
 
 @kopf.on.event("v1", "pods")

@@ -19,27 +19,27 @@ from typing import Any
 
 import kopf
 
-from agent import housekeeping
-from agent.events import EventRecorder
-from agent.images import ImageManager
-from agent.kubeapi import Credentials, KubeClient
-from agent.node import NodeAgent, read_machine_facts
-from agent.probes import ProbeManager
-from agent.runtime import RuntimeCache
-from agent.server import serve
-from agent.server_auth import authenticator_for, authorizer_for
-from agent.server_backend import AgentBackend
-from agent.services import ServiceCache
-from agent.static_pods import StaticPodSource
-from agent.stats import StatsCollector
-from agent.sync import PodSyncer, read_host_container_facts
-from agent.workers import PodWorkers
 from cri_client import CriClient, CriError
 from handlers import configuring
 from kopflet import backoff as backoffs
-from kopflet import config as configuration
-from kopflet import sandbox_config
+from kopflet.client.events import EventRecorder
+from kopflet.client.kubeapi import Credentials, KubeClient
+from kopflet.config import settings as configuration
+from kopflet.config.file_source import StaticPodSource
+from kopflet.envvars.services import ServiceCache
+from kopflet.images.manager import ImageManager
+from kopflet.kuberuntime import sandbox_config
+from kopflet.kuberuntime.executor import PodSyncer, read_host_container_facts
 from kopflet.metrics import KubeletMetrics, ProbeMetrics
+from kopflet.nodestatus.heartbeat import NodeAgent, read_machine_facts
+from kopflet.pleg.relist import RuntimeCache
+from kopflet.pods import housekeeping
+from kopflet.pods.workers import PodWorkers
+from kopflet.prober.manager import ProbeManager
+from kopflet.server.auth_reviews import authenticator_for, authorizer_for
+from kopflet.server.backend import AgentBackend
+from kopflet.server.server import serve
+from kopflet.stats.collector import StatsCollector
 
 # How long to wait before retrying when the runtime is not reachable at start.
 RUNTIME_RETRY_DELAY = 5.0

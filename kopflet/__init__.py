@@ -1,3 +1,6 @@
-"""kopflet's core: pure logic (config, and later the reconciler and status) with no I/O."""
+"""kopflet, the node agent: one package per upstream kubelet subsystem (docs/architecture.md has the map).
+
+Pure modules (`.importlinter`'s `pure` contract) do no I/O; the others each name the upstream part they mirror.
+"""
 
 __version__ = "0.1.0"

@@ -11,7 +11,7 @@ help texts annotated with the stability level (``[ALPHA] ...``) as component-bas
 `KubeletMetrics` defines the upstream kubelet metrics kopflet records (pkg/kubelet/metrics/metrics.go,
 v1.37) with their exact names, help texts, labels and buckets, plus small recording helpers for the I/O
 code. The lower-level helpers (`escape_label_value`, `format_value`, `render_family`) are reused by
-`kopflet.stats` for the constant, timestamped samples of ``/metrics/resource``.
+`kopflet.stats.summary` for the constant, timestamped samples of ``/metrics/resource``.
 """
 
 from __future__ import annotations

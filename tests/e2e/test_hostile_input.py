@@ -125,7 +125,7 @@ def _resources(requests: dict[str, str]) -> list[dict[str, Any]]:
 
 
 CORPUS: list[Case] = [
-    # ---- image references (kopflet.imageref mirrors distribution/reference v0.6.0 ParseNormalizedNamed)
+    # ---- image references (kopflet.images.imageref mirrors distribution/reference v0.6.0 ParseNormalizedNamed)
     _invalid_image("image-uppercase-repo-and-colons", "Bad:Image:Name",
                    "invalid reference format: repository name (library/Bad) must be lowercase"),
     _invalid_image("image-uppercase-path", "docker.io/library/BusyBox:1.36",

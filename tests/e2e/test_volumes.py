@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from devstack.layout import Layout
-from kopflet import qos
+from kopflet.api import qos
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent
 from tests.e2e.test_pod_lifecycle import container, events, is_ready, phase, pod_manifest, statuses, wait_pod

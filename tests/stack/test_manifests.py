@@ -37,11 +37,11 @@ import kopf
 import pytest
 import yaml
 
-from agent.kubeapi import Credentials, KubeClient
-from agent.server_auth import SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS
 from devstack.layout import Layout
 from handlers.configuring import connection_info
-from kopflet import config
+from kopflet.client.kubeapi import Credentials, KubeClient
+from kopflet.config import settings
+from kopflet.server.auth_reviews import SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS
 from tests.conftest import REPO, Kubectl, forbidden
 
 MANIFESTS = REPO / "manifests"
@@ -72,75 +72,81 @@ EXPECTED_CLUSTER_RULES = (
     Rule("", ("pods",), ("list", "watch"), (
         ("handlers/pods.py", '@kopf.on.event("v1", "pods")'),
         ("handlers/startup.py", 'settings.watching.field_selectors["v1", "pods"] = cfg.pod_field_selector'),
-        ("agent/kubeapi.py", 'self.request("GET", "/api/v1/pods", params={"fieldSelector": field_selector})'),
+        ("kopflet/client/kubeapi.py", 'self.request("GET", "/api/v1/pods", params={"fieldSelector": field_selector})'),
     )),
     # The final delete (grace 0, UID precondition) after the terminal status; stale mirror pods.
     Rule("", ("pods",), ("delete",), (
-        ("agent/kubeapi.py", 'self.request("DELETE", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}"'),
-        ("agent/workers.py", "await self.api.delete_pod(pod.namespace, pod.name, pod.uid)"),
+        ("kopflet/client/kubeapi.py", 'self.request("DELETE", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}"'),
+        ("kopflet/pods/workers.py", "await self.api.delete_pod(pod.namespace, pod.name, pod.uid)"),
     )),
     # Mirror pods of static pods.
     Rule("", ("pods",), ("create",), (
-        ("agent/static_pods.py", 'self.api.request("POST", f"/api/v1/namespaces/{pod.namespace}/pods"'),
+        ("kopflet/config/file_source.py", 'self.api.request("POST", f"/api/v1/namespaces/{pod.namespace}/pods"'),
     )),
     # Pod status (strategic merge patch).
     Rule("", ("pods/status",), ("patch",), (
-        ("agent/kubeapi.py", 'self.request("PATCH", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}/status"'),
+        ("kopflet/client/kubeapi.py",
+         'self.request("PATCH", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}/status"'),
     )),
     # Registering the Node, adopting an existing one (labels), reading its taints.
     Rule("", ("nodes",), ("create", "get", "patch"), (
-        ("agent/node.py", 'self.api.request("POST", "/api/v1/nodes", body=body)'),
-        ("agent/node.py", 'self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}",'),
-        ("agent/node.py", 'self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}")'),
+        ("kopflet/nodestatus/heartbeat.py", 'self.api.request("POST", "/api/v1/nodes", body=body)'),
+        ("kopflet/nodestatus/heartbeat.py", 'self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}",'),
+        ("kopflet/nodestatus/heartbeat.py", 'self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}")'),
     )),
     # Node status.
     Rule("", ("nodes/status",), ("patch",), (
-        ("agent/node.py", 'self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}/status",'),
+        ("kopflet/nodestatus/heartbeat.py",
+         'self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}/status",'),
     )),
     # Pod events, repeats folded into one with a patch.
     Rule("", ("events",), ("create", "patch"), (
-        ("agent/kubeapi.py", 'self.request("POST", f"/api/v1/namespaces/{q(namespace)}/events", body=event)'),
-        ("agent/kubeapi.py", 'self.request("PATCH", f"/api/v1/namespaces/{q(namespace)}/events/{q(name)}",'),
+        ("kopflet/client/kubeapi.py", 'self.request("POST", f"/api/v1/namespaces/{q(namespace)}/events", body=event)'),
+        ("kopflet/client/kubeapi.py", 'self.request("PATCH", f"/api/v1/namespaces/{q(namespace)}/events/{q(name)}",'),
     )),
     # ConfigMaps pods reference (volumes, env, kube-root-ca.crt).
     Rule("", ("configmaps",), ("get",), (
-        ("agent/kubeapi.py", 'self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/configmaps/{q(name)}")'),
-        ("agent/volumes.py", "await self.api.config_map_data(pod.namespace, n)"),
+        ("kopflet/client/kubeapi.py", 'self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/configmaps/{q(name)}")'),
+        ("kopflet/volumes/manager.py", "await self.api.config_map_data(pod.namespace, n)"),
     )),
     # Secrets pods reference (volumes, env, imagePullSecrets).
     Rule("", ("secrets",), ("get",), (
-        ("agent/kubeapi.py", 'self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/secrets/{q(name)}")'),
-        ("agent/images.py", "await self.api.get_secret(pod.namespace, name)"),
+        ("kopflet/client/kubeapi.py", 'self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/secrets/{q(name)}")'),
+        ("kopflet/images/manager.py", "await self.api.get_secret(pod.namespace, name)"),
     )),
     # Bound ServiceAccount tokens for projected volumes (TokenRequest).
     Rule("", ("serviceaccounts/token",), ("create",), (
-        ("agent/volumes.py", '"POST", f"/api/v1/namespaces/{q(pod.namespace)}/serviceaccounts/{q(account)}/token"'),
+        ("kopflet/volumes/manager.py",
+         '"POST", f"/api/v1/namespaces/{q(pod.namespace)}/serviceaccounts/{q(account)}/token"'),
     )),
     # Service environment variables.
     Rule("", ("services",), ("list", "watch"), (
-        ("agent/services.py", 'self.api.request("GET", "/api/v1/services")'),
-        ("agent/services.py", 'self.api.watch("/api/v1/services", version)'),
+        ("kopflet/envvars/services.py", 'self.api.request("GET", "/api/v1/services")'),
+        ("kopflet/envvars/services.py", 'self.api.watch("/api/v1/services", version)'),
     )),
     # runtimeClassName to the CRI handler.
     Rule("node.k8s.io", ("runtimeclasses",), ("get",), (
-        ("agent/sync.py", 'self.api.get_or_none(f"/apis/node.k8s.io/v1/runtimeclasses/{name}")'),
+        ("kopflet/kuberuntime/executor.py", 'self.api.get_or_none(f"/apis/node.k8s.io/v1/runtimeclasses/{name}")'),
     )),
     # The kubelet API: bearer tokens.
     Rule("authentication.k8s.io", ("tokenreviews",), ("create",), (
-        ("agent/server_auth.py", 'TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"'),
+        ("kopflet/server/auth_reviews.py", 'TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"'),
     )),
     # The kubelet API: authorization of each request.
     Rule("authorization.k8s.io", ("subjectaccessreviews",), ("create",), (
-        ("agent/server_auth.py", 'SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"'),
+        ("kopflet/server/auth_reviews.py",
+         'SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"'),
     )),
 )
 
 # The Role "kopflet" in kube-node-lease: the node's Lease, renewed with a merge patch, created when missing.
 EXPECTED_LEASE_RULES = (
     Rule("coordination.k8s.io", ("leases",), ("create", "patch"), (
-        ("agent/node.py", 'path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"'),
-        ("agent/node.py", 'self.api.request("PATCH", f"{path}/{q(self.cfg.node_name)}", body={"spec": spec}'),
-        ("agent/node.py", 'await self.api.request("POST", path, body={'),
+        ("kopflet/nodestatus/heartbeat.py",
+         'path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"'),
+        ("kopflet/nodestatus/heartbeat.py",
+         'self.api.request("PATCH", f"{path}/{q(self.cfg.node_name)}", body={"spec": spec}'),
+        ("kopflet/nodestatus/heartbeat.py", 'await self.api.request("POST", path, body={'),
     )),
 )
 
@@ -337,7 +343,7 @@ def _config_map() -> dict[str, str]:
     return find("ConfigMap", "kopflet-config", NAMESPACE)["data"]
 
 
-def _agent_config(node: str = "minikube", host_ip: str = "192.168.49.2") -> config.AgentConfig:
+def _agent_config(node: str = "minikube", host_ip: str = "192.168.49.2") -> settings.AgentConfig:
     """The agent's configuration as the DaemonSet gives it, on a machine whose Node is `node`."""
     agent = _container("agent")
     env = {e["name"]: e for e in agent["env"]}
@@ -347,14 +353,14 @@ def _agent_config(node: str = "minikube", host_ip: str = "192.168.49.2") -> conf
     files = {"/etc/kopflet/config.yaml": _config_map()["config.yaml"]}
     mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
     assert mounts["/etc/kopflet"]["name"] == "agent-config"
-    return config.load(args, {"NODE_NAME": node}, "ignored-hostname", files.__getitem__)
+    return settings.load(args, {"NODE_NAME": node}, "ignored-hostname", files.__getitem__)
 
 
 def test_the_daemonset_registers_its_own_tainted_labelled_node() -> None:
     cfg = _agent_config()
     assert cfg.node_name == "kopflet-minikube"
     assert cfg.node_ip == "192.168.49.2"
-    assert cfg.register_with_taints == (config.Taint("kopflet.dev/agent", "true", "NoSchedule"),)
+    assert cfg.register_with_taints == (settings.Taint("kopflet.dev/agent", "true", "NoSchedule"),)
     assert dict(cfg.node_labels) == {"kopflet.dev/agent": "true"}
     assert _container("agent")["command"] == ["kopflet"]
     # ... and never lands on such a node itself (kopflet would run kopflet).
@@ -502,7 +508,7 @@ def test_real_requests_with_the_service_account(sa: Kubectl, layout: Layout) -> 
 async def test_the_agents_own_client_works_with_the_service_account_kubeconfig(sa_kubeconfig: Path,
                                                                                 layout: Layout) -> None:
     """The agent's login (handlers/configuring.py) with a token kubeconfig, and read-only calls it makes."""
-    cfg = config.AgentConfig(node_name=layout.node_name, kubeconfig=str(sa_kubeconfig))
+    cfg = settings.AgentConfig(node_name=layout.node_name, kubeconfig=str(sa_kubeconfig))
     info = await asyncio.to_thread(connection_info, cfg, logger=logging.getLogger("test"),
                                    settings=kopf.OperatorSettings())
     client = KubeClient(Credentials.from_kopf(info), user_agent="kopflet-test/rbac")

@@ -16,14 +16,14 @@ from pathlib import Path
 import kopf
 import pytest
 
-from agent import server as srv
-from agent.kubeapi import Credentials, KubeClient
-from agent.server_auth import Authenticator, Authorizer, authenticator_for, authorizer_for
 from devstack.layout import Layout
 from handlers.configuring import connection_info
-from kopflet import server_auth
-from kopflet.config import AgentConfig
-from kopflet.server_auth import UserInfo
+from kopflet.client.kubeapi import Credentials, KubeClient
+from kopflet.config.settings import AgentConfig
+from kopflet.server import auth_rules
+from kopflet.server import server as srv
+from kopflet.server.auth_reviews import Authenticator, Authorizer, authenticator_for, authorizer_for
+from kopflet.server.auth_rules import UserInfo
 from tests.conftest import Kubectl
 
 pytestmark = pytest.mark.stack
@@ -69,8 +69,8 @@ async def test_token_review_of_a_service_account_token(kube: KubeClient, sa_toke
 @pytest.mark.parametrize("token", ["bogus", "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"])
 async def test_bogus_token_is_unauthenticated(kube: KubeClient, token: str) -> None:
     answer = await kube.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews",
-                                body=server_auth.token_review_body(token))
-    assert server_auth.user_from_token_review(answer)[0] is None
+                                body=auth_rules.token_review_body(token))
+    assert auth_rules.user_from_token_review(answer)[0] is None
     authenticator = Authenticator(kube, client_certificates=False, webhook=True, anonymous=True)
     assert await authenticator.authenticate({"authorization": [f"Bearer {token}"]}) is None
 
@@ -82,8 +82,8 @@ async def test_bogus_token_is_unauthenticated(kube: KubeClient, token: str) -> N
 async def test_the_apiserver_kubelet_client_is_allowed(kube: KubeClient, layout: Layout, method: str,
                                                        path: str) -> None:
     authorizer = Authorizer(kube)
-    user = server_auth.with_authenticated_group(UserInfo.of(APISERVER_KUBELET_CLIENT))
-    attributes = server_auth.request_attributes(method, path, layout.node_name)
+    user = auth_rules.with_authenticated_group(UserInfo.of(APISERVER_KUBELET_CLIENT))
+    attributes = auth_rules.request_attributes(method, path, layout.node_name)
     assert await authorizer.authorize(user, attributes[0]) is True
 
 
@@ -92,12 +92,12 @@ async def test_a_plain_service_account_is_denied(kube: KubeClient, layout: Layou
     assert user is not None
     authorizer = Authorizer(kube)
     for method, path in (("GET", "/pods"), ("POST", "/exec/default/p/c"), ("GET", "/stats/summary")):
-        for attrs in server_auth.request_attributes(method, path, layout.node_name):
+        for attrs in auth_rules.request_attributes(method, path, layout.node_name):
             assert await authorizer.authorize(user, attrs) is False, (method, path, attrs.subresource)
 
 
 async def test_an_unbound_user_is_denied_even_for_another_node(kube: KubeClient) -> None:
-    attrs = server_auth.request_attributes("GET", "/pods", "some-other-node")
+    attrs = auth_rules.request_attributes("GET", "/pods", "some-other-node")
     assert await Authorizer(kube).authorize(UserInfo.of(APISERVER_KUBELET_CLIENT), attrs[-1]) is True
     assert await Authorizer(kube).authorize(UserInfo.of("nobody-at-all"), attrs[-1]) is False
 

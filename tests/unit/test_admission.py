@@ -1,4 +1,5 @@
-"""kopflet.admission: the kubelet's admit handlers, one table per check, with upstream's reasons and messages."""
+"""kopflet.lifecycle.admission: the kubelet's admit handlers, one table per check, with upstream's reasons and
+messages."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from kopflet import admission
-from kopflet.admission import NodeInfo, Rejection, Taint, admit
-from kopflet.spec import Pod, pod_from_body
+from kopflet.api.spec import Pod, pod_from_body
+from kopflet.lifecycle import admission
+from kopflet.lifecycle.admission import NodeInfo, Rejection, Taint, admit
 
 GI = 2**30
 PREFIX = "Pod was rejected: "

@@ -1,4 +1,4 @@
-"""kopflet.allocation: in-place resize allocation as upstream kubelet v1.37.1 decides it.
+"""kopflet.allocation.policy: in-place resize allocation as upstream kubelet v1.37.1 decides it.
 
 Expected strings are upstream's: the condition messages and events of pkg/kubelet/allocation's tests, and
 checkpoint files produced by a Go program with upstream's state types, encoding/json and checksum.New.
@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from kopflet import admission, allocation
-from kopflet.admission import NodeInfo, Taint
-from kopflet.allocation import PendingResize, PodAllocation, ResizeEvent
-from kopflet.spec import Pod, Resources, pod_from_body
+from kopflet.allocation import policy
+from kopflet.allocation.policy import PendingResize, PodAllocation, ResizeEvent
+from kopflet.api.spec import Pod, Resources, pod_from_body
+from kopflet.lifecycle import admission
+from kopflet.lifecycle.admission import NodeInfo, Taint
 
 GI = 2**30
 MI = 2**20
@@ -109,14 +110,14 @@ TWO_PODS = {
 
 @pytest.mark.parametrize(("entries", "text"), [({}, GO_EMPTY), (TWO_PODS, GO_TWO_PODS)])
 def test_checkpoint_text_is_byte_for_byte_upstreams(entries: dict[str, PodAllocation], text: str) -> None:
-    assert allocation.checkpoint_text(entries) == text
-    assert allocation.read_checkpoint(text) == entries
+    assert policy.checkpoint_text(entries) == text
+    assert policy.read_checkpoint(text) == entries
 
 
 def test_read_checkpoint_accepts_an_entry_without_containers() -> None:
     text = ('{"data":"{\\"entries\\":{\\"x\\":{\\"ContainerResources\\":null,\\"PodLevelResources\\":null,'
             '\\"EmptyDirVolumeLimits\\":null}}}","checksum":955699264}')
-    assert allocation.read_checkpoint(text) == {"x": PodAllocation()}
+    assert policy.read_checkpoint(text) == {"x": PodAllocation()}
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -126,8 +127,8 @@ def test_read_checkpoint_accepts_an_entry_without_containers() -> None:
     ('{"checksum": 1}', "checkpoint has no data"),
 ])
 def test_read_checkpoint_refuses_what_upstream_refuses(text: str, message: str) -> None:
-    with pytest.raises(allocation.CheckpointError, match=message):
-        allocation.read_checkpoint(text)
+    with pytest.raises(policy.CheckpointError, match=message):
+        policy.read_checkpoint(text)
 
 
 # ------------------------------------------------------------------------- desired versus allocated
@@ -153,8 +154,8 @@ BASE = {"c1": res({"cpu": "1", "memory": "1Gi"}, {"cpu": "2", "memory": "2Gi"})}
         "init-container", "pod-level-added", "pod-level-removed", "pod-level-equivalent", "pod-level-empty-vs-unset",
         "not-admitted"])
 def test_resize_pending_differs(pod: Pod, allocated: PodAllocation | None, differs: bool) -> None:
-    assert allocation.resize_pending_differs(pod, allocated) is differs
-    assert (allocation.apply_allocation(pod, allocated) is not pod) is differs
+    assert policy.resize_pending_differs(pod, allocated) is differs
+    assert (policy.apply_allocation(pod, allocated) is not pod) is differs
 
 
 def test_apply_allocation_puts_the_allocated_resources_in_spec_and_raw_bodies() -> None:
@@ -162,7 +163,7 @@ def test_apply_allocation_puts_the_allocated_resources_in_spec_and_raw_bodies() 
     desired = make_pod({"c1": {**res({"cpu": "2"}, {"cpu": "2"}), "claims": claims}, "c2": res({"cpu": "1"})},
                        init={"i1": res({"memory": "2Gi"})}, pod_level=res({"cpu": "4"}))
     allocated = alloc({"c1": res({"cpu": "1"}, {"cpu": "1"}), "c2": res({"cpu": "1"}), "i1": {}})
-    got = allocation.apply_allocation(desired, allocated)
+    got = policy.apply_allocation(desired, allocated)
     c1, c2 = got.spec.containers
     assert c1.resources == Resources(requests={"cpu": "1"}, limits={"cpu": "1"})
     assert c1.raw["resources"] == {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}, "claims": claims}
@@ -171,9 +172,9 @@ def test_apply_allocation_puts_the_allocated_resources_in_spec_and_raw_bodies() 
     assert "resources" not in got.spec.init_containers[0].raw
     assert "resources" not in got.spec.raw
     assert desired.spec.containers[0].resources.requests == {"cpu": "2"}  # the desired pod is left alone
-    assert allocation.PodAllocation.from_pod(got) == allocated
-    assert not allocation.resize_pending_differs(got, allocated)
-    level = allocation.apply_allocation(desired, alloc({}, res({"cpu": "3"}, {"cpu": "3"})))
+    assert policy.PodAllocation.from_pod(got) == allocated
+    assert not policy.resize_pending_differs(got, allocated)
+    level = policy.apply_allocation(desired, alloc({}, res({"cpu": "3"}, {"cpu": "3"})))
     assert level.spec.raw["resources"] == {"limits": {"cpu": "3"}, "requests": {"cpu": "3"}}
 
 
@@ -187,65 +188,65 @@ def holding(name: str, cpu: str, memory: str = "0", **extra: Any) -> Pod:
 
 
 DECIDE_CASES: list[tuple[str, Pod, PodAllocation, NodeInfo, list[Pod], dict[str, Any], tuple[str, str, str, str]]] = [
-    ("unchanged", make_pod(BASE), alloc(BASE), node(), [], {}, (allocation.UNCHANGED, "", "", "")),
+    ("unchanged", make_pod(BASE), alloc(BASE), node(), [], {}, (policy.UNCHANGED, "", "", "")),
     ("fits", make_pod({"c1": res({"cpu": "3", "memory": "1Gi"})}), alloc({"c1": res({"cpu": "1"})}), node(),
-     [holding("a", "1")], {}, (allocation.ACCEPTED, "", "", "")),
+     [holding("a", "1")], {}, (policy.ACCEPTED, "", "", "")),
     # allocation_manager_test.go: "Request CPU increase beyond node capacity - expect Deferred"
     ("cpu-beyond", make_pod({"c1": res({"cpu": "5"})}), alloc({"c1": res({"cpu": "1"})}), node(),
      [holding("a", "2")], {},
-     (allocation.DEFERRED, "Deferred", "Node didn't have enough resource: cpu, requested: 5000, used: 2000, "
-                                       "capacity: 4000", "OutOfcpu")),
+     (policy.DEFERRED, "Deferred", "Node didn't have enough resource: cpu, requested: 5000, used: 2000, "
+      "capacity: 4000", "OutOfcpu")),
     # "Request memory increase beyond node capacity - expect Deferred"
     ("memory-beyond", make_pod({"c1": res({"cpu": "1", "memory": "4500Mi"})}), alloc({"c1": res({"cpu": "1"})}),
      node(), [holding("a", "1", "2Gi")], {},
-     (allocation.DEFERRED, "Deferred", "Node didn't have enough resource: memory, requested: 4718592000, "
-                                       "used: 2147483648, capacity: 4294967296", "OutOfmemory")),
+     (policy.DEFERRED, "Deferred", "Node didn't have enough resource: memory, requested: 4718592000, "
+      "used: 2147483648, capacity: 4294967296", "OutOfmemory")),
     ("cpu-checked-before-memory", make_pod(UPSTREAM_POD), alloc({"c1": res({"cpu": "1"})}), node(), [], {},
-     (allocation.DEFERRED, "Deferred", "Node didn't have enough resource: cpu, requested: 5000, used: 0, "
-                                       "capacity: 4000", "OutOfcpu")),
+     (policy.DEFERRED, "Deferred", "Node didn't have enough resource: cpu, requested: 5000, used: 0, "
+      "capacity: 4000", "OutOfcpu")),
     ("a-decrease-on-an-overcommitted-node-waits-too", make_pod({"c1": res({"cpu": "2"})}),
      alloc({"c1": res({"cpu": "3"})}), node(), [holding("a", "3")], {},
-     (allocation.DEFERRED, "Deferred", "Node didn't have enough resource: cpu, requested: 2000, used: 3000, "
-                                       "capacity: 4000", "OutOfcpu")),
+     (policy.DEFERRED, "Deferred", "Node didn't have enough resource: cpu, requested: 2000, used: 3000, "
+      "capacity: 4000", "OutOfcpu")),
     ("own-uid-is-not-another-pod", make_pod({"c1": res({"cpu": "3"})}), alloc({"c1": res({"cpu": "1"})}), node(),
-     [holding("p", "1")], {}, (allocation.ACCEPTED, "", "", "")),
+     [holding("p", "1")], {}, (policy.ACCEPTED, "", "", "")),
     ("pod-count", make_pod({"c1": res({"cpu": "2"})}), alloc({"c1": res({"cpu": "1"})}), node(pods="1"),
      [holding("a", "0")], {},
-     (allocation.DEFERRED, "Deferred", "Node didn't have enough resource: pods, requested: 1, used: 1, "
-                                       "capacity: 1", "OutOfpods")),
+     (policy.DEFERRED, "Deferred", "Node didn't have enough resource: pods, requested: 1, used: 1, "
+      "capacity: 1", "OutOfpods")),
     ("pod-level-requests", make_pod({"c1": {}}, pod_level=res({"cpu": "3"})), alloc({"c1": {}}, res({"cpu": "1"})),
      node(), [holding("a", "2")], {},
-     (allocation.DEFERRED, "Deferred", "Node didn't have enough resource: cpu, requested: 3000, used: 2000, "
-                                       "capacity: 4000", "OutOfcpu")),
+     (policy.DEFERRED, "Deferred", "Node didn't have enough resource: cpu, requested: 3000, used: 2000, "
+      "capacity: 4000", "OutOfcpu")),
     ("sidecar-and-init-aggregate", make_pod({"c1": res({"cpu": "1"})}, init={"s1": res({"cpu": "2"})},
                                             sidecars=("s1",)),
      alloc({"c1": res({"cpu": "1"}), "s1": res({"cpu": "1"})}), node(), [holding("a", "2")], {},
-     (allocation.DEFERRED, "Deferred", "Node didn't have enough resource: cpu, requested: 3000, used: 2000, "
-                                       "capacity: 4000", "OutOfcpu")),
+     (policy.DEFERRED, "Deferred", "Node didn't have enough resource: cpu, requested: 3000, used: 2000, "
+      "capacity: 4000", "OutOfcpu")),
     ("every-admit-handler-runs-again", make_pod({"c1": res({"cpu": "2"})}), alloc({"c1": res({"cpu": "1"})}),
      NodeInfo(name="node-1", allocatable={"cpu": "4", "memory": "4Gi", "pods": "110"},
               taints=(Taint("dedicated", "x", "NoExecute"),)), [], {},
-     (allocation.DEFERRED, "Deferred", "Predicate TaintToleration failed: node(s) had taints that the pod didn't "
-                                       "tolerate", "TaintToleration")),
+     (policy.DEFERRED, "Deferred", "Predicate TaintToleration failed: node(s) had taints that the pod didn't "
+      "tolerate", "TaintToleration")),
     ("guaranteed-static-cpu-manager",
      make_pod({"c1": res({"cpu": "2", "memory": "1Gi"}, {"cpu": "2", "memory": "1Gi"})}),
      alloc({"c1": res({"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"})}), node(), [],
      {"cpu_manager_policy": "static"},
-     (allocation.INFEASIBLE, "Infeasible", 'Resize is infeasible for Guaranteed Pods alongside CPU Manager policy '
-                                           '"static"', "Infeasible")),
+     (policy.INFEASIBLE, "Infeasible", 'Resize is infeasible for Guaranteed Pods alongside CPU Manager policy '
+      '"static"', "Infeasible")),
     ("guaranteed-static-memory-manager", make_pod({"c1": res({"cpu": "1", "memory": "2Gi"},
                                                              {"cpu": "1", "memory": "2Gi"})}),
      alloc({"c1": res({"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"})}), node(), [],
      {"cpu_manager_policy": "static", "memory_manager_policy": "Static"},
-     (allocation.INFEASIBLE, "Infeasible", 'Resize is infeasible for Guaranteed Pods alongside Memory Manager '
-                                           'policy "Static"', "Infeasible")),
+     (policy.INFEASIBLE, "Infeasible", 'Resize is infeasible for Guaranteed Pods alongside Memory Manager '
+      'policy "Static"', "Infeasible")),
     ("guaranteed-memory-only-under-static-cpu-manager", make_pod({"c1": res({"cpu": "1", "memory": "2Gi"},
                                                                             {"cpu": "1", "memory": "2Gi"})}),
      alloc({"c1": res({"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"})}), node(), [],
-     {"cpu_manager_policy": "static"}, (allocation.ACCEPTED, "", "", "")),
+     {"cpu_manager_policy": "static"}, (policy.ACCEPTED, "", "", "")),
     ("burstable-under-static-cpu-manager", make_pod({"c1": res({"cpu": "2"})}), alloc({"c1": res({"cpu": "1"})}),
      node(), [], {"cpu_manager_policy": "static", "memory_manager_policy": "Static"},
-     (allocation.ACCEPTED, "", "", "")),
+     (policy.ACCEPTED, "", "", "")),
 ]
 
 
@@ -253,49 +254,49 @@ DECIDE_CASES: list[tuple[str, Pod, PodAllocation, NodeInfo, list[Pod], dict[str,
                          [case[1:] for case in DECIDE_CASES], ids=[case[0] for case in DECIDE_CASES])
 def test_decide(pod: Pod, allocated: PodAllocation, node_info: NodeInfo, others: list[Pod], options: dict[str, Any],
                 expected: tuple[str, str, str, str]) -> None:
-    decision = allocation.decide(pod, allocated, node_info, others, **options)
+    decision = policy.decide(pod, allocated, node_info, others, **options)
     assert (decision.outcome, decision.reason, decision.message, decision.admit_reason) == expected
-    if decision.outcome == allocation.ACCEPTED:
+    if decision.outcome == policy.ACCEPTED:
         assert decision.allocation == PodAllocation.from_pod(pod)
     else:
         assert decision.allocation is allocated
-    assert decision.pending is (decision.outcome in (allocation.DEFERRED, allocation.INFEASIBLE))
+    assert decision.pending is (decision.outcome in (policy.DEFERRED, policy.INFEASIBLE))
 
 
 def test_events_of_decisions_are_upstreams() -> None:
     # allocation_manager_test.go TestRetryPendingResizesMultipleConditions: its ResizeStarted/ResizeDeferred events
     started = make_pod({"c1": res({"cpu": "1", "memory": "1Gi"})})
-    decision = allocation.decide(started, alloc({"c1": res({"cpu": "500m", "memory": "500Mi"})}), node(), [])
+    decision = policy.decide(started, alloc({"c1": res({"cpu": "500m", "memory": "500Mi"})}), node(), [])
     assert decision.event(started, 1) == ResizeEvent(
         "Normal", "ResizeStarted",
         'Pod resize started: {"containers":[{"name":"c1","resources":{"requests":{"cpu":"1","memory":"1Gi"}}}],'
         '"generation":1}')
     deferred = make_pod(UPSTREAM_POD)
-    decision = allocation.decide(deferred, alloc({"c1": res({"cpu": "1", "memory": "1Gi"})}), node(), [])
+    decision = policy.decide(deferred, alloc({"c1": res({"cpu": "1", "memory": "1Gi"})}), node(), [])
     assert decision.event(deferred, 2) == ResizeEvent(
         "Warning", "ResizeDeferred",
         'Pod resize OutOfcpu: {"containers":[{"name":"c1","resources":{"requests":{"cpu":"5","memory":"4500Mi"}}}],'
         '"generation":2,"error":"Node didn\'t have enough resource: cpu, requested: 5000, used: 0, capacity: 4000"}')
     guaranteed = make_pod({"c1": res({"cpu": "2", "memory": "1Gi"}, {"cpu": "2", "memory": "1Gi"})})
-    decision = allocation.decide(guaranteed, alloc({"c1": res({"cpu": "1", "memory": "1Gi"},
-                                                              {"cpu": "1", "memory": "1Gi"})}), node(), [],
-                                 cpu_manager_policy="static")
+    decision = policy.decide(guaranteed, alloc({"c1": res({"cpu": "1", "memory": "1Gi"},
+                                                          {"cpu": "1", "memory": "1Gi"})}), node(), [],
+                             cpu_manager_policy="static")
     event = decision.event(guaranteed, 3)
     assert event is not None and (event.type, event.reason) == ("Warning", "ResizeInfeasible")
     assert event.message.startswith('Pod resize Infeasible: {"containers":')
-    assert allocation.decide(started, PodAllocation.from_pod(started), node(), []).event(started, 1) is None
+    assert policy.decide(started, PodAllocation.from_pod(started), node(), []).event(started, 1) is None
 
 
 def test_resource_summary_and_messages_are_gos_json() -> None:
     pod = make_pod({"c1": res({"cpu": "1500m", "memory": "10Ki"}, {"memory": "10Ki"})}, init={"init": {}})
     error = 'cannot decrease memory limits: attempting to set container "c1" memory limit (10240) below current ' \
             'usage (3 < 4 & 5)'
-    assert allocation.resize_event_message("Pod resize error", pod, 3, error) == (
+    assert policy.resize_event_message("Pod resize error", pod, 3, error) == (
         'Pod resize error: {"initContainers":[{"name":"init","resources":{}}],"containers":[{"name":"c1",'
         '"resources":{"limits":{"memory":"10Ki"},"requests":{"cpu":"1500m","memory":"10Ki"}}}],"generation":3,'
         '"error":"cannot decrease memory limits: attempting to set container \\"c1\\" memory limit (10240) below '
         'current usage (3 \\u003c 4 \\u0026 5)"}')
-    assert allocation.resource_summary(make_pod(), 0) == '{"containers":[{"name":"c1","resources":{}}],"generation":0}'
+    assert policy.resource_summary(make_pod(), 0) == '{"containers":[{"name":"c1","resources":{}}],"generation":0}'
 
 
 # ------------------------------------------------------------------------------ what other pods hold
@@ -352,9 +353,9 @@ HELD_CASES: list[tuple[str, Pod, dict[str, Any] | None, dict[str, Fraction]]] = 
 @pytest.mark.parametrize(("pod", "status", "expected"), [case[1:] for case in HELD_CASES],
                          ids=[case[0] for case in HELD_CASES])
 def test_held_requests(pod: Pod, status: dict[str, Any] | None, expected: dict[str, Fraction]) -> None:
-    held = allocation.held_requests(pod, status)
+    held = policy.held_requests(pod, status)
     assert {k: v for k, v in held.items() if v or k in expected} == expected
-    counted = admission.pod_requests(allocation.held_pod(pod, status))
+    counted = admission.pod_requests(policy.held_pod(pod, status))
     for name in ("cpu", "memory"):
         assert counted.get(name, Fraction(0)) == held.get(name, Fraction(0))
 
@@ -363,13 +364,13 @@ def test_decide_counts_what_other_pods_hold_by_their_status() -> None:
     shrinking = holding("a", "1")  # allocated down to 1 cpu, still running with 3
     status = {"containerStatuses": [cstatus(allocated={"cpu": "1"}, actual={"cpu": "3"})]}
     pod = make_pod({"c1": res({"cpu": "2"})})
-    before = allocation.decide(pod, alloc({"c1": res({"cpu": "1"})}), node(),
-                               [allocation.held_pod(shrinking, status)])
+    before = policy.decide(pod, alloc({"c1": res({"cpu": "1"})}), node(),
+                           [policy.held_pod(shrinking, status)])
     assert (before.outcome, before.message) == (
-        allocation.DEFERRED, "Node didn't have enough resource: cpu, requested: 2000, used: 3000, capacity: 4000")
+        policy.DEFERRED, "Node didn't have enough resource: cpu, requested: 2000, used: 3000, capacity: 4000")
     actuated = {"containerStatuses": [cstatus(allocated={"cpu": "1"}, actual={"cpu": "1"})]}
-    after = allocation.decide(pod, alloc({"c1": res({"cpu": "1"})}), node(), [allocation.held_pod(shrinking, actuated)])
-    assert after.outcome == allocation.ACCEPTED
+    after = policy.decide(pod, alloc({"c1": res({"cpu": "1"})}), node(), [policy.held_pod(shrinking, actuated)])
+    assert after.outcome == policy.ACCEPTED
 
 
 # ---------------------------------------------------------------------------------- pending resizes
@@ -385,7 +386,7 @@ def test_decide_counts_what_other_pods_hold_by_their_status() -> None:
     (make_pod({"c1": res({"cpu": "2"})}), alloc({"c1": res({"cpu": "2"})}), False),
 ], ids=["cpu-up", "memory-up-cpu-down", "down", "limits-only", "pod-level-up", "unchanged"])
 def test_increases_requests(pod: Pod, allocated: PodAllocation, increasing: bool) -> None:
-    assert allocation.increases_requests(pod, allocated) is increasing
+    assert policy.increases_requests(pod, allocated) is increasing
 
 
 def test_order_pending_follows_upstreams_priorities() -> None:
@@ -397,7 +398,7 @@ def test_order_pending_follows_upstreams_priorities() -> None:
         PendingResize("high-priority", True, 1000, False, "2026-01-01T00:00:08Z"),
         PendingResize("shrinking", False, -5, False, None),
     ]
-    assert [e.uid for e in allocation.order_pending(entries)] == [
+    assert [e.uid for e in policy.order_pending(entries)] == [
         "shrinking", "high-priority", "guaranteed", "early-burstable", "late-burstable", "never-pending"]
 
 
@@ -407,38 +408,38 @@ T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
 
 
 def test_pending_condition_new_then_refreshed_then_reason_change() -> None:
-    first, due = allocation.pending_condition(None, "OutOfcpu", "no cpu", 2, T0)
+    first, due = policy.pending_condition(None, "OutOfcpu", "no cpu", 2, T0)
     assert due
     assert first == {"type": "PodResizePending", "status": "True", "observedGeneration": 2, "lastProbeTime": T0,
                      "lastTransitionTime": T0, "reason": "Deferred", "message": "no cpu"}
-    again, due = allocation.pending_condition(first, "OutOfmemory", "no memory", 2, T1)
+    again, due = policy.pending_condition(first, "OutOfmemory", "no memory", 2, T1)
     assert not due  # same reason and generation: the message changes silently
     assert (again["lastTransitionTime"], again["lastProbeTime"], again["message"]) == (T0, T1, "no memory")
-    newer, due = allocation.pending_condition(again, "OutOfmemory", "no memory", 3, T1)
+    newer, due = policy.pending_condition(again, "OutOfmemory", "no memory", 3, T1)
     assert due and newer["observedGeneration"] == 3 and newer["lastTransitionTime"] == T0
-    infeasible, due = allocation.pending_condition(newer, "Infeasible", "never", 3, T1)
+    infeasible, due = policy.pending_condition(newer, "Infeasible", "never", 3, T1)
     assert due and (infeasible["reason"], infeasible["lastTransitionTime"]) == ("Infeasible", T1)
 
 
 def test_in_progress_condition_keeps_its_generation_and_reason() -> None:
-    started, changed = allocation.in_progress_condition(None, "", "", 5, T0)
+    started, changed = policy.in_progress_condition(None, "", "", 5, T0)
     assert changed
     assert started == {"type": "PodResizeInProgress", "status": "True", "observedGeneration": 5,
                        "lastProbeTime": T0, "lastTransitionTime": T0}
-    same, changed = allocation.in_progress_condition(started, "", "", 7, T1)
+    same, changed = policy.in_progress_condition(started, "", "", 7, T1)
     assert not changed and same["observedGeneration"] == 5 and same["lastTransitionTime"] == T0
-    error, changed = allocation.in_progress_condition(same, "Error", "cannot decrease memory limits: x", 7, T1)
+    error, changed = policy.in_progress_condition(same, "Error", "cannot decrease memory limits: x", 7, T1)
     assert changed
     assert (error["observedGeneration"], error["reason"], error["lastTransitionTime"]) == (5, "Error", T1)
-    still, changed = allocation.in_progress_condition(error, "", "", 8, T1)
+    still, changed = policy.in_progress_condition(error, "", "", 8, T1)
     assert not changed and (still["reason"], still["message"]) == ("Error", "cannot decrease memory limits: x")
-    repeat, changed = allocation.in_progress_condition(still, "Error", "cannot decrease memory limits: x", 8, T1)
+    repeat, changed = policy.in_progress_condition(still, "Error", "cannot decrease memory limits: x", 8, T1)
     assert not changed and repeat == still
 
 
 def test_node_capacity_helpers_agree_with_admission() -> None:
     # The Deferred message's integers are admission's: milliCPU and bytes, rounded up.
     pod = make_pod({"c1": res({"cpu": "1500m", "memory": "1.5Mi"})})
-    decision = allocation.decide(pod, alloc({"c1": res({"cpu": "1"})}), node(cpu="1"), [])
+    decision = policy.decide(pod, alloc({"c1": res({"cpu": "1"})}), node(cpu="1"), [])
     assert decision.message == "Node didn't have enough resource: cpu, requested: 1500, used: 0, capacity: 1000"
     assert admission.pod_requests(pod)["memory"] == Fraction(3 * MI, 2)

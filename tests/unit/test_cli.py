@@ -19,7 +19,7 @@ import kopf
 import pytest
 
 from handlers import cli, configuring
-from kopflet.config import AgentConfig
+from kopflet.config.settings import AgentConfig
 
 REPO = Path(__file__).resolve().parents[2]
 LOGGER = logging.getLogger("test")

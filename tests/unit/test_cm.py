@@ -1,4 +1,4 @@
-"""kopflet.cm: pod cgroup settings (upstream ResourceConfigForPod), the cgroup files they become, containers
+"""kopflet.cm.helpers: pod cgroup settings (upstream ResourceConfigForPod), the cgroup files they become, containers
 under pod-level resources, their oom_score_adj, and the QoS-tier cgroups.
 
 Expected values are upstream's own test tables at v1.37.1 where they exist: pkg/kubelet/cm/helpers_linux_test.go,
@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from kopflet import cm, qos
-from kopflet.container_config import milli_cpu_to_quota
-from kopflet.spec import Pod, Resources, pod_from_body
+from kopflet.api import qos
+from kopflet.api.spec import Pod, Resources, pod_from_body
+from kopflet.cm import helpers
+from kopflet.kuberuntime.container_config import milli_cpu_to_quota
 
 MI = 2**20
 GI = 2**30
@@ -107,7 +108,7 @@ RESOURCE_CONFIG_CASES: list[tuple[str, Pod, bool, int, tuple[int | None, ...]]] 
 @pytest.mark.parametrize(("pod", "cfs_quota", "period", "expected"),
                          [case[1:] for case in RESOURCE_CONFIG_CASES], ids=[case[0] for case in RESOURCE_CONFIG_CASES])
 def test_pod_resource_config(pod: Pod, cfs_quota: bool, period: int, expected: tuple[int | None, ...]) -> None:
-    config = cm.pod_resource_config(pod, cpu_cfs_quota=cfs_quota, cpu_cfs_quota_period=period)
+    config = helpers.pod_resource_config(pod, cpu_cfs_quota=cfs_quota, cpu_cfs_quota_period=period)
     assert (config.cpu_shares, config.cpu_quota, config.cpu_period, config.memory) == expected
     assert config.unified == {}
     assert config.pids_limit is None
@@ -115,14 +116,14 @@ def test_pod_resource_config(pod: Pod, cfs_quota: bool, period: int, expected: t
 
 def test_pod_pids_limit_only_when_positive() -> None:
     pod = make_pod(B)
-    assert cm.pod_resource_config(pod, pod_pids_limit=1024).pids_limit == 1024
-    assert cm.pod_resource_config(pod, pod_pids_limit=-1).pids_limit is None
-    assert cm.pod_resource_config(pod, pod_pids_limit=0).pids_limit is None
+    assert helpers.pod_resource_config(pod, pod_pids_limit=1024).pids_limit == 1024
+    assert helpers.pod_resource_config(pod, pod_pids_limit=-1).pids_limit is None
+    assert helpers.pod_resource_config(pod, pod_pids_limit=0).pids_limit is None
 
 
 def test_status_qos_class_wins_over_the_spec() -> None:
     """GetPodQOS reads status.qosClass first: a Guaranteed-looking spec with a Burstable status."""
-    config = cm.pod_resource_config(make_pod(rr("100m", "100Mi", "", "100Mi")), qos_class=qos.BEST_EFFORT)
+    config = helpers.pod_resource_config(make_pod(rr("100m", "100Mi", "", "100Mi")), qos_class=qos.BEST_EFFORT)
     assert (config.cpu_shares, config.memory) == (2, None)
 
 
@@ -149,15 +150,15 @@ HUGEPAGE_CASES: list[tuple[str, dict[str, str], dict[int, int]]] = [
 
 @pytest.mark.parametrize(("resources", "expected"), [c[1:] for c in HUGEPAGE_CASES], ids=[c[0] for c in HUGEPAGE_CASES])
 def test_hugepage_limits(resources: dict[str, str], expected: dict[int, int]) -> None:
-    assert cm.hugepage_limits(resources) == expected
+    assert helpers.hugepage_limits(resources) == expected
     pod = make_pod({"requests": resources})
-    assert cm.pod_resource_config(pod, cpu_cfs_quota=False, cpu_cfs_quota_period=0).hugepage_limits == expected
+    assert helpers.pod_resource_config(pod, cpu_cfs_quota=False, cpu_cfs_quota_period=0).hugepage_limits == expected
 
 
 def test_pod_level_hugepages_replace_the_containers() -> None:
     pod = make_pod({"requests": {"hugepages-2Mi": "4Mi"}, "limits": {"hugepages-2Mi": "4Mi"}},
                    pod={"requests": {"hugepages-2Mi": "8Mi"}, "limits": {"hugepages-2Mi": "8Mi"}})
-    assert cm.pod_resource_config(pod).hugepage_limits == {2 * MI: 8 * MI}
+    assert helpers.pod_resource_config(pod).hugepage_limits == {2 * MI: 8 * MI}
 
 
 # -------------------------------------------------------------------- TestResourceConfigForPodWithEnforceMemoryQoS
@@ -182,15 +183,16 @@ MEMORY_QOS_CASES: list[tuple[str, Pod, bool, int, dict[str, str]]] = [
 @pytest.mark.parametrize(("pod", "cfs_quota", "period", "unified"), [c[1:] for c in MEMORY_QOS_CASES],
                          ids=[c[0] for c in MEMORY_QOS_CASES])
 def test_tiered_memory_reservation(pod: Pod, cfs_quota: bool, period: int, unified: dict[str, str]) -> None:
-    config = cm.pod_resource_config(pod, cpu_cfs_quota=cfs_quota, cpu_cfs_quota_period=period,
-                                    enforce_memory_qos=True, memory_reservation_policy=cm.MEMORY_RESERVATION_TIERED)
+    config = helpers.pod_resource_config(pod, cpu_cfs_quota=cfs_quota, cpu_cfs_quota_period=period,
+                                         enforce_memory_qos=True,
+                                         memory_reservation_policy=helpers.MEMORY_RESERVATION_TIERED)
     assert config.unified == unified
 
 
 def test_memory_reservation_needs_memory_qos_enforced_and_the_tiered_policy() -> None:
     pod = make_pod(G)
-    assert cm.pod_resource_config(pod, enforce_memory_qos=True).unified == {}
-    assert cm.pod_resource_config(pod, memory_reservation_policy=cm.MEMORY_RESERVATION_TIERED).unified == {}
+    assert helpers.pod_resource_config(pod, enforce_memory_qos=True).unified == {}
+    assert helpers.pod_resource_config(pod, memory_reservation_policy=helpers.MEMORY_RESERVATION_TIERED).unified == {}
 
 
 # ----------------------------------------------------------------------------------- TestApplyPodLevelMemoryHigh
@@ -215,14 +217,14 @@ MEMORY_HIGH_CASES: list[tuple[str, Pod, int | None]] = [
 
 @pytest.mark.parametrize(("pod", "expected"), [c[1:] for c in MEMORY_HIGH_CASES], ids=[c[0] for c in MEMORY_HIGH_CASES])
 def test_pod_memory_high(pod: Pod, expected: int | None) -> None:
-    assert cm.pod_memory_high(pod, 0.9) == expected
-    config = cm.pod_resource_config(pod, enforce_memory_qos=True, memory_throttling_factor=0.9)
+    assert helpers.pod_memory_high(pod, 0.9) == expected
+    config = helpers.pod_resource_config(pod, enforce_memory_qos=True, memory_throttling_factor=0.9)
     assert config.unified == ({} if expected is None else {"memory.high": str(expected)})
 
 
 def test_memory_high_needs_memory_qos_enforced_and_a_factor() -> None:
-    assert cm.pod_resource_config(WITH_OVERHEAD, memory_throttling_factor=0.9).unified == {}
-    assert cm.pod_resource_config(WITH_OVERHEAD, enforce_memory_qos=True).unified == {}
+    assert helpers.pod_resource_config(WITH_OVERHEAD, memory_throttling_factor=0.9).unified == {}
+    assert helpers.pod_resource_config(WITH_OVERHEAD, enforce_memory_qos=True).unified == {}
 
 
 # -------------------------------------------------------------------------------------- cpu unit conversions
@@ -231,14 +233,14 @@ def test_memory_high_needs_memory_qos_enforced_and_a_factor() -> None:
 @pytest.mark.parametrize(("weight", "shares"), [(1, 2), (2, 28), (3, 54), (4, 80), (245, 6398), (10000, 262144)])
 def test_cpu_weight_to_shares(weight: int, shares: int) -> None:
     """TestCpuWeightToCPUShares."""
-    assert cm.cpu_weight_to_shares(weight) == shares
+    assert helpers.cpu_weight_to_shares(weight) == shares
 
 
 @pytest.mark.parametrize(("shares", "weight"), [
     (2, 1), (3, 1), (51, 2), (102, 4), (1024, 39), (2048, 79), (262143, 9999), (262144, 10000), (300000, 10000),
 ])
 def test_cpu_shares_to_weight_is_the_kubelets_linear_map(shares: int, weight: int) -> None:
-    assert cm.cpu_shares_to_weight(shares) == weight
+    assert helpers.cpu_shares_to_weight(shares) == weight
 
 
 @pytest.mark.parametrize(("allocated", "readback", "equal"), [
@@ -246,7 +248,7 @@ def test_cpu_shares_to_weight_is_the_kubelets_linear_map(shares: int, weight: in
 ])
 def test_cpu_shares_equal_after_v2_round_trip(allocated: int, readback: int, equal: bool) -> None:
     """TestCPUSharesEqualAfterV2RoundTrip (50m is 51 shares, 100m 102)."""
-    assert cm.cpu_shares_equal_after_v2_round_trip(allocated, readback) is equal
+    assert helpers.cpu_shares_equal_after_v2_round_trip(allocated, readback) is equal
 
 
 @pytest.mark.parametrize(("shares", "weight"), [
@@ -255,93 +257,94 @@ def test_cpu_shares_equal_after_v2_round_trip(allocated: int, readback: int, equ
 ])
 def test_runc_cpu_shares_to_weight(shares: int, weight: int) -> None:
     """opencontainers/cgroups v0.0.7 TestConvertCPUSharesToCgroupV2Value, plus values from the Go function."""
-    assert cm.runc_cpu_shares_to_weight(shares) == weight
+    assert helpers.runc_cpu_shares_to_weight(shares) == weight
 
 
 @pytest.mark.parametrize(("shares", "milli"), [(0, 0), (1, 0), (2, 2), (102, 100), (1024, 1000), (262144, 256000)])
 def test_shares_to_milli_cpu(shares: int, milli: int) -> None:
-    assert cm.shares_to_milli_cpu(shares) == milli
+    assert helpers.shares_to_milli_cpu(shares) == milli
 
 
 @pytest.mark.parametrize(("quota", "period", "milli"), [(-1, 100000, 0), (20000, 100000, 200), (1000, 5000, 200),
                                                          (1001, 100000, 10)])
 def test_quota_to_milli_cpu(quota: int, period: int, milli: int) -> None:
-    assert cm.quota_to_milli_cpu(quota, period) == milli
+    assert helpers.quota_to_milli_cpu(quota, period) == milli
 
 
 # -------------------------------------------------------------------------------------- cgroup file values
 
 HUGE_SIZES = ("2MB", "1GB")
-FILE_CASES: list[tuple[str, cm.ResourceConfig, dict[str, dict[str, str]], dict[str, str]]] = [
+FILE_CASES: list[tuple[str, helpers.ResourceConfig, dict[str, dict[str, str]], dict[str, str]]] = [
     ("guaranteed 100m/100Mi",
-     cm.ResourceConfig(cpu_shares=102, cpu_quota=10000, cpu_period=PERIOD, memory=100 * MI),
+     helpers.ResourceConfig(cpu_shares=102, cpu_quota=10000, cpu_period=PERIOD, memory=100 * MI),
      {"memory": {"memory.limit_in_bytes": "104857600"},
       "cpu": {"cpu.shares": "102", "cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "10000"}},
      {"memory.max": "104857600", "cpu.weight": "4", "cpu.max": "10000 100000"}),
-    ("burstable without limits: shares only, the rest stays as it is", cm.ResourceConfig(cpu_shares=204),
+    ("burstable without limits: shares only, the rest stays as it is", helpers.ResourceConfig(cpu_shares=204),
      {"cpu": {"cpu.shares": "204"}}, {"cpu.weight": "8"}),
-    ("besteffort", cm.ResourceConfig(cpu_shares=2), {"cpu": {"cpu.shares": "2"}}, {"cpu.weight": "1"}),
-    ("cfs quota off: -1 is max", cm.ResourceConfig(cpu_shares=1024, cpu_quota=-1, cpu_period=PERIOD),
+    ("besteffort", helpers.ResourceConfig(cpu_shares=2), {"cpu": {"cpu.shares": "2"}}, {"cpu.weight": "1"}),
+    ("cfs quota off: -1 is max", helpers.ResourceConfig(cpu_shares=1024, cpu_quota=-1, cpu_period=PERIOD),
      {"cpu": {"cpu.shares": "1024", "cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "-1"}},
      {"cpu.weight": "39", "cpu.max": "max 100000"}),
     ("a quota without a period: the v2 default period",
-     cm.ResourceConfig(cpu_quota=50000), {"cpu": {"cpu.cfs_quota_us": "50000"}}, {"cpu.max": "50000 100000"}),
+     helpers.ResourceConfig(cpu_quota=50000), {"cpu": {"cpu.cfs_quota_us": "50000"}}, {"cpu.max": "50000 100000"}),
     ("pids, unlimited memory",
-     cm.ResourceConfig(pids_limit=1024, memory=-1),
+     helpers.ResourceConfig(pids_limit=1024, memory=-1),
      {"memory": {"memory.memsw.limit_in_bytes": "-1", "memory.limit_in_bytes": "-1"}, "pids": {"pids.max": "1024"}},
      {"pids.max": "1024", "memory.swap.max": "max", "memory.max": "max"}),
-    ("pids 0 is 1, negative is max", cm.ResourceConfig(pids_limit=0), {"pids": {"pids.max": "1"}}, {"pids.max": "1"}),
+    ("pids 0 is 1, negative is max", helpers.ResourceConfig(pids_limit=0), {"pids": {"pids.max": "1"}},
+     {"pids.max": "1"}),
     ("unified files are v2 only, written last",
-     cm.ResourceConfig(cpu_shares=102, memory=200 * MI, unified={"memory.low": "104857600"}),
+     helpers.ResourceConfig(cpu_shares=102, memory=200 * MI, unified={"memory.low": "104857600"}),
      {"memory": {"memory.limit_in_bytes": "209715200"}, "cpu": {"cpu.shares": "102"}},
      {"memory.max": "209715200", "cpu.weight": "4", "memory.low": "104857600"}),
 ]
 
 
 @pytest.mark.parametrize(("config", "v1", "v2"), [c[1:] for c in FILE_CASES], ids=[c[0] for c in FILE_CASES])
-def test_cgroup_files(config: cm.ResourceConfig, v1: dict[str, dict[str, str]], v2: dict[str, str]) -> None:
-    assert cm.cgroup_v1_files(config) == v1
-    assert list(cm.cgroup_v1_files(config)) == list(v1)
-    assert cm.cgroup_v2_files(config) == v2
-    assert list(cm.cgroup_v2_files(config)) == list(v2)
+def test_cgroup_files(config: helpers.ResourceConfig, v1: dict[str, dict[str, str]], v2: dict[str, str]) -> None:
+    assert helpers.cgroup_v1_files(config) == v1
+    assert list(helpers.cgroup_v1_files(config)) == list(v1)
+    assert helpers.cgroup_v2_files(config) == v2
+    assert list(helpers.cgroup_v2_files(config)) == list(v2)
 
 
 def test_hugetlb_files_limit_every_node_size() -> None:
     """maybeSetHugetlb: the pod's sizes, then 0 for the node's other sizes (hugepages are denied unless asked)."""
-    config = cm.ResourceConfig(cpu_shares=2, hugepage_limits={2 * MI: 8 * MI})
-    assert cm.cgroup_v1_files(config, hugepage_sizes=HUGE_SIZES)["hugetlb"] == {
+    config = helpers.ResourceConfig(cpu_shares=2, hugepage_limits={2 * MI: 8 * MI})
+    assert helpers.cgroup_v1_files(config, hugepage_sizes=HUGE_SIZES)["hugetlb"] == {
         "hugetlb.2MB.limit_in_bytes": "8388608", "hugetlb.2MB.rsvd.limit_in_bytes": "8388608",
         "hugetlb.1GB.limit_in_bytes": "0", "hugetlb.1GB.rsvd.limit_in_bytes": "0"}
-    v2 = cm.cgroup_v2_files(config, hugepage_sizes=HUGE_SIZES)
+    v2 = helpers.cgroup_v2_files(config, hugepage_sizes=HUGE_SIZES)
     assert {k: v for k, v in v2.items() if k.startswith("hugetlb.")} == {
         "hugetlb.2MB.max": "8388608", "hugetlb.2MB.rsvd.max": "8388608", "hugetlb.1GB.max": "0",
         "hugetlb.1GB.rsvd.max": "0"}
-    assert "hugetlb" not in cm.cgroup_v1_files(config)  # no hugetlb controller
-    assert cm.cgroup_v1_files(cm.ResourceConfig(), hugepage_sizes=()) == {}
+    assert "hugetlb" not in helpers.cgroup_v1_files(config)  # no hugetlb controller
+    assert helpers.cgroup_v1_files(helpers.ResourceConfig(), hugepage_sizes=()) == {}
 
 
 def test_pod_config_to_files_end_to_end() -> None:
-    config = cm.pod_resource_config(make_pod({}, pod=rr("250m", "", "500m", "128Mi")), pod_pids_limit=4096)
-    assert cm.cgroup_v1_files(config) == {
+    config = helpers.pod_resource_config(make_pod({}, pod=rr("250m", "", "500m", "128Mi")), pod_pids_limit=4096)
+    assert helpers.cgroup_v1_files(config) == {
         "memory": {"memory.limit_in_bytes": "134217728"},
         "cpu": {"cpu.shares": "256", "cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "50000"},
         "pids": {"pids.max": "4096"}}
-    assert cm.cgroup_v2_files(config) == {"pids.max": "4096", "memory.max": "134217728", "cpu.weight": "10",
-                                          "cpu.max": "50000 100000"}
+    assert helpers.cgroup_v2_files(config) == {"pids.max": "4096", "memory.max": "134217728", "cpu.weight": "10",
+                                               "cpu.max": "50000 100000"}
 
 
 def test_read_back() -> None:
-    assert cm.cpu_config_from_v1("102\n", "-1\n", "100000\n") == cm.ResourceConfig(cpu_shares=102, cpu_quota=-1,
-                                                                                   cpu_period=100000)
-    assert cm.cpu_config_from_v2("max 100000\n", "4\n") == cm.ResourceConfig(cpu_shares=80, cpu_quota=-1,
-                                                                             cpu_period=100000)
-    assert cm.cpu_config_from_v2("20000 100000", "39") == cm.ResourceConfig(cpu_shares=998, cpu_quota=20000,
-                                                                            cpu_period=100000)
+    assert helpers.cpu_config_from_v1("102\n", "-1\n", "100000\n") == helpers.ResourceConfig(
+        cpu_shares=102, cpu_quota=-1, cpu_period=100000)
+    assert helpers.cpu_config_from_v2("max 100000\n", "4\n") == helpers.ResourceConfig(cpu_shares=80, cpu_quota=-1,
+                                                                                       cpu_period=100000)
+    assert helpers.cpu_config_from_v2("20000 100000", "39") == helpers.ResourceConfig(cpu_shares=998, cpu_quota=20000,
+                                                                                      cpu_period=100000)
     with pytest.raises(ValueError, match=r"cpu\.max"):
-        cm.cpu_config_from_v2("max", "1")
-    assert cm.memory_limit_from_file("max\n") == -1
-    assert cm.memory_limit_from_file("104857600") == 100 * MI
-    assert cm.memory_limit_from_file("9223372036854771712") == cm.CGROUP_V1_MEMORY_UNLIMITED
+        helpers.cpu_config_from_v2("max", "1")
+    assert helpers.memory_limit_from_file("max\n") == -1
+    assert helpers.memory_limit_from_file("104857600") == 100 * MI
+    assert helpers.memory_limit_from_file("9223372036854771712") == helpers.CGROUP_V1_MEMORY_UNLIMITED
 
 
 # --------------------------------------------------------------------- containers under pod-level resources
@@ -377,15 +380,15 @@ CONTAINER_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, tuple[in
 def test_container_resource_config(container: dict[str, Any], pod_level: dict[str, Any] | None,
                                    expected: tuple[int | None, ...]) -> None:
     pod = make_pod(container, pod=pod_level)
-    config = cm.container_resource_config(pod, pod.spec.containers[0])
+    config = helpers.container_resource_config(pod, pod.spec.containers[0])
     assert (config.cpu_shares, config.cpu_quota, config.cpu_period, config.memory) == expected
 
 
 def test_container_effective_limits_and_cfs_quota_off() -> None:
     pod = make_pod({}, pod=rr("1", "", "2", "512Mi"))
-    assert cm.container_effective_limits(pod, pod.spec.containers[0]) == cm.ContainerLimits(
+    assert helpers.container_effective_limits(pod, pod.spec.containers[0]) == helpers.ContainerLimits(
         cpu_request_milli=2000, cpu_limit_milli=2000, memory_limit=512 * MI)
-    config = cm.container_resource_config(pod, pod.spec.containers[0], cpu_cfs_quota=False)
+    config = helpers.container_resource_config(pod, pod.spec.containers[0], cpu_cfs_quota=False)
     assert (config.cpu_shares, config.cpu_quota, config.cpu_period, config.memory) == (2048, None, None, 512 * MI)
 
 
@@ -463,15 +466,15 @@ OOM_CASES: list[tuple[str, Pod, int, dict[str, int]]] = [
 @pytest.mark.parametrize(("pod", "capacity", "expected"), [c[1:] for c in OOM_CASES], ids=[c[0] for c in OOM_CASES])
 def test_container_oom_score_adj(pod: Pod, capacity: int, expected: dict[str, int]) -> None:
     containers = {c.name: c for c in (*pod.spec.init_containers, *pod.spec.containers)}
-    assert {name: cm.container_oom_score_adj(pod, c, capacity) for name, c in containers.items()} == expected
+    assert {name: helpers.container_oom_score_adj(pod, c, capacity) for name, c in containers.items()} == expected
 
 
 def test_oom_score_adj_without_pod_level_resources_is_qos_oom_score_adj() -> None:
     pod = named_pod({"main-1": mem(MEM_REQ, MEM_LIM)}, init={"s": mem(str(E9 // 10), MEM_LIM)}, sidecars=("s",))
     for container in (*pod.spec.init_containers, *pod.spec.containers):
-        assert cm.container_oom_score_adj(pod, container, 8 * E9) == qos.oom_score_adj(pod, container, 8 * E9)
+        assert helpers.container_oom_score_adj(pod, container, 8 * E9) == qos.oom_score_adj(pod, container, 8 * E9)
     with pytest.raises(ValueError, match="memory_capacity"):
-        cm.container_oom_score_adj(pod, pod.spec.containers[0], 0)
+        helpers.container_oom_score_adj(pod, pod.spec.containers[0], 0)
 
 
 # ------------------------------------------------------------------------------------------- QoS class
@@ -480,10 +483,10 @@ def test_oom_score_adj_without_pod_level_resources_is_qos_oom_score_adj() -> Non
 def test_empty_pod_level_resources_do_not_decide_the_qos_class() -> None:
     """PodLevelResourcesFixKubeletQOSClass (on at 1.37): ``resources: {}`` leaves it to the containers."""
     pod = make_pod(G, pod={})
-    assert cm.pod_qos_class(pod) == qos.GUARANTEED
-    assert cm.pod_level_resources_set(pod) is False
-    assert cm.pod_qos_class(make_pod(G, pod={"limits": {"hugepages-2Mi": "2Mi"}})) == qos.BEST_EFFORT
-    assert cm.pod_qos_class(make_pod(G), qos.BURSTABLE) == qos.BURSTABLE
+    assert helpers.pod_qos_class(pod) == qos.GUARANTEED
+    assert helpers.pod_level_resources_set(pod) is False
+    assert helpers.pod_qos_class(make_pod(G, pod={"limits": {"hugepages-2Mi": "2Mi"}})) == qos.BEST_EFFORT
+    assert helpers.pod_qos_class(make_pod(G), qos.BURSTABLE) == qos.BURSTABLE
 
 
 # ------------------------------------------------------------------------------------------ allocated pods
@@ -491,18 +494,18 @@ def test_empty_pod_level_resources_do_not_decide_the_qos_class() -> None:
 
 def test_allocated_pod_replaces_only_resources() -> None:
     pod = make_pod(B, init=({"resources": B_NO_LIMITS},), pod=rr("100m", "100Mi", "200m", "200Mi"))
-    allocated = cm.allocated_pod(pod, {"c0": Resources(requests={"cpu": "300m"}, limits={"cpu": "600m"}),
-                                       "i0": Resources()},
-                                 Resources(requests={"cpu": "500m", "memory": "300Mi"},
-                                           limits={"cpu": "1", "memory": "400Mi"}))
+    allocated = helpers.allocated_pod(pod, {"c0": Resources(requests={"cpu": "300m"}, limits={"cpu": "600m"}),
+                                            "i0": Resources()},
+                                      Resources(requests={"cpu": "500m", "memory": "300Mi"},
+                                                limits={"cpu": "1", "memory": "400Mi"}))
     assert allocated.spec.containers[0].resources == Resources(requests={"cpu": "300m"}, limits={"cpu": "600m"})
     assert allocated.spec.init_containers[0].resources == Resources()
     assert allocated.spec.containers[0].hash == pod.spec.containers[0].hash
     assert allocated.spec.raw["containers"] == pod.spec.raw["containers"]
-    config = cm.pod_resource_config(allocated)
+    config = helpers.pod_resource_config(allocated)
     assert (config.cpu_shares, config.cpu_quota, config.memory) == (512, 100000, 400 * MI)
-    unchanged = cm.allocated_pod(pod, {})
-    assert cm.pod_resource_config(unchanged) == cm.pod_resource_config(pod)
+    unchanged = helpers.allocated_pod(pod, {})
+    assert helpers.pod_resource_config(unchanged) == helpers.pod_resource_config(pod)
 
 
 # ---------------------------------------------------------------------------------------- QoS-tier cgroups
@@ -530,10 +533,10 @@ QOS_CPU_CASES: list[tuple[str, list[Pod], int]] = [
                          ids=[c[0] for c in QOS_CPU_CASES])
 def test_qos_cpu_shares(pods: list[Pod], burstable_shares: int) -> None:
     """TestQOSCPUConfigUpdate: besteffort always 2, burstable from the Burstable pods' cpu requests."""
-    configs = cm.qos_cgroup_configs(pods)
-    assert configs[qos.BURSTABLE] == cm.ResourceConfig(cpu_shares=burstable_shares)
-    assert configs[qos.BEST_EFFORT] == cm.ResourceConfig(cpu_shares=2)
-    assert configs[qos.GUARANTEED] == cm.ResourceConfig()
+    configs = helpers.qos_cgroup_configs(pods)
+    assert configs[qos.BURSTABLE] == helpers.ResourceConfig(cpu_shares=burstable_shares)
+    assert configs[qos.BEST_EFFORT] == helpers.ResourceConfig(cpu_shares=2)
+    assert configs[qos.GUARANTEED] == helpers.ResourceConfig()
 
 
 @pytest.mark.parametrize(("pods", "root_min", "burstable_low"), [
@@ -544,33 +547,33 @@ def test_qos_cpu_shares(pods: list[Pod], burstable_shares: int) -> None:
 ], ids=["writes aggregated memory min", "best effort pod", "burstable pod without memory request", "no pods"])
 def test_qos_tiered_memory_reservation(pods: list[Pod], root_min: int, burstable_low: int) -> None:
     """TestQoSContainerCgroup (cgroup v2, TieredReservation)."""
-    configs = cm.qos_cgroup_configs(pods, enforce_memory_qos=True,
-                                    memory_reservation_policy=cm.MEMORY_RESERVATION_TIERED)
+    configs = helpers.qos_cgroup_configs(pods, enforce_memory_qos=True,
+                                         memory_reservation_policy=helpers.MEMORY_RESERVATION_TIERED)
     assert configs[qos.GUARANTEED].unified == {"memory.min": str(root_min), "memory.low": str(burstable_low)}
     assert configs[qos.BURSTABLE].unified == {"memory.low": str(burstable_low)}
     assert configs[qos.BEST_EFFORT].unified == {}
-    assert cm.qos_cgroup_configs(pods, enforce_memory_qos=True)[qos.GUARANTEED].unified == {}
+    assert helpers.qos_cgroup_configs(pods, enforce_memory_qos=True)[qos.GUARANTEED].unified == {}
 
 
 def test_qos_hugepages_unbounded_and_qos_reserved() -> None:
-    configs = cm.qos_cgroup_configs(active_test_pods(), hugepage_sizes=HUGE_SIZES, qos_reserved_memory_percent=50,
-                                    allocatable_memory=4 * GI)
+    configs = helpers.qos_cgroup_configs(active_test_pods(), hugepage_sizes=HUGE_SIZES, qos_reserved_memory_percent=50,
+                                         allocatable_memory=4 * GI)
     for config in configs.values():
         assert config.hugepage_limits == {2 * MI: 1 << 62, GI: 1 << 62}
     assert configs[qos.BURSTABLE].memory == 4 * GI - 64 * MI
     assert configs[qos.BEST_EFFORT].memory == 4 * GI - 64 * MI - 192 * MI
     assert configs[qos.GUARANTEED].memory is None
-    assert cm.qos_cgroup_configs(active_test_pods(), qos_reserved_memory_percent=50)[qos.BURSTABLE].memory is None
-    assert cm.cgroup_v1_files(configs[qos.GUARANTEED], hugepage_sizes=HUGE_SIZES) == {"hugetlb": {
+    assert helpers.qos_cgroup_configs(active_test_pods(), qos_reserved_memory_percent=50)[qos.BURSTABLE].memory is None
+    assert helpers.cgroup_v1_files(configs[qos.GUARANTEED], hugepage_sizes=HUGE_SIZES) == {"hugetlb": {
         "hugetlb.2MB.limit_in_bytes": str(1 << 62), "hugetlb.2MB.rsvd.limit_in_bytes": str(1 << 62),
         "hugetlb.1GB.limit_in_bytes": str(1 << 62), "hugetlb.1GB.rsvd.limit_in_bytes": str(1 << 62)}}
 
 
 @pytest.mark.parametrize(("size", "size_bytes"), [("2MB", 2 * MI), ("1GB", GI), ("64KB", 64 * 1024), ("512B", 512)])
 def test_hugepage_size_bytes(size: str, size_bytes: int) -> None:
-    assert cm.hugepage_size_bytes(size) == size_bytes
+    assert helpers.hugepage_size_bytes(size) == size_bytes
 
 
 def test_hugepage_size_bytes_rejects_other_names() -> None:
     with pytest.raises(ValueError, match="hugepage size"):
-        cm.hugepage_size_bytes("2Mi")
+        helpers.hugepage_size_bytes("2Mi")

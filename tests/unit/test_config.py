@@ -1,4 +1,5 @@
-"""kopflet.config: the kubelet's flags, the KubeletConfiguration file, the legacy environment, and their precedence.
+"""kopflet.config.settings: the kubelet's flags, the KubeletConfiguration file, the legacy environment, and their
+precedence.
 
 Every case goes through `load(argv, environ, hostname, read_file)`; the config file lives in a dict, so no test
 touches the disk. Error cases check that the message names the flag, field or variable at fault.
@@ -13,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kopflet import config
-from kopflet.config import DEFAULT_RUNTIME_ENDPOINT, AgentConfig, ConfigError, Taint, load
+from kopflet.config import settings
+from kopflet.config.settings import DEFAULT_RUNTIME_ENDPOINT, AgentConfig, ConfigError, Taint, load
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
@@ -287,13 +288,13 @@ def test_taint_errors(value: str, message: str) -> None:
     ("300ms", 0.3), ("10us", 1e-5), ("10µs", 1e-5), ("7ns", 7e-9), (".5s", 0.5), ("-1m", -60.0), ("+5s", 5.0),
 ])
 def test_parse_duration(text: str, seconds: float) -> None:
-    assert config.parse_duration(text) == pytest.approx(seconds)
+    assert settings.parse_duration(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["", "1", "5 s", "s", "1d", "1m 2s", "m1", "--1s", "1.2.3s"])
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
-        config.parse_duration(text)
+        settings.parse_duration(text)
 
 
 # --- the node name ---------------------------------------------------------------------------------------------
@@ -365,29 +366,29 @@ def test_legacy_environment_errors(environ: dict[str, str], message: str) -> Non
 def test_from_env_reads_the_flags_from_kopflet_args() -> None:
     environ = {"KOPFLET_ARGS": "--hostname-override=edge-2 --pod-manifest-path='/etc/static pods' --max-pods 9",
                "KOPFLET_NODE_NAME": "ignored"}
-    cfg = config.from_env(environ, "host", files())
+    cfg = settings.from_env(environ, "host", files())
     assert (cfg.node_name, cfg.max_pods, cfg.pod_manifest_path) == ("edge-2", 9, "/etc/static pods")
 
 
 def test_from_env_validates_kopflet_args() -> None:
     with pytest.raises(ConfigError, match="--node-labels"):
-        config.from_env({"KOPFLET_ARGS": "--node-labels='a=x y'"}, "host", files())
+        settings.from_env({"KOPFLET_ARGS": "--node-labels='a=x y'"}, "host", files())
 
 
 def test_from_env_without_kopflet_args_is_the_old_behaviour() -> None:
     environ = {"KOPFLET_NODE_NAME": "edge-7", "CONTAINER_RUNTIME_ENDPOINT": "unix:///run/x.sock"}
-    assert config.from_env(environ, "host", files()) == AgentConfig(
+    assert settings.from_env(environ, "host", files()) == AgentConfig(
         node_name="edge-7", runtime_endpoint="unix:///run/x.sock", image_endpoint="unix:///run/x.sock")
 
 
 def test_kopflet_args_with_broken_quoting() -> None:
     with pytest.raises(ConfigError, match="KOPFLET_ARGS: cannot split"):
-        config.from_env({"KOPFLET_ARGS": "--node-labels='a=b"}, "host", files())
+        settings.from_env({"KOPFLET_ARGS": "--node-labels='a=b"}, "host", files())
 
 
 def test_kopflet_args_with_config_file() -> None:
-    cfg = config.from_env({"KOPFLET_ARGS": "--config /etc/kopflet/config.yaml"}, "host",
-                          files(**{"etc/kopflet/config.yaml": HEADER + "maxPods: 12\n"}))
+    cfg = settings.from_env({"KOPFLET_ARGS": "--config /etc/kopflet/config.yaml"}, "host",
+                            files(**{"etc/kopflet/config.yaml": HEADER + "maxPods: 12\n"}))
     assert cfg.max_pods == 12
 
 
@@ -596,9 +597,9 @@ def test_config_file_from_the_environment_below_the_flag() -> None:
 
 
 def test_every_known_field_is_either_honoured_or_refused() -> None:
-    honoured = {s.field for s in config.SETTINGS if s.field}
-    assert not honoured & config.UNSUPPORTED_FIELDS
-    assert not {field.split(".")[0] for field in honoured} & config.UNSUPPORTED_FIELDS
+    honoured = {s.field for s in settings.SETTINGS if s.field}
+    assert not honoured & settings.UNSUPPORTED_FIELDS
+    assert not {field.split(".")[0] for field in honoured} & settings.UNSUPPORTED_FIELDS
     full = yaml.safe_load(FULL_FILE)
     for field in sorted(honoured):
         node = full
@@ -657,17 +658,17 @@ def test_config_flag_position_does_not_matter() -> None:
 def test_readme_documents_every_flag_and_honoured_field() -> None:
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Running the agent", 1)[1].split("\n## ", 1)[0]
-    for setting in config.SETTINGS:
+    for setting in settings.SETTINGS:
         if setting.flag and setting.flag != "v":
             assert f"`--{setting.flag}" in section, f"--{setting.flag} is not in README's Running the agent"
         if setting.field:
             assert f"`{setting.field}`" in section, f"{setting.field} is not in README's config file table"
-    for name in config.LEGACY_ENV:
+    for name in settings.LEGACY_ENV:
         assert f"`{name}`" in section
 
 
 def test_usage_lists_every_flag() -> None:
-    text = config.usage()
-    for setting in config.SETTINGS:
+    text = settings.usage()
+    for setting in settings.SETTINGS:
         if setting.flag:
             assert f"--{setting.flag}" in text

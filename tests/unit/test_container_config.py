@@ -1,4 +1,4 @@
-"""kopflet.container_config: ContainerConfig (upstream generateContainerConfig) and the cgroup math.
+"""kopflet.kuberuntime.container_config: ContainerConfig (upstream generateContainerConfig) and the cgroup math.
 
 One base pod; resource cases give requests/limits and state shares, quota and memory limit.
 """
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from cri_client import types as cri
-from kopflet import container_config
-from kopflet.spec import Pod, container_hash, pod_from_body
+from kopflet.api.spec import Pod, container_hash, pod_from_body
+from kopflet.kuberuntime import container_config
 
 GI = 2**30
 CAPACITY = 8 * GI

@@ -1,4 +1,5 @@
-"""kopflet.credentials: the pull-secret keyring (upstream credentialprovider: BasicDockerKeyring, MakeDockerKeyring).
+"""kopflet.images.credentials: the pull-secret keyring (upstream credentialprovider: BasicDockerKeyring,
+MakeDockerKeyring).
 
 Cases give the secrets' docker configs and state, per image, which credentials come back and in what order.
 """
@@ -12,8 +13,8 @@ from typing import Any
 import pytest
 
 from cri_client import types as cri
-from kopflet import credentials
-from kopflet.credentials import Keyring, PullSecret, make_keyring
+from kopflet.images import credentials
+from kopflet.images.credentials import Keyring, PullSecret, make_keyring
 
 JSON_TYPE, CFG_TYPE = credentials.SECRET_TYPE_DOCKER_CONFIG_JSON, credentials.SECRET_TYPE_DOCKERCFG
 

@@ -1,4 +1,4 @@
-"""kopflet.deadline: activeDeadlineSeconds measured from status.startTime (upstream active_deadline.go)."""
+"""kopflet.lifecycle.deadline: activeDeadlineSeconds measured from status.startTime (upstream active_deadline.go)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kopflet import deadline
-from kopflet.spec import pod_from_body
+from kopflet.api.spec import pod_from_body
+from kopflet.lifecycle import deadline
 
 NOW = datetime.datetime(2024, 6, 1, 12, 0, 0, tzinfo=datetime.UTC)
 

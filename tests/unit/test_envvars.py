@@ -1,4 +1,4 @@
-"""kopflet.envvars: `$(VAR)` expansion (upstream expand_test.go cases) and makeEnvironmentVariables rules.
+"""kopflet.envvars.container_env: `$(VAR)` expansion (upstream expand_test.go cases) and makeEnvironmentVariables rules.
 
 One base pod; each case gives a container's env/envFrom and the fetched ConfigMaps/Secrets, and states the
 whole resolved environment (or the error).
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from kopflet import envvars
-from kopflet.envvars import EnvError
-from kopflet.spec import Pod, pod_from_body
+from kopflet.api.spec import Pod, pod_from_body
+from kopflet.envvars import container_env
+from kopflet.envvars.container_env import EnvError
 
 # ------------------------------------------------------------------------------------------------ expansion
 
@@ -41,11 +41,11 @@ CONTEXT = {"VAR_A": "A", "VAR_B": "B", "VAR_EMPTY": "", "VAR_REF": "$(VAR_A)"}
     ("", ""),
 ])
 def test_expand(template: str, expected: str) -> None:
-    assert envvars.expand(template, CONTEXT) == expected
+    assert container_env.expand(template, CONTEXT) == expected
 
 
 def test_mapping_for_looks_in_order() -> None:
-    lookup = envvars.mapping_for({"A": "first"}, {"A": "second", "B": "b"})
+    lookup = container_env.mapping_for({"A": "first"}, {"A": "second", "B": "b"})
     assert (lookup("A"), lookup("B"), lookup("C")) == ("first", "b", "$(C)")
 
 
@@ -78,7 +78,7 @@ def resolve(pod: Pod, **kwargs: Any) -> list[tuple[str, str]]:
                             "pod_ips": ("10.244.0.5", "fd00:244::5"), "service_env": SERVICES,
                             "node_allocatable": ALLOCATABLE}
     args.update(kwargs)
-    return envvars.resolve_env(pod, pod.spec.containers[0], **args)
+    return container_env.resolve_env(pod, pod.spec.containers[0], **args)
 
 
 def field(path: str) -> dict[str, Any]:
@@ -216,8 +216,8 @@ def test_unfetched_objects_are_a_caller_bug() -> None:
 
 def test_invalid_env_from_names_are_skipped_and_reported() -> None:
     pod = make_pod(env_from=[{"configMapRef": {"name": "odd"}}])
-    result = envvars.build_env(pod, pod.spec.containers[0], config_maps={"odd": {"GOOD": "1", "A=B": "2", "": "3"}},
-                               secrets={})
+    result = container_env.build_env(pod, pod.spec.containers[0],
+                                     config_maps={"odd": {"GOOD": "1", "A=B": "2", "": "3"}}, secrets={})
     assert result.env == (("GOOD", "1"),)
     assert result.warnings == ("Keys [, A=B] from the EnvFrom configMap shop/odd were skipped since they are "
                                "considered invalid environment variable names.",)
@@ -234,5 +234,6 @@ def test_referenced_objects() -> None:
                         {"name": "B", **key_ref("secretKeyRef", "sec-b", "k", optional=True)},
                         {"name": "C", "value": "plain"}, {"name": "D", **field("metadata.name")}],
                    env_from=[{"configMapRef": {"name": "cm-c"}}, {"secretRef": {"name": "sec-d"}}])
-    assert envvars.referenced_objects(pod) == (frozenset({"cm-a", "cm-c"}), frozenset({"sec-b", "sec-d", "init-sec"}))
-    assert envvars.referenced_objects(pod, pod.spec.init_containers[0]) == (frozenset(), frozenset({"init-sec"}))
+    assert container_env.referenced_objects(pod) == (frozenset({"cm-a", "cm-c"}),
+                                                     frozenset({"sec-b", "sec-d", "init-sec"}))
+    assert container_env.referenced_objects(pod, pod.spec.init_containers[0]) == (frozenset(), frozenset({"init-sec"}))

@@ -1,11 +1,11 @@
-"""kopflet.gc.evictable: keep the newest dead instance per container, drop old sandboxes."""
+"""kopflet.kuberuntime.gc.evictable: keep the newest dead instance per container, drop old sandboxes."""
 
 from __future__ import annotations
 
 import pytest
 
-from kopflet.gc import Evictions, evictable
-from kopflet.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
+from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
+from kopflet.kuberuntime.gc import Evictions, evictable
 
 
 def c(cid: str, name: str, state: State, created: int, sandbox: str = "s1") -> ContainerInfo:

@@ -1,4 +1,4 @@
-"""kopflet.imageref: upstream applyDefaultImageTag over distribution/reference v0.6.0 and go-digest v1.0.0.
+"""kopflet.images.imageref: upstream applyDefaultImageTag over distribution/reference v0.6.0 and go-digest v1.0.0.
 
 Each case gives an image as a pod would name it and what the upstream kubelet makes of it: the image the runtime
 gets (``:latest`` added when there is neither tag nor digest), or the innermost parse error of the
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from agent.images import ImageError, ImageManager
-from kopflet import imageref
+from kopflet.api.spec import Pod, pod_from_body
 from kopflet.backoff import Backoff
-from kopflet.imageref import InvalidImageNameError, Reference, apply_default_tag
-from kopflet.spec import Pod, pod_from_body
+from kopflet.images import imageref
+from kopflet.images.imageref import InvalidImageNameError, Reference, apply_default_tag
+from kopflet.images.manager import ImageError, ImageManager
 
 HEX64 = "0123456789abcdef" * 4
 DIGEST = f"sha256:{HEX64}"
@@ -143,7 +143,7 @@ def test_digest_validation_in_isolation() -> None:
     assert imageref.validate_digest("foo:abc") == imageref.ERR_DIGEST_UNSUPPORTED
 
 
-# ------------------------------------------------------------------------------ wiring: agent.images.ImageManager
+# ------------------------------------------------------------------- wiring: kopflet.images.manager.ImageManager
 
 
 class _Images:

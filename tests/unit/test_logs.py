@@ -1,4 +1,5 @@
-"""kopflet.logs (query options, CRI lines, formatting, tail) and agent.logs (reading, following, rotation)."""
+"""kopflet.logs.cri_logs (query options, CRI lines, formatting, tail) and kopflet.logs.reader (reading, following,
+rotation)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import logs as agent_logs
-from agent.logs import write_container_logs
-from kopflet.logs import (
+from kopflet.logs import reader as agent_logs
+from kopflet.logs.cri_logs import (
     LogEntry,
     LogFormatter,
     LogOptions,
@@ -25,6 +25,7 @@ from kopflet.logs import (
     since_cutoff,
     tail_start_offset,
 )
+from kopflet.logs.reader import write_container_logs
 
 UTC = dt.UTC
 T0 = "2024-05-06T07:08:09.123456789Z"
@@ -335,7 +336,7 @@ def test_scanning_blocks_backwards_agrees_with_the_whole_file(block_size: int, n
     assert found == tail_start_offset(data, n)
 
 
-# --- agent.logs ---------------------------------------------------------------------------------------------
+# --- kopflet.logs.reader ---------------------------------------------------------------------------------------------
 
 
 class Sink:

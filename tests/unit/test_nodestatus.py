@@ -1,4 +1,4 @@
-"""kopflet.nodestatus: node labels, capacity/allocatable, conditions, readiness, images."""
+"""kopflet.nodestatus.setters: node labels, capacity/allocatable, conditions, readiness, images."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import datetime
 import pytest
 
 from cri_client import types as cri
-from kopflet import nodestatus
-from kopflet.nodestatus import Condition, MachineFacts
+from kopflet.nodestatus import setters
+from kopflet.nodestatus.setters import Condition, MachineFacts
 
 FACTS = MachineFacts(cpus=2, memory_bytes=24 * 1024**3, ephemeral_storage_bytes=100 * 1024**3, machine="x86_64")
 NOW = datetime.datetime(2026, 11, 22, 1, 0, 0, tzinfo=datetime.UTC)
@@ -16,14 +16,14 @@ READY = Condition("True", "KubeletReady", "kubelet is posting ready status")
 
 
 def test_labels_are_the_well_known_ones_plus_node_labels() -> None:
-    assert nodestatus.node_labels("n1", FACTS, {"team": "edge"}) == {
+    assert setters.node_labels("n1", FACTS, {"team": "edge"}) == {
         "kubernetes.io/hostname": "n1", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
         "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64", "team": "edge"}
 
 
 def test_capacity_from_the_machine() -> None:
-    assert nodestatus.capacity(FACTS, 110) == {"cpu": "2", "memory": "25165824Ki",
-                                               "ephemeral-storage": "104857600Ki", "pods": "110"}
+    assert setters.capacity(FACTS, 110) == {"cpu": "2", "memory": "25165824Ki",
+                                            "ephemeral-storage": "104857600Ki", "pods": "110"}
 
 
 @pytest.mark.parametrize(("system", "kube", "expected"), [
@@ -35,19 +35,19 @@ def test_capacity_from_the_machine() -> None:
                   "ephemeral-storage": f"{104857600 - 10485760}Ki", "pods": "110"}, id="reservations"),
 ])
 def test_allocatable(system: dict[str, str], kube: dict[str, str], expected: dict[str, str]) -> None:
-    cap = nodestatus.capacity(FACTS, 110)
-    assert nodestatus.allocatable(cap, system_reserved=system, kube_reserved=kube) == expected
+    cap = setters.capacity(FACTS, 110)
+    assert setters.allocatable(cap, system_reserved=system, kube_reserved=kube) == expected
 
 
 def test_conditions_keep_transition_time_while_status_holds() -> None:
-    first = nodestatus.conditions(READY, [], NOW)
+    first = setters.conditions(READY, [], NOW)
     assert [c["type"] for c in first] == ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
     later = NOW + datetime.timedelta(seconds=10)
-    again = nodestatus.conditions(READY, first, later)
+    again = setters.conditions(READY, first, later)
     ready = next(c for c in again if c["type"] == "Ready")
     assert ready["lastTransitionTime"] == "2026-11-22T01:00:00Z"
     assert ready["lastHeartbeatTime"] == "2026-11-22T01:00:10Z"
-    down = nodestatus.conditions(Condition("False", "KubeletNotReady", "x"), again, later)
+    down = setters.conditions(Condition("False", "KubeletNotReady", "x"), again, later)
     assert next(c for c in down if c["type"] == "Ready")["lastTransitionTime"] == "2026-11-22T01:00:10Z"
 
 
@@ -65,17 +65,17 @@ def test_conditions_keep_transition_time_while_status_holds() -> None:
                   "reason:NetworkPluginNotReady message:cni plugin not initialized"), id="network not ready"),
 ])
 def test_ready_condition(runtime: cri.RuntimeStatus | None, error: str, expected: Condition) -> None:
-    assert nodestatus.ready_condition(runtime, error) == expected
+    assert setters.ready_condition(runtime, error) == expected
 
 
 def test_images_biggest_first_with_digests_and_tags() -> None:
     small = cri.Image(id="sha256:a", repo_tags=("x:1",), repo_digests=("x@sha256:1",), size=10)
     big = cri.Image(id="sha256:b", repo_tags=("y:1",), size=99)
-    assert nodestatus.images([small, big], limit=1) == [{"names": ["y:1"], "sizeBytes": 99}]
-    assert nodestatus.images([small]) == [{"names": ["x@sha256:1", "x:1"], "sizeBytes": 10}]
+    assert setters.images([small, big], limit=1) == [{"names": ["y:1"], "sizeBytes": 99}]
+    assert setters.images([small]) == [{"names": ["x@sha256:1", "x:1"], "sizeBytes": 10}]
 
 
 def test_changes_ignore_heartbeats() -> None:
-    a = {"conditions": nodestatus.conditions(READY, [], NOW)}
-    b = {"conditions": nodestatus.conditions(READY, a["conditions"], NOW + datetime.timedelta(seconds=10))}
-    assert nodestatus.without_heartbeats(a) == nodestatus.without_heartbeats(b)
+    a = {"conditions": setters.conditions(READY, [], NOW)}
+    b = {"conditions": setters.conditions(READY, a["conditions"], NOW + datetime.timedelta(seconds=10))}
+    assert setters.without_heartbeats(a) == setters.without_heartbeats(b)

@@ -1,4 +1,5 @@
-"""agent.sync.PodSyncer.kill_pod against a fake CRI: the upstream termination order of pods with sidecars.
+"""kopflet.kuberuntime.executor.PodSyncer.kill_pod against a fake CRI: the upstream termination order of pods with
+sidecars.
 
 Regular containers are stopped first, then the sidecars in reverse spec order (upstream terminationOrdering);
 ephemeral containers and pods without sidecars are stopped all at once. And `reset_containers`
@@ -10,10 +11,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agent.sync import MINIMUM_GRACE_PERIOD, PodSyncer
-from kopflet import reconciler
-from kopflet.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
-from kopflet.spec import Pod, pod_from_body
+from kopflet.api.spec import Pod, pod_from_body
+from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
+from kopflet.kuberuntime import reconciler
+from kopflet.kuberuntime.executor import MINIMUM_GRACE_PERIOD, PodSyncer
 
 
 class FakeContainers:

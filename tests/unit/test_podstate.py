@@ -1,4 +1,5 @@
-"""kopflet.labels and kopflet.podstate: runtime labels round trips and grouping CRI state into pods."""
+"""kopflet.container.labels and kopflet.container.podstate: runtime labels round trips and grouping CRI state into
+pods."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 import pytest
 
 from cri_client import types as cri
-from kopflet import labels, podstate
-from kopflet.podstate import State
-from kopflet.spec import Pod, pod_from_body
+from kopflet.api.spec import Pod, pod_from_body
+from kopflet.container import labels, podstate
+from kopflet.container.podstate import State
 
 
 def make_pod(uid: str = "uid-a", name: str = "web", **container: Any) -> Pod:

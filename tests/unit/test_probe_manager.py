@@ -1,4 +1,4 @@
-"""agent.probes: probes run for real against local endpoints (an aiohttp server, TCP listeners, a gRPC
+"""kopflet.prober.manager: probes run for real against local endpoints (an aiohttp server, TCP listeners, a gRPC
 server, all on 127.0.0.1), exec through an injected ExecSync stand-in; and the manager's loop end to end
 with sub-second periods."""
 
@@ -19,14 +19,14 @@ import grpc.aio
 import pytest
 from aiohttp import web
 
-from agent import probes as agent_probes
-from agent.probes import ProbeManager, grpc_probe, tcp_probe
 from cri_client import CriError
 from cri_client.types import ExecSyncResult
-from kopflet import probes as p
-from kopflet.podstate import ContainerInfo, RuntimePodStatus, State
-from kopflet.probes import Kind, ProbeSpec, Result
-from kopflet.spec import ContainerPort, ContainerSpec, Pod, pod_from_body
+from kopflet.api.spec import ContainerPort, ContainerSpec, Pod, pod_from_body
+from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, State
+from kopflet.prober import manager as agent_probes
+from kopflet.prober import probes as p
+from kopflet.prober.manager import ProbeManager, grpc_probe, tcp_probe
+from kopflet.prober.probes import Kind, ProbeSpec, Result
 
 UID = "uid-1"
 

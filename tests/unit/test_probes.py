@@ -1,4 +1,4 @@
-"""kopflet.probes: parsing with defaults and errors, the worker state machine (upstream prober/worker.go),
+"""kopflet.prober.probes: parsing with defaults and errors, the worker state machine (upstream prober/worker.go),
 the result rules and messages (upstream prober.go, pkg/probe/*)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from kopflet import probes as p
-from kopflet.probes import ContainerView, Kind, Outcome, ProbeSpec, Result
-from kopflet.spec import ContainerPort, ContainerSpec, EnvVar, SpecError, pod_from_body
+from kopflet.api.spec import ContainerPort, ContainerSpec, EnvVar, SpecError, pod_from_body
+from kopflet.prober import probes as p
+from kopflet.prober.probes import ContainerView, Kind, Outcome, ProbeSpec, Result
 
 EXEC = {"exec": {"command": ["true"]}}
 
@@ -437,7 +437,7 @@ def test_observe_is_idempotent() -> None:
 
 
 def test_container_view_from_runtime() -> None:
-    from kopflet.podstate import ContainerInfo, RuntimePodStatus, State
+    from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, State
     pod = pod_from_body({"metadata": {"name": "p", "uid": "u", "deletionTimestamp": "2024-01-01T00:00:00Z"},
                          "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": "i"}]}})
     runtime = RuntimePodStatus(uid="u", containers=(
@@ -465,7 +465,7 @@ def test_probing_stops_only_for_a_container_that_will_not_restart(pod_policy: st
                                                                   exit_code: int, stops: bool) -> None:
     """Upstream worker (ContainerRestartRules on): probing a terminated container stops for good only when
     `ContainerShouldRestart` says no for its exit code."""
-    from kopflet.podstate import ContainerInfo, RuntimePodStatus, State
+    from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, State
     pod = pod_from_body({"metadata": {"name": "p", "uid": "u"},
                          "spec": {"restartPolicy": pod_policy,
                                   "containers": [{"name": "app", "image": "i", "livenessProbe": EXEC, **fields}]}})
@@ -478,7 +478,7 @@ def test_probing_stops_only_for_a_container_that_will_not_restart(pod_policy: st
 
 
 def test_a_sidecar_under_a_never_pod_keeps_being_probed_after_an_exit() -> None:
-    from kopflet.podstate import ContainerInfo, RuntimePodStatus, State
+    from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, State
     pod = pod_from_body({"metadata": {"name": "p", "uid": "u"}, "spec": {
         "restartPolicy": "Never", "containers": [{"name": "app", "image": "i"}],
         "initContainers": [{"name": "side", "image": "i", "restartPolicy": "Always", "readinessProbe": EXEC}]}})

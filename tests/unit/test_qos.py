@@ -1,4 +1,4 @@
-"""kopflet.qos: quantity parsing and rounding, the QoS class (upstream ComputePodQOS), oom_score_adj."""
+"""kopflet.api.qos: quantity parsing and rounding, the QoS class (upstream ComputePodQOS), oom_score_adj."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kopflet import qos
-from kopflet.spec import Pod, pod_from_body
+from kopflet.api import qos
+from kopflet.api.spec import Pod, pod_from_body
 
 GI = 2**30
 

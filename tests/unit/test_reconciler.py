@@ -1,4 +1,4 @@
-"""kopflet.reconciler.compute_pod_actions: table-driven like upstream TestComputePodActions.
+"""kopflet.kuberuntime.reconciler.compute_pod_actions: table-driven like upstream TestComputePodActions.
 
 One base pod (three containers, optionally three init containers) and one base runtime status where all is
 running and ready; each case mutates either and states the whole expected PodActions.
@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from cri_client.types import NamespaceMode
-from kopflet import podstate, reconciler
+from kopflet.api.spec import Pod, container_hash, pod_from_body
 from kopflet.backoff import Backoff
-from kopflet.podstate import ContainerInfo, SandboxInfo, State
-from kopflet.reconciler import KillInfo, PodActions, compute_pod_actions
-from kopflet.spec import Pod, container_hash, pod_from_body
+from kopflet.container import podstate
+from kopflet.container.podstate import ContainerInfo, SandboxInfo, State
+from kopflet.kuberuntime import reconciler
+from kopflet.kuberuntime.reconciler import KillInfo, PodActions, compute_pod_actions
 
 NOW = 10_000.0
 S = 1_000_000_000  # ns per second

@@ -1,4 +1,5 @@
-"""kopflet.reconciler.compute_pod_actions against its invariants, on random pods and runtime states (hypothesis).
+"""kopflet.kuberuntime.reconciler.compute_pod_actions against its invariants, on random pods and runtime states
+(hypothesis).
 
 The table-driven tests in test_reconciler.py pin exact answers for hand-picked cases; here hypothesis draws
 pods (0-3 init containers, some of them sidecars, 1-3 regular containers, an optional ephemeral container,
@@ -48,12 +49,13 @@ from hypothesis import strategies as st
 
 from cri_client.types import NamespaceMode
 from kopflet import backoff as backoffs
-from kopflet import podstate, reconciler
-from kopflet import spec as pod_spec
+from kopflet.api import spec as pod_spec
+from kopflet.api.spec import RESTART_NEVER, RESTART_ON_FAILURE, RESTART_POLICIES, ContainerSpec, Pod, pod_from_body
 from kopflet.backoff import Backoff
-from kopflet.podstate import ContainerInfo, SandboxInfo, State
-from kopflet.reconciler import PodActions
-from kopflet.spec import RESTART_NEVER, RESTART_ON_FAILURE, RESTART_POLICIES, ContainerSpec, Pod, pod_from_body
+from kopflet.container import podstate
+from kopflet.container.podstate import ContainerInfo, SandboxInfo, State
+from kopflet.kuberuntime import reconciler
+from kopflet.kuberuntime.reconciler import PodActions
 
 S = 1_000_000_000  # ns per second
 BASE_NOW = 100_000.0

@@ -1,4 +1,5 @@
-"""kopflet.resize: which running containers an in-place resize updates or restarts, in which order, when it is still
+"""kopflet.kuberuntime.resize: which running containers an in-place resize updates or restarts, in which order, when it
+is still
 in progress, and what the status reads back (upstream computePodResizeAction, IsPodResizeInProgress,
 convertContainerStatusResources, convertToAPIPodLevelResourcesStatus)."""
 
@@ -11,10 +12,11 @@ import pytest
 
 from cri_client import types as cri
 from kopflet import backoff as backoffs
-from kopflet import cm, reconciler, resize
-from kopflet.allocation import PodAllocation
-from kopflet.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
-from kopflet.spec import Pod, Resources, pod_from_body
+from kopflet.allocation.policy import PodAllocation
+from kopflet.api.spec import Pod, Resources, pod_from_body
+from kopflet.cm import helpers
+from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
+from kopflet.kuberuntime import reconciler, resize
 from tests.unit.test_allocation import alloc, make_pod, res
 
 MI = 2**20
@@ -182,7 +184,7 @@ def test_pod_status_resources_before_running_are_the_pods_requests_and_limits() 
 
 def test_pod_status_resources_while_running_read_the_pod_cgroup() -> None:
     pod = make_pod({"c1": {}}, pod_level=res({"cpu": "200m", "memory": "32Mi"}, {"cpu": "400m", "memory": "64Mi"}))
-    cgroup = cm.ResourceConfig(cpu_shares=204, cpu_quota=50000, cpu_period=100000, memory=80 * MI)
+    cgroup = helpers.ResourceConfig(cpu_shares=204, cpu_quota=50000, cpu_period=100000, memory=80 * MI)
     assert resize.pod_status_resources(pod, running=True, cgroup=cgroup, previous=None) == {
         "limits": {"cpu": "500m", "memory": "80Mi"}, "requests": {"cpu": "200m", "memory": "32Mi"}}
     unreadable = resize.pod_status_resources(pod, running=True, cgroup=None,
@@ -203,30 +205,31 @@ def test_quantity_text(value: Fraction, binary: bool, text: str) -> None:
 @pytest.mark.parametrize(("resource", "target", "current", "before", "after"), [
     # Request up, limit down (the rollback of "requests and limits in opposite directions"): shares first, the
     # quota after the containers, or cgroup v1 refuses a child quota above its parent's.
-    ("cpu", cm.ResourceConfig(cpu_shares=409, cpu_quota=40000, cpu_period=100000),
-     cm.ResourceConfig(cpu_shares=204, cpu_quota=80000, cpu_period=100000),
-     cm.ResourceConfig(cpu_shares=409), cm.ResourceConfig(cpu_quota=40000, cpu_period=100000)),
-    ("cpu", cm.ResourceConfig(cpu_shares=102, cpu_quota=-1, cpu_period=100000),
-     cm.ResourceConfig(cpu_shares=204, cpu_quota=80000, cpu_period=100000),
-     cm.ResourceConfig(cpu_quota=-1, cpu_period=100000), cm.ResourceConfig(cpu_shares=102)),  # unlimited is largest
-    ("memory", cm.ResourceConfig(memory=64 * MI), cm.ResourceConfig(memory=96 * MI),
-     None, cm.ResourceConfig(memory=64 * MI)),
-    ("memory", cm.ResourceConfig(memory=128 * MI), cm.ResourceConfig(memory=96 * MI),
-     cm.ResourceConfig(memory=128 * MI), None),
-    ("memory", cm.ResourceConfig(), cm.ResourceConfig(memory=96 * MI), None, None),  # no limit: left alone
+    ("cpu", helpers.ResourceConfig(cpu_shares=409, cpu_quota=40000, cpu_period=100000),
+     helpers.ResourceConfig(cpu_shares=204, cpu_quota=80000, cpu_period=100000),
+     helpers.ResourceConfig(cpu_shares=409), helpers.ResourceConfig(cpu_quota=40000, cpu_period=100000)),
+    ("cpu", helpers.ResourceConfig(cpu_shares=102, cpu_quota=-1, cpu_period=100000),
+     helpers.ResourceConfig(cpu_shares=204, cpu_quota=80000, cpu_period=100000),
+     # unlimited is largest
+     helpers.ResourceConfig(cpu_quota=-1, cpu_period=100000), helpers.ResourceConfig(cpu_shares=102)),
+    ("memory", helpers.ResourceConfig(memory=64 * MI), helpers.ResourceConfig(memory=96 * MI),
+     None, helpers.ResourceConfig(memory=64 * MI)),
+    ("memory", helpers.ResourceConfig(memory=128 * MI), helpers.ResourceConfig(memory=96 * MI),
+     helpers.ResourceConfig(memory=128 * MI), None),
+    ("memory", helpers.ResourceConfig(), helpers.ResourceConfig(memory=96 * MI), None, None),  # no limit: left alone
 ])
-def test_pod_cgroup_values_that_grow_go_before_the_containers(resource: str, target: cm.ResourceConfig,
-                                                              current: cm.ResourceConfig, before: Any,
+def test_pod_cgroup_values_that_grow_go_before_the_containers(resource: str, target: helpers.ResourceConfig,
+                                                              current: helpers.ResourceConfig, before: Any,
                                                               after: Any) -> None:
-    from agent.sync import _pod_cgroup_changes
+    from kopflet.kuberuntime.executor import _pod_cgroup_changes
     assert _pod_cgroup_changes(resource, target, current) == (before, after)
 
 
 def test_pod_status_cpu_request_survives_the_cgroup_v2_weight_round_trip() -> None:
     pod = make_pod({"c1": {}}, pod_level=res({"cpu": "1"}, {"cpu": "1"}))
-    readback = cm.cpu_weight_to_shares(cm.cpu_shares_to_weight(1024))
+    readback = helpers.cpu_weight_to_shares(helpers.cpu_shares_to_weight(1024))
     assert readback != 1024
-    got = resize.pod_status_resources(pod, running=True, cgroup=cm.ResourceConfig(cpu_shares=readback,
+    got = resize.pod_status_resources(pod, running=True, cgroup=helpers.ResourceConfig(cpu_shares=readback,
                                                                                     cpu_quota=100000,
                                                                                     cpu_period=100000),
                                       previous=None)

@@ -23,10 +23,13 @@ from typing import Any
 
 import pytest
 
-from kopflet import container_config, nodestatus, reconciler, spec, status
+from kopflet.api import spec
 from kopflet.backoff import Backoff
-from kopflet.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
-from kopflet.reconciler import ResetInfo, compute_pod_actions
+from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
+from kopflet.kuberuntime import container_config, reconciler
+from kopflet.kuberuntime.reconciler import ResetInfo, compute_pod_actions
+from kopflet.nodestatus import setters
+from kopflet.status import generate
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 NS = 1_000_000_000
@@ -76,7 +79,7 @@ def _runtime(*infos: ContainerInfo) -> RuntimePodStatus:
 
 
 def _status(pod: spec.Pod, runtime: RuntimePodStatus, previous: Mapping[str, Any]) -> dict[str, Any]:
-    return status.compute_pod_status(pod, runtime, previous=previous, now=NOW)
+    return generate.compute_pod_status(pod, runtime, previous=previous, now=NOW)
 
 
 def _by_name(st: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -90,7 +93,7 @@ def _condition(st: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
 def _actions(pod: spec.Pod, runtime: RuntimePodStatus, st: Mapping[str, Any]) -> reconciler.PodActions:
     """What the worker asks: the reset flag read off the status generated for this sync."""
     return compute_pod_actions(pod, runtime, backoff=Backoff(), now=1000.0,
-                               restart_all_containers=status.all_containers_restarting(st))
+                               restart_all_containers=generate.all_containers_restarting(st))
 
 
 def e2e_all_restarted(st: Mapping[str, Any], names: Sequence[str]) -> bool:
@@ -187,13 +190,13 @@ def test_the_e2e_pods_through_a_reset(case: str) -> None:
 
     # Running, before the exit: the condition is there, False (the pod has a RestartAllContainers rule).
     running = _status(pod, _runtime(*before), {})
-    assert _condition(running, status.ALL_CONTAINERS_RESTARTING)["status"] == "False"
-    assert not status.all_containers_restarting(running)
+    assert _condition(running, generate.ALL_CONTAINERS_RESTARTING)["status"] == "False"
+    assert not generate.all_containers_restarting(running)
 
     # 1. The exit: the status written before the reset shows it and AllContainersRestarting True.
     exited = _runtime(*_exit(before, exits))
     pre = _status(pod, exited, running)
-    condition = _condition(pre, status.ALL_CONTAINERS_RESTARTING)
+    condition = _condition(pre, generate.ALL_CONTAINERS_RESTARTING)
     assert (condition["status"], condition["reason"], condition["message"]) == (
         "True", "RestartAllContainersStarted", "container exited with restart policy rule")
     assert pre["phase"] == ("Pending" if pod is INIT_EXIT else "Running")
@@ -205,9 +208,9 @@ def test_the_e2e_pods_through_a_reset(case: str) -> None:
     # 2. All removed, the sandbox kept: every container waits to run again.
     empty = _runtime()
     post = _status(pod, empty, pre)
-    assert _condition(post, status.ALL_CONTAINERS_RESTARTING)["status"] == "False"
+    assert _condition(post, generate.ALL_CONTAINERS_RESTARTING)["status"] == "False"
     assert post["phase"] == pre["phase"]  # Pending only while the pod had not initialised (the init exit)
-    assert _condition(post, status.INITIALIZED)["status"] == _condition(pre, status.INITIALIZED)["status"] == (
+    assert _condition(post, generate.INITIALIZED)["status"] == _condition(pre, generate.INITIALIZED)["status"] == (
         "False" if pod is INIT_EXIT else "True")  # initialised once: stays so while init containers re-run
     old = _by_name(pre)
     for name, item in _by_name(post).items():
@@ -227,9 +230,9 @@ def test_the_e2e_pods_through_a_reset(case: str) -> None:
     # 3. Started again (the new instances count on from the log files): what the e2e spec waits for.
     final = _status(pod, _runtime(*after), post)
     assert e2e_all_restarted(final, names)
-    assert _condition(final, status.ALL_CONTAINERS_RESTARTING)["status"] == "False"
+    assert _condition(final, generate.ALL_CONTAINERS_RESTARTING)["status"] == "False"
     assert final["phase"] == "Running"
-    assert not status.all_containers_restarting(final)
+    assert not generate.all_containers_restarting(final)
     assert _actions(pod, _runtime(*after), final).containers_to_reset == ()
 
 
@@ -267,7 +270,7 @@ def test_should_all_containers_restart(runtime: RuntimePodStatus, previous: dict
 def test_all_containers_restarting_condition(phase: str, runtime: RuntimePodStatus, previous: dict[str, Any],
                                              expected: tuple[str, str | None]) -> None:
     """Upstream `GenerateAllContainersRestartingCondition` (pkg/kubelet/status/generate.go)."""
-    condition = status.all_containers_restarting_condition(REGULAR_EXIT, runtime, previous, phase)
+    condition = generate.all_containers_restarting_condition(REGULAR_EXIT, runtime, previous, phase)
     assert (condition["status"], condition.get("reason")) == expected
 
 
@@ -276,7 +279,7 @@ def test_no_condition_without_a_restart_all_containers_rule() -> None:
     pod = _pod([_c("app", policy="Never", rules=False)])
     assert not spec.all_containers_could_restart(pod.spec)
     st = _status(pod, _runtime(_info("app", State.RUNNING)), {})
-    assert _condition(st, status.ALL_CONTAINERS_RESTARTING) is None
+    assert _condition(st, generate.ALL_CONTAINERS_RESTARTING) is None
 
 
 def test_a_sandbox_to_recreate_kills_the_pod_instead_of_resetting() -> None:
@@ -307,11 +310,11 @@ def test_phase_counts_a_removed_container_as_restarting() -> None:
     removed = {"exitCode": 137, "reason": "RestartingAllContainers"}
     statuses = [{"name": "source-container", "state": {"waiting": {}}, "lastState": {"terminated": removed}},
                 {"name": "regular", "state": {"terminated": removed}}]
-    assert status.get_phase(TWO_RULES, statuses) == "Running"
+    assert generate.get_phase(TWO_RULES, statuses) == "Running"
     killed = {"exitCode": 137, "reason": "Error"}
     statuses = [{"name": "source-container", "state": {"terminated": killed}},
                 {"name": "regular", "state": {"terminated": killed}}]
-    assert status.get_phase(TWO_RULES, statuses) == "Failed"
+    assert generate.get_phase(TWO_RULES, statuses) == "Failed"
 
 
 def test_initialized_stays_true_while_init_containers_rerun() -> None:
@@ -319,9 +322,9 @@ def test_initialized_stays_true_while_init_containers_rerun() -> None:
     statuses = [{"name": "init", "state": {"running": {}}, "ready": False},
                 {"name": "sidecar", "state": {"waiting": {}}}, {"name": "source-container", "state": {"waiting": {}}},
                 {"name": "regular", "state": {"waiting": {}}}]
-    assert status.initialized_condition(REGULAR_EXIT, statuses, "Pending")["status"] == "False"
-    kept = status.initialized_condition(REGULAR_EXIT, statuses, "Pending",
-                                        [{"type": "Initialized", "status": "True"}])
+    assert generate.initialized_condition(REGULAR_EXIT, statuses, "Pending")["status"] == "False"
+    kept = generate.initialized_condition(REGULAR_EXIT, statuses, "Pending",
+                                          [{"type": "Initialized", "status": "True"}])
     assert kept == {"type": "Initialized", "status": "True"}
 
 
@@ -349,6 +352,6 @@ def test_restart_count_from_log_names(names: list[str], expected: int) -> None:
 def test_the_node_declares_the_feature() -> None:
     """The scheduler's NodeDeclaredFeatures filter sends pods with a RestartAllContainers rule only to nodes that
     declare RestartAllContainersOnContainerExits (component-helpers nodedeclaredfeatures/restartallcontainers)."""
-    features = nodestatus.declared_features()
+    features = setters.declared_features()
     assert "RestartAllContainersOnContainerExits" in features
     assert features == sorted(set(features))  # the apiserver rejects an unsorted or repeated list

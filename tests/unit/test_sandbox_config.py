@@ -1,4 +1,4 @@
-"""kopflet.sandbox_config: PodSandboxConfig (upstream generatePodSandboxConfig) and pod DNS (GetPodDNS).
+"""kopflet.kuberuntime.sandbox_config: PodSandboxConfig (upstream generatePodSandboxConfig) and pod DNS (GetPodDNS).
 
 One base pod and one node DNS setup; DNS cases change the pod or the settings and state the whole
 DNSConfig and the warnings' reasons.
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from cri_client import types as cri
-from kopflet import sandbox_config
-from kopflet.sandbox_config import DnsSettings, SandboxConfigError
-from kopflet.spec import Pod, pod_from_body
+from kopflet.api.spec import Pod, pod_from_body
+from kopflet.kuberuntime import sandbox_config
+from kopflet.kuberuntime.sandbox_config import DnsSettings, SandboxConfigError
 
 DNS = DnsSettings(cluster_dns=("10.96.0.10",), cluster_domain="cluster.local",
                   host_servers=("192.168.1.1", "8.8.8.8"), host_searches=("corp.example",), host_options=("edns0",))
@@ -227,8 +227,8 @@ def test_linux_security_context_from_the_pod() -> None:
     ({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}, "/kubepods/poduid-1"),
 ])
 def test_pod_cgroup_parent_by_qos_class(resources: dict, expected: str) -> None:
-    from kopflet import spec as specs
-    from kopflet.sandbox_config import pod_cgroup_parent
+    from kopflet.api import spec as specs
+    from kopflet.kuberuntime.sandbox_config import pod_cgroup_parent
 
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
             "spec": {"containers": [{"name": "c", "image": "busybox", "resources": resources}]}}

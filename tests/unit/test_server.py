@@ -1,4 +1,4 @@
-"""The kubelet API server (agent.server) over real TLS on 127.0.0.1: authentication and authorization answers
+"""The kubelet API server (kopflet.server.server) over real TLS on 127.0.0.1: authentication and authorization answers
 (401/403/500), routing (404/405/400), the backend's errors, chunked log streaming, keep-alive, and the upgrade
 proxy for exec/attach/portForward against a tiny local "streaming server" that answers 101 and echoes.
 
@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from agent import server as srv
-from agent.server_auth import Authenticator, Authorizer
-from kopflet import server_auth
-from kopflet.config import AgentConfig
-from kopflet.server_auth import Attributes, UserInfo
+from kopflet.config.settings import AgentConfig
+from kopflet.server import auth_rules
+from kopflet.server import server as srv
+from kopflet.server.auth_reviews import Authenticator, Authorizer
+from kopflet.server.auth_rules import Attributes, UserInfo
 from tests.unit.test_server_auth import FakeKube
 
 NODE = "node-1"
@@ -403,7 +403,7 @@ async def test_webhook_authorizer_end_to_end(pki: Pki) -> None:
         spec = kube.calls[0][1]["spec"]
         assert spec["user"] == "kube-apiserver-kubelet-client"
         assert spec["groups"] == ["g1", "g2", "system:authenticated"]
-        assert spec["extra"][server_auth.CREDENTIAL_ID_KEY][0].startswith("X509SHA256=")
+        assert spec["extra"][auth_rules.CREDENTIAL_ID_KEY][0].startswith("X509SHA256=")
         assert (await call(h, "GET", "/pods", cert=h.pki.client)).status == 403
 
 

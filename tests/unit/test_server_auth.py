@@ -1,5 +1,5 @@
-"""The kubelet API's authentication and authorization: the pure mapping (kopflet.server_auth) and the cached
-TokenReview / SubjectAccessReview clients (agent.server_auth) against a fake apiserver client.
+"""The kubelet API's authentication and authorization: the pure mapping (kopflet.server.auth_rules) and the cached
+TokenReview / SubjectAccessReview clients (kopflet.server.auth_reviews) against a fake apiserver client.
 
 The attribute table follows upstream's pkg/kubelet/server/auth_test.go with KubeletFineGrainedAuthz on (GA and
 locked in v1.37).
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from agent import server_auth as io_auth
-from agent.kubeapi import KubeApiError
-from kopflet import server_auth
-from kopflet.config import AgentConfig
-from kopflet.server_auth import ANONYMOUS, Attributes, Decision, UserInfo
+from kopflet.client.kubeapi import KubeApiError
+from kopflet.config.settings import AgentConfig
+from kopflet.server import auth_reviews as io_auth
+from kopflet.server import auth_rules
+from kopflet.server.auth_rules import ANONYMOUS, Attributes, Decision, UserInfo
 
 NODE = "node-1"
 
@@ -75,7 +75,7 @@ PATHS = {
     ("HEAD", ""), ("OPTIONS", ""),  # upstream maps no other method: an empty verb matches no RBAC rule
 ])
 def test_request_attributes(method: str, verb: str, path: str, subresources: list[str]) -> None:
-    assert server_auth.request_attributes(method, path, NODE) == [
+    assert auth_rules.request_attributes(method, path, NODE) == [
         Attributes(verb=verb, subresource=sub, name=NODE, path=path, resource="nodes", api_group="",
                    api_version="v1", namespace="") for sub in subresources]
 
@@ -87,26 +87,26 @@ def test_request_attributes(method: str, verb: str, path: str, subresources: lis
     ("/foo", "/bar", False), ("/foo", "/foobar", False), ("/foobar", "/foo", False),
 ])
 def test_is_subpath(subpath: str, path: str, expected: bool) -> None:  # upstream's TestIsSubPath
-    assert server_auth.is_subpath(subpath, path) is expected
+    assert auth_rules.is_subpath(subpath, path) is expected
 
 
 # --- messages ---------------------------------------------------------------------------------------------------
 
 def test_forbidden_message_lists_every_subresource_tried() -> None:
     user = UserInfo.of("system:anonymous")
-    attrs = server_auth.request_attributes("GET", "/pods", NODE)
-    assert server_auth.forbidden_message(user, attrs) == (
+    attrs = auth_rules.request_attributes("GET", "/pods", NODE)
+    assert auth_rules.forbidden_message(user, attrs) == (
         "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[pods proxy])\n")
-    attrs = server_auth.request_attributes("POST", "/exec/ns/p/c", NODE)
-    assert server_auth.forbidden_message(UserInfo.of("alice"), attrs) == (
+    attrs = auth_rules.request_attributes("POST", "/exec/ns/p/c", NODE)
+    assert auth_rules.forbidden_message(UserInfo.of("alice"), attrs) == (
         "Forbidden (user=alice, verb=create, resource=nodes, subresource(s)=[proxy])\n")
-    assert server_auth.forbidden_message(user, []) == (
+    assert auth_rules.forbidden_message(user, []) == (
         "Authorization error: could not determine attributes for request")
 
 
 def test_authorization_error_message() -> None:
-    attrs = server_auth.request_attributes("GET", "/stats/summary", NODE)[0]
-    assert server_auth.authorization_error_message(UserInfo.of("bob"), attrs) == (
+    attrs = auth_rules.request_attributes("GET", "/stats/summary", NODE)[0]
+    assert auth_rules.authorization_error_message(UserInfo.of("bob"), attrs) == (
         "Authorization error (user=bob, verb=get, resource=nodes, subresource=stats)")
 
 
@@ -114,8 +114,8 @@ def test_authorization_error_message() -> None:
 
 def test_sar_body() -> None:
     user = UserInfo.of("alice", uid="u-1", groups=["dev", "system:authenticated"], extra={"scopes": ["a", "b"]})
-    attrs = server_auth.request_attributes("GET", "/stats/summary", NODE)[0]
-    assert server_auth.sar_body(user, attrs) == {
+    attrs = auth_rules.request_attributes("GET", "/stats/summary", NODE)[0]
+    assert auth_rules.sar_body(user, attrs) == {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
         "spec": {"user": "alice", "uid": "u-1", "groups": ["dev", "system:authenticated"],
                  "extra": {"scopes": ["a", "b"]},
@@ -125,8 +125,8 @@ def test_sar_body() -> None:
 
 
 def test_sar_body_leaves_empty_fields_out() -> None:
-    attrs = server_auth.request_attributes("HEAD", "/", NODE)[0]
-    assert server_auth.sar_body(UserInfo.of("x"), attrs)["spec"] == {
+    attrs = auth_rules.request_attributes("HEAD", "/", NODE)[0]
+    assert auth_rules.sar_body(UserInfo.of("x"), attrs)["spec"] == {
         "user": "x", "resourceAttributes": {"version": "v1", "resource": "nodes", "subresource": "proxy",
                                             "name": NODE}}
 
@@ -138,12 +138,12 @@ def test_sar_body_leaves_empty_fields_out() -> None:
     ({}, Decision.NO_OPINION),
 ])
 def test_sar_decision(status: dict[str, Any], decision: Decision) -> None:
-    assert server_auth.sar_decision({"status": status}) is decision
+    assert auth_rules.sar_decision({"status": status}) is decision
 
 
 def test_sar_decision_allowed_and_denied_is_an_error() -> None:
     with pytest.raises(ValueError, match="both allow and deny"):
-        server_auth.sar_decision({"status": {"allowed": True, "denied": True}})
+        auth_rules.sar_decision({"status": {"allowed": True, "denied": True}})
 
 
 # --- authentication ---------------------------------------------------------------------------------------------
@@ -161,21 +161,21 @@ def subject(*pairs: tuple[str, str]) -> tuple[tuple[tuple[str, str], ...], ...]:
     ((((("commonName", "multi"), ("organizationName", "g1")),)), "multi", ("g1",)),  # a multi-valued RDN
 ])
 def test_user_from_certificate(subj: Any, name: str, groups: tuple[str, ...]) -> None:
-    user = server_auth.user_from_certificate(subj)
+    user = auth_rules.user_from_certificate(subj)
     assert user is not None
     assert (user.name, user.groups, user.uid, dict(user.extra)) == (name, groups, "", {})
 
 
 @pytest.mark.parametrize("subj", [None, (), subject(("organizationName", "system:masters"))])
 def test_certificate_without_common_name_is_no_user(subj: Any) -> None:
-    assert server_auth.user_from_certificate(subj) is None
+    assert auth_rules.user_from_certificate(subj) is None
 
 
 def test_certificate_credential_id() -> None:
     der = b"not really DER"
-    user = server_auth.user_from_certificate(subject(("commonName", "x")), der)
+    user = auth_rules.user_from_certificate(subject(("commonName", "x")), der)
     assert user is not None
-    assert dict(user.extra) == {server_auth.CREDENTIAL_ID_KEY: (f"X509SHA256={hashlib.sha256(der).hexdigest()}",)}
+    assert dict(user.extra) == {auth_rules.CREDENTIAL_ID_KEY: (f"X509SHA256={hashlib.sha256(der).hexdigest()}",)}
 
 
 @pytest.mark.parametrize(("user", "groups"), [
@@ -186,7 +186,7 @@ def test_certificate_credential_id() -> None:
     (ANONYMOUS, ("system:unauthenticated",)),
 ])
 def test_with_authenticated_group(user: UserInfo, groups: tuple[str, ...]) -> None:
-    assert server_auth.with_authenticated_group(user).groups == groups
+    assert auth_rules.with_authenticated_group(user).groups == groups
 
 
 @pytest.mark.parametrize(("header", "token"), [
@@ -196,7 +196,7 @@ def test_with_authenticated_group(user: UserInfo, groups: tuple[str, ...]) -> No
     ("Bearer", None), ("Bearer ", None), ("Basic dXNlcg==", None), ("", None), (None, None), ("abc", None),
 ])
 def test_bearer_token(header: str | None, token: str | None) -> None:
-    assert server_auth.bearer_token(header) == token
+    assert auth_rules.bearer_token(header) == token
 
 
 def b64(text: str) -> str:
@@ -204,36 +204,36 @@ def b64(text: str) -> str:
 
 
 @pytest.mark.parametrize(("headers", "token", "others"), [
-    ([f"{server_auth.BEARER_PROTOCOL_PREFIX}{b64('tok?en>')}, v4.channel.k8s.io"], "tok?en>", ["v4.channel.k8s.io"]),
-    (["v4.channel.k8s.io", f"{server_auth.BEARER_PROTOCOL_PREFIX}{b64('t')}"], "t", ["v4.channel.k8s.io"]),
+    ([f"{auth_rules.BEARER_PROTOCOL_PREFIX}{b64('tok?en>')}, v4.channel.k8s.io"], "tok?en>", ["v4.channel.k8s.io"]),
+    (["v4.channel.k8s.io", f"{auth_rules.BEARER_PROTOCOL_PREFIX}{b64('t')}"], "t", ["v4.channel.k8s.io"]),
     (["v4.channel.k8s.io, channel.k8s.io"], None, ["v4.channel.k8s.io", "channel.k8s.io"]),
     ([], None, []),
-    ([f"{server_auth.BEARER_PROTOCOL_PREFIX}, x"], None, ["x"]),  # an empty token is no token
+    ([f"{auth_rules.BEARER_PROTOCOL_PREFIX}, x"], None, ["x"]),  # an empty token is no token
 ])
 def test_websocket_token(headers: list[str], token: str | None, others: list[str]) -> None:
-    assert server_auth.websocket_token(headers) == (token, others)
+    assert auth_rules.websocket_token(headers) == (token, others)
 
 
 NOT_UTF8 = base64.urlsafe_b64encode(b"\xff\xfe").decode().rstrip("=")
 
 
 @pytest.mark.parametrize(("headers", "message"), [
-    ([f"{server_auth.BEARER_PROTOCOL_PREFIX}{b64('a')}, {server_auth.BEARER_PROTOCOL_PREFIX}{b64('b')}, x"],
+    ([f"{auth_rules.BEARER_PROTOCOL_PREFIX}{b64('a')}, {auth_rules.BEARER_PROTOCOL_PREFIX}{b64('b')}, x"],
      "multiple"),
-    ([f"{server_auth.BEARER_PROTOCOL_PREFIX}{b64('a')}=, x"], "encoding"),
-    ([f"{server_auth.BEARER_PROTOCOL_PREFIX}a+b/, x"], "encoding"),
-    ([f"{server_auth.BEARER_PROTOCOL_PREFIX}{NOT_UTF8}, x"], "invalid base64.bearer.authorization token"),
-    ([f"{server_auth.BEARER_PROTOCOL_PREFIX}{b64('a')}"], "missing additional subprotocol"),
+    ([f"{auth_rules.BEARER_PROTOCOL_PREFIX}{b64('a')}=, x"], "encoding"),
+    ([f"{auth_rules.BEARER_PROTOCOL_PREFIX}a+b/, x"], "encoding"),
+    ([f"{auth_rules.BEARER_PROTOCOL_PREFIX}{NOT_UTF8}, x"], "invalid base64.bearer.authorization token"),
+    ([f"{auth_rules.BEARER_PROTOCOL_PREFIX}{b64('a')}"], "missing additional subprotocol"),
 ])
 def test_websocket_token_errors(headers: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        server_auth.websocket_token(headers)
+        auth_rules.websocket_token(headers)
 
 
 def test_token_review_body() -> None:
-    assert server_auth.token_review_body("t") == {
+    assert auth_rules.token_review_body("t") == {
         "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": "t"}}
-    assert server_auth.token_review_body("t", ["api"])["spec"] == {"token": "t", "audiences": ["api"]}
+    assert auth_rules.token_review_body("t", ["api"])["spec"] == {"token": "t", "audiences": ["api"]}
 
 
 @pytest.mark.parametrize(("status", "user", "error"), [
@@ -245,10 +245,10 @@ def test_token_review_body() -> None:
     ({}, None, ""),
 ])
 def test_user_from_token_review(status: dict[str, Any], user: UserInfo | None, error: str) -> None:
-    assert server_auth.user_from_token_review({"status": status}) == (user, error)
+    assert auth_rules.user_from_token_review({"status": status}) == (user, error)
 
 
-# --- agent.server_auth: the cached reviews ----------------------------------------------------------------------
+# --- kopflet.server.auth_reviews: the cached reviews -------------------------------------------------------------
 
 class FakeKube:
     """Answers reviews from functions of the request body and counts the calls."""
@@ -308,7 +308,7 @@ async def test_bearer_token_is_reviewed_cached_and_removed_from_the_headers() ->
     user = await auth.authenticate(headers)
     assert user == UserInfo.of("system:serviceaccount:default:sa", groups=["system:sa", "system:authenticated"])
     assert headers == {"x-other": ["1"]}
-    assert kube.calls == [(io_auth.TOKEN_REVIEWS, server_auth.token_review_body("good"))]
+    assert kube.calls == [(io_auth.TOKEN_REVIEWS, auth_rules.token_review_body("good"))]
     assert await auth.authenticate({"authorization": ["Bearer good"]}) == user
     assert len(kube.calls) == 1
     clock.now += 121  # the 2m TTL is over
@@ -366,7 +366,7 @@ async def test_concurrent_requests_share_one_token_review() -> None:
 async def test_websocket_protocol_token() -> None:
     kube = FakeKube(tokens={"t": SA})
     headers = {"connection": ["Upgrade"], "upgrade": ["websocket"],
-               "sec-websocket-protocol": [f"{server_auth.BEARER_PROTOCOL_PREFIX}{b64('t')}, v4.channel.k8s.io"]}
+               "sec-websocket-protocol": [f"{auth_rules.BEARER_PROTOCOL_PREFIX}{b64('t')}, v4.channel.k8s.io"]}
     user = await authenticator(kube).authenticate(headers)
     assert user is not None and user.name == "system:serviceaccount:default:sa"
     assert headers["sec-websocket-protocol"] == ["v4.channel.k8s.io"]
@@ -396,12 +396,12 @@ def test_authenticator_needs_a_method_and_a_client() -> None:
 async def test_authorizer_webhook_caches_allowed_5m_and_denied_30s() -> None:
     kube, clock = FakeKube(allowed={("alice", "get", "stats")}), Clock()
     authz = io_auth.Authorizer(kube, clock=clock)
-    stats = server_auth.request_attributes("GET", "/stats/summary", NODE)[0]
-    proxy = server_auth.request_attributes("GET", "/exec/a/b/c", NODE)[0]
+    stats = auth_rules.request_attributes("GET", "/stats/summary", NODE)[0]
+    proxy = auth_rules.request_attributes("GET", "/exec/a/b/c", NODE)[0]
     alice = UserInfo.of("alice")
     assert await authz.authorize(alice, stats) is True
     assert await authz.authorize(alice, proxy) is False
-    assert kube.calls[0] == (io_auth.SUBJECT_ACCESS_REVIEWS, server_auth.sar_body(alice, stats))
+    assert kube.calls[0] == (io_auth.SUBJECT_ACCESS_REVIEWS, auth_rules.sar_body(alice, stats))
     clock.now += 29
     assert (await authz.authorize(alice, stats), await authz.authorize(alice, proxy)) == (True, False)
     assert len(kube.calls) == 2
@@ -416,7 +416,7 @@ async def test_authorizer_webhook_caches_allowed_5m_and_denied_30s() -> None:
 async def test_authorizer_errors_propagate_and_are_not_cached() -> None:
     kube = FakeKube(fail=KubeApiError(400, "BadRequest", "x", "POST", io_auth.SUBJECT_ACCESS_REVIEWS))
     authz = io_auth.Authorizer(kube)
-    attrs = server_auth.request_attributes("GET", "/pods", NODE)[0]
+    attrs = auth_rules.request_attributes("GET", "/pods", NODE)[0]
     for _ in range(2):
         with pytest.raises(KubeApiError):
             await authz.authorize(UserInfo.of("a"), attrs)
@@ -425,7 +425,7 @@ async def test_authorizer_errors_propagate_and_are_not_cached() -> None:
 
 async def test_always_allow_asks_nobody() -> None:
     authz = io_auth.Authorizer(None, mode="AlwaysAllow")
-    assert await authz.authorize(ANONYMOUS, server_auth.request_attributes("POST", "/exec/a/b/c", NODE)[0])
+    assert await authz.authorize(ANONYMOUS, auth_rules.request_attributes("POST", "/exec/a/b/c", NODE)[0])
 
 
 def test_builders_follow_the_config() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kopflet.services import Service, ServicePort, service_env, visible_services
+from kopflet.envvars.service_env import Service, ServicePort, service_env, visible_services
 
 KUBERNETES = Service(namespace="default", name="kubernetes", cluster_ip="10.96.0.1",
                      ports=(ServicePort(name="https", port=443),))

@@ -1,4 +1,4 @@
-"""kopflet.spec: parsing Pod bodies, the apiserver's defaults, every SpecError path, and the container hash."""
+"""kopflet.api.spec: parsing Pod bodies, the apiserver's defaults, every SpecError path, and the container hash."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kopflet import spec
-from kopflet.spec import SpecError, container_hash, default_pull_policy, pod_from_body
+from kopflet.api import spec
+from kopflet.api.spec import SpecError, container_hash, default_pull_policy, pod_from_body
 
 
 def body(**spec_fields: Any) -> dict[str, Any]:

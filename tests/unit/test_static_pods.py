@@ -1,11 +1,11 @@
-"""kopflet.static_pods: manifests to static pods and their mirror pods."""
+"""kopflet.config.static_pods: manifests to static pods and their mirror pods."""
 
 from __future__ import annotations
 
 import pytest
 
-from kopflet import static_pods
-from kopflet.static_pods import ManifestError
+from kopflet.config import static_pods
+from kopflet.config.static_pods import ManifestError
 
 MANIFEST = """
 apiVersion: v1

@@ -1,5 +1,5 @@
 """
-kopflet.stats (pure) and agent.stats (the collector, against a fake runtime and a fake /proc).
+kopflet.stats.summary (pure) and kopflet.stats.collector (the collector, against a fake runtime and a fake /proc).
 
 The summary is compared as a whole dict, /metrics/resource as exact text: both are what metrics-server,
 ``kubectl get --raw .../stats/summary`` and Prometheus read. The expected resource metrics follow
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from agent import stats as agent_stats
 from cri_client import CriError
 from cri_client import types as cri
-from kopflet import stats
+from kopflet.stats import collector as agent_stats
+from kopflet.stats import summary
 
 # 2021-06-22T21:11:18.302091597Z, upstream's static test timestamp.
 T0 = 1_624_396_278_302_091_597
@@ -45,12 +45,12 @@ CPU_CASES = {
 
 @pytest.mark.parametrize(("proc_stat", "ticks", "expected"), CPU_CASES.values(), ids=CPU_CASES.keys())
 def test_cpu_core_nanoseconds(proc_stat: str, ticks: int, expected: int) -> None:
-    assert stats.cpu_core_nanoseconds(proc_stat, ticks) == expected
+    assert summary.cpu_core_nanoseconds(proc_stat, ticks) == expected
 
 
 def test_cpu_core_nanoseconds_needs_the_cpu_line() -> None:
     with pytest.raises(ValueError):
-        stats.cpu_core_nanoseconds("cpu0 1 2 3\n")
+        summary.cpu_core_nanoseconds("cpu0 1 2 3\n")
 
 
 MEMINFO_TEXT = """\
@@ -66,7 +66,7 @@ SwapTotal:        100000 kB
 SwapFree:          60000 kB
 HugePages_Total:       0
 """
-MEMINFO = stats.parse_meminfo(MEMINFO_TEXT)
+MEMINFO = summary.parse_meminfo(MEMINFO_TEXT)
 KIB = 1024
 
 
@@ -74,7 +74,8 @@ def test_parse_meminfo_and_flat_keyed() -> None:
     assert MEMINFO["MemTotal"] == 1_000_000 * KIB
     assert MEMINFO["Inactive(file)"] == 250_000 * KIB
     assert MEMINFO["HugePages_Total"] == 0  # no unit: a count, not kB
-    assert stats.parse_flat_keyed("anon 10\nfile 20\nbogus line here\nneg -1\n") == {"anon": 10, "file": 20, "neg": -1}
+    assert summary.parse_flat_keyed("anon 10\nfile 20\nbogus line here\nneg -1\n") == {
+        "anon": 10, "file": 20, "neg": -1}
 
 
 V1_STAT = {"total_inactive_file": 100 * KIB, "total_rss": 50 * KIB, "pgfault": 7, "pgmajfault": 1, "rss": 1}
@@ -126,29 +127,29 @@ MEMORY_CASES: dict[str, tuple[dict[str, Any], cri.MemoryUsage]] = {
 
 @pytest.mark.parametrize(("sources", "expected"), MEMORY_CASES.values(), ids=MEMORY_CASES.keys())
 def test_node_memory(sources: dict[str, Any], expected: cri.MemoryUsage) -> None:
-    assert stats.node_memory(MEMINFO, timestamp=T0, **sources) == expected
+    assert summary.node_memory(MEMINFO, timestamp=T0, **sources) == expected
 
 
 def test_node_memory_needs_mem_total_and_swap_needs_swap() -> None:
-    assert stats.node_memory({}, timestamp=T0) is None
-    assert stats.node_swap({}, timestamp=T0) is None
-    assert stats.node_swap(MEMINFO, timestamp=T0) == cri.SwapUsage(
+    assert summary.node_memory({}, timestamp=T0) is None
+    assert summary.node_swap({}, timestamp=T0) is None
+    assert summary.node_swap(MEMINFO, timestamp=T0) == cri.SwapUsage(
         timestamp=T0, swap_usage_bytes=40_000 * KIB, swap_available_bytes=60_000 * KIB
     )
 
 
 RLIMIT_CASES = {
-    "both-limits": (("32768\n", "192730\n", "0.77 1.20 1.15 2/145 3120\n"), stats.Rlimit(timestamp=T0, max_pid=32768,
-                                                                                         running_processes=145)),
-    "threads-max-smaller": (("4194304\n", "60000\n", None), stats.Rlimit(timestamp=T0, max_pid=60000)),
-    "nothing-readable": ((None, "garbage", "x y"), stats.Rlimit(timestamp=T0)),
+    "both-limits": (("32768\n", "192730\n", "0.77 1.20 1.15 2/145 3120\n"), summary.Rlimit(timestamp=T0, max_pid=32768,
+                                                                                           running_processes=145)),
+    "threads-max-smaller": (("4194304\n", "60000\n", None), summary.Rlimit(timestamp=T0, max_pid=60000)),
+    "nothing-readable": ((None, "garbage", "x y"), summary.Rlimit(timestamp=T0)),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize(("files", "expected"), RLIMIT_CASES.values(), ids=RLIMIT_CASES.keys())
-def test_node_rlimit(files: tuple[str | None, str | None, str | None], expected: stats.Rlimit) -> None:
+def test_node_rlimit(files: tuple[str | None, str | None, str | None], expected: summary.Rlimit) -> None:
     pid_max, threads_max, loadavg = files
-    assert stats.node_rlimit(timestamp=T0, pid_max=pid_max, threads_max=threads_max, loadavg=loadavg) == expected
+    assert summary.node_rlimit(timestamp=T0, pid_max=pid_max, threads_max=threads_max, loadavg=loadavg) == expected
 
 
 def cpu(ts: int, total: int | None, rate: int | None = None) -> cri.CpuUsage:
@@ -166,14 +167,14 @@ NANO_CORES = {
 
 @pytest.mark.parametrize(("previous", "current", "expected"), NANO_CORES.values(), ids=NANO_CORES.keys())
 def test_usage_nano_cores(previous: cri.CpuUsage | None, current: cri.CpuUsage, expected: int | None) -> None:
-    assert stats.usage_nano_cores(previous, current) == expected
+    assert summary.usage_nano_cores(previous, current) == expected
 
 
 def test_with_nano_cores_keeps_the_runtimes_value() -> None:
     previous = cpu(T0, 0)
-    assert stats.with_nano_cores(cpu(T0 + SECOND, SECOND, 7), previous) == cpu(T0 + SECOND, SECOND, 7)
-    assert stats.with_nano_cores(cpu(T0 + SECOND, SECOND), previous) == cpu(T0 + SECOND, SECOND, SECOND)
-    assert stats.with_nano_cores(None, previous) is None
+    assert summary.with_nano_cores(cpu(T0 + SECOND, SECOND, 7), previous) == cpu(T0 + SECOND, SECOND, 7)
+    assert summary.with_nano_cores(cpu(T0 + SECOND, SECOND), previous) == cpu(T0 + SECOND, SECOND, SECOND)
+    assert summary.with_nano_cores(None, previous) is None
 
 
 RFC3339 = {"epoch-second": (T0, T0_TEXT), "never": (0, None), "negative": (-5, None)}
@@ -181,7 +182,7 @@ RFC3339 = {"epoch-second": (T0, T0_TEXT), "never": (0, None), "negative": (-5, N
 
 @pytest.mark.parametrize(("ns", "expected"), RFC3339.values(), ids=RFC3339.keys())
 def test_rfc3339(ns: int, expected: str | None) -> None:
-    assert stats.rfc3339(ns) == expected
+    assert summary.rfc3339(ns) == expected
 
 
 # ------------------------------------------------------------------------------------- CRI fixtures
@@ -245,7 +246,7 @@ def test_pod_samples_selects_running_containers_of_current_sandboxes() -> None:
     ]
     web_sandbox_stats = cri.PodSandboxStats(id="new")
     logs = {"c-app": cri.FilesystemUsage(used_bytes=1)}
-    pods = stats.pod_samples(sandboxes, containers, stats_list, {"new": web_sandbox_stats}, logs)
+    pods = summary.pod_samples(sandboxes, containers, stats_list, {"new": web_sandbox_stats}, logs)
     assert [(p.namespace, p.name, p.sandbox_id) for p in pods] == [("a-first", "zeta", "z"), ("default", "web", "new")]
     web = pods[1]
     assert web.uid == "uid-web" and web.start_time == T0 - 60 * SECOND and web.sandbox is web_sandbox_stats
@@ -267,19 +268,19 @@ def test_pod_identity_falls_back_to_the_labels() -> None:
         },
     )
     bare = cri.Container(id="c", pod_sandbox_id="s", state=cri.ContainerState.RUNNING)
-    (pod,) = stats.pod_samples([labelled], [bare], [cstats("c", labels={"io.kubernetes.container.name": "main"})])
+    (pod,) = summary.pod_samples([labelled], [bare], [cstats("c", labels={"io.kubernetes.container.name": "main"})])
     assert (pod.namespace, pod.name, pod.uid, pod.containers[0].name) == ("n", "p", "u", "main")
 
 
 # ------------------------------------------------------------------------------------------ snapshot
 
-ROOT_FS = stats.FsInfo(
+ROOT_FS = summary.FsInfo(
     timestamp=T0, capacity_bytes=1000, available_bytes=600, used_bytes=400, inodes=100, inodes_free=70
 )
-IMAGE_FS_SIZE = stats.FsInfo(
+IMAGE_FS_SIZE = summary.FsInfo(
     timestamp=T0, capacity_bytes=5000, available_bytes=4000, used_bytes=1000, inodes=500, inodes_free=450
 )
-NODE = stats.NodeSample(
+NODE = summary.NodeSample(
     node_name="node-1",
     boot_time=T0 - 3600 * SECOND,
     cpu=cpu(T0, 10 * SECOND),
@@ -287,9 +288,9 @@ NODE = stats.NodeSample(
     swap=cri.SwapUsage(timestamp=T0 + 10 * SECOND, swap_usage_bytes=500, swap_available_bytes=0),
     root_fs=ROOT_FS,
     image_fs=cri.FilesystemUsage(mountpoint=IMAGE_FS, timestamp=T0, used_bytes=3000, inodes_used=30),
-    rlimit=stats.Rlimit(timestamp=T0, max_pid=32768, running_processes=145),
+    rlimit=summary.Rlimit(timestamp=T0, max_pid=32768, running_processes=145),
 )
-WEB = stats.PodSample(
+WEB = summary.PodSample(
     name="web",
     namespace="default",
     uid="uid-web",
@@ -308,7 +309,7 @@ WEB = stats.PodSample(
         ),
     ),
     containers=(
-        stats.ContainerSample(
+        summary.ContainerSample(
             name="app",
             start_time=T0 - 30 * SECOND,
             stats=cstats("c-app", "app", cpu=WEB_CPU, memory=WEB_MEMORY, writable_layer=WEB_LAYER),
@@ -317,23 +318,23 @@ WEB = stats.PodSample(
     ),
 )
 # A pod whose sandbox could not be measured: its CPU and memory are its containers' sums.
-BATCH = stats.PodSample(
+BATCH = summary.PodSample(
     name="batch",
     namespace="jobs",
     uid="uid-batch",
     start_time=T0 - 60 * SECOND,
     sandbox_id="sb-batch",
     containers=(
-        stats.ContainerSample(
+        summary.ContainerSample(
             name="a", start_time=T0 - 20 * SECOND, stats=cstats("c-a", "a", cpu=cpu(T0, 2 * SECOND), memory=WEB_MEMORY)
         ),
-        stats.ContainerSample(name="b", start_time=0, stats=cstats("c-b", "b")),  # the runtime had nothing yet
+        summary.ContainerSample(name="b", start_time=0, stats=cstats("c-b", "b")),  # the runtime had nothing yet
     ),
 )
 NOW = T0 + 5 * SECOND
 NOW_TEXT = "2021-06-22T21:11:23Z"
 NOW_MS = "1624396283302"
-SNAPSHOT = stats.StatsSnapshot(timestamp=NOW, node=NODE, pods=(BATCH, WEB), filesystems={IMAGE_FS: IMAGE_FS_SIZE})
+SNAPSHOT = summary.StatsSnapshot(timestamp=NOW, node=NODE, pods=(BATCH, WEB), filesystems={IMAGE_FS: IMAGE_FS_SIZE})
 
 ROOT_FS_JSON = {"availableBytes": 600, "capacityBytes": 1000, "inodesFree": 70, "inodes": 100}
 IMAGE_FS_JSON = {
@@ -443,7 +444,7 @@ EXPECTED_SUMMARY = {
 
 
 def test_summary() -> None:
-    assert stats.summary(SNAPSHOT) == EXPECTED_SUMMARY
+    assert summary.summary(SNAPSHOT) == EXPECTED_SUMMARY
 
 
 def test_summary_json_is_indented_like_go_restful() -> None:
@@ -453,8 +454,8 @@ def test_summary_json_is_indented_like_go_restful() -> None:
 
 
 def test_summary_of_a_failed_collection_has_no_pods() -> None:
-    failed = stats.StatsSnapshot(timestamp=NOW, node=stats.NodeSample(node_name="n"), pods=(WEB,), error="down")
-    assert stats.summary(failed) == {"node": {"nodeName": "n", "startTime": None}, "pods": []}
+    failed = summary.StatsSnapshot(timestamp=NOW, node=summary.NodeSample(node_name="n"), pods=(WEB,), error="down")
+    assert summary.summary(failed) == {"node": {"nodeName": "n", "startTime": None}, "pods": []}
 
 
 EXPECTED_RESOURCE_METRICS = text(
@@ -515,12 +516,12 @@ systems
 
 
 def test_resource_metrics() -> None:
-    assert stats.resource_metrics(SNAPSHOT) == EXPECTED_RESOURCE_METRICS
+    assert summary.resource_metrics(SNAPSHOT) == EXPECTED_RESOURCE_METRICS
 
 
 def test_resource_metrics_of_a_failed_collection_is_only_the_error() -> None:
-    failed = stats.StatsSnapshot(timestamp=NOW, node=NODE, pods=(WEB,), error="runtime down")
-    assert stats.resource_metrics(failed) == text(
+    failed = summary.StatsSnapshot(timestamp=NOW, node=NODE, pods=(WEB,), error="runtime down")
+    assert summary.resource_metrics(failed) == text(
         """
         # HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise
         # TYPE resource_scrape_error gauge
@@ -530,14 +531,14 @@ def test_resource_metrics_of_a_failed_collection_is_only_the_error() -> None:
 
 
 def test_resource_metrics_escape_labels_and_skip_unknown_node_numbers() -> None:
-    odd = stats.PodSample(
+    odd = summary.PodSample(
         name='we"ird',
         namespace="ns",
         uid="u",
-        containers=(stats.ContainerSample(name="c\\1", start_time=0, stats=cstats("x", cpu=cpu(T0, SECOND))),),
+        containers=(summary.ContainerSample(name="c\\1", start_time=0, stats=cstats("x", cpu=cpu(T0, SECOND))),),
     )
-    snapshot = stats.StatsSnapshot(timestamp=NOW, node=stats.NodeSample(node_name="n"), pods=(odd,))
-    out = stats.resource_metrics(snapshot)
+    snapshot = summary.StatsSnapshot(timestamp=NOW, node=summary.NodeSample(node_name="n"), pods=(odd,))
+    out = summary.resource_metrics(snapshot)
     assert f'container_cpu_usage_seconds_total{{container="c\\\\1",namespace="ns",pod="we\\"ird"}} 1 {T0_MS}\n' in out
     assert "node_" not in out
 
@@ -648,7 +649,7 @@ async def test_collector_gathers_node_pods_and_filesystems(fake_node: dict[str, 
     assert node.node_name == "node-1" and node.boot_time == 1624390000 * SECOND
     assert node.cpu is not None and node.cpu.usage_core_nano_seconds == 131 * SECOND // 100
     assert node.cpu.usage_nano_cores is None  # no earlier sample yet
-    assert node.memory == stats.node_memory(
+    assert node.memory == summary.node_memory(
         MEMINFO, timestamp=node.memory.timestamp, vmstat={"pgfault": 11, "pgmajfault": 3}
     )
     assert node.rlimit is not None and (node.rlimit.max_pid, node.rlimit.running_processes) == (32768, 145)

@@ -1,4 +1,4 @@
-"""kopflet.status: the pod status as upstream generateAPIPodStatus + the status manager would write it.
+"""kopflet.status.generate: the pod status as upstream generateAPIPodStatus + the status manager would write it.
 
 One base pod (containers ``web`` and ``log``; optionally init containers ``init1``/``init2``) and one base
 runtime where everything runs; cases edit either and compare whole status dicts where practical.
@@ -14,10 +14,17 @@ from typing import Any
 import pytest
 
 from cri_client.types import NamespaceMode
-from kopflet import status as pod_status
-from kopflet.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
-from kopflet.spec import Pod, pod_from_body
-from kopflet.status import Waiting, compute_pod_status, get_phase, status_changed, status_patch, terminal_status
+from kopflet.api.spec import Pod, pod_from_body
+from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
+from kopflet.status import generate as pod_status
+from kopflet.status.generate import (
+    Waiting,
+    compute_pod_status,
+    get_phase,
+    status_changed,
+    status_patch,
+    terminal_status,
+)
 
 S = 1_000_000_000
 T0 = 1_717_243_000  # seconds: when the containers started

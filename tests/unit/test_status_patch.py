@@ -1,4 +1,4 @@
-"""kopflet.status.status_patch: minimal strategic-merge patches of pods/status."""
+"""kopflet.status.generate.status_patch: minimal strategic-merge patches of pods/status."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kopflet.status import status_patch
+from kopflet.status.generate import status_patch
 
 READY = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
 FOREIGN = {"type": "example.com/Gate", "status": "True"}

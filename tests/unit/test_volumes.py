@@ -1,4 +1,5 @@
-"""kopflet.volumes: volume plans per kind, payloads (items, modes, optional), errors as FailedMount messages, mounts.
+"""kopflet.volumes.plugins: volume plans per kind, payloads (items, modes, optional), errors as FailedMount messages,
+mounts.
 
 One base pod; each case gives its volumes (and mounts) and the fetched ConfigMaps/Secrets/tokens, and states
 the plan (or the exact error message).
@@ -13,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from agent.volumes import set_volume_ownership
 from cri_client.types import Mount, MountPropagation
-from kopflet import volumes
-from kopflet.spec import Pod, pod_from_body
-from kopflet.volumes import FileEntry, TokenSpec, VolumeError, VolumePlan
+from kopflet.api.spec import Pod, pod_from_body
+from kopflet.volumes import plugins
+from kopflet.volumes.manager import set_volume_ownership
+from kopflet.volumes.plugins import FileEntry, TokenSpec, VolumeError, VolumePlan
 
 ROOT = "/var/lib/kopflet"
 UID = "uid-1"
@@ -55,7 +56,7 @@ KUBE_API_ACCESS = {"name": "kube-api-access-x1y2z", "projected": {"defaultMode":
 
 
 def plan(vols: list[dict[str, Any]], **kwargs: Any) -> dict[str, VolumePlan]:
-    return volumes.plan_volumes(make_pod(vols, **kwargs), root_dir=ROOT, config_maps=CONFIG_MAPS, secrets=SECRETS,
+    return plugins.plan_volumes(make_pod(vols, **kwargs), root_dir=ROOT, config_maps=CONFIG_MAPS, secrets=SECRETS,
                                 tokens=TOKENS, node_allocatable={"cpu": "4", "memory": "8Gi"})
 
 
@@ -67,7 +68,7 @@ def files(*entries: tuple[str, bytes, int]) -> tuple[FileEntry, ...]:
 
 
 def test_volume_dir_layout() -> None:
-    assert volumes.volume_dir("/r", "u", "empty-dir", "v") == "/r/pods/u/volumes/kubernetes.io~empty-dir/v"
+    assert plugins.volume_dir("/r", "u", "empty-dir", "v") == "/r/pods/u/volumes/kubernetes.io~empty-dir/v"
 
 
 # ------------------------------------------------------------------------------------------------ plans
@@ -251,15 +252,15 @@ def test_referenced_objects_and_token_requests() -> None:
         KUBE_API_ACCESS,
         {"name": "e", "emptyDir": {}},
     ])
-    assert volumes.referenced_objects(pod) == (frozenset({"cfg", "extra", "kube-root-ca.crt"}),
+    assert plugins.referenced_objects(pod) == (frozenset({"cfg", "extra", "kube-root-ca.crt"}),
                                                frozenset({"creds", "more"}))
-    assert volumes.token_requests(pod) == (TokenSpec("p", "v", "vault", 900),
+    assert plugins.token_requests(pod) == (TokenSpec("p", "v", "vault", 900),
                                            TokenSpec("kube-api-access-x1y2z", "token", "", 3607))
 
 
 def test_token_request_defaults() -> None:
     pod = make_pod([{"name": "p", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}])
-    assert volumes.token_requests(pod) == (TokenSpec("p", "t", "", 3600),)
+    assert plugins.token_requests(pod) == (TokenSpec("p", "t", "", 3600),)
 
 
 # ---------------------------------------------------------------------------------------------- mounts
@@ -295,8 +296,8 @@ MOUNT_CASES: list[tuple[str, dict[str, Any], Mount]] = [
 
 def mounts_for(mounts: list[dict[str, Any]]) -> list[Mount]:
     pod = make_pod(MOUNT_VOLUMES, mounts)
-    plans = volumes.plan_volumes(pod, root_dir=ROOT, config_maps=CONFIG_MAPS, secrets=SECRETS, tokens=TOKENS)
-    return volumes.container_mounts(pod, pod.spec.containers[0], plans, ENV)
+    plans = plugins.plan_volumes(pod, root_dir=ROOT, config_maps=CONFIG_MAPS, secrets=SECRETS, tokens=TOKENS)
+    return plugins.container_mounts(pod, pod.spec.containers[0], plans, ENV)
 
 
 @pytest.mark.parametrize(("mount", "expected"), [c[1:] for c in MOUNT_CASES], ids=[c[0] for c in MOUNT_CASES])
@@ -327,10 +328,10 @@ def test_container_mount_error(mount: dict[str, Any], message: str) -> None:
 
 
 def test_validate_path() -> None:
-    assert volumes.validate_path("a/b.c") is None
-    assert volumes.validate_path("..") == "invalid path: must not contain '..': .."
-    assert volumes.validate_path("x" * 256) == "invalid path: filenames must be less than or equal to 255 characters"
-    assert volumes.validate_path("/".join(["x" * 200] * 21)) == (
+    assert plugins.validate_path("a/b.c") is None
+    assert plugins.validate_path("..") == "invalid path: must not contain '..': .."
+    assert plugins.validate_path("x" * 256) == "invalid path: filenames must be less than or equal to 255 characters"
+    assert plugins.validate_path("/".join(["x" * 200] * 21)) == (
         "invalid path: must be less than or equal to 4096 characters")
 
 
@@ -343,7 +344,7 @@ def test_validate_path() -> None:
     (0o100600, False, False, 0o660),  # file type bits dropped
 ])
 def test_ownership_mode_under_fs_group(mode: int, is_dir: bool, read_only: bool, expected: int) -> None:
-    assert volumes.ownership_mode(mode, is_dir=is_dir, read_only=read_only) == expected
+    assert plugins.ownership_mode(mode, is_dir=is_dir, read_only=read_only) == expected
 
 
 def test_set_volume_ownership_walks_the_volume(tmp_path: Path) -> None:

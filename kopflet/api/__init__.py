@@ -1,0 +1,1 @@
+"""The Pod API types the agent reads, quantities and QoS (k8s.io/api core/v1, apimachinery resource, helper/qos)."""

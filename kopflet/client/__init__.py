@@ -1,0 +1,1 @@
+"""The apiserver client and the event recorder (client-go rest and tools/record)."""

@@ -1,0 +1,83 @@
+"""Pod events as the upstream kubelet reports them: source ``kubelet`` on this node, repeated events
+counted up instead of duplicated (the client-go event correlator's aggregation, simplified).
+
+Posting an event never fails the caller: events are best effort, as upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import uuid
+from typing import Any
+
+from kopflet.api import spec
+from kopflet.client.kubeapi import API_ERRORS, KubeApiError, KubeClient
+
+logger = logging.getLogger(__name__)
+
+NORMAL, WARNING = "Normal", "Warning"
+# How long a repeated event is folded into the earlier one (client-go's default is 10 minutes).
+AGGREGATION_WINDOW = 600.0
+MAX_CACHED = 4096
+
+
+class EventRecorder:
+    def __init__(self, api: KubeClient, node_name: str) -> None:
+        self.api, self.node_name = api, node_name
+        self._seen: dict[tuple[str, ...], tuple[str, str, int, float]] = {}  # key -> (ns, name, count, when)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def pod_event(self, pod: Any, type_: str, reason: str, message: str, container: str | None = None,
+                  init: bool = False) -> None:
+        """Fire and forget; ``pod`` is a kopflet.api.spec.Pod (name, namespace, uid)."""
+        field_path = ""
+        if container:
+            kind = "initContainers" if init else "containers"
+            if isinstance(pod, spec.Pod) and pod.spec.is_ephemeral(container):
+                kind = "ephemeralContainers"  # upstream GenerateContainerRef
+            field_path = f"spec.{kind}{{{container}}}"
+        involved = {"kind": "Pod", "apiVersion": "v1", "namespace": pod.namespace, "name": pod.name,
+                    "uid": pod.uid, **({"fieldPath": field_path} if field_path else {})}
+        task = asyncio.create_task(self._post(pod.namespace, involved, type_, reason, message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _post(self, namespace: str, involved: dict[str, str], type_: str, reason: str, message: str) -> None:
+        now = datetime.datetime.now(datetime.UTC)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        key = (involved["uid"], involved.get("fieldPath", ""), type_, reason, message)
+        loop_now = asyncio.get_running_loop().time()
+        try:
+            seen = self._seen.get(key)
+            if seen and loop_now - seen[3] < AGGREGATION_WINDOW:
+                ns, name, count, _ = seen
+                await self.api.patch_event(ns, name, {"count": count + 1, "lastTimestamp": stamp})
+                self._seen[key] = (ns, name, count + 1, loop_now)
+                return
+            name = f"{involved['name']}.{uuid.uuid4().hex[:16]}"
+            await self.api.create_event(namespace, {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": namespace},
+                "involvedObject": involved, "reason": reason, "message": message, "type": type_,
+                "source": {"component": "kubelet", "host": self.node_name},
+                "reportingComponent": "kubelet", "reportingInstance": self.node_name,
+                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            })
+            if len(self._seen) >= MAX_CACHED:
+                self._seen.clear()
+            self._seen[key] = (namespace, name, 1, loop_now)
+        except API_ERRORS as exc:
+            if isinstance(exc, KubeApiError) and exc.status == 403 and "being terminated" in exc.message:
+                # The namespace is going away with the pod: nothing to report to (upstream drops these too).
+                logger.debug(f"event {reason} for {namespace}/{involved['name']} dropped: {exc.message}")
+                return
+            if isinstance(exc, KubeApiError) and exc.not_found and key in self._seen:
+                del self._seen[key]  # the folded-into event expired; the next repeat creates a new one
+            logger.warning(f"could not post event {reason} for {namespace}/{involved['name']}: {exc}")
+
+    async def flush(self) -> None:
+        """Wait for events still being posted (on shutdown and in tests)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

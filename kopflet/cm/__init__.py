@@ -1,0 +1,1 @@
+"""Pod and QoS cgroups (upstream pkg/kubelet/cm)."""

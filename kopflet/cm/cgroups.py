@@ -1,0 +1,131 @@
+"""Pod cgroups on the node: the I/O half of `kopflet.cm.helpers` (upstream pkg/kubelet/cm podContainerManager and
+cgroupManager, cgroupfs driver).
+
+The pod's cgroup (``/kubepods[/burstable|/besteffort]/pod<uid>``) is created with its limits before the sandbox,
+so the runtime nests the sandbox and the containers under it, and rewritten when an in-place resize changes the
+pod's resources. cgroup v1 gets the cpu, memory and pids controllers written (runc makes the other controllers'
+directories when it places the sandbox); cgroup v2 gets one directory with its controllers enabled.
+
+Blocking file I/O: call these through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from kopflet.cm import helpers
+from kopflet.kuberuntime import sandbox_config
+
+FS_ROOT = "/sys/fs/cgroup"
+
+
+class CgroupError(Exception):
+    """A pod cgroup value the kernel refused (upstream: "failed to set ..." from libcontainer)."""
+
+
+def is_cgroup2(fs_root: str = FS_ROOT) -> bool:
+    return (Path(fs_root) / "cgroup.controllers").exists()
+
+
+class PodCgroups:
+    """Create, update, read and remove pod cgroups under `fs_root` (``/sys/fs/cgroup``; tests pass a tree)."""
+
+    def __init__(self, fs_root: str = FS_ROOT, *, v2: bool | None = None) -> None:
+        self.fs_root = Path(fs_root)
+        self.v2 = is_cgroup2(fs_root) if v2 is None else v2
+
+    def _dir(self, name: str, subsystem: str) -> Path:
+        relative = name.strip("/")
+        return self.fs_root / relative if self.v2 else self.fs_root / subsystem / relative
+
+    def apply(self, name: str, config: helpers.ResourceConfig) -> None:
+        """Make the cgroup `name` (``/kubepods/burstable/pod<uid>``) exist with `config`'s values."""
+        files = {"": helpers.cgroup_v2_files(config)} if self.v2 else helpers.cgroup_v1_files(config)
+        if self.v2:
+            self._ensure_v2(name)
+        for subsystem, values in files.items():
+            directory = self._dir(name, subsystem)
+            directory.mkdir(parents=True, exist_ok=True)
+            self._write_all(directory, values)
+
+    def read(self, name: str) -> helpers.ResourceConfig | None:
+        """The pod cgroup's cpu and memory settings as the kernel has them (upstream `GetPodCgroupConfig`), None
+        when the cgroup does not exist or cannot be read."""
+        try:
+            if self.v2:
+                directory = self._dir(name, "")
+                cpu = helpers.cpu_config_from_v2((directory / "cpu.max").read_text(),
+                                                 (directory / "cpu.weight").read_text())
+                memory = helpers.memory_limit_from_file((directory / "memory.max").read_text())
+            else:
+                cpu_dir = self._dir(name, "cpu")
+                cpu = helpers.cpu_config_from_v1((cpu_dir / "cpu.shares").read_text(),
+                                                 (cpu_dir / "cpu.cfs_quota_us").read_text(),
+                                                 (cpu_dir / "cpu.cfs_period_us").read_text())
+                limit_file = self._dir(name, "memory") / "memory.limit_in_bytes"
+                memory = helpers.memory_limit_from_file(limit_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return dataclasses.replace(cpu, memory=memory)
+
+    def memory_usage(self, name: str) -> int | None:
+        """The pod cgroup's memory usage in bytes (memory.usage_in_bytes / memory.current), None if unknown."""
+        path = self._dir(name, "") / "memory.current" if self.v2 else \
+            self._dir(name, "memory") / "memory.usage_in_bytes"
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def exists(self, name: str) -> bool:
+        return self._dir(name, "" if self.v2 else "cpu").is_dir()
+
+    def _write_all(self, directory: Path, values: Mapping[str, str]) -> None:
+        # cgroup v1 refuses a CFS period/quota pair one at a time in some orders (quota below the minimum for the
+        # old period): write the period first, as libcontainer does.
+        for filename in sorted(values, key=lambda f: (not f.endswith("period_us"), f)):
+            path = directory / filename
+            if not path.exists():
+                continue  # a controller this kernel lacks (e.g. no pids): upstream skips it too
+            try:
+                path.write_text(values[filename])
+            except OSError as exc:
+                reason = "device or resource busy" if exc.errno == errno.EBUSY else exc.strerror or str(exc)
+                raise CgroupError(f"failed to write {values[filename]!r} to {path}: {reason}") from exc
+
+    def _ensure_v2(self, name: str) -> None:
+        """Each ancestor enables the controllers for its children (cgroup.subtree_control), as runc's fs2 does."""
+        current = self.fs_root
+        wanted = {"cpu", "memory", "pids", "cpuset", "hugetlb", "io"}
+        for part in [p for p in name.strip("/").split("/") if p]:
+            available = set((current / "cgroup.controllers").read_text().split()) \
+                if (current / "cgroup.controllers").exists() else set()
+            enabled = set((current / "cgroup.subtree_control").read_text().split()) \
+                if (current / "cgroup.subtree_control").exists() else set()
+            for controller in sorted((wanted & available) - enabled):
+                with contextlib.suppress(OSError):
+                    (current / "cgroup.subtree_control").write_text(f"+{controller}")
+            current = current / part
+            current.mkdir(exist_ok=True)
+
+    def remove(self, uid: str) -> None:
+        """Remove the pod's (now empty) cgroup in every hierarchy, whatever its QoS tier was (upstream
+        podContainerManager.Destroy)."""
+        name = f"pod{uid}"
+        root = sandbox_config.CGROUP_ROOT.strip("/")
+        if not self.fs_root.is_dir():
+            return
+        bases = [self.fs_root] + [p for p in self.fs_root.iterdir() if p.is_dir() and not p.is_symlink()]
+        for base in bases:
+            for tier in ("", "burstable", "besteffort"):
+                pod_dir = base / root / tier / name
+                if not pod_dir.is_dir():
+                    continue
+                for dirpath, _dirs, _files in sorted(os.walk(pod_dir), key=lambda w: -len(w[0])):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(dirpath)

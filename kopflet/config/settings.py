@@ -1,0 +1,955 @@
+"""The agent's settings: a frozen tree built by a pure function from flags, a config file and the environment.
+
+Names, formats and defaults follow the upstream kubelet: its flags (``--hostname-override``,
+``--container-runtime-endpoint``, ``--register-with-taints`` ...) and its ``KubeletConfiguration`` file
+(``kubelet.config.k8s.io/v1beta1``, read with ``--config``). Precedence is upstream's: a flag beats the
+file, the file beats the default. Below the file sit the older ``KOPFLET_*`` / ``CONTAINER_RUNTIME_ENDPOINT``
+environment variables (the dev stack and the tests use them), and ``NODE_NAME`` (a DaemonSet's downward API)
+for the node name.
+
+Nothing here does I/O: :func:`load` gets the command line, the environment and the hostname as values and
+reads the config file only through the ``read_file`` callable it is given. Every problem is a
+:class:`ConfigError` whose message names the flag, field or variable; nothing is silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import ipaddress
+import json
+import math
+import re
+import shlex
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from kopflet.api import qos
+from kopflet.lifecycle import admission
+
+# The upstream kubelet's default CRI endpoint for containerd.
+DEFAULT_RUNTIME_ENDPOINT = "unix:///run/containerd/containerd.sock"
+# --runtime-request-timeout default: 2 minutes.
+DEFAULT_RUNTIME_REQUEST_TIMEOUT = 120.0
+# The kubelet API server's authorization modes (KubeletAuthorizationMode).
+AUTHORIZATION_MODES = ("AlwaysAllow", "Webhook")
+
+# The kubelet's flags as one shell-quoted string: how they reach the agent under `kopf run`, which owns argv.
+ARGS_ENV = "KOPFLET_ARGS"
+# The DaemonSet downward-API variable for the node name (`fieldRef: spec.nodeName`).
+NODE_NAME_ENV = "NODE_NAME"
+
+CONFIG_API_VERSION = "kubelet.config.k8s.io/v1beta1"
+CONFIG_KIND = "KubeletConfiguration"
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Resources the kubelet accepts in systemReserved / kubeReserved (pkg/kubelet: parseResourceList).
+RESERVABLE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pid")
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+# Labels a kubelet may set on its own Node (k8s.io/kubelet/pkg/apis: IsKubeletLabel); NodeRestriction refuses others.
+_KUBELET_LABELS = frozenset({
+    "kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch",
+    "topology.kubernetes.io/zone", "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os", "beta.kubernetes.io/arch",
+})
+_KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the flag, config field or variable and what it expects."""
+
+
+class _Invalid(ValueError):
+    """A value is wrong; the caller prefixes the message with where the value came from."""
+
+
+# One taint type for the whole core: admission matches tolerations against the same objects.
+Taint = admission.Taint
+
+
+def _frozen(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    node_name: str
+    """The Node this agent is; only Pods with ``spec.nodeName`` equal to it are watched."""
+    runtime_endpoint: str = DEFAULT_RUNTIME_ENDPOINT
+    """``--container-runtime-endpoint``: CRI socket, ``unix://`` only (as the upstream kubelet on Linux)."""
+    image_endpoint: str = DEFAULT_RUNTIME_ENDPOINT
+    """``--image-service-endpoint``: CRI image service; :func:`load` defaults it to ``runtime_endpoint``."""
+    runtime_request_timeout: float = DEFAULT_RUNTIME_REQUEST_TIMEOUT
+    """Deadline for every CRI call except image pulls, which get their own."""
+    node_ip: str = ""
+    """The node's InternalIP (``--node-ip``): hostIP of its pods. Empty: detected at start."""
+    root_dir: str = "/var/lib/kopflet"
+    """Per-pod files (termination-log files, later volumes), as ``/var/lib/kubelet`` upstream."""
+    pod_log_root: str = "/var/log/pods"
+    """``podLogsDir``: where CRI container logs go; log collectors expect the default."""
+    cluster_dns: tuple[str, ...] = ()
+    """``--cluster-dns``: nameservers for ClusterFirst pods; empty means pods fall back to the host's."""
+    cluster_domain: str = "cluster.local"
+    """``--cluster-domain``."""
+    resync_period: float = 60.0
+    """``syncFrequency``: every pod is synced at least this often."""
+    kubeconfig: str = ""
+    """``--kubeconfig``: the apiserver credentials; empty means in-cluster, then ``$KUBECONFIG``/``~/.kube/config``."""
+    pod_manifest_path: str = ""
+    """``--pod-manifest-path`` / ``staticPodPath``: static pod manifests (a directory or one file); empty: none."""
+    file_check_frequency: float = 20.0
+    """``fileCheckFrequency``: how often the static pod path is re-read, in seconds."""
+    max_pods: int = 110
+    """``--max-pods``: admission rejects pods beyond this (``OutOfpods``); also the Node's ``pods`` capacity."""
+    node_labels: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
+    """``--node-labels``: extra labels for the Node at registration."""
+    register_with_taints: tuple[Taint, ...] = ()
+    """``--register-with-taints``: taints for the Node at its first registration."""
+    system_reserved: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
+    """``--system-reserved``: resource name -> quantity held back from pods for the OS."""
+    kube_reserved: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
+    """``--kube-reserved``: resource name -> quantity held back from pods for Kubernetes daemons."""
+    allowed_unsafe_sysctls: tuple[str, ...] = ()
+    """``--allowed-unsafe-sysctls``: unsafe sysctls (or ``prefix*`` patterns) pods may set."""
+    node_status_update_frequency: float = 10.0
+    """``nodeStatusUpdateFrequency``: how often node status is computed (and posted if changed)."""
+    node_status_report_frequency: float = 300.0
+    """``nodeStatusReportFrequency``: node status is posted at least this often even if unchanged."""
+    serialize_image_pulls: bool = True
+    """``serializeImagePulls``: pull one image at a time."""
+    healthz_port: int = 10248
+    """``--healthz-port``: the liveness endpoint's port; 0 disables it."""
+    healthz_bind_address: str = "127.0.0.1"
+    """``--healthz-bind-address``."""
+    log_verbosity: int = 0
+    """``-v``/``--v``: log verbosity as klog levels (4 and above: debug logging)."""
+    address: str = "0.0.0.0"
+    """``--address``: where the kubelet API (HTTPS: logs, exec, port-forward, stats) listens."""
+    port: int = 10250
+    """``--port``: the kubelet API's port."""
+    tls_cert_file: str = ""
+    """``--tls-cert-file``: the API's serving certificate (intermediates after it); empty: self-signed."""
+    tls_private_key_file: str = ""
+    """``--tls-private-key-file``: the key of ``tls_cert_file``."""
+    cert_dir: str = ""
+    """``--cert-dir``: where the self-signed ``kubelet.crt``/``kubelet.key`` live; empty: ``<root_dir>/pki``."""
+    client_ca_file: str = ""
+    """``authentication.x509.clientCAFile``: CA bundle for client certificates (the apiserver's); empty: none."""
+    anonymous_auth: bool = False
+    """``authentication.anonymous.enabled``: requests without credentials become ``system:anonymous``.
+    False as in the KubeletConfiguration file (upstream's flag alone, without ``--config``, defaults to true)."""
+    authentication_token_webhook: bool = True
+    """``authentication.webhook.enabled``: bearer tokens are checked with a TokenReview."""
+    authentication_token_webhook_cache_ttl: float = 120.0
+    """``authentication.webhook.cacheTTL``: how long TokenReview answers are cached, in seconds; 0: not cached."""
+    authorization_mode: str = "Webhook"
+    """``authorization.mode``: ``Webhook`` (a SubjectAccessReview per request) or ``AlwaysAllow``."""
+    authorization_webhook_cache_authorized_ttl: float = 300.0
+    """``authorization.webhook.cacheAuthorizedTTL``: how long an "allowed" answer is cached, in seconds."""
+    authorization_webhook_cache_unauthorized_ttl: float = 30.0
+    """``authorization.webhook.cacheUnauthorizedTTL``: how long a "denied" answer is cached, in seconds."""
+
+    @property
+    def pod_field_selector(self) -> str:
+        return f"spec.nodeName={self.node_name}"
+
+    @property
+    def cert_directory(self) -> str:
+        """``--cert-dir`` as upstream defaults it: ``<root-dir>/pki``."""
+        return self.cert_dir or f"{self.root_dir.rstrip('/')}/pki"
+
+    @property
+    def healthz_endpoint(self) -> str:
+        """The liveness URL (Kopf's ``liveness_endpoint``), or "" when ``healthz_port`` is 0."""
+        if not self.healthz_port:
+            return ""
+        host = self.healthz_bind_address
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.healthz_port}/healthz"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Values: text (flags, environment) and YAML (config file) parsers. They raise _Invalid with a message that does
+# not say where the value came from.
+
+def _show(value: Any) -> str:
+    """A value as an error message shows it: strings quoted, collections by kind."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, str | int | float):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go duration (``time.ParseDuration``): ``2m0s``, ``1h30m``, ``500ms``, ``0``."""
+    s = text
+    sign = -1.0 if s.startswith("-") else 1.0
+    if s[:1] in ("+", "-"):
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    if not s:
+        raise _Invalid(f'expected a duration such as "1m30s", got {_show(text)}')
+    total, pos = 0.0, 0
+    while pos < len(s):
+        match = _DURATION_PART.match(s, pos)
+        if match is None:
+            raise _Invalid(f'expected a duration such as "1m30s" (units h, m, s, ms, us, ns), got {_show(text)}')
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    return sign * total
+
+
+def _positive_duration(text: str) -> float:
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise _Invalid(f"must be a positive duration, got {_show(text)}")
+    return seconds
+
+
+def _non_negative_duration(text: str) -> float:
+    seconds = parse_duration(text)
+    if seconds < 0:
+        raise _Invalid(f"must not be a negative duration, got {_show(text)}")
+    return seconds
+
+
+def _seconds_or_duration(text: str) -> float:
+    """The legacy ``KOPFLET_RUNTIME_REQUEST_TIMEOUT``: a plain number of seconds, or a Go duration."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            seconds = parse_duration(text)
+        except _Invalid:
+            raise _Invalid(f'expected a number of seconds or a duration such as "2m0s", got {_show(text)}') from None
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise _Invalid(f"must be positive, got {_show(text)}")
+    return seconds
+
+
+def _integer(text: str) -> int:
+    if not re.fullmatch(r"[+-]?\d+", text.strip()):
+        raise _Invalid(f"expected an integer, got {_show(text)}")
+    return int(text)
+
+
+def _bool(text: str) -> bool:
+    # strconv.ParseBool, as pflag.
+    if text in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if text in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    raise _Invalid(f"expected true or false, got {_show(text)}")
+
+
+def _string(text: str) -> str:
+    return text
+
+
+def _endpoint(text: str) -> str:
+    if text.startswith("/"):
+        text = f"unix://{text}"  # the kubelet's deprecated fallback for a bare socket path
+    if not text.startswith("unix://") or len(text) <= len("unix://"):
+        raise _Invalid(f"{_show(text)} must be a unix:// socket address such as {_show(DEFAULT_RUNTIME_ENDPOINT)}")
+    return text
+
+
+def _absolute_path(text: str) -> str:
+    if not text.startswith("/"):
+        raise _Invalid(f"{_show(text)} must be an absolute path")
+    return text
+
+
+def _ip(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text.strip()))
+    except ValueError:
+        raise _Invalid(f"{_show(text)} is not an IP address") from None
+
+
+def _node_ip(text: str) -> str:
+    if "," in text:
+        raise _Invalid(f"{_show(text)}: dual-stack node IPs are not supported, give one IP address")
+    return _ip(text)
+
+
+def _ips(text: str) -> tuple[str, ...]:
+    return tuple(_ip(part) for part in _csv(text))
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _domain(text: str) -> str:
+    domain = text.strip().rstrip(".").lower()
+    if len(domain) > 253 or not _SUBDOMAIN.match(domain):
+        raise _Invalid(f"{_show(text)} is not a valid DNS domain")
+    return domain
+
+
+def _non_negative(text: str) -> int:
+    number = _integer(text)
+    if number < 0:
+        raise _Invalid(f"must not be negative, got {number}")
+    return number
+
+
+def _port(text: str) -> int:
+    number = _integer(text)
+    if not 0 <= number <= 65535:
+        raise _Invalid(f"must be a port number from 0 (disabled) to 65535, got {number}")
+    return number
+
+
+def _server_port(text: str) -> int:
+    number = _integer(text)
+    if not 1 <= number <= 65535:
+        raise _Invalid(f"must be between 1 and 65535, inclusive, got {number}")
+    return number
+
+
+def _authorization_mode(text: str) -> str:
+    if text not in AUTHORIZATION_MODES:
+        raise _Invalid(f"unknown authorization mode {_show(text)}: expected one of {', '.join(AUTHORIZATION_MODES)}")
+    return text
+
+
+def check_label_key(key: str) -> None:
+    """``validation.IsQualifiedName``: ``[prefix/]name``, the prefix a DNS subdomain, the name up to 63 characters."""
+    if key.count("/") > 1:
+        raise _Invalid(f"invalid label key {_show(key)}: at most one '/'")
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
+        raise _Invalid(f"invalid label key {_show(key)}: the prefix must be a lowercase DNS subdomain")
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        raise _Invalid(f"invalid label key {_show(key)}: the name must be 1-63 characters of [A-Za-z0-9-_.], "
+                       f"starting and ending with a letter or digit")
+
+
+def check_label_value(key: str, value: str) -> None:
+    """``validation.IsValidLabelValue``: empty, or up to 63 characters like a label name."""
+    if value and (len(value) > 63 or not _QUALIFIED_NAME.match(value)):
+        raise _Invalid(f"invalid value {_show(value)} for {_show(key)}: at most 63 characters of [A-Za-z0-9-_.], "
+                       f"starting and ending with a letter or digit")
+
+
+def _pairs(text: str) -> dict[str, str]:
+    """``k=v,k2=v2`` as the kubelet's ``MapStringString`` flags; keys and values are trimmed."""
+    pairs: dict[str, str] = {}
+    for part in text.split(","):
+        if not part:
+            continue
+        key, eq, value = part.partition("=")
+        if not eq:
+            raise _Invalid(f"malformed pair {_show(part)}, expected key=value")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def _labels(text: str) -> Mapping[str, str]:
+    labels = _pairs(text)
+    for key, value in labels.items():
+        check_label_key(key)
+        check_label_value(key, value)
+        namespace = key.partition("/")[0] if "/" in key else ""
+        is_k8s = any(namespace == ns or namespace.endswith(f".{ns}") for ns in ("kubernetes.io", "k8s.io"))
+        allowed = key in _KUBELET_LABELS or any(
+            namespace == ns or namespace.endswith(f".{ns}") for ns in _KUBELET_LABEL_NAMESPACES)
+        if is_k8s and not allowed:
+            raise _Invalid(f"label {_show(key)} is in the 'kubernetes.io' or 'k8s.io' namespace: a kubelet may only "
+                           f"set those under {', '.join(_KUBELET_LABEL_NAMESPACES)} or the well-known "
+                           f"{', '.join(sorted(_KUBELET_LABELS))}")
+    return _frozen(labels)
+
+
+def _quantities(pairs: Mapping[str, str]) -> Mapping[str, str]:
+    for name, quantity in pairs.items():
+        if name not in RESERVABLE_RESOURCES:
+            raise _Invalid(f"cannot reserve {_show(name)}: only {', '.join(RESERVABLE_RESOURCES)}")
+        try:
+            amount = qos.parse_quantity(quantity)
+        except qos.QuantityError as exc:
+            raise _Invalid(f"{name}: {exc}") from None
+        if amount < 0:
+            raise _Invalid(f"resource quantity for {_show(name)} cannot be negative: {_show(quantity)}")
+    return _frozen(pairs)
+
+
+def _reserved(text: str) -> Mapping[str, str]:
+    return _quantities(_pairs(text))
+
+
+def _sysctl(name: str) -> str:
+    """An unsafe sysctl or ``prefix*`` pattern, checked as the kubelet does at start (sysctl NewAllowlist)."""
+    try:
+        admission.validate_sysctl_patterns([name])
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+    return name
+
+
+def _sysctls(text: str) -> tuple[str, ...]:
+    return tuple(_sysctl(name) for name in _csv(text))
+
+
+def _taint(key: str, value: str, effect: str, spec: str) -> Taint:
+    if effect not in TAINT_EFFECTS:
+        raise _Invalid(f"invalid taint {_show(spec)}: effect {_show(effect)} is not one of {', '.join(TAINT_EFFECTS)}")
+    try:
+        check_label_key(key)
+        check_label_value(key, value)
+    except _Invalid as exc:
+        raise _Invalid(f"invalid taint {_show(spec)}: {exc}") from None
+    return Taint(key=key, value=value, effect=effect)
+
+
+def _unique_taints(taints: Sequence[Taint]) -> tuple[Taint, ...]:
+    seen: set[tuple[str, str]] = set()
+    for taint in taints:
+        if (taint.key, taint.effect) in seen:
+            raise _Invalid(f"duplicated taints with the same key and effect: {taint.key}:{taint.effect}")
+        seen.add((taint.key, taint.effect))
+    return tuple(taints)
+
+
+def parse_taint(spec: str) -> Taint:
+    """``key=value:Effect`` or ``key:Effect`` (pkg/util/taints: parseTaint); the effect is required."""
+    head, colon, effect = spec.rpartition(":")
+    if not colon or not head:
+        raise _Invalid(f"invalid taint {_show(spec)}: expected key=value:Effect or key:Effect")
+    key, _, value = head.partition("=")
+    if "=" in value:
+        raise _Invalid(f"invalid taint {_show(spec)}: more than one '='")
+    if ":" in head:
+        raise _Invalid(f"invalid taint {_show(spec)}: more than one ':'")
+    return _taint(key, value, effect, spec)
+
+
+def _taints(text: str) -> tuple[Taint, ...]:
+    return _unique_taints([parse_taint(part) for part in _csv(text)])
+
+
+def _verbosity(text: str) -> int:
+    return _non_negative(text)
+
+
+# YAML values (the config file): the JSON types the Go struct decodes.
+
+def _yaml_string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(f"expected a string, got {_show(value)}")
+    return value
+
+
+def _yaml_integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Invalid(f"expected an integer, got {_show(value)}")
+    return value
+
+
+def _yaml_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(f"expected true or false, got {_show(value)}")
+    return value
+
+
+def _yaml_strings(value: Any) -> list[str]:
+    if not isinstance(value, list):
+        raise _Invalid(f"expected a list of strings, got {_show(value)}")
+    for item in value:
+        if not isinstance(item, str):
+            raise _Invalid(f"expected a list of strings, got an item {_show(item)}")
+    return value
+
+
+def _yaml_string_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise _Invalid(f"expected a mapping of strings, got {_show(value)}")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise _Invalid(f"expected a mapping of strings, got {_show(item)} for {_show(key)}")
+    return {str(key): item for key, item in value.items()}
+
+
+def _yaml_taints(value: Any) -> tuple[Taint, ...]:
+    if not isinstance(value, list):
+        raise _Invalid(f"expected a list of taints, got {_show(value)}")
+    taints = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise _Invalid(f"item {index}: expected a taint (key, value, effect), got {_show(item)}")
+        extra = sorted(set(item) - {"key", "value", "effect"})
+        if extra:
+            raise _Invalid(f"item {index}: unknown field {_show(extra[0])} (a taint has key, value, effect)")
+        fields = {}
+        for name in ("key", "value", "effect"):
+            if item.get(name) is not None and not isinstance(item[name], str):
+                raise _Invalid(f"item {index}: {name}: expected a string, got {_show(item[name])}")
+            fields[name] = item.get(name) or ""
+        if not fields["key"] or not fields["effect"]:
+            raise _Invalid(f"item {index}: a taint needs a key and an effect")
+        taints.append(_taint(fields["key"], fields["value"], fields["effect"], str(Taint(**fields))))
+    return _unique_taints(taints)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    """How one type of setting is read from text (flags, environment) and from YAML (the config file)."""
+
+    metavar: str
+    from_text: Callable[[str], Any]
+    from_yaml: Callable[[Any], Any] | None = None
+    accumulate: Callable[[Any, Any], Any] | None = None
+    """Repeated flags: combine (maps merge, lists append); None: the last one wins."""
+    empty_is_unset: bool = False
+    """An empty string means "not set": the file's, environment's or built-in value applies."""
+    is_bool: bool = False
+
+
+def _merge(old: Mapping[str, str], new: Mapping[str, str]) -> Mapping[str, str]:
+    return _frozen({**old, **new})
+
+
+def _append(old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...]:
+    return old + new
+
+
+def _text_then(kind_text: Callable[[str], Any]) -> Callable[[Any], Any]:
+    return lambda value: kind_text(_yaml_string(value))
+
+
+STRING = _Kind("string", _string, _yaml_string, empty_is_unset=True)
+ENDPOINT = _Kind("string", _endpoint, _text_then(_endpoint), empty_is_unset=True)
+ABSOLUTE_PATH = _Kind("string", _absolute_path, _text_then(_absolute_path), empty_is_unset=True)
+IP = _Kind("ip", _ip, _text_then(_ip), empty_is_unset=True)
+NODE_IP = _Kind("ip", _node_ip, None, empty_is_unset=True)
+IPS = _Kind("ips", _ips, lambda v: tuple(_ip(ip) for ip in _yaml_strings(v)), accumulate=_append)
+DOMAIN = _Kind("string", _domain, _text_then(_domain), empty_is_unset=True)
+COUNT = _Kind("int", _non_negative, lambda v: _non_negative(str(_yaml_integer(v))))
+PORT = _Kind("int", _port, lambda v: _port(str(_yaml_integer(v))))
+# --port must name a port; in the file 0 means the default (10250), as upstream's defaulting.
+SERVER_PORT = _Kind("int", _server_port, lambda v: _port(str(_yaml_integer(v))))
+# An empty mode in the file means the default (Webhook).
+AUTHORIZATION_MODE = _Kind("string", _authorization_mode,
+                           lambda v: _yaml_string(v) and _authorization_mode(v), empty_is_unset=True)
+BOOL = _Kind("bool", _bool, _yaml_bool, is_bool=True)
+# In the file a zero duration means the default (upstream defaulting); on the command line it is an error.
+DURATION = _Kind("duration", _positive_duration, _text_then(_non_negative_duration))
+# Cache TTLs: on the command line 0 turns the cache off; in the file 0 means the default, as upstream.
+TTL = _Kind("duration", _non_negative_duration, _text_then(_non_negative_duration))
+LABELS = _Kind("mapStringString", _labels, None, accumulate=_merge)
+RESERVED = _Kind("mapStringString", _reserved, lambda v: _quantities(_yaml_string_map(v)), accumulate=_merge)
+SYSCTLS = _Kind("strings", _sysctls, lambda v: tuple(_sysctl(s) for s in _yaml_strings(v)), accumulate=_append)
+TAINTS = _Kind("[]Taint", _taints, _yaml_taints)
+VERBOSITY = _Kind("Level", _verbosity, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: its AgentConfig attribute, upstream flag and config-file field, and what it means."""
+
+    attr: str
+    flag: str | None
+    field: str | None
+    kind: _Kind
+    default: str
+    """The default as the docs show it."""
+    help: str
+    zero_is_default: bool = True
+    """In the file, a zero value (0, "0s", "") means the default, as upstream's defaulting of omitempty fields."""
+
+
+# The settings kopflet honours. `flag` is the upstream kubelet flag name, `field` the KubeletConfiguration field.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("kubeconfig", "kubeconfig", None, STRING, '""',
+            "Path to a kubeconfig file with the node's credentials. Empty: in-cluster, then $KUBECONFIG or "
+            "~/.kube/config."),
+    Setting("_config", "config", None, STRING, '""',
+            "A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1). Flags override its fields."),
+    Setting("node_name", "hostname-override", None, STRING, "the hostname",
+            "The node's name. Without it: $NODE_NAME, then the hostname; lowercased."),
+    Setting("node_ip", "node-ip", None, NODE_IP, "detected",
+            "The node's InternalIP address (hostIP of its pods). Empty: the address of the default route."),
+    Setting("runtime_endpoint", "container-runtime-endpoint", "containerRuntimeEndpoint", ENDPOINT,
+            DEFAULT_RUNTIME_ENDPOINT, "The CRI runtime service's unix socket."),
+    Setting("image_endpoint", "image-service-endpoint", "imageServiceEndpoint", ENDPOINT,
+            "the runtime endpoint", "The CRI image service's unix socket."),
+    Setting("runtime_request_timeout", "runtime-request-timeout", "runtimeRequestTimeout", DURATION, "2m0s",
+            "Timeout of every CRI call except image pulls."),
+    Setting("pod_manifest_path", "pod-manifest-path", "staticPodPath", STRING, '""',
+            "Directory (or one file) of static pod manifests. Empty: no static pods."),
+    Setting("file_check_frequency", "file-check-frequency", "fileCheckFrequency", DURATION, "20s",
+            "How often the static pod path is checked for changes."),
+    Setting("resync_period", "sync-frequency", "syncFrequency", DURATION, "1m0s",
+            "Every pod is synced with the runtime at least this often."),
+    Setting("max_pods", "max-pods", "maxPods", COUNT, "110",
+            "The most pods this node runs; more are rejected (OutOfpods)."),
+    Setting("node_labels", "node-labels", None, LABELS, "none",
+            "Labels for the Node at registration: key=value,key2=value2. In kubernetes.io and k8s.io only "
+            "the kubelet's own (node.kubernetes.io/..., kubelet.kubernetes.io/... and the well-known ones)."),
+    Setting("register_with_taints", "register-with-taints", "registerWithTaints", TAINTS, "none",
+            "Taints for the Node at its first registration: key=value:Effect or key:Effect, comma separated; "
+            "effects NoSchedule, PreferNoSchedule, NoExecute."),
+    Setting("root_dir", "root-dir", None, ABSOLUTE_PATH, "/var/lib/kopflet",
+            "Directory for the agent's per-pod files."),
+    Setting("pod_log_root", None, "podLogsDir", ABSOLUTE_PATH, "/var/log/pods",
+            "Directory of the containers' log files."),
+    Setting("cluster_dns", "cluster-dns", "clusterDNS", IPS, "none",
+            "Comma-separated IP addresses of the cluster DNS service for dnsPolicy ClusterFirst pods. "
+            "Empty: such pods get the host's resolvers."),
+    Setting("cluster_domain", "cluster-domain", "clusterDomain", DOMAIN, "cluster.local",
+            "The cluster's DNS domain, searched by ClusterFirst pods."),
+    Setting("system_reserved", "system-reserved", "systemReserved", RESERVED, "none",
+            "Resources held back from pods for the OS: cpu=100m,memory=200Mi,ephemeral-storage=1Gi,pid=1000."),
+    Setting("kube_reserved", "kube-reserved", "kubeReserved", RESERVED, "none",
+            "Resources held back from pods for Kubernetes daemons (same form as --system-reserved)."),
+    Setting("allowed_unsafe_sysctls", "allowed-unsafe-sysctls", "allowedUnsafeSysctls", SYSCTLS, "none",
+            "Comma-separated unsafe sysctls or patterns ending in '*' that pods may set."),
+    Setting("node_status_update_frequency", "node-status-update-frequency", "nodeStatusUpdateFrequency",
+            DURATION, "10s", "How often node status is computed, and posted when it changed."),
+    Setting("node_status_report_frequency", None, "nodeStatusReportFrequency", DURATION, "5m0s",
+            "Node status is posted at least this often even if unchanged. If only nodeStatusUpdateFrequency "
+            "is set in the file, this defaults to it (as upstream)."),
+    Setting("serialize_image_pulls", "serialize-image-pulls", "serializeImagePulls", BOOL, "true",
+            "Pull images one at a time.", zero_is_default=False),
+    Setting("healthz_port", "healthz-port", "healthzPort", PORT, "10248",
+            "Port of the /healthz liveness endpoint; 0 disables it.", zero_is_default=False),
+    Setting("healthz_bind_address", "healthz-bind-address", "healthzBindAddress", IP, "127.0.0.1",
+            "Address the /healthz endpoint listens on."),
+    Setting("log_verbosity", "v", None, VERBOSITY, "0",
+            "Log verbosity: 4 and above log at debug level, 6 and above also asyncio's debug logs."),
+    # The kubelet API server (HTTPS): logs, exec/attach/port-forward, pods, stats, metrics.
+    Setting("address", "address", "address", IP, "0.0.0.0",
+            "The IP address the kubelet API serves on (0.0.0.0 or :: for all interfaces)."),
+    Setting("port", "port", "port", SERVER_PORT, "10250", "The port the kubelet API serves on."),
+    Setting("tls_cert_file", "tls-cert-file", "tlsCertFile", STRING, '""',
+            "The kubelet API's x509 serving certificate (intermediates after it). Without it and "
+            "--tls-private-key-file, a self-signed certificate and key are made once in --cert-dir."),
+    Setting("tls_private_key_file", "tls-private-key-file", "tlsPrivateKeyFile", STRING, '""',
+            "The private key of --tls-cert-file."),
+    Setting("cert_dir", "cert-dir", None, STRING, "<root-dir>/pki",
+            "Where the self-signed kubelet.crt and kubelet.key are kept; ignored with --tls-cert-file."),
+    Setting("client_ca_file", "client-ca-file", "authentication.x509.clientCAFile", STRING, '""',
+            "CA bundle: a client certificate signed by it authenticates as its CommonName, with its "
+            "Organizations as groups. Empty: no client certificates."),
+    Setting("anonymous_auth", "anonymous-auth", "authentication.anonymous.enabled", BOOL, "false",
+            "Requests without credentials are served as system:anonymous (group system:unauthenticated). "
+            "False as in the KubeletConfiguration file; upstream's flag alone defaults to true.",
+            zero_is_default=False),
+    Setting("authentication_token_webhook", "authentication-token-webhook", "authentication.webhook.enabled",
+            BOOL, "true", "Bearer tokens are checked with a TokenReview on the apiserver.", zero_is_default=False),
+    Setting("authentication_token_webhook_cache_ttl", "authentication-token-webhook-cache-ttl",
+            "authentication.webhook.cacheTTL", TTL, "2m0s", "How long TokenReview answers are cached."),
+    Setting("authorization_mode", "authorization-mode", "authorization.mode", AUTHORIZATION_MODE, "Webhook",
+            "Webhook (a SubjectAccessReview on nodes/<subresource> per request) or AlwaysAllow."),
+    Setting("authorization_webhook_cache_authorized_ttl", "authorization-webhook-cache-authorized-ttl",
+            "authorization.webhook.cacheAuthorizedTTL", TTL, "5m0s", "How long an allowed answer is cached."),
+    Setting("authorization_webhook_cache_unauthorized_ttl", "authorization-webhook-cache-unauthorized-ttl",
+            "authorization.webhook.cacheUnauthorizedTTL", TTL, "30s", "How long a denied answer is cached."),
+)
+
+_BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}
+_BY_FIELD = {s.field: s for s in SETTINGS if s.field}
+# Nested structs of the file (authentication, authentication.x509 ...): dotted paths of the mappings that hold fields.
+_GROUPS = frozenset(".".join(s.field.split(".")[:i]) for s in SETTINGS if s.field
+                    for i in range(1, s.field.count(".") + 1))
+_SHORTHANDS = {"v": "v"}
+
+# The older environment variables, below flags and the file.
+LEGACY_ENV: Mapping[str, tuple[str, Callable[[str], Any]]] = MappingProxyType({
+    "CONTAINER_RUNTIME_ENDPOINT": ("runtime_endpoint", _endpoint),
+    "KOPFLET_RUNTIME_REQUEST_TIMEOUT": ("runtime_request_timeout", _seconds_or_duration),
+    "KOPFLET_NODE_IP": ("node_ip", _node_ip),
+    "KOPFLET_ROOT_DIR": ("root_dir", _absolute_path),
+    "KOPFLET_CLUSTER_DNS": ("cluster_dns", _ips),
+    "KOPFLET_CLUSTER_DOMAIN": ("cluster_domain", _domain),
+})
+LEGACY_NODE_NAME_ENV = "KOPFLET_NODE_NAME"
+CONFIG_ENV = "KOPFLET_CONFIG"  # the config file when --config is not given (the dev stack sets it)
+
+# Every field of the upstream KubeletConfiguration v1beta1 (staging/src/k8s.io/kubelet/config/v1beta1/types.go)
+# that kopflet does not honour: setting one is an error, not a silent no-op.
+UNSUPPORTED_FIELDS = frozenset({
+    "enableServer", "httpCheckFrequency", "staticPodURL", "staticPodURLHeader", "readOnlyPort",
+    "tlsCipherSuites", "tlsCurvePreferences", "tlsMinVersion",
+    "rotateCertificates", "serverTLSBootstrap", "registryPullQPS",
+    "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
+    "eventRecordQPS", "eventBurst", "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
+    "streamingConnectionIdleTimeout", "nodeLeaseDurationSeconds", "imageMinimumGCAge", "imageMaximumGCAge",
+    "imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "volumeStatsAggPeriod", "kubeletCgroups",
+    "systemCgroups", "cgroupRoot", "cgroupsPerQOS", "cgroupDriver", "cpuManagerPolicy", "singleProcessOOMKill",
+    "cpuManagerPolicyOptions", "cpuManagerReconcilePeriod", "draManagerReconcilePeriod", "memoryManagerPolicy",
+    "topologyManagerPolicy", "topologyManagerScope", "topologyManagerPolicyOptions", "qosReserved", "hairpinMode",
+    "podCIDR", "podPidsLimit", "resolvConf", "runOnce", "cpuCFSQuota", "cpuCFSQuotaPeriod", "nodeStatusMaxImages",
+    "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls", "evictionHard",
+    "evictionSoft", "evictionSoftGracePeriod", "evictionPressureTransitionPeriod", "evictionMaxPodGracePeriod",
+    "evictionMinimumReclaim", "mergeDefaultEvictionSettings", "podsPerCore", "enableControllerAttachDetach",
+    "protectKernelDefaults", "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit", "featureGates",
+    "failSwapOn", "memorySwap", "containerLogMaxSize", "containerLogMaxFiles", "containerLogMaxWorkers",
+    "containerLogMonitorInterval", "configMapAndSecretChangeDetectionStrategy", "reservedSystemCPUs",
+    "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup", "enforceNodeAllocatable",
+    "volumePluginDir", "providerID", "kernelMemcgNotification", "logging", "enableSystemLogHandler",
+    "enableSystemLogQuery", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods",
+    "shutdownGracePeriodByPodPriority", "crashLoopBackOff", "reservedMemory", "enableProfilingHandler",
+    "enableDebugFlagsHandler", "seccompDefault", "memoryThrottlingFactor", "memoryReservationPolicy",
+    "registerNode", "tracing", "localStorageCapacityIsolation", "failCgroupV1", "userNamespaces",
+})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sources.
+
+def _suggest(name: str, candidates: Sequence[str], prefix: str = "") -> str:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
+def split_args(text: str) -> list[str]:
+    """``KOPFLET_ARGS``: the flags as one shell-quoted string."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise ConfigError(f"{ARGS_ENV}: cannot split {_show(text)} like a shell: {exc}") from None
+
+
+def parse_flags(argv: Sequence[str]) -> dict[str, Any]:
+    """The command line as pflag reads it: ``--name=value``, ``--name value``, bare ``--bool``, ``-v 4``/``-v=4``."""
+    values: dict[str, Any] = {}
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            if i < len(args):
+                raise ConfigError(f"unexpected argument {_show(args[i])}: kopflet takes flags only")
+            break
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            shown = f"--{name}"
+        elif arg.startswith("-") and len(arg) > 1:
+            short, rest = arg[1], arg[2:]
+            if short not in _SHORTHANDS:
+                raise ConfigError(f"unknown shorthand flag: {_show(short)} in {arg}" + _suggest(
+                    arg.lstrip("-"), sorted(_BY_FLAG), "--"))
+            name, shown = _SHORTHANDS[short], f"-{short}"
+            eq, value = ("=", rest.removeprefix("=")) if rest else ("", "")
+        else:
+            raise ConfigError(f"unexpected argument {_show(arg)}: kopflet takes flags only")
+        setting = _BY_FLAG.get(name)
+        if setting is None:
+            raise ConfigError(f"unknown flag: {shown}" + _suggest(name, sorted(_BY_FLAG), "--"))
+        if not eq:
+            if setting.kind.is_bool:
+                value = "true"
+            elif i < len(args):
+                value = args[i]
+                i += 1
+            else:
+                raise ConfigError(f"flag needs an argument: {shown}")
+        if value == "" and setting.kind.empty_is_unset:
+            values.pop(setting.attr, None)
+            continue
+        try:
+            parsed = setting.kind.from_text(value)
+        except _Invalid as exc:
+            raise ConfigError(f"{shown}: {exc}") from None
+        if setting.kind.accumulate is not None and setting.attr in values:
+            parsed = setting.kind.accumulate(values[setting.attr], parsed)
+        values[setting.attr] = parsed
+    return values
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key twice in one mapping (sigs.k8s.io/yaml's strict decoding does too)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        try:
+            duplicate = key in seen
+        except TypeError:
+            continue  # unhashable: construct_mapping reports it
+        if duplicate:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate field {_show(key)}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_config_file(path: str, text: str) -> dict[str, Any]:
+    """A KubeletConfiguration document -> {attribute: value}; every problem found is in one ConfigError."""
+    where = f"config file {path}"
+    try:
+        documents = [doc for doc in yaml.load_all(text, Loader=_StrictLoader) if doc is not None]
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+    if len(documents) != 1:
+        raise ConfigError(f"{where}: expected one {CONFIG_KIND} document, found {len(documents)}")
+    body = documents[0]
+    if not isinstance(body, Mapping):
+        raise ConfigError(f"{where}: expected a {CONFIG_KIND} mapping, got {_show(body)}")
+    if body.get("apiVersion") != CONFIG_API_VERSION:
+        raise ConfigError(f"{where}: apiVersion must be {_show(CONFIG_API_VERSION)}, "
+                          f"got {_show(body.get('apiVersion'))}")
+    if body.get("kind") != CONFIG_KIND:
+        raise ConfigError(f"{where}: kind must be {_show(CONFIG_KIND)}, got {_show(body.get('kind'))}")
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    _read_fields(body, "", values, problems)
+    if len(problems) == 1:
+        raise ConfigError(f"{where}: {problems[0]}")
+    if problems:
+        raise ConfigError(f"{where}: {len(problems)} problems:\n  " + "\n  ".join(problems))
+    return values
+
+
+def _read_fields(body: Mapping[Any, Any], prefix: str, values: dict[str, Any], problems: list[str]) -> None:
+    """The fields of one mapping of the file into ``values``; nested structs (``authentication.x509``) recurse.
+
+    Fields are named by their dotted path (``authentication.webhook.cacheTTL``) in messages and in SETTINGS.
+    """
+    for key, raw in body.items():
+        if not prefix and key in ("apiVersion", "kind"):
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(key, str) and name in _GROUPS:
+            if raw is None:
+                continue
+            if not isinstance(raw, Mapping):
+                problems.append(f"field {_show(name)}: expected a mapping, got {_show(raw)}")
+                continue
+            _read_fields(raw, f"{name}.", values, problems)
+            continue
+        setting = _BY_FIELD.get(name) if isinstance(key, str) else None
+        if setting is None:
+            if name in UNSUPPORTED_FIELDS:
+                problems.append(f"field {_show(name)} is not supported by kopflet (it would have no effect); "
+                                f"remove it")
+            else:
+                problems.append(f"unknown field {_show(name)}" + _suggest(name, sorted({*_BY_FIELD, *_GROUPS})))
+            continue
+        if raw is None:
+            continue
+        if setting.kind.from_yaml is None:  # pragma: no cover - every Setting with a field has one
+            raise AssertionError(f"{name} has no YAML reader")
+        try:
+            value = setting.kind.from_yaml(raw)
+        except _Invalid as exc:
+            problems.append(f"field {_show(name)}: {exc}")
+            continue
+        if setting.zero_is_default and isinstance(value, int | float | str) and not value:
+            continue
+        values[setting.attr] = value
+
+
+def parse_legacy_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name, (attr, parse) in LEGACY_ENV.items():
+        text = environ.get(name, "")
+        if not text:
+            continue
+        try:
+            values[attr] = parse(text)
+        except _Invalid as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+    return values
+
+
+def _node_name(flag: str | None, environ: Mapping[str, str], hostname: str) -> str:
+    candidates = [("--hostname-override", flag), (NODE_NAME_ENV, environ.get(NODE_NAME_ENV)),
+                  (LEGACY_NODE_NAME_ENV, environ.get(LEGACY_NODE_NAME_ENV)), ("the hostname", hostname)]
+    source, raw = next(((s, v) for s, v in candidates if v and v.strip()), ("the hostname", hostname))
+    name = (raw or "").strip().lower()
+    if not name or len(name) > 253 or not _SUBDOMAIN.match(name):
+        raise ConfigError(f"{source}: {_show(raw)} is not a valid node name "
+                          f"(a lowercase RFC 1123 subdomain of at most 253 characters)")
+    return name
+
+
+def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
+         read_file: Callable[[str], str]) -> AgentConfig:
+    """The agent's configuration: flags > ``--config`` file > legacy environment variables > defaults.
+
+    ``read_file(path)`` returns a file's text (or raises OSError); it is called only for ``--config``.
+    """
+    flags = parse_flags(argv)
+    file_values: dict[str, Any] = {}
+    flag_path = flags.pop("_config", "")
+    path, source = (flag_path, "--config") if flag_path else (environ.get(CONFIG_ENV, ""), CONFIG_ENV)
+    if path:
+        try:
+            text = read_file(path)
+        except OSError as exc:
+            raise ConfigError(f"{source} {path}: cannot read it: {exc.strerror or exc}") from None
+        file_values = parse_config_file(path, text)
+    env_values = parse_legacy_env(environ)
+
+    values: dict[str, Any] = {**env_values, **file_values, **flags}
+    values["node_name"] = _node_name(flags.get("node_name"), environ, hostname)
+    values.setdefault("image_endpoint", values.get("runtime_endpoint", DEFAULT_RUNTIME_ENDPOINT))
+    if "node_status_report_frequency" not in values and "node_status_update_frequency" in file_values:
+        # v1beta1 defaulting: an explicit nodeStatusUpdateFrequency in the file is also the report default.
+        values["node_status_report_frequency"] = file_values["node_status_update_frequency"]
+    if bool(values.get("tls_cert_file")) != bool(values.get("tls_private_key_file")):
+        raise ConfigError("--tls-cert-file (tlsCertFile) and --tls-private-key-file (tlsPrivateKeyFile) must be "
+                          "given together, or neither for a self-signed certificate in --cert-dir")
+    return AgentConfig(**values)
+
+
+def from_env(environ: Mapping[str, str], hostname: str, read_file: Callable[[str], str]) -> AgentConfig:
+    """The agent's configuration when ``kopf run`` owns the command line: the flags come from ``KOPFLET_ARGS``."""
+    return load(split_args(environ.get(ARGS_ENV, "")), environ, hostname, read_file)
+
+
+def usage(program: str = "kopflet") -> str:
+    """The ``--help`` text, flags sorted as pflag prints them."""
+    rows = []
+    for setting in sorted((s for s in SETTINGS if s.flag), key=lambda s: s.flag or ""):
+        short = "-v, " if setting.flag == "v" else "    "
+        metavar = "" if setting.kind.is_bool else f" {setting.kind.metavar}"
+        default = "" if setting.default in ("none", '""') else f" (default {setting.default})"
+        rows.append((f"  {short}--{setting.flag}{metavar}", setting.help + default))
+    rows.append(("  -h, --help", "Show this help and exit."))
+    rows.append(("      --version", "Print the version and exit."))
+    width = max(len(left) for left, _ in rows) + 3
+    lines = [
+        f"Usage: {program} [flags]",
+        "",
+        "kopflet: a Kubernetes node agent (kubelet) on Kopf. Flags have the upstream kubelet's names; they are",
+        f"read from ${ARGS_ENV} first, then from the command line (the later of a repeated flag wins), and",
+        f"override the --config file's fields. The node name is --hostname-override, else ${NODE_NAME_ENV}, else",
+        "the hostname.",
+        "",
+        "Flags:",
+    ]
+    for left, right in rows:
+        wrapped = textwrap.wrap(right, width=max(40, 110 - width)) or [""]
+        lines.append(left.ljust(width) + wrapped[0])
+        lines.extend(" " * width + more for more in wrapped[1:])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Container environment variables and service links (upstream pkg/kubelet/envvars, makeEnvironmentVariables)."""

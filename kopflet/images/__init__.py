@@ -1,0 +1,1 @@
+"""Image references, pull credentials and pulls (upstream pkg/kubelet/images, pkg/credentialprovider)."""

@@ -1,0 +1,165 @@
+"""Making sure a container's image is on the node (upstream ``EnsureImageExists``).
+
+Pull policy as defaulted by the apiserver, pulls serialized (upstream ``serializeImagePulls`` default),
+a per pod+image backoff after a failed pull, and the kubelet's events and waiting reasons:
+``ErrImagePull`` right after a failure, ``ImagePullBackOff`` while backing off, ``ErrImageNeverPull``, and
+``InvalidImageName`` (with a Warning ``InspectFailed`` event) for a reference that does not parse, which never
+reaches the runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import logging
+import time
+
+from cri_client import CriClient, CriError
+from cri_client import types as cri
+from kopflet import backoff as backoffs
+from kopflet.api import spec
+from kopflet.client.events import NORMAL, WARNING, EventRecorder
+from kopflet.client.kubeapi import API_ERRORS, KubeClient
+from kopflet.images import credentials, imageref
+
+logger = logging.getLogger(__name__)
+
+ERR_IMAGE_PULL = "ErrImagePull"
+IMAGE_PULL_BACKOFF = "ImagePullBackOff"
+ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"
+INVALID_IMAGE_NAME = "InvalidImageName"
+FAILED_TO_INSPECT_IMAGE = "InspectFailed"  # upstream events.FailedToInspectImage
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageError(Exception):
+    """Why a container cannot get its image: the waiting reason and message for its status."""
+
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
+
+
+class ImageManager:
+    def __init__(self, cri_client: CriClient, recorder: EventRecorder, backoff: backoffs.Backoff,
+                 api: KubeClient | None = None) -> None:
+        self.cri, self.recorder, self.backoff, self.api = cri_client, recorder, backoff, api
+        self._pull_lock = asyncio.Lock()
+        self.pulling: dict[str, tuple[float, float]] = {}
+        """Pod uid -> (first pull started, last pull finished), wall clock: the pod start SLI leaves it out
+        (upstream pod_startup_latency_tracker)."""
+
+    async def ensure(self, pod: spec.Pod, container: spec.ContainerSpec, sandbox: cri.PodSandboxConfig,
+                     init: bool = False) -> str:
+        """Return the image reference to create the container from, or raise ImageError."""
+        image = container.image
+
+        def event(type_: str, reason: str, message: str) -> None:
+            self.recorder.pod_event(pod, type_, reason, message, container.name, init)
+
+        # Upstream applyDefaultImageTag: the runtime gets ``<image>:latest`` when no tag or digest is given; a
+        # reference that does not parse fails here (ErrInvalidImageName), before any runtime call.
+        try:
+            spec_image = imageref.apply_default_tag(image)
+        except imageref.InvalidImageNameError as exc:
+            event(WARNING, FAILED_TO_INSPECT_IMAGE, exc.message)
+            raise ImageError(INVALID_IMAGE_NAME, exc.message) from None
+
+        present = await self.cri.images.status(spec_image)
+        policy = container.image_pull_policy
+        if present is not None and policy != spec.PULL_ALWAYS:
+            event(NORMAL, "Pulled", f'Container image "{image}" already present on machine')
+            return present.id or spec_image
+        if policy == spec.PULL_NEVER:
+            message = f'Container image "{image}" is not present with pull policy of Never'
+            event(WARNING, ERR_IMAGE_NEVER_PULL, message)
+            raise ImageError(ERR_IMAGE_NEVER_PULL, message)
+
+        key = backoffs.image_pull_key(pod.uid, image)
+        now = time.time()
+        if self.backoff.is_in_backoff_since_update(key, now):
+            message = f'Back-off pulling image "{image}"'
+            event(NORMAL, "BackOff", message)
+            raise ImageError(IMAGE_PULL_BACKOFF, message)
+
+        event(NORMAL, "Pulling", f'Pulling image "{image}"')
+        auths = (await self.keyring(pod)).lookup(spec_image)
+        waited_from = time.time()
+        async with self._pull_lock:
+            started = time.time()
+            try:
+                ref = await self._pull(spec_image, sandbox, auths)
+            except CriError as exc:
+                self.backoff.next(key, time.time())
+                message = f"failed to pull and unpack image \"{image}\": {exc.details}" \
+                    if "failed to pull" not in exc.details else exc.details
+                event(WARNING, "Failed", f'Failed to pull image "{image}": {message}')
+                raise ImageError(ERR_IMAGE_PULL, message) from exc
+            done = time.time()
+        first, _ = self.pulling.get(pod.uid, (waited_from, done))
+        self.pulling[pod.uid] = (first, done)
+        self.backoff.reset(key)
+        pulled = await self.cri.images.status(ref or spec_image)
+        size = f" Image size: {pulled.size} bytes." if pulled is not None and pulled.size else ""
+        event(NORMAL, "Pulled", f'Successfully pulled image "{image}" in {_duration(done - started)} '
+                                f"({_duration(done - waited_from)} including waiting).{size}")
+        return (pulled.id if pulled is not None and pulled.id else ref) or spec_image
+
+
+    async def _pull(self, image: str, sandbox: cri.PodSandboxConfig, auths: list[cri.AuthConfig]) -> str:
+        """Anonymously without credentials, else with each matching credential in turn until one works
+        (upstream kuberuntime PullImage); the last error stands for all."""
+        if not auths:
+            return await self.cri.images.pull(image, sandbox_config=sandbox)
+        error: CriError | None = None
+        for auth in auths:
+            try:
+                return await self.cri.images.pull(image, sandbox_config=sandbox, auth=auth)
+            except CriError as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+    async def keyring(self, pod: spec.Pod) -> credentials.Keyring:
+        """The pod's imagePullSecrets as a keyring (upstream getPullSecretsForPod + MakeDockerKeyring); the
+        ones that cannot be read get one FailedToRetrieveImagePullSecret event and are left out."""
+        refs = [r.get("name") for r in pod.spec.raw.get("imagePullSecrets") or () if isinstance(r, dict)]
+        names = [n for n in refs if isinstance(n, str) and n]
+        if not names or self.api is None:
+            return credentials.Keyring()
+        secrets, failed = [], []
+        for name in names:
+            try:
+                obj = await self.api.get_secret(pod.namespace, name)
+            except API_ERRORS as exc:
+                logger.info(f"{pod.namespace}/{pod.name}: cannot read pull secret {name}: {exc}")
+                obj = None
+            if obj is None:
+                failed.append(name)
+                continue
+            try:
+                data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+            except (binascii.Error, TypeError, ValueError):
+                failed.append(name)
+                continue
+            secrets.append(credentials.PullSecret(name=name, type=str(obj.get("type") or ""), data=data))
+        if failed:
+            self.recorder.pod_event(pod, WARNING, "FailedToRetrieveImagePullSecret",
+                                    f"Unable to retrieve some image pull secrets ({', '.join(failed)}); attempting "
+                                    "to pull the image may not succeed.")
+        keyring, warnings = credentials.make_keyring(secrets)
+        for warning in warnings:
+            logger.warning(f"{pod.namespace}/{pod.name}: {warning}")
+        return keyring
+
+
+def _duration(seconds: float) -> str:
+    """A Go duration truncated to milliseconds, as the Pulled event prints it (``1.5s``, ``512ms``)."""
+    millis = max(int(seconds * 1000), 0)
+    if millis < 1000:
+        return f"{millis}ms"
+    return f"{millis / 1000:.3f}".rstrip("0").rstrip(".") + "s"

@@ -1,0 +1,715 @@
+"""Carrying out a pod's PodActions on the runtime, in upstream ``SyncPod`` order; it decides nothing.
+
+Order: kill the pod (or the containers to kill, then the containers to reset for RestartAllContainers:
+killed with no grace period if they have not exited, and removed), create the sandbox, start the next init
+container, start the containers. Each step records what the pod's status must show (waiting reasons) and the
+kubelet's events. Where the sandbox, a container's log directory and its termination-log file are
+made: here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import secrets
+import shutil
+import stat
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from cri_client import CriClient, CriError
+from cri_client import types as cri
+from kopflet import backoff as backoffs
+from kopflet.allocation import policy
+from kopflet.allocation.policy import PodAllocation
+from kopflet.allocation.state import AllocationManager
+from kopflet.api import qos, spec
+from kopflet.client.events import NORMAL, WARNING, EventRecorder
+from kopflet.client.kubeapi import KubeApiError, KubeClient
+from kopflet.cm import helpers
+from kopflet.cm.cgroups import CgroupError, PodCgroups
+from kopflet.config.settings import AgentConfig
+from kopflet.container import podstate
+from kopflet.envvars import container_env
+from kopflet.envvars.services import ServiceCache
+from kopflet.images.manager import ImageError, ImageManager
+from kopflet.kuberuntime import container_config, reconciler, resize, sandbox_config
+from kopflet.lifecycle.hooks import HookRunner
+from kopflet.prober import probes
+from kopflet.status import generate
+from kopflet.status.generate import Waiting
+from kopflet.volumes import plugins
+from kopflet.volumes.manager import VolumeManager
+from kopflet.volumes.plugins import VolumeError
+
+logger = logging.getLogger(__name__)
+
+CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
+CREATE_CONTAINER_ERROR = "CreateContainerError"
+RUN_CONTAINER_ERROR = "RunContainerError"
+CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
+POST_START_HOOK_ERROR = "PostStartHookError"
+# Upstream's minimum grace period when stopping a container that is not force-deleted.
+MINIMUM_GRACE_PERIOD = 2
+
+
+@dataclasses.dataclass
+class SyncResult:
+    """What one sync could not do, for the pod's status and the worker's next wake-up."""
+
+    waiting: dict[str, Waiting] = dataclasses.field(default_factory=dict)
+    sandbox_error: str = ""
+    volume_error: str = ""
+    retry_after: float | None = None
+    resize_error: str = ""
+    """Why the in-place resize could not be actuated (PodResizeInProgress reason Error)."""
+    resized: list[str] = dataclasses.field(default_factory=list)
+    """Containers whose resources were updated: their runtime status must be read again."""
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.sandbox_error or self.volume_error) or any(
+            w.reason != CRASH_LOOP_BACK_OFF for w in self.waiting.values())
+
+
+class PodSyncer:
+    def __init__(self, cfg: AgentConfig, cri_client: CriClient, api: KubeClient, recorder: EventRecorder,
+                 images: ImageManager, backoff: backoffs.Backoff, dns: sandbox_config.DnsSettings,
+                 node_memory_capacity: int, services: ServiceCache | None = None,
+                 node_allocatable: Callable[[], Mapping[str, str]] = dict,
+                 allocations: AllocationManager | None = None, cgroups: PodCgroups | None = None) -> None:
+        self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
+        self.allocations = allocations if allocations is not None else AllocationManager(cfg.root_dir)
+        self.cgroups = cgroups if cgroups is not None else PodCgroups()
+        self.services, self.node_allocatable = services, node_allocatable
+        # The node's hugepage sizes and default masked paths, read once at start (`read_host_container_facts`).
+        self.hugepage_sizes: tuple[str, ...] = ()
+        self.masked_paths: tuple[str, ...] = tuple(container_config.DEFAULT_MASKED_PATHS)
+        self.images, self.backoff, self.dns = images, backoff, dns
+        self.node_memory_capacity = node_memory_capacity
+        self.hooks = HookRunner(cri_client)
+        self.volumes = VolumeManager(cfg, api, node_allocatable)
+
+    # ------------------------------------------------------------------------------------------ sync
+
+    async def sync(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
+                   actions: reconciler.PodActions, resizing: resize.ResizeActions | None = None) -> SyncResult:
+        """Carry out `actions` for the allocated `pod`; `resizing` are the in-place resize steps (upstream
+        SyncPod step 6, after the kills and the sandbox, before anything starts)."""
+        result = SyncResult()
+        for name, message in actions.containers_in_backoff.items():
+            result.waiting[name] = Waiting(CRASH_LOOP_BACK_OFF, message)
+            self.recorder.pod_event(pod, WARNING, "BackOff",
+                                    f"Back-off restarting failed container {name} in pod {_pod_desc(pod)}", name,
+                                    any(c.name == name for c in pod.spec.init_containers))
+        result.retry_after = actions.retry_after
+
+        if actions.kill_pod:
+            if actions.create_sandbox and actions.sandbox_id:
+                self.recorder.pod_event(pod, NORMAL, "SandboxChanged",
+                                        "Pod sandbox changed, it will be killed and re-created.")
+            await self.kill_pod(pod, runtime, grace=None)
+        else:
+            await asyncio.gather(*(
+                self.stop_container(pod, runtime, cid, info.message, grace=_kill_grace(pod, info))
+                for cid, info in actions.containers_to_kill.items()))
+            await self.reset_containers(pod, actions.containers_to_reset)
+
+        # Volumes first, as upstream waits for them before creating anything; on every sync, so ConfigMap,
+        # Secret and token updates reach running pods. A missing source keeps the pod ContainerCreating.
+        try:
+            plans = await self.volumes.setup(pod)
+        except VolumeError as exc:
+            result.volume_error = str(exc)
+            self.recorder.pod_event(pod, WARNING, "FailedMount", str(exc))
+            return result
+
+        sandbox_id = actions.sandbox_id
+        try:
+            config = sandbox_config.build_sandbox_config(pod, actions.attempt, dns=self.dns,
+                                                         pod_log_root=self.cfg.pod_log_root,
+                                                         cgroup_parent=sandbox_config.pod_cgroup_parent(pod))
+        except sandbox_config.SandboxConfigError as exc:
+            result.sandbox_error = f"Failed to create pod sandbox: {exc}"
+            self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
+            return result
+        if not await self.ensure_pod_cgroup(pod, result):
+            return result
+        if actions.create_sandbox:
+            sandbox_id = await self.create_sandbox(pod, config, result)
+            if not sandbox_id:
+                return result
+        if not sandbox_id:
+            return result
+        sandbox = await self.cri.sandboxes.status(sandbox_id)
+        if resizing is not None and resizing.any and not actions.kill_pod:
+            # A failed resize is recorded (PodResizeInProgress Error) and the sync goes on, as upstream's SyncPod:
+            # containers killed for a RestartContainer resize and crashed ones still start.
+            await self.resize(pod, runtime, resizing, result)
+
+        # Upstream SyncPod steps 7-9: ephemeral containers first (they may run while init is stuck), then the
+        # init containers in order, then the regular containers.
+        ephemeral = actions.ephemeral_containers_to_start
+        to_start = [(c, False) for c in pod.spec.ephemeral_containers if c.name in ephemeral]
+        to_start += [(c, True) for c in pod.spec.init_containers if c.name in actions.init_containers_to_start]
+        to_start += [(c, False) for c in pod.spec.containers if c.name in actions.containers_to_start]
+        attempted: list[str] = []
+        for container, is_init in to_start:
+            attempted.append(container.name)
+            if not await self.start_container(pod, container, is_init, sandbox_id, config, sandbox, runtime, result,
+                                              plans) and is_init and not container.is_sidecar:
+                break  # a regular init container failed to start: nothing after it may start (a sidecar: go on)
+        # Every attempt counts, failed ones too: upstream doBackOff calls Next before startContainer, so a container
+        # that never starts (StartError) goes into CrashLoopBackOff instead of being retried on every relist.
+        reconciler.note_restarts(actions, pod, self.backoff, time.time(), attempted=attempted)
+        return result
+
+    # ---------------------------------------------------------------------------------- pod cgroup, resize
+
+    def pod_cgroup_config(self, pod: spec.Pod) -> helpers.ResourceConfig:
+        """The allocated pod's cgroup settings (upstream ResourceConfigForPod with the kubelet's flags)."""
+        return helpers.pod_resource_config(pod)
+
+    async def ensure_pod_cgroup(self, pod: spec.Pod, result: SyncResult) -> bool:
+        """Create the pod's cgroup with its limits before the sandbox (upstream podContainerManager.EnsureExists,
+        on every sync: an existing one is left alone, resizes change it). The first time, the allocation is
+        recorded as actuated too (upstream InitializeActuatedPod), so a new pod never counts as resizing."""
+        if self.allocations.actuation(pod.uid) is None:
+            # Upstream InitializeActuatedPod, on every sync: a pod with no record (new, or from before the record
+            # existed) counts as running with what is allocated, never as resizing.
+            level = policy.pod_level(pod)
+            await asyncio.to_thread(self.allocations.set_actuated_pod, pod.uid, PodAllocation(
+                containers={c.name: resize.effective(level, c.resources)
+                            for c in (*pod.spec.init_containers, *pod.spec.containers)}, pod_level=level))
+        name = sandbox_config.pod_cgroup_parent(pod)
+        if await asyncio.to_thread(self.cgroups.exists, name):
+            return True
+        try:
+            await asyncio.to_thread(self.cgroups.apply, name, self.pod_cgroup_config(pod))
+        except (CgroupError, OSError) as exc:
+            result.sandbox_error = f"Failed to create pod sandbox: failed to ensure that the pod cgroup exists: {exc}"
+            self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
+            return False
+        return True
+
+    async def resize(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, actions: resize.ResizeActions,
+                     result: SyncResult) -> None:
+        """Upstream doPodResizeAction: check memory decreases against usage first (nothing changes if one would go
+        below it), then per resource (memory, then cpu) the pod cgroup before the containers when it grows and
+        after them when it shrinks, each container with one UpdateContainerResources; stop at the first error."""
+        name = sandbox_config.pod_cgroup_parent(pod)
+        target = self.pod_cgroup_config(pod)
+        current = await asyncio.to_thread(self.cgroups.read, name)
+        try:
+            await self._check_memory_decreases(pod, name, target, current, actions)
+            memory_done = {update.name for update in actions.memory_updates}
+            for resource_name, updates in ((resize.MEMORY, actions.memory_updates), (resize.CPU, actions.cpu_updates)):
+                # Each pod cgroup value that grows is written before the containers, each that shrinks after them
+                # (cgroup v1 refuses a child quota above its parent's): upstream doPodResizeAction.
+                growing, shrinking = _pod_cgroup_changes(resource_name, target, current)
+                if growing:
+                    await asyncio.to_thread(self.cgroups.apply, name, growing)
+                for update in updates:
+                    await self._update_container(
+                        pod, update, result, other_done=resource_name == resize.CPU and update.name in memory_done)
+                if shrinking:
+                    await asyncio.to_thread(self.cgroups.apply, name, shrinking)
+        except (CgroupError, CriError, _ResizeError, OSError) as exc:
+            result.resize_error = exc.go_text if isinstance(exc, CriError) else str(exc)
+            logger.warning(f"{pod.namespace}/{pod.name}: resize failed: {result.resize_error}")
+            return
+        await asyncio.to_thread(self.allocations.set_actuated_pod_level, pod.uid, policy.pod_level(pod))
+
+    async def _check_memory_decreases(self, pod: spec.Pod, cgroup: str, target: helpers.ResourceConfig,
+                                      current: helpers.ResourceConfig | None, actions: resize.ResizeActions) -> None:
+        """Upstream validateMemoryResizeAction: a memory limit set or lowered must stay above what is in use."""
+        errors: list[str] = []
+        if target.memory and (current is None or not current.memory or current.memory < 0
+                              or target.memory < current.memory):
+            usage = await asyncio.to_thread(self.cgroups.memory_usage, cgroup)
+            if usage is None:
+                errors.append("missing pod memory usage")
+            elif usage >= target.memory:
+                errors.append(f"attempting to set pod memory limit ({target.memory}) below current usage ({usage})")
+        for update in actions.memory_updates:
+            new, old = update.desired.memory_limit, update.current.memory_limit
+            if not new or (old and new >= old):
+                continue
+            try:
+                stats = await self.cri.containers.stats(update.container_id)
+                usage = stats.memory.usage_bytes if stats.memory is not None else None
+            except CriError:
+                usage = None
+            if usage is None:
+                errors.append(f'missing container "{update.name}" memory usage')
+            elif usage >= new:
+                errors.append(f'attempting to set container "{update.name}" memory limit ({new}) below current '
+                              f"usage ({usage})")
+        if errors:
+            joined = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+            raise _ResizeError(f"cannot decrease memory limits: {joined}")
+
+    async def _update_container(self, pod: spec.Pod, update: resize.ContainerUpdate, result: SyncResult, *,
+                                other_done: bool = False) -> None:
+        """One UpdateContainerResources with the container's whole cgroup settings as at creation, `update`'s
+        resource at its desired values and the other as actuated (upstream updateContainerResources)."""
+        container = next(c for c in (*pod.spec.init_containers, *pod.spec.containers) if c.name == update.name)
+        wanted = update.resources(other_done=other_done)
+        resources = spec.Resources(
+            requests={**container.resources.requests, **_quantities(wanted, "request")},
+            limits={**container.resources.limits, **_quantities(wanted, "limit")})
+        resources = spec.Resources(requests={k: v for k, v in resources.requests.items() if _nonzero(v)},
+                                   limits={k: v for k, v in resources.limits.items() if _nonzero(v)})
+        shaped = dataclasses.replace(container, resources=resources)
+        linux = container_config.linux_resources(pod, shaped, memory_capacity=self.node_memory_capacity,
+                                                 hugepage_sizes=self.hugepage_sizes)
+        await self.cri.containers.update_resources(update.container_id, linux)
+        result.resized.append(update.container_id)
+        actuated = self.allocations.actuation(pod.uid)
+        before = actuated.containers.get(update.name, spec.Resources()) if actuated is not None else spec.Resources()
+        merged = resize.effective(policy.pod_level(pod), container.resources)
+        kind = update.resource
+        await asyncio.to_thread(self.allocations.set_actuated_container, pod.uid, update.name, spec.Resources(
+            requests=_with_resource(before.requests, merged.requests, kind),
+            limits=_with_resource(before.limits, merged.limits, kind)))
+
+    async def create_sandbox(self, pod: spec.Pod, config: cri.PodSandboxConfig, result: SyncResult) -> str:
+        """RunPodSandbox with the pod's log directory in place (upstream createPodSandbox)."""
+        try:
+            handler = await self.runtime_handler(pod)
+            try:
+                await asyncio.to_thread(Path(config.log_directory).mkdir, mode=0o755, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise LookupError(_path_error("mkdir", exc)) from None
+            return await self.cri.sandboxes.run(config, runtime_handler=handler)
+        except (CriError, LookupError) as exc:
+            # Upstream prints RunPodSandbox's error whole ("rpc error: code = ... desc = ..."), unlike the
+            # container errors, where it keeps only the status message.
+            message = f"Failed to create pod sandbox: {exc.go_text if isinstance(exc, CriError) else exc}"
+            result.sandbox_error = message
+            self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", message)
+            logger.warning(f"{pod.namespace}/{pod.name}: {message}")
+            return ""
+
+    async def runtime_handler(self, pod: spec.Pod) -> str:
+        """The CRI runtime handler of the pod's RuntimeClass ("" for none); LookupError with the upstream text
+        when it cannot be found (upstream runtimeClassManager.LookupRuntimeHandler)."""
+        name = pod.spec.runtime_class_name
+        if not name:
+            return ""
+        try:
+            found = await self.api.get_or_none(f"/apis/node.k8s.io/v1/runtimeclasses/{name}")
+        except KubeApiError as exc:
+            raise LookupError(f"failed to lookup RuntimeClass {name}: {exc}") from None
+        if found is None:
+            raise LookupError(f'runtimeclass.node.k8s.io "{name}" not found')
+        return str(found.get("handler") or "")
+
+    async def start_container(self, pod: spec.Pod, container: spec.ContainerSpec, init: bool, sandbox_id: str,
+                              config: cri.PodSandboxConfig, sandbox: cri.PodSandboxStatus,
+                              runtime: podstate.RuntimePodStatus, result: SyncResult,
+                              plans: Mapping[str, plugins.VolumePlan]) -> bool:
+        """Pull, create, start (upstream startContainer); failures become the container's waiting reason."""
+        name = container.name
+
+        def failed(reason: str, message: str) -> bool:
+            result.waiting[name] = Waiting(reason, message)
+            self.recorder.pod_event(pod, WARNING, "Failed", f"Error: {message}", name, init)
+            return False
+
+        try:
+            image_ref = await self.images.ensure(pod, container, config, init)
+        except ImageError as exc:
+            # Upstream startContainer records "Error: <the error>" after EnsureImageExists fails, and that
+            # error's text is the reason itself (ErrImagePull, ImagePullBackOff, InvalidImageName...).
+            result.waiting[name] = Waiting(exc.reason, exc.message)
+            self.recorder.pod_event(pod, WARNING, "Failed", f"Error: {exc.reason}", name, init)
+            return False
+        except CriError as exc:
+            return failed(CREATE_CONTAINER_ERROR, _details(exc))
+
+        try:
+            env = await self.environment(pod, container, sandbox)
+        except container_env.EnvError as exc:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
+        except KubeApiError as exc:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, exc.message)
+        try:  # upstream generateContainerConfig: the image's user decides runAsNonRoot
+            image = await self.cri.images.status(image_ref)
+        except CriError as exc:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, _details(exc))
+        refusal = container_config.verify_run_as_non_root(
+            pod, container, image.uid if image is not None else None, image.username if image is not None else "")
+        if refusal:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, refusal)
+
+        previous = runtime.latest_container(name)
+        if previous is not None:
+            restart_count = previous.restart_count + 1
+        else:  # none left on the runtime (RestartAllContainers removed it): go on from its log files
+            restart_count = await asyncio.to_thread(_restart_count_from_logs, Path(config.log_directory, name))
+        try:
+            target_id = reconciler.namespace_target_id(container, runtime)  # ephemeral: the target's PID namespace
+        except LookupError as exc:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
+        pod_log_dir = config.log_directory
+        try:
+            volume_mounts = plugins.container_mounts(pod, container, plans, dict(env))
+            await asyncio.to_thread(_ensure_sub_paths, volume_mounts, [plan.host_path for plan in plans.values()])
+        except (VolumeError, OSError) as exc:
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
+        try:
+            pod_ips = self._pod_ips(pod, sandbox)
+            mounts = volume_mounts + await asyncio.to_thread(self._prepare_files, pod, container, pod_log_dir,
+                                                             pod_ips)
+            ccfg = container_config.build_container_config(
+                pod, container, restart_count=restart_count, env=env, image_ref=image_ref, mounts=mounts,
+                memory_capacity=self.node_memory_capacity, pid_target_id=target_id,
+                masked_paths=self.masked_paths, hugepage_sizes=self.hugepage_sizes)
+            container_id = await self.cri.containers.create(sandbox_id, ccfg, config)
+        except (CriError, OSError) as exc:
+            return failed(CREATE_CONTAINER_ERROR, _details(exc))
+        # What this container now runs with is what a later resize compares against (upstream SetActuatedResources).
+        await asyncio.to_thread(self.allocations.set_actuated_container,
+                                pod.uid, name, resize.effective(policy.pod_level(pod), container.resources))
+        self.recorder.pod_event(pod, NORMAL, "Created", f"Created container: {name}", name, init)
+        try:
+            await self.cri.containers.start(container_id)
+        except CriError as exc:
+            return failed(RUN_CONTAINER_ERROR, _details(exc))
+        self.recorder.pod_event(pod, NORMAL, "Started", f"Started container {name}", name, init)
+        post_start = (container.lifecycle or {}).get("postStart")
+        if post_start:
+            # Upstream: a failed postStart hook kills the container; its status waits with PostStartHookError.
+            error = await self.hooks.run(post_start, pod, container, container_id, sandbox.ip,
+                                         seconds=self.cfg.runtime_request_timeout)
+            if error is not None:
+                self.recorder.pod_event(pod, WARNING, "FailedPostStartHook", error, name, init)
+                await self._stop(pod, container_id, name, init, "FailedPostStartHook", self._grace(pod, None))
+                result.waiting[name] = Waiting(POST_START_HOOK_ERROR, error)
+                return False
+        return True
+
+    async def environment(self, pod: spec.Pod, container: spec.ContainerSpec,
+                          sandbox: cri.PodSandboxStatus) -> list[tuple[str, str]]:
+        """Fetch the ConfigMaps/Secrets the container references, one object at a time (the node
+        authorizer allows only what its pods reference, never a list), then resolve in upstream order."""
+        config_map_names, secret_names = container_env.referenced_objects(pod, container)
+        config_maps = {n: _text(await self.api.config_map_data(pod.namespace, n)) for n in sorted(config_map_names)}
+        secret_values = {n: _text(await self.api.secret_data(pod.namespace, n)) for n in sorted(secret_names)}
+        pod_ips = self._pod_ips(pod, sandbox)
+        service_env: Mapping[str, str] = {}
+        if self.services is not None:
+            try:
+                service_env = await self.services.env(pod.namespace, pod.spec.enable_service_links)
+            except ValueError as exc:
+                raise container_env.EnvError(str(exc)) from None
+        return container_env.resolve_env(
+            pod, container, config_maps=config_maps, secrets=secret_values, node_name=self.cfg.node_name,
+            host_ip=self.cfg.node_ip, pod_ip=pod_ips[0] if pod_ips else "", pod_ips=pod_ips,
+            service_env=service_env, node_allocatable=self.node_allocatable())
+
+    def _pod_ips(self, pod: spec.Pod, sandbox: cri.PodSandboxStatus) -> tuple[str, ...]:
+        """The IPs the pod's status shows, which a hostNetwork pod's containers see as ``status.podIP`` too."""
+        node_ips = (self.cfg.node_ip,) if self.cfg.node_ip else ()
+        sandbox_ips = [ip for ip in (sandbox.ip, *sandbox.additional_ips) if ip]
+        return tuple(generate.effective_pod_ips(pod, sandbox_ips, node_ips))
+
+    def _prepare_files(self, pod: spec.Pod, container: spec.ContainerSpec, pod_log_dir: str,
+                       pod_ips: Sequence[str]) -> list[cri.Mount]:
+        """The container's log directory, its termination-log file and the pod's managed /etc/hosts (blocking:
+        run in a thread)."""
+        Path(pod_log_dir, container.name).mkdir(mode=0o755, parents=True, exist_ok=True)
+        mounts: list[cri.Mount] = []
+        if container.termination_message_path:
+            folder = Path(self.cfg.root_dir, "pods", pod.uid, "containers", container.name)
+            folder.mkdir(mode=0o750, parents=True, exist_ok=True)
+            file = folder / secrets.token_hex(4)
+            file.touch(mode=0o666)
+            os.chmod(file, 0o666)  # writable by any uid the container runs as, as upstream
+            mount = container_config.termination_message_mount(container, str(file))
+            if mount is not None:
+                mounts.append(mount)
+        if container_config.should_mount_etc_hosts(pod, container, pod_ips):
+            mounts.append(container_config.etc_hosts_mount(self._ensure_hosts_file(pod, pod_ips)))
+        return mounts
+
+    def _ensure_hosts_file(self, pod: spec.Pod, pod_ips: Sequence[str]) -> str:
+        """``<pod dir>/etc-hosts``, written once per pod as upstream `ensureHostsFile` does (blocking)."""
+        path = Path(self.cfg.root_dir, "pods", pod.uid, "etc-hosts")
+        if path.exists():
+            return str(path)
+        if pod.spec.host_network:
+            content = container_config.node_hosts_file(Path("/etc/hosts").read_text(errors="replace"),
+                                                       pod.spec.host_aliases)
+        else:
+            hostname, domain = sandbox_config.pod_hostname_and_domain(pod, self.cfg.cluster_domain)
+            content = container_config.managed_hosts_file(pod_ips, hostname, domain, pod.spec.host_aliases)
+        path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+        tmp = path.with_name(f".etc-hosts-{secrets.token_hex(4)}")
+        tmp.write_text(content)
+        tmp.chmod(0o644)
+        tmp.replace(path)
+        return str(path)
+
+    # ----------------------------------------------------------------------------------------- kill
+
+    async def stop_container(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, container_id: str,
+                             message: str, grace: int | None,
+                             wait_turn: Callable[[float], Awaitable[None]] | None = None) -> None:
+        """Upstream killContainer: preStop hook, then (`wait_turn`, killing a pod with sidecars) wait within
+        the grace period left for the containers that must stop first, then StopContainer."""
+        info = next((c for c in runtime.containers if c.id == container_id), None)
+        name = info.name if info is not None else ""
+        seconds = self._grace(pod, grace)
+        is_init = any(c.name == name for c in pod.spec.init_containers)
+        container = pod.spec.container(name)
+        pre_stop = (container.lifecycle or {}).get("preStop") if container is not None else None
+        if pre_stop and container is not None and info is not None and info.state == podstate.State.RUNNING:
+            # Upstream killContainer: the preStop hook gets the grace period; what it used is deducted,
+            # leaving at least the minimum grace period for SIGTERM.
+            started = time.monotonic()
+            pod_ip = next(iter(runtime.ips), "")
+            try:
+                error = await asyncio.wait_for(
+                    self.hooks.run(pre_stop, pod, container, container_id, pod_ip, seconds=seconds), seconds)
+            except TimeoutError:
+                error = (f"PreStopHook for Container \"{name}\" in Pod \"{pod.full_name}\" "
+                         f"did not complete in {seconds}s")
+            if error is not None:
+                self.recorder.pod_event(pod, WARNING, "FailedPreStopHook", error, name, is_init)
+            seconds = max(int(seconds - (time.monotonic() - started)), MINIMUM_GRACE_PERIOD)
+        if wait_turn is not None and grace != 0:
+            # Upstream terminationOrdering.waitForTurn: the wait is deducted from the grace period.
+            started = time.monotonic()
+            await wait_turn(seconds)
+            seconds = max(int(seconds - (time.monotonic() - started)), MINIMUM_GRACE_PERIOD)
+        await self._stop(pod, container_id, name, is_init, message, seconds)
+
+    async def _stop(self, pod: spec.Pod, container_id: str, name: str, init: bool, message: str,
+                    seconds: int) -> None:
+        """StopContainer with a grace period: SIGTERM, then SIGKILL when it runs out (the runtime does both)."""
+        self.recorder.pod_event(pod, NORMAL, "Killing", message or f"Stopping container {name}", name or None, init)
+        try:
+            await self.cri.containers.stop(container_id, seconds)
+        except CriError as exc:
+            if not exc.not_found:
+                raise
+
+    async def reset_containers(self, pod: spec.Pod, resets: Sequence[reconciler.ResetInfo]) -> None:
+        """RestartAllContainers (upstream SyncPod's ContainersToReset): one at a time in the given order, stop
+        a container that has not exited with grace period 0 (no preStop hook, the runtime's minimum of 2s;
+        Killing event "killing"), then remove it; its log files stay. A failure stops here (retried on the
+        next sync, which still sees AllContainersRestarting)."""
+        for reset in resets:
+            is_init = any(c.name == reset.name for c in pod.spec.init_containers)
+            if reset.kill:
+                await self._stop(pod, reset.container_id, reset.name, is_init, "killing", MINIMUM_GRACE_PERIOD)
+            try:
+                await self.cri.containers.remove(reset.container_id)
+            except CriError as exc:
+                if not exc.not_found:
+                    raise
+
+    async def kill_pod(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, grace: int | None) -> None:
+        """Stop every running container concurrently, then every sandbox (upstream killPodWithSyncResult).
+
+        With sidecars, each sidecar waits (within its grace period) until the regular containers and the
+        sidecars after it have stopped (upstream terminationOrdering): regular containers first, then sidecars
+        in reverse order."""
+        running = [c for c in runtime.containers if c.state in (podstate.State.RUNNING, podstate.State.UNKNOWN)]
+        prereqs = reconciler.termination_prereqs(pod, {c.name for c in running})
+        stopped = {c.name: asyncio.Event() for c in running}
+
+        async def stop(info: podstate.ContainerInfo) -> None:
+            waits = [stopped[n] for n in prereqs.get(info.name, ())]
+
+            async def wait_turn(seconds: float) -> None:
+                with contextlib.suppress(TimeoutError):  # asyncio.timeout keeps a cancel that races the timeout
+                    async with asyncio.timeout(seconds):
+                        await asyncio.gather(*(e.wait() for e in waits))
+
+            try:
+                await self.stop_container(pod, runtime, info.id, "", grace, wait_turn=wait_turn if waits else None)
+            finally:
+                stopped[info.name].set()
+
+        await asyncio.gather(*(stop(c) for c in running))
+        for sandbox in runtime.sandboxes:
+            if sandbox.ready:
+                try:
+                    await self.cri.sandboxes.stop(sandbox.id)
+                except CriError as exc:
+                    if not exc.not_found:
+                        raise
+
+    async def remove(self, container_ids: Iterable[str], sandbox_ids: Iterable[str]) -> None:
+        """Remove containers, then sandboxes (stopped first); already gone is fine."""
+        for cid in container_ids:
+            try:
+                await self.cri.containers.remove(cid)
+            except CriError as exc:
+                if not exc.not_found:
+                    raise
+        for sid in sandbox_ids:
+            try:
+                await self.cri.sandboxes.stop(sid)
+                await self.cri.sandboxes.remove(sid)
+            except CriError as exc:
+                if not exc.not_found:
+                    raise
+
+    async def remove_pod(self, runtime: podstate.RuntimePodStatus, uid: str) -> None:
+        """Remove a deleted pod's containers, sandboxes, cgroup and directories (upstream: GC and cleanup)."""
+        await self.remove([c.id for c in runtime.containers], [s.id for s in runtime.sandboxes])
+        await asyncio.to_thread(self.cgroups.remove, uid)
+        self.allocations.remove(uid)
+        await self.volumes.cleanup(uid)
+        await asyncio.to_thread(_remove_tree, Path(self.cfg.root_dir, "pods", uid))
+        if runtime.namespace and runtime.name:
+            await asyncio.to_thread(_remove_tree, Path(self.cfg.pod_log_root,
+                                                       f"{runtime.namespace}_{runtime.name}_{uid}"))
+
+    def _grace(self, pod: spec.Pod, grace: int | None) -> int:
+        if grace is None:
+            grace = pod.deletion_grace_period_seconds if pod.is_deleting and \
+                pod.deletion_grace_period_seconds is not None else pod.spec.termination_grace_period_seconds
+        return max(int(grace), MINIMUM_GRACE_PERIOD) if grace else MINIMUM_GRACE_PERIOD
+
+
+def read_host_container_facts(sys_root: str = "/sys") -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The node's hugepage sizes and the masked paths every container gets (upstream adds the CPUs'
+    thermal_throttle directories that exist to the defaults). Blocking: run in a thread."""
+    try:
+        sizes = container_config.hugepage_page_sizes(sorted(os.listdir(f"{sys_root}/kernel/mm/hugepages")))
+    except OSError:
+        sizes = ()
+    try:
+        cpus = container_config.possible_cpus(Path(f"{sys_root}/devices/system/cpu/possible").read_text())
+    except OSError:
+        cpus = None
+    cpus = cpus if cpus is not None else list(range(os.cpu_count() or 1))
+    throttles = [p for p in container_config.thermal_throttle_paths(cpus)
+                 if os.path.exists(p.replace("/sys", sys_root, 1))]
+    return sizes, (*container_config.DEFAULT_MASKED_PATHS, *throttles)
+
+
+def _kill_grace(pod: spec.Pod, info: reconciler.KillInfo) -> int | None:
+    """A probe's own terminationGracePeriodSeconds for the kill it caused, unless the pod is being deleted
+    (upstream `setTerminationGracePeriod`); None means the pod's period."""
+    if pod.is_deleting:
+        return None
+    kind = {reconciler.REASON_LIVENESS_PROBE: probes.Kind.LIVENESS,
+            reconciler.REASON_STARTUP_PROBE: probes.Kind.STARTUP}.get(info.reason)
+    container = next((c for c in (*pod.spec.init_containers, *pod.spec.containers) if c.name == info.name), None)
+    if kind is None or container is None:
+        return None
+    return probes.termination_grace_period(container, kind)
+
+
+def _ensure_sub_paths(mounts: Iterable[cri.Mount], volume_roots: Iterable[str]) -> None:
+    """A subPath that does not exist yet in its volume is created as a directory with the volume's own mode,
+    setgid and sticky bits included (upstream makeMounts: SafeMakeDir with GetMode of the volume), so an
+    fsGroup volume's subPath is group-inherited like the volume."""
+    roots = sorted((root.rstrip("/") for root in volume_roots), key=len, reverse=True)
+    for mount in mounts:
+        path = Path(mount.host_path)
+        if path.exists() or path.is_symlink():
+            continue
+        root = next((Path(r) for r in roots if mount.host_path.startswith(r + "/")), None)
+        mode = stat.S_IMODE(root.stat().st_mode) if root is not None and root.is_dir() else 0o777
+        missing = [path, *(p for p in path.parents if not p.exists())]
+        for folder in reversed(missing):
+            folder.mkdir()
+            os.chmod(folder, mode)  # mkdir is subject to the umask and drops setgid/sticky
+
+
+def _restart_count_from_logs(folder: Path) -> int:
+    """Upstream calcRestartCountByLogDir on a container's log directory (blocking: run in a thread)."""
+    try:
+        names = [entry.name for entry in os.scandir(folder) if not entry.is_dir()]
+    except OSError:
+        return 0
+    return container_config.restart_count_from_log_names(names)
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _text(data: Mapping[str, bytes] | None) -> dict[str, str] | None:
+    return None if data is None else {k: v.decode(errors="replace") for k, v in data.items()}
+
+
+def _details(exc: Exception) -> str:
+    return exc.details if isinstance(exc, CriError) else str(exc)
+
+
+def _path_error(op: str, exc: OSError) -> str:
+    """Go's *PathError text, as upstream's messages carry it: "mkdir <path>: file name too long"."""
+    return f"{op} {exc.filename}: {os.strerror(exc.errno).lower()}" if exc.errno else f"{op}: {exc}"
+
+
+def _pod_desc(pod: spec.Pod) -> str:
+    """Upstream format.Pod: ``name_namespace(uid)``."""
+    return f"{pod.name}_{pod.namespace}({pod.uid})"
+
+
+class _ResizeError(Exception):
+    """A resize refused before anything changed (upstream validatePodResizeAction)."""
+
+
+def _pod_cgroup_changes(resource_name: str, target: helpers.ResourceConfig, current: helpers.ResourceConfig | None
+                        ) -> tuple[helpers.ResourceConfig | None, helpers.ResourceConfig | None]:
+    """The pod cgroup values of one resource to write before the containers (growing) and after them (shrinking).
+
+    Memory: the limit, left as it is when the pod has none (limits cannot be removed). CPU: the quota (with its
+    period; unlimited is the largest) and the shares, each on its own, as upstream writes them.
+    """
+    def grows(new: int, old: int | None) -> bool:
+        return old is None or new > old
+
+    if resource_name == resize.MEMORY:
+        if not target.memory:
+            return None, None
+        have = current.memory if current is not None and current.memory and current.memory > 0 else None
+        change = helpers.ResourceConfig(memory=target.memory)
+        return (change, None) if have is None or target.memory > have else (None, change)
+    before: dict[str, int] = {}
+    after: dict[str, int] = {}
+    if target.cpu_quota is not None:
+        unlimited = 2**63
+        new = target.cpu_quota if target.cpu_quota > 0 else unlimited
+        old = None if current is None or current.cpu_quota is None else \
+            (current.cpu_quota if current.cpu_quota > 0 else unlimited)
+        side = before if grows(new, old) else after
+        side["cpu_quota"] = target.cpu_quota
+        if target.cpu_period:
+            side["cpu_period"] = target.cpu_period
+    if target.cpu_shares:
+        old_shares = current.cpu_shares if current is not None else None
+        (before if grows(target.cpu_shares, old_shares) else after)["cpu_shares"] = target.cpu_shares
+    return (helpers.ResourceConfig(**before) if before else None, helpers.ResourceConfig(**after) if after else None)
+
+
+def _quantities(values: resize.Values, kind: str) -> dict[str, str]:
+    """`values`' cpu (milli) and memory (bytes) request or limit as quantities; "0" where unset."""
+    if kind == "request":
+        return {"cpu": f"{values.cpu_request}m", "memory": str(values.memory_request)}
+    return {"cpu": f"{values.cpu_limit}m", "memory": str(values.memory_limit)}
+
+
+def _nonzero(quantity: str) -> bool:
+    return qos.parse_quantity(quantity) != 0
+
+
+def _with_resource(before: Mapping[str, str], after: Mapping[str, str], kind: str) -> dict[str, str]:
+    """`before` with resource `kind` taken from `after` (absent there: absent here)."""
+    result = {k: v for k, v in before.items() if k != kind}
+    if kind in after:
+        result[kind] = after[kind]
+    return result

@@ -1,0 +1,1 @@
+"""Pod admission, active deadlines and lifecycle hooks (upstream pkg/kubelet/lifecycle, active_deadline.go)."""

@@ -1,0 +1,169 @@
+"""The Node's labels and status as the upstream kubelet computes them (pkg/kubelet/nodestatus), pure.
+
+The machine's facts, the runtime's readiness and images come in as data; the agent's node module reads
+them and sends the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from cri_client import types as cri
+from kopflet.api import qos
+
+# Upstream's default hard eviction thresholds, which allocatable also keeps back.
+DEFAULT_EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%"}
+MAX_IMAGES = 50  # nodeStatusMaxImages
+ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MachineFacts:
+    """What the node is made of, read once at start (upstream cadvisor's MachineInfo and /etc/os-release)."""
+
+    cpus: int
+    memory_bytes: int
+    ephemeral_storage_bytes: int
+    machine: str = "x86_64"  # uname -m
+    kernel_version: str = ""
+    os_image: str = ""
+    machine_id: str = ""
+    system_uuid: str = ""
+    boot_id: str = ""
+
+    @property
+    def architecture(self) -> str:
+        return ARCHITECTURES.get(self.machine, self.machine)
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    status: str
+    reason: str
+    message: str
+
+
+def node_labels(node_name: str, facts: MachineFacts, extra: Mapping[str, str]) -> dict[str, str]:
+    """The well-known labels upstream sets (plus the deprecated beta ones it still sets) and --node-labels."""
+    arch = facts.architecture
+    return {"kubernetes.io/hostname": node_name, "kubernetes.io/os": "linux", "kubernetes.io/arch": arch,
+            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": arch, **extra}
+
+
+def capacity(facts: MachineFacts, max_pods: int) -> dict[str, str]:
+    return {"cpu": str(facts.cpus), "memory": f"{facts.memory_bytes // 1024}Ki",
+            "ephemeral-storage": f"{facts.ephemeral_storage_bytes // 1024}Ki", "pods": str(max_pods)}
+
+
+def allocatable(cap: Mapping[str, str], *, system_reserved: Mapping[str, str] = {},
+                kube_reserved: Mapping[str, str] = {},
+                eviction_hard: Mapping[str, str] = DEFAULT_EVICTION_HARD) -> dict[str, str]:
+    """Capacity minus reservations and hard eviction thresholds (upstream GetNodeAllocatableReservation)."""
+    out: dict[str, str] = {}
+    for name, value in cap.items():
+        total = qos.parse_quantity(value)
+        reserved = sum((qos.parse_quantity(r[name]) for r in (system_reserved, kube_reserved) if name in r),
+                       start=qos.parse_quantity("0"))
+        signal = {"memory": "memory.available", "ephemeral-storage": "nodefs.available"}.get(name)
+        if signal and signal in eviction_hard:
+            threshold = eviction_hard[signal]
+            reserved += total * qos.parse_quantity(threshold[:-1]) / 100 if threshold.endswith("%") \
+                else qos.parse_quantity(threshold)
+        left = max(total - reserved, 0)
+        if name == "cpu":
+            out[name] = f"{int(left * 1000)}m" if left != int(left) else str(int(left))
+        elif name in ("memory", "ephemeral-storage"):
+            out[name] = f"{int(left) // 1024}Ki"
+        else:
+            out[name] = str(int(left))
+    return out
+
+
+def conditions(ready: Condition, previous: Sequence[Mapping[str, Any]], now: datetime.datetime,
+               pressure: Mapping[str, bool] | None = None) -> list[dict[str, str]]:
+    """Ready plus the three pressure conditions; lastTransitionTime moves only when a status flips."""
+    pressure = pressure or {}
+    wanted = {
+        "MemoryPressure": Condition("True", "KubeletHasInsufficientMemory",
+                                    "kubelet has insufficient memory available")
+        if pressure.get("MemoryPressure") else
+        Condition("False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        "DiskPressure": Condition("True", "KubeletHasDiskPressure", "kubelet has disk pressure")
+        if pressure.get("DiskPressure") else
+        Condition("False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        "PIDPressure": Condition("True", "KubeletHasInsufficientPID", "kubelet has insufficient PID available")
+        if pressure.get("PIDPressure") else
+        Condition("False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        "Ready": ready,
+    }
+    before = {c.get("type"): c for c in previous}
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    out = []
+    for kind, cond in wanted.items():
+        old = before.get(kind)
+        transition = old.get("lastTransitionTime", stamp) if old and old.get("status") == cond.status else stamp
+        out.append({"type": kind, "status": cond.status, "reason": cond.reason, "message": cond.message,
+                    "lastHeartbeatTime": stamp, "lastTransitionTime": transition})
+    return out
+
+
+def ready_condition(runtime: cri.RuntimeStatus | None, error: str = "") -> Condition:
+    """Ready from CRI Status (upstream runtimeState errors): the runtime and its network must be ready."""
+    if runtime is None:
+        return Condition("False", "KubeletNotReady", f"container runtime is down{': ' + error if error else ''}")
+    by_type = {c.type: c for c in runtime.conditions}
+    problems = []
+    for kind, what in (("RuntimeReady", "container runtime not ready"),
+                       ("NetworkReady", "container runtime network not ready")):
+        c = by_type.get(kind)
+        if c is None or not c.status:
+            problems.append(f"{what}: {kind}=false reason:{c.reason if c else ''} message:{c.message if c else ''}")
+    if problems:
+        return Condition("False", "KubeletNotReady", problems[0] if len(problems) == 1 else f"[{', '.join(problems)}]")
+    return Condition("True", "KubeletReady", "kubelet is posting ready status")
+
+
+def images(listed: Iterable[cri.Image], limit: int = MAX_IMAGES) -> list[dict[str, Any]]:
+    """The node's images, biggest first, at most ``limit`` (upstream nodestatus.Images)."""
+    out = []
+    for image in sorted(listed, key=lambda i: i.size, reverse=True)[:limit]:
+        names = [*image.repo_digests, *image.repo_tags] or [image.id]
+        out.append({"names": names, "sizeBytes": image.size})
+    return out
+
+
+def addresses(node_name: str, node_ip: str) -> list[dict[str, str]]:
+    out = [{"type": "Hostname", "address": node_name}]
+    if node_ip:
+        out.insert(0, {"type": "InternalIP", "address": node_ip})
+    return out
+
+
+DECLARED_FEATURES = ("InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers",
+                     "RestartAllContainersOnContainerExits")
+"""The node features kopflet implements among upstream's registry (k8s.io/component-helpers
+nodedeclaredfeatures, NodeDeclaredFeatures GA at 1.37): the scheduler's NodeDeclaredFeatures plugin sends a pod
+that needs one (a RestartAllContainers rule) only to nodes declaring it. The upstream kubelet declares each
+whose gate is on; kopflet declares only what it does."""
+
+
+def declared_features() -> list[str]:
+    """``status.declaredFeatures``: sorted and unique, as the apiserver requires (upstream
+    `DiscoverNodeFeatures`, then `validateNodeDeclaredFeatures`)."""
+    return sorted(set(DECLARED_FEATURES))
+
+
+def node_info(facts: MachineFacts, kubelet_version: str, runtime_version: str) -> dict[str, str]:
+    return {"machineID": facts.machine_id, "systemUUID": facts.system_uuid, "bootID": facts.boot_id,
+            "kernelVersion": facts.kernel_version, "osImage": facts.os_image,
+            "containerRuntimeVersion": runtime_version, "kubeletVersion": kubelet_version,
+            "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": facts.architecture}
+
+
+def without_heartbeats(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The status with heartbeat times blanked: what decides whether a change is worth posting."""
+    return {**status, "conditions": [{k: v for k, v in c.items() if k != "lastHeartbeatTime"}
+                                     for c in status.get("conditions", [])]}

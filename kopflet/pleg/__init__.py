@@ -1,0 +1,1 @@
+"""The pod lifecycle event generator: relisting the runtime (upstream pkg/kubelet/pleg)."""

@@ -1,0 +1,140 @@
+"""The runtime's state of every pod, refreshed by relisting CRI (upstream PLEG, the generic relist).
+
+Every ``RELIST_PERIOD`` the cache lists sandboxes and containers; statuses are fetched only for objects
+that are new or changed state, so an idle node costs two cheap list calls a second. Pods whose runtime
+state changed are reported to a callback, which wakes their workers: a container that exits is acted on
+within about a second. containerd 1.6 has no CRI container events, so relisting is the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from cri_client import CriClient, CriError
+from cri_client import types as cri
+from kopflet.container import labels, podstate
+
+logger = logging.getLogger(__name__)
+
+RELIST_PERIOD = 1.0  # upstream genericPlegRelistPeriod
+
+
+class RuntimeCache:
+    def __init__(self, cri_client: CriClient) -> None:
+        self.cri = cri_client
+        self._sandboxes: dict[str, cri.PodSandboxStatus] = {}
+        self._containers: dict[str, cri.ContainerStatus] = {}
+        self._container_sandbox: dict[str, str] = {}
+        self._fingerprints: dict[str, tuple[tuple[str, str], ...]] = {}
+        self.pods: dict[str, podstate.RuntimePodStatus] = {}
+        self.synced = asyncio.Event()
+        self.on_relist: Callable[[float, float | None], None] | None = None
+        """Called after each relist with (duration, interval since the previous start): PLEG metrics."""
+
+    def pod(self, uid: str) -> podstate.RuntimePodStatus:
+        return self.pods.get(uid, podstate.RuntimePodStatus(uid=uid))
+
+    def container_status(self, container_id: str) -> cri.ContainerStatus | None:
+        """The last CRI status seen for a container (mounts, log path: what podstate leaves out)."""
+        return self._containers.get(container_id)
+
+    async def relist(self) -> set[str]:
+        """Refresh everything; return the uids whose sandboxes or containers changed (or vanished)."""
+        sandboxes = await self.cri.sandboxes.list()
+        containers = await self.cri.containers.list()
+        await self._refresh(sandboxes, containers, prune=True)
+        pods = podstate.group_by_pod(self._sandboxes.values(), self._containers.values(),
+                                     container_sandbox_ids=self._container_sandbox)
+        changed = {uid for uid in pods if _fingerprint(pods[uid]) != self._fingerprints.get(uid)}
+        changed |= set(self._fingerprints) - set(pods)
+        self.pods = pods
+        self._fingerprints = {uid: _fingerprint(p) for uid, p in pods.items()}
+        self.synced.set()
+        return changed
+
+    def forget_containers(self, container_ids: Iterable[str]) -> None:
+        """Read these containers' status again at the next refresh (their resources changed in place)."""
+        for cid in container_ids:
+            self._containers.pop(cid, None)
+
+    async def refresh_pod(self, uid: str) -> podstate.RuntimePodStatus:
+        """A fresh view of one pod (a worker calls this right before deciding and after acting)."""
+        selector = {labels.POD_UID: uid}
+        sandboxes = await self.cri.sandboxes.list(cri.PodSandboxFilter(label_selector=selector))
+        containers = await self.cri.containers.list(cri.ContainerFilter(label_selector=selector))
+        await self._refresh(sandboxes, containers, prune=False)
+        sandbox_ids = {s.id for s in sandboxes}
+        container_ids = {c.id for c in containers}
+        # Objects of this pod that the runtime no longer has are dropped from the cache too.
+        for sid in [s for s, st in self._sandboxes.items() if _uid(st.labels) == uid and s not in sandbox_ids]:
+            del self._sandboxes[sid]
+        for cid in [c for c, st in self._containers.items() if _uid(st.labels) == uid and c not in container_ids]:
+            self._containers.pop(cid, None)
+            self._container_sandbox.pop(cid, None)
+        view = podstate.from_cri([self._sandboxes[s] for s in sandbox_ids if s in self._sandboxes],
+                                 [self._containers[c] for c in container_ids if c in self._containers],
+                                 uid=uid, container_sandbox_ids=self._container_sandbox)
+        self.pods[uid] = view
+        self._fingerprints[uid] = _fingerprint(view)
+        return view
+
+    async def _refresh(self, sandboxes: Iterable[cri.PodSandbox], containers: Iterable[cri.Container],
+                       *, prune: bool) -> None:
+        seen_sandboxes, seen_containers = set(), set()
+        for sb in sandboxes:
+            seen_sandboxes.add(sb.id)
+            cached = self._sandboxes.get(sb.id)
+            if cached is None or cached.state != sb.state:
+                with contextlib.suppress(CriError):  # removed between list and status: gone next relist
+                    self._sandboxes[sb.id] = await self.cri.sandboxes.status(sb.id)
+        for c in containers:
+            seen_containers.add(c.id)
+            self._container_sandbox[c.id] = c.pod_sandbox_id
+            cached_c = self._containers.get(c.id)
+            if cached_c is None or cached_c.state != c.state or (
+                    c.state == cri.ContainerState.RUNNING and not cached_c.started_at):
+                with contextlib.suppress(CriError):
+                    self._containers[c.id] = await self.cri.containers.status(c.id)
+        if prune:
+            for sid in set(self._sandboxes) - seen_sandboxes:
+                del self._sandboxes[sid]
+            for cid in set(self._containers) - seen_containers:
+                del self._containers[cid]
+                self._container_sandbox.pop(cid, None)
+
+    async def run(self, on_change: Callable[[set[str]], None], period: float = RELIST_PERIOD) -> None:
+        """The relist loop; runtime outages are logged and waited out, never fatal."""
+        failing = False
+        last_start: float | None = None
+        while True:
+            started = time.monotonic()
+            try:
+                changed = await self.relist()
+                if self.on_relist is not None:
+                    self.on_relist(time.monotonic() - started, None if last_start is None else started - last_start)
+                last_start = started
+                if failing:
+                    logger.info("container runtime is reachable again")
+                    failing = False
+                if changed:
+                    on_change(changed)
+            except CriError as exc:
+                if not failing:
+                    logger.warning(f"relisting the container runtime failed: {exc}")
+                failing = True
+            await asyncio.sleep(period)
+
+
+def _uid(values: Mapping[str, str]) -> str:
+    return labels.pod_identity(values).uid
+
+
+def _fingerprint(pod: podstate.RuntimePodStatus) -> tuple[tuple[str, str], ...]:
+    """What a change means for a worker: which sandboxes/containers exist, and in which state."""
+    sandboxes = tuple((s.id, "ready" if s.ready else "notready") for s in pod.sandboxes)
+    containers = tuple((c.id, str(c.state)) for c in pod.containers)
+    return sandboxes + containers

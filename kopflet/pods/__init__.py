@@ -1,0 +1,1 @@
+"""Per-pod workers and housekeeping (upstream pod_workers.go, HandlePodCleanups)."""

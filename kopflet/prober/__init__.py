@@ -1,0 +1,1 @@
+"""Liveness, readiness and startup probes (upstream pkg/kubelet/prober, pkg/probe)."""

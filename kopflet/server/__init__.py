@@ -1,0 +1,1 @@
+"""The kubelet's HTTPS API: logs, exec, attach, port-forward, stats, metrics (upstream pkg/kubelet/server)."""

@@ -1,0 +1,1 @@
+"""Resource usage: /stats/summary and /metrics/resource (upstream pkg/kubelet/server/stats)."""

@@ -1,0 +1,311 @@
+"""Gathering the node's and its pods' resource usage for ``/stats/summary`` and ``/metrics/resource``.
+
+The I/O half of `kopflet.stats.summary`: read /proc and the root cgroup (the machine's CPU and memory), statvfs
+(the kubelet root directory's filesystem and the runtime's image filesystem), the CRI stats calls (the
+pods and containers) and the containers' log directories, then hand it all to the pure builders. Every
+blocking read runs in a thread; the CRI calls run concurrently.
+
+Usage::
+
+    collector = StatsCollector(cri, node_name="edge-1", root_dir="/var/lib/kubelet")
+    summary = await collector.summary()              # dict for /stats/summary (StatsUnavailable: a 500)
+    text = await collector.resource_metrics()        # /metrics/resource, kopflet.metrics.CONTENT_TYPE
+    # or one snapshot for both: snapshot = await collector.collect(); summary_json(snapshot) ...
+
+A `StatsCollector` lives as long as the agent: it remembers the previous CPU samples, so it can report
+usageNanoCores where the runtime does not (the node always; containerd computes its containers' own), and
+it coalesces scrapes that arrive while a collection is running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Final
+
+from cri_client import CriClient, CriError
+from cri_client import types as cri
+from kopflet.kuberuntime.sandbox_config import DEFAULT_POD_LOG_ROOT
+from kopflet.stats import summary
+
+logger = logging.getLogger(__name__)
+
+NODE_CPU_KEY: Final = ""  # the node's entry in the CPU sample cache (container and sandbox ids are never empty)
+
+
+class StatsUnavailable(RuntimeError):
+    """The pods could not be measured (the runtime failed): upstream answers /stats/summary with a 500."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _NodeReading:
+    cpu: cri.CpuUsage | None
+    memory: cri.MemoryUsage | None
+    swap: cri.SwapUsage | None
+    root_fs: summary.FsInfo | None
+    rlimit: summary.Rlimit
+    boot_time: int
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def statvfs(path: str, timestamp: int) -> summary.FsInfo | None:
+    """Size of the filesystem holding `path` (its nearest existing ancestor); None if unreadable."""
+    probe = path
+    while probe not in ("", "/") and not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    try:
+        st = os.statvfs(probe or "/")
+    except OSError:
+        return None
+    return summary.FsInfo(
+        timestamp=timestamp,
+        capacity_bytes=st.f_blocks * st.f_frsize,
+        available_bytes=st.f_bavail * st.f_frsize,
+        used_bytes=(st.f_blocks - st.f_bfree) * st.f_frsize,
+        inodes=st.f_files,
+        inodes_free=st.f_ffree,
+    )
+
+
+def read_node(proc: Path, cgroup_root: Path, root_dir: str) -> _NodeReading:
+    """The machine's CPU, memory, swap, root filesystem and task counts (blocking: run in a thread)."""
+    now = time.time_ns()
+    proc_stat = _read(proc / "stat") or ""
+    cpu = None
+    with contextlib.suppress(ValueError):
+        ticks = os.sysconf("SC_CLK_TCK")
+        cpu = cri.CpuUsage(timestamp=now, usage_core_nano_seconds=summary.cpu_core_nanoseconds(proc_stat, ticks))
+    boot_time = 0
+    for line in proc_stat.splitlines():
+        if line.startswith("btime "):
+            boot_time = int(line.split()[1]) * summary.NANOS
+    meminfo = summary.parse_meminfo(_read(proc / "meminfo") or "")
+    if (cgroup_root / "cgroup.controllers").exists():  # cgroup v2: the root has memory.stat, no usage file
+        cgroup_stat_text, usage_text = _read(cgroup_root / "memory.stat"), None
+    else:
+        cgroup_stat_text = _read(cgroup_root / "memory" / "memory.stat")
+        usage_text = _read(cgroup_root / "memory" / "memory.usage_in_bytes")
+    cgroup_usage = int(usage_text) if usage_text and usage_text.strip().isdigit() else None
+    cgroup_stat = summary.parse_flat_keyed(cgroup_stat_text) if cgroup_stat_text is not None else None
+    if cgroup_stat is not None and cgroup_usage is None and "anon" not in cgroup_stat:
+        cgroup_stat = None  # a v1 memory.stat without its usage file: fall back to /proc/meminfo
+    vmstat = None if cgroup_stat is not None else summary.parse_flat_keyed(_read(proc / "vmstat") or "")
+    memory = summary.node_memory(
+        meminfo, timestamp=now, cgroup_stat=cgroup_stat, cgroup_usage=cgroup_usage, vmstat=vmstat
+    )
+    rlimit = summary.node_rlimit(
+        timestamp=now,
+        pid_max=_read(proc / "sys" / "kernel" / "pid_max"),
+        threads_max=_read(proc / "sys" / "kernel" / "threads-max"),
+        loadavg=_read(proc / "loadavg"),
+    )
+    return _NodeReading(
+        cpu=cpu,
+        memory=memory,
+        swap=summary.node_swap(meminfo, timestamp=now),
+        root_fs=statvfs(root_dir, now),
+        rlimit=rlimit,
+        boot_time=boot_time,
+    )
+
+
+def disk_usage(path: Path, timestamp: int) -> cri.FilesystemUsage | None:
+    """Like upstream's ``du``: bytes of allocated blocks and inodes under `path`; None if it is missing."""
+    if not path.is_dir():
+        return None
+    used, inodes = 0, 0
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in (".", *dirnames, *filenames):
+            with contextlib.suppress(OSError):
+                used += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+                inodes += 1
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    return cri.FilesystemUsage(mountpoint=str(path), timestamp=timestamp, used_bytes=used, inodes_used=inodes)
+
+
+def _log_usage(pods: Iterable[summary.PodSample], pod_log_root: str) -> dict[str, cri.FilesystemUsage]:
+    """Log directory usage of every container (blocking: run in a thread)."""
+    now = time.time_ns()
+    result = {}
+    for pod in pods:
+        pod_dir = Path(pod_log_root, f"{pod.namespace}_{pod.name}_{pod.uid}")
+        for container in pod.containers:
+            usage = disk_usage(pod_dir / container.name, now)
+            if usage is not None:
+                result[container.stats.id] = usage
+    return result
+
+
+class StatsCollector:
+    """Collects `kopflet.stats.summary.StatsSnapshot`s for one node.
+
+    `root_dir` is the kubelet root directory (its filesystem is the node's ``fs`` and the pods' ephemeral
+    storage); `pod_log_root` is where container logs live (None: do not measure logs). `proc` and
+    `cgroup_root` exist for tests.
+    """
+
+    def __init__(
+        self,
+        cri_client: CriClient,
+        *,
+        node_name: str,
+        root_dir: str,
+        pod_log_root: str | None = DEFAULT_POD_LOG_ROOT,
+        proc: str = "/proc",
+        cgroup_root: str = "/sys/fs/cgroup",
+    ) -> None:
+        self.cri, self.node_name, self.root_dir, self.pod_log_root = cri_client, node_name, root_dir, pod_log_root
+        self.proc, self.cgroup_root = Path(proc), Path(cgroup_root)
+        self._previous_cpu: dict[str, cri.CpuUsage] = {}
+        self._running: asyncio.Task[summary.StatsSnapshot] | None = None
+
+    async def collect(self) -> summary.StatsSnapshot:
+        """A fresh snapshot; callers arriving while one is being collected share it."""
+        if self._running is None or self._running.done():
+            self._running = asyncio.ensure_future(self._collect())
+        return await asyncio.shield(self._running)
+
+    async def summary(self) -> dict[str, Any]:
+        """A fresh ``/stats/summary`` object; StatsUnavailable when the runtime could not be listed."""
+        snapshot = await self.collect()
+        if snapshot.error:
+            raise StatsUnavailable(f"failed to get summary stats: {snapshot.error}")
+        return summary.summary(snapshot)
+
+    async def resource_metrics(self) -> str:
+        """A fresh ``/metrics/resource`` text (a runtime failure is ``resource_scrape_error 1`` in it)."""
+        return summary.resource_metrics(await self.collect())
+
+    async def _collect(self) -> summary.StatsSnapshot:
+        started = time.time_ns()
+        node_task = asyncio.create_task(asyncio.to_thread(read_node, self.proc, self.cgroup_root, self.root_dir))
+        image_fs_task = asyncio.create_task(self.cri.images.fs_info())
+        error = ""
+        pods: tuple[summary.PodSample, ...] = ()
+        try:
+            sandboxes, containers, container_stats = await asyncio.gather(
+                self.cri.sandboxes.list(), self.cri.containers.list(), self.cri.containers.list_stats()
+            )
+            pods = summary.pod_samples(sandboxes, containers, container_stats)
+            sandbox_stats = await self._sandbox_stats([p.sandbox_id for p in pods])
+            logs = await asyncio.to_thread(_log_usage, pods, self.pod_log_root) if self.pod_log_root else {}
+            pods = summary.pod_samples(sandboxes, containers, container_stats, sandbox_stats, logs)
+        except CriError as e:
+            error = f"failed to list pod stats: {e}"
+            logger.warning(error)
+        except BaseException:
+            node_task.cancel()
+            image_fs_task.cancel()
+            raise
+        try:
+            image_fs_info = await image_fs_task
+        except CriError as e:
+            logger.warning(f"failed to get imageFs info: {e}")
+            image_fs_info = cri.ImageFsInfo()
+        node = await node_task
+        image_fs = image_fs_info.image_filesystems[0] if image_fs_info.image_filesystems else None
+        pods = self._with_nano_cores(pods)
+        cpu = summary.with_nano_cores(node.cpu, self._previous_cpu.get(NODE_CPU_KEY))
+        if node.cpu is not None:
+            self._previous_cpu[NODE_CPU_KEY] = node.cpu
+        mountpoints = {image_fs.mountpoint} if image_fs is not None and image_fs.mountpoint else set()
+        for pod in pods:
+            for container in pod.containers:
+                layer = container.stats.writable_layer
+                if layer is not None and layer.mountpoint:
+                    mountpoints.add(layer.mountpoint)
+        sizes = await asyncio.to_thread(lambda: {m: statvfs(m, started) for m in sorted(mountpoints)})
+        return summary.StatsSnapshot(
+            timestamp=started,
+            node=summary.NodeSample(
+                node_name=self.node_name,
+                boot_time=node.boot_time,
+                cpu=cpu,
+                memory=node.memory,
+                swap=node.swap,
+                root_fs=node.root_fs,
+                image_fs=image_fs,
+                rlimit=node.rlimit,
+            ),
+            pods=pods,
+            filesystems={m: size for m, size in sizes.items() if size is not None},
+            error=error,
+        )
+
+    async def _sandbox_stats(self, sandbox_ids: list[str]) -> dict[str, cri.PodSandboxStats]:
+        """Pod-level stats of these sandboxes: one ListPodSandboxStats, else one call per sandbox.
+
+        containerd 1.6 fails the whole list when any sandbox on the node has no cgroup (one created
+        without a cgroup parent); asking per sandbox then still measures the others. Pod-level stats are
+        optional: without them the containers' numbers are summed.
+        """
+        if not sandbox_ids:
+            return {}
+        wanted = set(sandbox_ids)
+        try:
+            return {s.id: s for s in await self.cri.sandboxes.list_stats() if s.id in wanted}
+        except CriError as e:
+            if e.unimplemented or e.unavailable:
+                return {}
+        results = await asyncio.gather(*(self.cri.sandboxes.stats(i) for i in sandbox_ids), return_exceptions=True)
+        found = {}
+        for sandbox_id, result in zip(sandbox_ids, results, strict=True):
+            if isinstance(result, cri.PodSandboxStats):
+                found[sandbox_id] = result
+            elif not isinstance(result, CriError):
+                raise result
+        return found
+
+    def _with_nano_cores(self, pods: tuple[summary.PodSample, ...]) -> tuple[summary.PodSample, ...]:
+        """Fill usageNanoCores the runtime left unset from the previous samples; remember these ones."""
+        previous, current = self._previous_cpu, {NODE_CPU_KEY: self._previous_cpu.get(NODE_CPU_KEY)}
+        result = []
+        for pod in pods:
+            containers = []
+            for c in pod.containers:
+                cpu = summary.with_nano_cores(c.stats.cpu, previous.get(c.stats.id))
+                current[c.stats.id] = c.stats.cpu
+                containers.append(dataclasses.replace(c, stats=dataclasses.replace(c.stats, cpu=cpu)))
+            sandbox = pod.sandbox
+            if sandbox is not None and sandbox.linux is not None:
+                cpu = summary.with_nano_cores(sandbox.linux.cpu, previous.get(sandbox.id))
+                current[sandbox.id] = sandbox.linux.cpu
+                sandbox = dataclasses.replace(sandbox, linux=dataclasses.replace(sandbox.linux, cpu=cpu))
+            result.append(dataclasses.replace(pod, containers=tuple(containers), sandbox=sandbox))
+        self._previous_cpu = {k: v for k, v in current.items() if v is not None}
+        return tuple(result)
+
+
+async def collect(
+    cri_client: CriClient,
+    *,
+    node_name: str,
+    root_dir: str,
+    pod_log_root: str | None = DEFAULT_POD_LOG_ROOT,
+) -> summary.StatsSnapshot:
+    """One snapshot without history (no node usageNanoCores): for one-off use; keep a `StatsCollector` otherwise."""
+    collector = StatsCollector(cri_client, node_name=node_name, root_dir=root_dir, pod_log_root=pod_log_root)
+    return await collector.collect()
+
+
+def summary_json(snapshot: summary.StatsSnapshot) -> str:
+    """The ``/stats/summary`` body, indented as the kubelet's go-restful writes it (one space)."""
+    return json.dumps(summary.summary(snapshot), indent=1, ensure_ascii=False)
+
+
+def resource_metrics(snapshot: summary.StatsSnapshot) -> str:
+    """The ``/metrics/resource`` body (serve with `kopflet.metrics.CONTENT_TYPE`)."""
+    return summary.resource_metrics(snapshot)

@@ -1,0 +1,713 @@
+"""
+The kubelet's resource usage endpoints, built from typed samples: ``/stats/summary`` and ``/metrics/resource``.
+
+Pure: no I/O. `kopflet.stats.collector` reads /proc, statvfs and the CRI stats calls; this module turns what it
+read into
+
+- `summary()`: the Summary API object (k8s.io/kubelet/pkg/apis/stats/v1alpha1) as a JSON-ready dict, the
+  way metrics-server and ``kubectl get --raw /api/v1/nodes/<node>/proxy/stats/summary`` read it;
+- `resource_metrics()`: the Prometheus text of upstream pkg/kubelet/metrics/collectors/resource_metrics.go,
+  with its names, help texts, stability levels and millisecond sample timestamps.
+
+It follows upstream's CRI stats provider (pkg/kubelet/stats/cri_stats_provider.go) in its default mode:
+a pod is reported when it has a running container with stats; a container's numbers come from
+ListContainerStats; the pod's CPU, memory, network and process count come from the pod sandbox's stats
+(the pod cgroup and network namespace, what upstream reads through cAdvisor), else the containers' CPU and
+memory are summed as upstream does without cAdvisor. The parsers of /proc and cgroup files live here too,
+so the arithmetic is testable; `kopflet.stats.collector` only reads the files.
+
+Timestamps are nanoseconds since the epoch (ints), as in `cri_client.types`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from cri_client import types as cri
+from kopflet import metrics
+from kopflet.container import labels as kubelabels
+
+NANOS: Final = 1_000_000_000
+
+# ---------------------------------------------------------------------------------------------- input
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FsInfo:
+    """Size of one filesystem as statvfs reports it (cAdvisor's FsInfo): capacity, free space, inodes."""
+
+    timestamp: int = 0
+    capacity_bytes: int = 0
+    available_bytes: int = 0
+    used_bytes: int = 0
+    inodes: int | None = None
+    inodes_free: int | None = None
+
+    @property
+    def inodes_used(self) -> int | None:
+        if self.inodes is None or self.inodes_free is None:
+            return None
+        return max(0, self.inodes - self.inodes_free)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rlimit:
+    """The node's task limit (min of pid_max and threads-max) and how many tasks exist (RlimitStats)."""
+
+    timestamp: int = 0
+    max_pid: int | None = None
+    running_processes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NodeSample:
+    """What the node measured: CPU and memory of the whole machine, its filesystems, its task count.
+
+    `image_fs` is the runtime's own report (CRI ImageFsInfo: used bytes and inodes of the image store);
+    the size of each filesystem comes from `StatsSnapshot.filesystems`, keyed by mountpoint.
+    """
+
+    node_name: str
+    boot_time: int = 0
+    cpu: cri.CpuUsage | None = None
+    memory: cri.MemoryUsage | None = None
+    swap: cri.SwapUsage | None = None
+    root_fs: FsInfo | None = None
+    image_fs: cri.FilesystemUsage | None = None
+    rlimit: Rlimit | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerSample:
+    """One running container of a pod: its name, creation time (the summary's startTime) and CRI stats.
+
+    `logs` is the usage of its log directory, when the collector measured it.
+    """
+
+    name: str
+    start_time: int = 0
+    stats: cri.ContainerStats
+    logs: cri.FilesystemUsage | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodSample:
+    """One pod: its identity, its sandbox's creation time (the summary's startTime) and what was measured.
+
+    `sandbox` is the pod-level CRI stats (None when the runtime could not measure the sandbox);
+    `containers` are its running containers, in name order.
+    """
+
+    name: str
+    namespace: str
+    uid: str
+    start_time: int = 0
+    sandbox_id: str = ""
+    sandbox: cri.PodSandboxStats | None = None
+    containers: tuple[ContainerSample, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StatsSnapshot:
+    """One collection: the node, its pods, the filesystems by mountpoint, and when it was taken.
+
+    `error` is set when the pods could not be listed or measured (the runtime failed): the summary then
+    has no pods and /metrics/resource reports only ``resource_scrape_error 1``, as upstream does.
+    """
+
+    timestamp: int
+    node: NodeSample
+    pods: tuple[PodSample, ...] = ()
+    filesystems: Mapping[str, FsInfo] = dataclasses.field(default_factory=dict)
+    error: str = ""
+
+
+# -------------------------------------------------------------------------------------- node parsers
+
+
+def cpu_core_nanoseconds(proc_stat: str, clock_ticks: int = 100) -> int:
+    """Cumulative busy CPU time of the whole machine from /proc/stat's ``cpu`` line, in core-nanoseconds.
+
+    Busy is user + nice + system + irq + softirq + steal (guest time is already inside user and nice);
+    idle and iowait are not. cAdvisor reads the root cgroup's CPU accounting instead, which counts the
+    same task time; the two agree to within interrupt accounting.
+    """
+    for line in proc_stat.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            ticks = [int(x) for x in fields[1:]] + [0] * 8
+            user, nice, system, _idle, _iowait, irq, softirq, steal = ticks[:8]
+            return (user + nice + system + irq + softirq + steal) * NANOS // clock_ticks
+    raise ValueError("no aggregate cpu line in /proc/stat")
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo as bytes by field name ("MemTotal", "Inactive(file)", ...)."""
+    result: dict[str, int] = {}
+    for line in text.splitlines():
+        key, sep, rest = line.partition(":")
+        parts = rest.split()
+        if not sep or not parts or not parts[0].isdigit():
+            continue
+        result[key.strip()] = int(parts[0]) * (1024 if parts[1:2] == ["kB"] else 1)
+    return result
+
+
+def parse_flat_keyed(text: str) -> dict[str, int]:
+    """A cgroup "flat keyed" file (memory.stat) or /proc/vmstat: ``name value`` per line."""
+    result: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            result[parts[0]] = int(parts[1])
+    return result
+
+
+def node_memory(
+    meminfo: Mapping[str, int],
+    *,
+    timestamp: int,
+    cgroup_stat: Mapping[str, int] | None = None,
+    cgroup_usage: int | None = None,
+    vmstat: Mapping[str, int] | None = None,
+) -> cri.MemoryUsage | None:
+    """The node's memory as upstream reports it: cAdvisor's root cgroup numbers, capacity from MemTotal.
+
+    Working set is usage minus inactive file pages (cAdvisor), available is MemTotal minus working set.
+    Usage comes from the root cgroup: cgroup v1 ``memory.usage_in_bytes`` (`cgroup_usage`, with the
+    ``total_*`` counters of its memory.stat), cgroup v2 ``anon + file`` of /sys/fs/cgroup/memory.stat (as
+    runc emulates the root's missing memory.current). Without either, /proc/meminfo stands in with the
+    same quantities system-wide: usage = AnonPages + Buffers + Cached + SwapCached (the kernel's
+    NR_ANON_MAPPED + NR_FILE_PAGES), inactive file = Inactive(file), rss = AnonPages, page faults from
+    /proc/vmstat. (MemTotal - MemAvailable is not used: it leaves out active page cache, which upstream's
+    working set includes, and would read far lower than a real kubelet on the same node.)
+    """
+    total = meminfo.get("MemTotal")
+    if total is None:
+        return None
+    stat = cgroup_stat or {}
+    if cgroup_stat is not None and cgroup_usage is not None:  # cgroup v1 root
+        usage, inactive = cgroup_usage, stat.get("total_inactive_file", 0)
+        rss, faults, major = stat.get("total_rss"), stat.get("pgfault"), stat.get("pgmajfault")
+    elif cgroup_stat is not None and "anon" in stat:  # cgroup v2 root
+        usage, inactive = stat.get("anon", 0) + stat.get("file", 0), stat.get("inactive_file", 0)
+        rss, faults, major = stat.get("anon"), stat.get("pgfault"), stat.get("pgmajfault")
+    else:
+        usage = sum(meminfo.get(k, 0) for k in ("AnonPages", "Buffers", "Cached", "SwapCached"))
+        inactive = meminfo.get("Inactive(file)", 0)
+        rss = meminfo.get("AnonPages")
+        faults = (vmstat or {}).get("pgfault")
+        major = (vmstat or {}).get("pgmajfault")
+    working_set = max(0, usage - inactive)
+    return cri.MemoryUsage(
+        timestamp=timestamp,
+        working_set_bytes=working_set,
+        available_bytes=max(0, total - working_set),
+        usage_bytes=usage,
+        rss_bytes=rss,
+        page_faults=faults,
+        major_page_faults=major,
+    )
+
+
+def node_swap(meminfo: Mapping[str, int], *, timestamp: int) -> cri.SwapUsage | None:
+    """Swap in use and still free on the node (cAdvisor: the root's swap, limited by the machine's swap)."""
+    if "SwapTotal" not in meminfo or "SwapFree" not in meminfo:
+        return None
+    free = meminfo["SwapFree"]
+    return cri.SwapUsage(
+        timestamp=timestamp, swap_usage_bytes=max(0, meminfo["SwapTotal"] - free), swap_available_bytes=free
+    )
+
+
+def node_rlimit(
+    *, timestamp: int, pid_max: str | None = None, threads_max: str | None = None, loadavg: str | None = None
+) -> Rlimit:
+    """Upstream pidlimit.Stats: the smaller of kernel.pid_max and threads-max; tasks from /proc/loadavg."""
+    limits = [int(v) for v in (pid_max, threads_max) if v is not None and v.strip().isdigit()]
+    running = None
+    fields = (loadavg or "").split()
+    if len(fields) >= 4 and "/" in fields[3]:
+        total = fields[3].partition("/")[2]
+        running = int(total) if total.isdigit() else None
+    return Rlimit(timestamp=timestamp, max_pid=min(limits) if limits else None, running_processes=running)
+
+
+def usage_nano_cores(previous: cri.CpuUsage | None, current: cri.CpuUsage) -> int | None:
+    """The CPU rate between two cumulative samples, in nanocores (upstream's cpuUsageCache arithmetic).
+
+    None without a usable earlier sample (none, counter reset, or no time passed).
+    """
+    if previous is None or previous.usage_core_nano_seconds is None or current.usage_core_nano_seconds is None:
+        return None
+    used = current.usage_core_nano_seconds - previous.usage_core_nano_seconds
+    elapsed = current.timestamp - previous.timestamp
+    if used < 0 or elapsed <= 0:
+        return None
+    return int(float(used) / float(elapsed) * NANOS)
+
+
+def with_nano_cores(cpu: cri.CpuUsage | None, previous: cri.CpuUsage | None) -> cri.CpuUsage | None:
+    """`cpu` with usage_nano_cores filled from `previous` when the runtime left it unset."""
+    if cpu is None or cpu.usage_nano_cores is not None:
+        return cpu
+    return dataclasses.replace(cpu, usage_nano_cores=usage_nano_cores(previous, cpu))
+
+
+# ------------------------------------------------------------------------------------- pod selection
+
+
+def _pod_ref(sandbox: cri.PodSandbox) -> tuple[str, str, str]:
+    """(namespace, name, uid) of a sandbox: its metadata, else kubelet's identity labels."""
+    identity = kubelabels.pod_identity(sandbox.labels)
+    md = sandbox.metadata
+    return (
+        (md.namespace if md and md.namespace else identity.namespace),
+        (md.name if md and md.name else identity.name),
+        (md.uid if md and md.uid else identity.uid),
+    )
+
+
+def _current_sandboxes(sandboxes: Iterable[cri.PodSandbox]) -> list[cri.PodSandbox]:
+    """One sandbox per pod (namespace/name): the newest ready one, else the newest (upstream removeTerminatedPods).
+
+    Upstream keeps every ready sandbox; keeping one avoids two series with the same pod labels.
+    """
+    by_pod: dict[tuple[str, str], list[cri.PodSandbox]] = {}
+    for sandbox in sorted(sandboxes, key=lambda s: s.created_at):
+        namespace, name, _ = _pod_ref(sandbox)
+        by_pod.setdefault((namespace, name), []).append(sandbox)
+    chosen = []
+    for group in by_pod.values():
+        ready = [s for s in group if s.state == cri.SandboxState.READY]
+        chosen.append((ready or group)[-1])
+    return chosen
+
+
+def pod_samples(
+    sandboxes: Iterable[cri.PodSandbox],
+    containers: Iterable[cri.Container],
+    container_stats: Iterable[cri.ContainerStats],
+    sandbox_stats: Mapping[str, cri.PodSandboxStats] | None = None,
+    logs: Mapping[str, cri.FilesystemUsage] | None = None,
+) -> tuple[PodSample, ...]:
+    """Group the runtime's container stats into pods, as upstream's CRI stats provider does.
+
+    Only running containers count, and a pod appears once one of them has stats. A container belongs to
+    the sandbox it runs in (its pod_sandbox_id); its name is its CRI metadata name, else the
+    io.kubernetes.container.name label. `sandbox_stats` (by sandbox id) adds the pod-level numbers;
+    `logs` (by container id) the log usage. Pods come out sorted by namespace and name.
+    """
+    current = {s.id: s for s in _current_sandboxes(sandboxes)}
+    running = {c.id: c for c in containers if c.state == cri.ContainerState.RUNNING}
+    by_sandbox: dict[str, list[ContainerSample]] = {}
+    for stats in container_stats:
+        container = running.get(stats.id)
+        if container is None or container.pod_sandbox_id not in current:
+            continue
+        name = (
+            (stats.metadata.name if stats.metadata else "")
+            or (container.metadata.name if container.metadata else "")
+            or kubelabels.container_name(stats.labels or container.labels)
+        )
+        sample = ContainerSample(
+            name=name, start_time=container.created_at, stats=stats, logs=(logs or {}).get(stats.id)
+        )
+        by_sandbox.setdefault(container.pod_sandbox_id, []).append(sample)
+    pods = []
+    for sandbox_id, samples in by_sandbox.items():
+        sandbox = current[sandbox_id]
+        namespace, name, uid = _pod_ref(sandbox)
+        pods.append(
+            PodSample(
+                name=name,
+                namespace=namespace,
+                uid=uid,
+                start_time=sandbox.created_at,
+                sandbox_id=sandbox_id,
+                sandbox=(sandbox_stats or {}).get(sandbox_id),
+                containers=tuple(sorted(samples, key=lambda c: c.name)),
+            )
+        )
+    return tuple(sorted(pods, key=lambda p: (p.namespace, p.name, p.uid)))
+
+
+# ------------------------------------------------------------------------------------ summary (JSON)
+
+
+def rfc3339(ns: int) -> str | None:
+    """A metav1.Time as JSON: RFC 3339 in UTC, whole seconds; None (null) for "never"."""
+    if ns <= 0:
+        return None
+    moment = datetime.datetime.fromtimestamp(ns // NANOS, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _put(obj: dict[str, Any], key: str, value: int | None) -> None:
+    """Pointer fields with omitempty: absent when unknown, present (zero included) when known."""
+    if value is not None:
+        obj[key] = value
+
+
+def _sum(values: Iterable[int | None]) -> int | None:
+    """Upstream addUsage: unknown plus unknown is unknown, unknown plus a number is that number."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _cpu(cpu: cri.CpuUsage, fallback_time: int) -> dict[str, Any]:
+    obj: dict[str, Any] = {"time": rfc3339(cpu.timestamp or fallback_time)}
+    _put(obj, "usageNanoCores", cpu.usage_nano_cores)
+    _put(obj, "usageCoreNanoSeconds", cpu.usage_core_nano_seconds)
+    return obj
+
+
+def _memory(memory: cri.MemoryUsage, fallback_time: int) -> dict[str, Any]:
+    obj: dict[str, Any] = {"time": rfc3339(memory.timestamp or fallback_time)}
+    _put(obj, "availableBytes", memory.available_bytes)
+    _put(obj, "usageBytes", memory.usage_bytes)
+    _put(obj, "workingSetBytes", memory.working_set_bytes)
+    _put(obj, "rssBytes", memory.rss_bytes)
+    _put(obj, "pageFaults", memory.page_faults)
+    _put(obj, "majorPageFaults", memory.major_page_faults)
+    return obj
+
+
+def _swap(swap: cri.SwapUsage, fallback_time: int) -> dict[str, Any]:
+    obj: dict[str, Any] = {"time": rfc3339(swap.timestamp or fallback_time)}
+    _put(obj, "swapAvailableBytes", swap.swap_available_bytes)
+    _put(obj, "swapUsageBytes", swap.swap_usage_bytes)
+    return obj
+
+
+def _fs(
+    time: int,
+    size: FsInfo | None,
+    *,
+    used_bytes: int | None = None,
+    inodes_used: int | None = None,
+) -> dict[str, Any]:
+    """FsStats: the filesystem's size (if known) with the usage of whoever is reported on it."""
+    obj: dict[str, Any] = {"time": rfc3339(time)}
+    if size is not None:
+        obj["availableBytes"] = size.available_bytes
+        obj["capacityBytes"] = size.capacity_bytes
+    _put(obj, "usedBytes", used_bytes)
+    if size is not None:
+        _put(obj, "inodesFree", size.inodes_free)
+        _put(obj, "inodes", size.inodes)
+    _put(obj, "inodesUsed", inodes_used)
+    return obj
+
+
+def _interface(usage: cri.NetworkInterfaceUsage) -> dict[str, Any]:
+    obj: dict[str, Any] = {"name": usage.name}
+    _put(obj, "rxBytes", usage.rx_bytes)
+    _put(obj, "rxErrors", usage.rx_errors)
+    _put(obj, "txBytes", usage.tx_bytes)
+    _put(obj, "txErrors", usage.tx_errors)
+    return obj
+
+
+def _network(network: cri.NetworkUsage, fallback_time: int) -> dict[str, Any]:
+    """NetworkStats: the default interface's fields inline (an embedded struct in Go), all in `interfaces`."""
+    # containerd 1.6 leaves the network timestamp at 0: the sandbox's other numbers are as fresh.
+    obj: dict[str, Any] = {"time": rfc3339(network.timestamp or fallback_time)}
+    obj.update(_interface(network.default_interface or cri.NetworkInterfaceUsage()))
+    if network.interfaces:
+        obj["interfaces"] = [_interface(i) for i in network.interfaces]
+    return obj
+
+
+def _container_cpu(sample: ContainerSample, now: int) -> cri.CpuUsage:
+    """The container's CPU, or zeros stamped now when the runtime reports none (upstream makeContainerStats)."""
+    return sample.stats.cpu or cri.CpuUsage(timestamp=now, usage_core_nano_seconds=0, usage_nano_cores=0)
+
+
+def _container_memory(sample: ContainerSample, now: int, *, zero_all: bool) -> cri.MemoryUsage:
+    if sample.stats.memory is not None:
+        return sample.stats.memory
+    # /stats/summary zeroes three fields, /metrics/resource all of them (upstream's two code paths).
+    faults = 0 if zero_all else None
+    return cri.MemoryUsage(
+        timestamp=now,
+        working_set_bytes=0,
+        usage_bytes=0,
+        rss_bytes=0,
+        available_bytes=faults,
+        page_faults=faults,
+        major_page_faults=faults,
+    )
+
+
+def _container_swap(sample: ContainerSample, now: int) -> cri.SwapUsage:
+    return sample.stats.swap or cri.SwapUsage(timestamp=now, swap_usage_bytes=0, swap_available_bytes=0)
+
+
+def _pod_cpu(pod: PodSample, now: int) -> cri.CpuUsage | None:
+    """The pod cgroup's CPU (sandbox stats), else the containers' sum stamped with the last one's time."""
+    linux = pod.sandbox.linux if pod.sandbox else None
+    if linux is not None and linux.cpu is not None:
+        return linux.cpu
+    cpus = [_container_cpu(c, now) for c in pod.containers]
+    if not cpus:
+        return None
+    return cri.CpuUsage(
+        timestamp=cpus[-1].timestamp,
+        usage_core_nano_seconds=sum(c.usage_core_nano_seconds or 0 for c in cpus),
+        usage_nano_cores=sum(c.usage_nano_cores or 0 for c in cpus),
+    )
+
+
+def _pod_memory(pod: PodSample, now: int) -> cri.MemoryUsage | None:
+    linux = pod.sandbox.linux if pod.sandbox else None
+    if linux is not None and linux.memory is not None:
+        return linux.memory
+    mems = [_container_memory(c, now, zero_all=False) for c in pod.containers]
+    if not mems:
+        return None
+    fields = ("available_bytes", "usage_bytes", "working_set_bytes", "rss_bytes", "page_faults", "major_page_faults")
+    return cri.MemoryUsage(timestamp=mems[-1].timestamp, **{f: sum(getattr(m, f) or 0 for m in mems) for f in fields})
+
+
+def _pod_swap(pod: PodSample, now: int) -> cri.SwapUsage | None:
+    swaps = [_container_swap(c, now) for c in pod.containers]
+    if not swaps:
+        return None
+    return cri.SwapUsage(
+        timestamp=swaps[-1].timestamp,
+        swap_available_bytes=sum(s.swap_available_bytes or 0 for s in swaps),
+        swap_usage_bytes=sum(s.swap_usage_bytes or 0 for s in swaps),
+    )
+
+
+def _container_summary(sample: ContainerSample, snapshot: StatsSnapshot) -> dict[str, Any]:
+    now = snapshot.timestamp
+    obj: dict[str, Any] = {"name": sample.name, "startTime": rfc3339(sample.start_time)}
+    obj["cpu"] = _cpu(_container_cpu(sample, now), now)
+    obj["memory"] = _memory(_container_memory(sample, now, zero_all=False), now)
+    layer = sample.stats.writable_layer
+    if layer is not None:
+        obj["rootfs"] = _fs(
+            layer.timestamp or now,
+            snapshot.filesystems.get(layer.mountpoint),
+            used_bytes=layer.used_bytes,
+            inodes_used=layer.inodes_used,
+        )
+    else:
+        obj["rootfs"] = {"time": None}  # upstream always has a (then empty) rootfs
+    if sample.logs is not None:
+        root = snapshot.node.root_fs
+        obj["logs"] = _fs(
+            sample.logs.timestamp or now, root, used_bytes=sample.logs.used_bytes, inodes_used=sample.logs.inodes_used
+        )
+    obj["swap"] = _swap(_container_swap(sample, now), now)
+    return obj
+
+
+def _ephemeral_storage(pod: PodSample, snapshot: StatsSnapshot) -> dict[str, Any] | None:
+    """Upstream calcEphemeralStorage without volumes: writable layers plus logs, on the root filesystem."""
+    root = snapshot.node.root_fs
+    if root is None:
+        return None
+    layers = [c.stats.writable_layer for c in pod.containers if c.stats.writable_layer is not None]
+    logs = [c.logs for c in pod.containers if c.logs is not None]
+    times = [root.timestamp] + [u.timestamp for u in (*layers, *logs)]
+    return _fs(
+        max(times) or snapshot.timestamp,
+        root,
+        used_bytes=_sum(u.used_bytes for u in (*layers, *logs)),
+        inodes_used=_sum(u.inodes_used for u in (*layers, *logs)),
+    )
+
+
+def _pod_summary(pod: PodSample, snapshot: StatsSnapshot) -> dict[str, Any]:
+    now = snapshot.timestamp
+    obj: dict[str, Any] = {
+        "podRef": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+        "startTime": rfc3339(pod.start_time),
+        "containers": [_container_summary(c, snapshot) for c in pod.containers],
+    }
+    cpu = _pod_cpu(pod, now)
+    if cpu is not None:
+        obj["cpu"] = _cpu(cpu, now)
+    memory = _pod_memory(pod, now)
+    if memory is not None:
+        obj["memory"] = _memory(memory, now)
+    linux = pod.sandbox.linux if pod.sandbox else None
+    if linux is not None and linux.network is not None:
+        obj["network"] = _network(linux.network, linux.cpu.timestamp if linux.cpu and linux.cpu.timestamp else now)
+    ephemeral = _ephemeral_storage(pod, snapshot)
+    if ephemeral is not None:
+        obj["ephemeral-storage"] = ephemeral
+    if linux is not None and linux.process is not None and linux.process.process_count is not None:
+        obj["process_stats"] = {"process_count": linux.process.process_count}
+    swap = _pod_swap(pod, now)
+    if swap is not None:
+        obj["swap"] = _swap(swap, now)
+    return obj
+
+
+def _node_summary(snapshot: StatsSnapshot) -> dict[str, Any]:
+    node, now = snapshot.node, snapshot.timestamp
+    obj: dict[str, Any] = {"nodeName": node.node_name, "startTime": rfc3339(node.boot_time)}
+    if node.cpu is not None:
+        obj["cpu"] = _cpu(node.cpu, now)
+    if node.memory is not None:
+        obj["memory"] = _memory(node.memory, now)
+    if node.root_fs is not None:
+        root = node.root_fs
+        obj["fs"] = _fs(root.timestamp or now, root, used_bytes=root.used_bytes, inodes_used=root.inodes_used)
+    if node.image_fs is not None:
+        image = node.image_fs
+        image_fs = _fs(
+            image.timestamp or now,
+            snapshot.filesystems.get(image.mountpoint),
+            used_bytes=image.used_bytes,
+            inodes_used=image.inodes_used,
+        )
+        # Upstream's CRI provider reports the image filesystem as the container filesystem too.
+        obj["runtime"] = {"imageFs": image_fs, "containerFs": dict(image_fs)}
+    if node.rlimit is not None:
+        rlimit: dict[str, Any] = {"time": rfc3339(node.rlimit.timestamp or now)}
+        _put(rlimit, "maxpid", node.rlimit.max_pid)
+        _put(rlimit, "curproc", node.rlimit.running_processes)
+        obj["rlimit"] = rlimit
+    if node.swap is not None:
+        obj["swap"] = _swap(node.swap, now)
+    return obj
+
+
+def summary(snapshot: StatsSnapshot) -> dict[str, Any]:
+    """The Summary API object (stats/v1alpha1 ``Summary``) as JSON-ready dicts and lists.
+
+    Field names and nesting follow the Go types; unknown numbers are left out (omitempty pointers),
+    times are RFC 3339 seconds in UTC. Not reported: systemContainers, node network, volumes, PSI/IO,
+    accelerators. With `snapshot.error` set, the node is reported without pods.
+    """
+    pods = [] if snapshot.error else [_pod_summary(p, snapshot) for p in snapshot.pods]
+    return {"node": _node_summary(snapshot), "pods": pods}
+
+
+# --------------------------------------------------------------------------------- /metrics/resource
+
+# Name, help, stability (collectors/resource_metrics.go, v1.37). scrape_error, deprecated in 1.29.0 and
+# ALPHA, is hidden from 1.30 on (component-base hides deprecated ALPHA metrics the next minor release).
+_RESOURCE_FAMILIES: Final[Mapping[str, tuple[str, str, str]]] = {
+    "node_cpu_usage_seconds_total": (
+        metrics.COUNTER, "Cumulative cpu time consumed by the node in core-seconds", metrics.STABLE),
+    "node_memory_working_set_bytes": (
+        metrics.GAUGE, "Current working set of the node in bytes", metrics.STABLE),
+    "node_swap_usage_bytes": (
+        metrics.GAUGE, "Current swap usage of the node in bytes. Reported only on non-windows systems", metrics.ALPHA),
+    "container_cpu_usage_seconds_total": (
+        metrics.COUNTER, "Cumulative cpu time consumed by the container in core-seconds", metrics.STABLE),
+    "container_memory_working_set_bytes": (
+        metrics.GAUGE, "Current working set of the container in bytes", metrics.STABLE),
+    "container_swap_usage_bytes": (
+        metrics.GAUGE, "Current amount of the container swap usage in bytes. Reported only on non-windows systems",
+        metrics.ALPHA),
+    "container_swap_limit_bytes": (
+        metrics.GAUGE, "Current amount of the container swap limit in bytes. Reported only on non-windows systems",
+        metrics.ALPHA),
+    "container_start_time_seconds": (
+        metrics.GAUGE, "Start time of the container since unix epoch in seconds", metrics.STABLE),
+    "pod_cpu_usage_seconds_total": (
+        metrics.COUNTER, "Cumulative cpu time consumed by the pod in core-seconds", metrics.STABLE),
+    "pod_memory_working_set_bytes": (
+        metrics.GAUGE, "Current working set of the pod in bytes", metrics.STABLE),
+    "pod_swap_usage_bytes": (
+        metrics.GAUGE, "Current amount of the pod swap usage in bytes. Reported only on non-windows systems",
+        metrics.ALPHA),
+    "resource_scrape_error": (
+        metrics.GAUGE, "1 if there was an error while getting container metrics, 0 otherwise", metrics.STABLE),
+}  # fmt: skip
+
+_Sample = tuple[Mapping[str, str], float, int | None]
+_Add = Callable[[str, Mapping[str, str], float, "int | None"], None]
+
+
+def _ms(ns: int) -> int:
+    return ns // 1_000_000
+
+
+def _seconds(ns: int) -> float:
+    """Nanoseconds as float seconds the way Go computes float64(ns)/float64(time.Second): both rounded first."""
+    return float(ns) / float(NANOS)
+
+
+def resource_metrics(snapshot: StatsSnapshot) -> str:
+    """The ``/metrics/resource`` text: node, container and pod CPU/memory/swap with their sample times."""
+    samples: dict[str, list[_Sample]] = {name: [] for name in _RESOURCE_FAMILIES}
+
+    def add(name: str, labels: Mapping[str, str], value: float, timestamp_ns: int | None) -> None:
+        samples[name].append((labels, value, None if timestamp_ns is None else _ms(timestamp_ns)))
+
+    if not snapshot.error:
+        now, node = snapshot.timestamp, snapshot.node
+        if node.cpu is not None and node.cpu.usage_core_nano_seconds is not None:
+            add(
+                "node_cpu_usage_seconds_total",
+                {},
+                _seconds(node.cpu.usage_core_nano_seconds),
+                node.cpu.timestamp or now,
+            )
+        if node.memory is not None and node.memory.working_set_bytes is not None:
+            add("node_memory_working_set_bytes", {}, node.memory.working_set_bytes, node.memory.timestamp or now)
+        if node.swap is not None and node.swap.swap_usage_bytes is not None:
+            add("node_swap_usage_bytes", {}, node.swap.swap_usage_bytes, node.swap.timestamp or now)
+        for pod in snapshot.pods:
+            _pod_resource_samples(pod, now, add)
+    samples["resource_scrape_error"].append(({}, 1 if snapshot.error else 0, None))
+    text = []
+    for name in sorted(samples):
+        type_, help_text, stability = _RESOURCE_FAMILIES[name]
+        text.append(metrics.render_family(name, help_text, type_, _unique(samples[name]), stability))
+    return "".join(text)
+
+
+def _pod_resource_samples(pod: PodSample, now: int, add: _Add) -> None:
+    """A pod's container and pod samples. Containers read missing numbers as 0, as upstream's resource
+    path does (zeroMissingValues); the pod's come from the sandbox or the containers' sums."""
+    pod_labels = {"pod": pod.name, "namespace": pod.namespace}
+    for container in pod.containers:
+        labels = {"container": container.name, **pod_labels}
+        if container.start_time > 0:
+            add("container_start_time_seconds", labels, _seconds(container.start_time), None)
+        cpu = _container_cpu(container, now)
+        add(
+            "container_cpu_usage_seconds_total",
+            labels,
+            _seconds(cpu.usage_core_nano_seconds or 0),
+            cpu.timestamp or now,
+        )
+        memory = _container_memory(container, now, zero_all=True)
+        add("container_memory_working_set_bytes", labels, memory.working_set_bytes or 0, memory.timestamp or now)
+        swap = _container_swap(container, now)
+        usage = swap.swap_usage_bytes or 0
+        add("container_swap_usage_bytes", labels, usage, swap.timestamp or now)
+        add("container_swap_limit_bytes", labels, (swap.swap_available_bytes or 0) + usage, swap.timestamp or now)
+    cpu_ = _pod_cpu(pod, now)
+    if cpu_ is not None and cpu_.usage_core_nano_seconds is not None:
+        add("pod_cpu_usage_seconds_total", pod_labels, _seconds(cpu_.usage_core_nano_seconds), cpu_.timestamp or now)
+    memory_ = _pod_memory(pod, now)
+    if memory_ is not None and memory_.working_set_bytes is not None:
+        add("pod_memory_working_set_bytes", pod_labels, memory_.working_set_bytes, memory_.timestamp or now)
+    swap_ = _pod_swap(pod, now)
+    if swap_ is not None and swap_.swap_usage_bytes is not None:
+        add("pod_swap_usage_bytes", pod_labels, swap_.swap_usage_bytes, swap_.timestamp or now)
+
+
+def _unique(samples: Sequence[_Sample]) -> list[_Sample]:
+    """The first sample of each label set: a duplicate would make the whole scrape invalid."""
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    result = []
+    for sample in samples:
+        key = tuple(sorted(sample[0].items()))
+        if key not in seen:
+            seen.add(key)
+            result.append(sample)
+    return result

@@ -1,0 +1,1 @@
+"""Pod status: generateAPIPodStatus and the status patch (upstream pkg/kubelet/status)."""

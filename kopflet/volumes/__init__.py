@@ -1,0 +1,1 @@
+"""Pod volumes: plans, payloads and mounts (upstream pkg/kubelet/volumemanager, pkg/volume)."""

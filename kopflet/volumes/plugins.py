@@ -1,0 +1,513 @@
+"""
+Pod volumes as the kubelet sets them up: where each lives on the node, what goes into it, how it is mounted.
+
+Mirrors the upstream volume plugins (pkg/volume/emptydir, hostpath, configmap, secret, downwardapi,
+projected), the atomic writer's path checks (pkg/volume/util/atomic_writer.go `validatePath`) and
+`makeMounts` / `translateMountPropagation` (pkg/kubelet/kubelet_pods.go, kuberuntime_container.go).
+
+Pure: `plan_volumes` computes a `VolumePlan` per volume (directory, tmpfs or not, the files of a
+configMap/secret/projected/downwardAPI volume); the caller creates the directories, mounts tmpfs and writes
+the files atomically. ConfigMaps, Secrets and service account tokens are passed in, already fetched:
+`referenced_objects` and `token_requests` say which. In `config_maps` / `secrets`, ``None`` means "fetched,
+does not exist"; a name missing from the mapping means "not fetched" (a caller bug: ValueError). Values are
+bytes (ConfigMap ``data`` encoded as UTF-8 merged with ``binaryData``; Secret values decoded from base64).
+
+A volume that cannot be set up raises `VolumeError`, whose text is the ``FailedMount`` event message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from cri_client import types as cri
+from kopflet.api import qos, spec
+from kopflet.envvars import container_env
+
+KIND_EMPTY_DIR = "emptyDir"
+KIND_HOST_PATH = "hostPath"
+KIND_CONFIG_MAP = "configMap"
+KIND_SECRET = "secret"
+KIND_PROJECTED = "projected"
+KIND_DOWNWARD_API = "downwardAPI"
+SUPPORTED_KINDS = (KIND_EMPTY_DIR, KIND_HOST_PATH, KIND_CONFIG_MAP, KIND_SECRET, KIND_PROJECTED, KIND_DOWNWARD_API)
+
+# Plugin directory names under <root>/pods/<uid>/volumes/kubernetes.io~<plugin>/.
+PLUGIN_DIRS = {
+    KIND_EMPTY_DIR: "empty-dir",
+    KIND_CONFIG_MAP: "configmap",
+    KIND_SECRET: "secret",
+    KIND_PROJECTED: "projected",
+    KIND_DOWNWARD_API: "downward-api",
+}
+
+DEFAULT_MODE = 0o644
+DEFAULT_TOKEN_EXPIRATION = 3600
+MIN_TOKEN_EXPIRATION = 600
+HOST_PATH_TYPES = ("", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice",
+                   "BlockDevice")
+MEDIUM_DEFAULT = ""
+MEDIUM_MEMORY = "Memory"
+
+# atomic_writer.go
+_MAX_PATH_LENGTH = 4096
+_MAX_FILE_NAME_LENGTH = 255
+
+# Downward API volumes only support the metadata fields (`fieldpath.ExtractFieldPathAsString`).
+_VOLUME_FIELD_PATHS = ("metadata.name", "metadata.namespace", "metadata.uid", "metadata.labels",
+                       "metadata.annotations")
+
+_PROPAGATION = {
+    None: cri.MountPropagation.PRIVATE,
+    "None": cri.MountPropagation.PRIVATE,
+    "HostToContainer": cri.MountPropagation.HOST_TO_CONTAINER,
+    "Bidirectional": cri.MountPropagation.BIDIRECTIONAL,
+}
+
+
+class VolumeError(Exception):
+    """A volume cannot be set up or mounted; ``str(exc)`` is the event message, `volume` the volume's name."""
+
+    def __init__(self, message: str, volume: str = "") -> None:
+        super().__init__(message)
+        self.volume = volume
+
+
+def _setup_failed(volume: str, detail: str) -> VolumeError:
+    return VolumeError(f'MountVolume.SetUp failed for volume "{volume}" : {detail}', volume)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileEntry:
+    """One file of a configMap/secret/projected/downwardAPI volume, relative to the volume's directory."""
+
+    path: str
+    data: bytes
+    mode: int
+
+
+@dataclasses.dataclass(frozen=True)
+class VolumePlan:
+    """One pod volume as the node sets it up (see the module docstring)."""
+
+    name: str
+    kind: str
+    host_path: str
+    tmpfs: bool = False
+    size_limit: int | None = None
+    files: tuple[FileEntry, ...] | None = None
+    host_path_type: str = ""
+    read_only: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenSpec:
+    """A projected ``serviceAccountToken`` source: the TokenRequest to make, and where the token goes."""
+
+    volume: str
+    path: str
+    audience: str
+    expiration_seconds: int
+
+
+# ------------------------------------------------------------------------------------------------ layout
+
+
+def volume_dir(root_dir: str, pod_uid: str, plugin: str, name: str) -> str:
+    """``<root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`` (upstream `getPodVolumeDir` layout)."""
+    return posixpath.join(root_dir, "pods", pod_uid, "volumes", f"kubernetes.io~{plugin}", name)
+
+
+def _source(volume: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """The volume's type and source body; a volume with no source is an emptyDir (apiserver default)."""
+    keys = [key for key in volume if key != "name" and volume[key] is not None]
+    for key in keys:
+        if key in SUPPORTED_KINDS:
+            body = volume[key]
+            return key, body if isinstance(body, Mapping) else {}
+    if keys:
+        return keys[0], {}
+    return KIND_EMPTY_DIR, {}
+
+
+def _volume_name(volume: Mapping[str, Any]) -> str:
+    name = volume.get("name")
+    return name if isinstance(name, str) else ""
+
+
+def _optional(ref: Mapping[str, Any]) -> bool:
+    return ref.get("optional") is True
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _mappings(value: Any) -> list[Mapping[str, Any]]:
+    return [item for item in _list(value) if isinstance(item, Mapping)]
+
+
+# --------------------------------------------------------------------------------------------- references
+
+
+def referenced_objects(pod: spec.Pod) -> tuple[frozenset[str], frozenset[str]]:
+    """Names of the ConfigMaps and Secrets the pod's volumes use (projected sources included, optional too)."""
+    config_maps: set[str] = set()
+    secrets: set[str] = set()
+
+    def add(names: set[str], ref: Any, field: str = "name") -> None:
+        if isinstance(ref, Mapping) and isinstance(ref.get(field), str) and ref[field]:
+            names.add(ref[field])
+
+    for volume in pod.spec.volumes:
+        kind, body = _source(volume)
+        if kind == KIND_CONFIG_MAP:
+            add(config_maps, body)
+        elif kind == KIND_SECRET:
+            add(secrets, body, "secretName")
+        elif kind == KIND_PROJECTED:
+            for source in _mappings(body.get("sources")):
+                add(config_maps, source.get("configMap"))
+                add(secrets, source.get("secret"))
+    return frozenset(config_maps), frozenset(secrets)
+
+
+def _token_spec(volume: str, source: Mapping[str, Any]) -> TokenSpec:
+    expiration = source.get("expirationSeconds")
+    return TokenSpec(
+        volume=volume,
+        path=source.get("path") if isinstance(source.get("path"), str) else "",
+        audience=source.get("audience") if isinstance(source.get("audience"), str) else "",
+        expiration_seconds=expiration if isinstance(expiration, int) and not isinstance(expiration, bool)
+        else DEFAULT_TOKEN_EXPIRATION,
+    )
+
+
+def token_requests(pod: spec.Pod) -> tuple[TokenSpec, ...]:
+    """Every projected ``serviceAccountToken`` source, in volume order, with defaults applied (never raises)."""
+    specs = []
+    for volume in pod.spec.volumes:
+        kind, body = _source(volume)
+        if kind != KIND_PROJECTED:
+            continue
+        for source in _mappings(body.get("sources")):
+            if isinstance(source.get("serviceAccountToken"), Mapping):
+                specs.append(_token_spec(_volume_name(volume), source["serviceAccountToken"]))
+    return tuple(specs)
+
+
+# ------------------------------------------------------------------------------------------------ paths
+
+
+def validate_path(path: str) -> str | None:
+    """Upstream atomic writer `validatePath`: the error text for a bad payload path, or None."""
+    if not path:
+        return f"invalid path: must not be empty: {_go_quote(path)}"
+    if path.startswith("/"):
+        return f"invalid path: must be relative path: {path}"
+    if len(path) > _MAX_PATH_LENGTH:
+        return f"invalid path: must be less than or equal to {_MAX_PATH_LENGTH} characters"
+    items = path.split("/")
+    for item in items:
+        if item == "..":
+            return f"invalid path: must not contain '..': {path}"
+        if len(item) > _MAX_FILE_NAME_LENGTH:
+            return f"invalid path: filenames must be less than or equal to {_MAX_FILE_NAME_LENGTH} characters"
+    if items[0].startswith("..") and len(items[0]) > 2:
+        return f"invalid path: must not start with '..': {path}"
+    return None
+
+
+def _go_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# ----------------------------------------------------------------------------------------------- payloads
+
+
+def _mode(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _fetched(name: str, objects: Mapping[str, Mapping[str, bytes] | None], kind: str) -> Mapping[str, bytes] | None:
+    if name not in objects:
+        raise ValueError(f"{kind} {name!r} was not fetched (missing from the mapping passed in)")
+    return objects[name]
+
+
+def _key_payload(ref: Mapping[str, Any], data: Mapping[str, bytes], default_mode: int,
+                 label: str) -> dict[str, tuple[bytes, int]]:
+    """Upstream configmap/secret `MakePayload`: every key, or the listed items (key -> path, mode)."""
+    items = _mappings(ref.get("items"))
+    if not items:
+        return {key: (_as_bytes(value), default_mode) for key, value in data.items()}
+    payload = {}
+    for item in items:
+        key = item.get("key")
+        if key not in data:
+            if _optional(ref):
+                continue
+            raise _KeyMissing(f"{label}: {key}")
+        payload[str(item.get("path") or "")] = (_as_bytes(data[key]), _mode(item.get("mode"), default_mode))
+    return payload
+
+
+class _KeyMissing(Exception):
+    pass
+
+
+def _as_bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _object_payload(ref: Mapping[str, Any], objects: Mapping[str, Mapping[str, bytes] | None], kind: str,
+                    default_mode: int) -> dict[str, tuple[bytes, int]]:
+    """A configMap or secret source: raises VolumeError's detail as `_Failed`."""
+    name = ref.get("secretName" if kind == KIND_SECRET and "secretName" in ref else "name") or ""
+    data = _fetched(name, objects, kind)
+    if data is None:
+        if not _optional(ref):
+            raise _Failed(f'{kind.lower()} "{name}" not found')
+        data = {}
+    label = ("configmap references non-existent config key" if kind == KIND_CONFIG_MAP
+             else "secret references non-existent secret key")
+    try:
+        return _key_payload(ref, data, default_mode, label)
+    except _KeyMissing as exc:
+        raise _Failed(str(exc)) from None
+
+
+class _Failed(Exception):
+    """The detail of a SetUp failure, wrapped into a VolumeError by `plan_volumes`."""
+
+
+def _downward_payload(body: Mapping[str, Any], pod: spec.Pod, default_mode: int,
+                      node_allocatable: Mapping[str, str] | None) -> tuple[dict[str, tuple[bytes, int]], list[str]]:
+    """Upstream downwardapi `CollectData`: the files, and the errors (collected, not raised at the first)."""
+    payload: dict[str, tuple[bytes, int]] = {}
+    errors: list[str] = []
+    for item in _mappings(body.get("items")):
+        path = str(item.get("path") or "")
+        mode = _mode(item.get("mode"), default_mode)
+        try:
+            if isinstance(item.get("fieldRef"), Mapping):
+                field_path = item["fieldRef"].get("fieldPath") or ""
+                if field_path not in _VOLUME_FIELD_PATHS and not field_path.startswith(
+                        ("metadata.labels[", "metadata.annotations[")):
+                    raise container_env.EnvError(f"unsupported fieldPath: {field_path}")
+                value = container_env.field_ref_value(item["fieldRef"], pod)
+            elif isinstance(item.get("resourceFieldRef"), Mapping):
+                ref = item["resourceFieldRef"]
+                container = pod.spec.container(ref.get("containerName") or "")
+                if container is None:
+                    raise container_env.EnvError(f"container {ref.get('containerName') or ''} not found")
+                value = container_env.resource_field_ref_value(ref, pod, container, node_allocatable=node_allocatable)
+            else:
+                raise container_env.EnvError(f"downwardAPI item {path} has neither fieldRef nor resourceFieldRef")
+        except (container_env.EnvError, qos.QuantityError) as exc:
+            errors.append(str(exc))
+            continue
+        payload[path] = (value.encode(), mode)
+    return payload, errors
+
+
+def _aggregate(errors: list[str]) -> str:
+    """Go's `utilerrors.NewAggregate(...).Error()`: one message as is, several as ``[a, b]`` (deduplicated)."""
+    unique = list(dict.fromkeys(errors))
+    return unique[0] if len(unique) == 1 else "[" + ", ".join(unique) + "]"
+
+
+def _files(volume: str, payload: Mapping[str, tuple[bytes, int]]) -> tuple[FileEntry, ...]:
+    """Validate the paths as the atomic writer does and clean them (``a//b`` -> ``a/b``), sorted by path."""
+    files: dict[str, FileEntry] = {}
+    for path, (data, mode) in payload.items():
+        error = validate_path(path)
+        if error is not None:
+            raise _setup_failed(volume, error)
+        clean = posixpath.normpath(path)
+        files[clean] = FileEntry(path=clean, data=data, mode=mode)
+    return tuple(files[path] for path in sorted(files))
+
+
+# ------------------------------------------------------------------------------------------------- planning
+
+
+def plan_volumes(pod: spec.Pod, *, root_dir: str, config_maps: Mapping[str, Mapping[str, bytes] | None],
+                 secrets: Mapping[str, Mapping[str, bytes] | None], tokens: Mapping[tuple[str, int], str],
+                 node_name: str = "", node_allocatable: Mapping[str, str] | None = None) -> dict[str, VolumePlan]:
+    """A `VolumePlan` per pod volume (in spec order), or `VolumeError` for the first that cannot be set up.
+
+    `tokens` maps ``(audience, expiration_seconds)`` (as in `TokenSpec`) to the token text. `node_name` is
+    accepted for symmetry with the env API (downward API volumes cannot read ``spec.nodeName``).
+    """
+    del node_name  # not readable through downward API volumes (only metadata.* fields are)
+    plans: dict[str, VolumePlan] = {}
+    for volume in pod.spec.volumes:
+        name = _volume_name(volume)
+        kind, body = _source(volume)
+        try:
+            plans[name] = _plan(pod, name, kind, body, root_dir=root_dir, config_maps=config_maps,
+                                secrets=secrets, tokens=tokens, node_allocatable=node_allocatable)
+        except _Failed as exc:
+            raise _setup_failed(name, str(exc)) from None
+    return plans
+
+
+def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, root_dir: str,
+          config_maps: Mapping[str, Mapping[str, bytes] | None], secrets: Mapping[str, Mapping[str, bytes] | None],
+          tokens: Mapping[tuple[str, int], str], node_allocatable: Mapping[str, str] | None) -> VolumePlan:
+    if kind not in SUPPORTED_KINDS:
+        raise _Failed(f"unsupported volume type {kind}: kopflet has no plugin for it")
+    if kind == KIND_HOST_PATH:
+        path = body.get("path")
+        host_type = body.get("type") or ""
+        if not isinstance(path, str) or not path:
+            raise _Failed("hostPath.path: Required value")
+        if host_type not in HOST_PATH_TYPES:
+            raise _Failed(f"invalid HostPathType {host_type}")
+        return VolumePlan(name=name, kind=kind, host_path=path, host_path_type=host_type)
+    directory = volume_dir(root_dir, pod.uid, PLUGIN_DIRS[kind], name)
+    if kind == KIND_EMPTY_DIR:
+        medium = body.get("medium") or MEDIUM_DEFAULT
+        if medium not in (MEDIUM_DEFAULT, MEDIUM_MEMORY):
+            raise _Failed(f"unsupported emptyDir medium {medium}")
+        size = body.get("sizeLimit")
+        try:
+            size_limit = qos.value(size) if size not in (None, "") else None
+        except (TypeError, ValueError):
+            raise _Failed(f"invalid emptyDir sizeLimit {size}") from None
+        return VolumePlan(name=name, kind=kind, host_path=directory, tmpfs=medium == MEDIUM_MEMORY,
+                          size_limit=size_limit)
+    default_mode = _mode(body.get("defaultMode"), DEFAULT_MODE)
+    # Upstream secret, downwardAPI and projected volumes wrap an emptyDir of medium Memory; configMap one on disk.
+    tmpfs = kind != KIND_CONFIG_MAP
+    if kind == KIND_CONFIG_MAP:
+        payload = _object_payload(body, config_maps, KIND_CONFIG_MAP, default_mode)
+    elif kind == KIND_SECRET:
+        payload = _object_payload(body, secrets, KIND_SECRET, default_mode)
+    elif kind == KIND_DOWNWARD_API:
+        payload, errors = _downward_payload(body, pod, default_mode, node_allocatable)
+        if errors:
+            raise _Failed(_aggregate(errors))
+    else:
+        payload = _projected_payload(pod, name, body, default_mode, config_maps=config_maps,
+                                            secrets=secrets, tokens=tokens, node_allocatable=node_allocatable)
+    return VolumePlan(name=name, kind=kind, host_path=directory, tmpfs=tmpfs, files=_files(name, payload),
+                      read_only=True)
+
+
+def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], default_mode: int, *,
+                       config_maps: Mapping[str, Mapping[str, bytes] | None],
+                       secrets: Mapping[str, Mapping[str, bytes] | None], tokens: Mapping[tuple[str, int], str],
+                       node_allocatable: Mapping[str, str] | None) -> dict[str, tuple[bytes, int]]:
+    """Upstream projected `collectData`: sources in order (later paths win), errors collected."""
+    payload: dict[str, tuple[bytes, int]] = {}
+    errors: list[str] = []
+    for source in _mappings(body.get("sources")):
+        try:
+            if isinstance(source.get("configMap"), Mapping):
+                payload.update(_object_payload(source["configMap"], config_maps, KIND_CONFIG_MAP, default_mode))
+            elif isinstance(source.get("secret"), Mapping):
+                payload.update(_object_payload(source["secret"], secrets, KIND_SECRET, default_mode))
+            elif isinstance(source.get("downwardAPI"), Mapping):
+                files, failures = _downward_payload(source["downwardAPI"], pod, default_mode, node_allocatable)
+                payload.update(files)
+                errors.extend(failures)
+            elif isinstance(source.get("serviceAccountToken"), Mapping):
+                token = _token_spec(name, source["serviceAccountToken"])
+                if token.expiration_seconds < MIN_TOKEN_EXPIRATION:
+                    raise _Failed(f"serviceAccountToken.expirationSeconds: Invalid value: "
+                                  f"{token.expiration_seconds}: may not specify a duration less than 10 minutes")
+                text = tokens.get((token.audience, token.expiration_seconds))
+                if text is None:
+                    raise _Failed(f"failed to fetch token: no token for audience {_go_quote(token.audience)} "
+                                  f"expiring in {token.expiration_seconds}s")
+                payload[token.path] = (text.encode(), default_mode)
+            else:
+                kinds = ", ".join(key for key in source if source[key] is not None) or "(none)"
+                raise _Failed(f"unsupported projected volume source {kinds}")
+        except _Failed as exc:
+            errors.append(str(exc))
+    if errors:
+        raise _Failed(_aggregate(errors))
+    return payload
+
+
+# -------------------------------------------------------------------------------------------------- mounts
+
+
+def container_mounts(pod: spec.Pod, container: spec.ContainerSpec, plans: Mapping[str, VolumePlan],
+                     env: Mapping[str, str]) -> list[cri.Mount]:
+    """The container's ``volumeMounts`` as CRI mounts (upstream `makeMounts` + `translateMountPropagation`).
+
+    `env` is the container's resolved environment, for ``subPathExpr``. The caller creates a missing subPath
+    directory inside the volume before CreateContainer, as the kubelet does.
+    """
+    del pod  # kept for the API's symmetry (upstream makeMounts takes the pod)
+    mounts = []
+    for mount in container.volume_mounts:
+        name = mount.get("name") or ""
+        plan = plans.get(name)
+        if plan is None:
+            raise VolumeError(f'cannot find volume "{name}" to mount into container "{container.name}"', name)
+        sub_path = mount.get("subPath") or ""
+        if mount.get("subPathExpr"):
+            sub_path = _expand_sub_path(mount["subPathExpr"], env, name)
+        host_path = plan.host_path
+        if sub_path:
+            if sub_path.startswith("/"):
+                raise VolumeError(f"error SubPath `{sub_path}` must not be an absolute path", name)
+            if ".." in sub_path.split("/"):
+                raise VolumeError(f"unable to provision SubPath `{sub_path}`: must not contain '..'", name)
+            host_path = posixpath.join(host_path, posixpath.normpath(sub_path))
+        propagation = mount.get("mountPropagation")
+        if propagation not in _PROPAGATION:
+            raise VolumeError(f'invalid MountPropagation mode: "{propagation}"', name)
+        mounts.append(cri.Mount(
+            container_path=str(mount.get("mountPath") or ""),
+            host_path=host_path,
+            readonly=mount.get("readOnly") is True or plan.read_only,
+            propagation=_PROPAGATION[propagation],
+        ))
+    return mounts
+
+
+def _expand_sub_path(template: str, env: Mapping[str, str], volume: str) -> str:
+    """Upstream `ExpandContainerVolumeMounts`: unknown or empty variables are an error, not kept as written."""
+    missing: set[str] = set()
+
+    def lookup(key: str) -> str:
+        value = env.get(key, "")
+        if not value:
+            missing.add(key)
+        return value
+
+    expanded = container_env.expand(template, lookup)
+    if missing:
+        raise VolumeError(f"missing value for {', '.join(sorted(missing))}", volume)
+    return expanded
+
+
+__all__ = [
+    "FileEntry",
+    "TokenSpec",
+    "VolumeError",
+    "VolumePlan",
+    "container_mounts",
+    "plan_volumes",
+    "referenced_objects",
+    "token_requests",
+    "validate_path",
+    "volume_dir",
+]
+
+
+def ownership_mode(mode: int, *, is_dir: bool, read_only: bool) -> int:
+    """The permission bits a volume entry gets under an fsGroup (upstream SetVolumeOwnership): group read, plus
+    write unless read-only, plus execute and setgid on directories, on top of what it had."""
+    mask = 0o440 if read_only else 0o660
+    if is_dir:
+        mask |= 0o110 | 0o2000
+    return (mode & 0o7777) | mask
