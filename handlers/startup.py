@@ -153,7 +153,7 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     tasks = [asyncio.create_task(service_cache.run(), name="services")]
     if cfg.pod_manifest_path:
         # The first scan runs before housekeeping can run: static pods' containers are not orphans.
-        source = StaticPodSource(cfg, api, workers, node)
+        source = StaticPodSource(cfg, api, workers, lambda: node.uid)
         await source.scan()
         tasks.append(asyncio.create_task(source.run(), name="static-pods"))
     tasks += [

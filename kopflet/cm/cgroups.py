@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kopflet.cm import helpers
-from kopflet.kuberuntime import sandbox_config
 
 FS_ROOT = "/sys/fs/cgroup"
 
@@ -117,7 +116,7 @@ class PodCgroups:
         """Remove the pod's (now empty) cgroup in every hierarchy, whatever its QoS tier was (upstream
         podContainerManager.Destroy)."""
         name = f"pod{uid}"
-        root = sandbox_config.CGROUP_ROOT.strip("/")
+        root = helpers.CGROUP_ROOT.strip("/")
         if not self.fs_root.is_dir():
             return
         bases = [self.fs_root] + [p for p in self.fs_root.iterdir() if p.is_dir() and not p.is_symlink()]

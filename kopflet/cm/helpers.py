@@ -32,21 +32,55 @@ from fractions import Fraction
 from typing import Any
 
 from kopflet.api import qos, spec
-from kopflet.kuberuntime.container_config import (
-    HUGEPAGES_PREFIX,
-    MAX_SHARES,
-    MILLI_CPU_TO_CPU,
-    MIN_SHARES,
-    QUOTA_PERIOD,
-    SHARES_PER_CPU,
-    hugepage_unit_size,
-    milli_cpu_to_quota,
-    milli_cpu_to_shares,
-)
 from kopflet.lifecycle import admission
 
 CPU = qos.CPU
 MEMORY = qos.MEMORY
+
+# The cgroup arithmetic of cm/helpers_linux.go (kuberuntime's container settings use it too)
+MIN_SHARES = 2
+MAX_SHARES = 262144
+SHARES_PER_CPU = 1024
+MILLI_CPU_TO_CPU = 1000
+QUOTA_PERIOD = 100000  # 100ms in microseconds
+MIN_QUOTA_PERIOD = 1000
+HUGEPAGES_PREFIX = "hugepages-"
+
+
+def milli_cpu_to_shares(milli_cpu: int) -> int:
+    """cpu.shares for a milliCPU request (upstream `MilliCPUToShares`): * 1024 / 1000 within [2, 262144]."""
+    if milli_cpu == 0:
+        return MIN_SHARES
+    return max(MIN_SHARES, min(MAX_SHARES, milli_cpu * SHARES_PER_CPU // MILLI_CPU_TO_CPU))
+
+
+def milli_cpu_to_quota(milli_cpu: int, period: int = QUOTA_PERIOD) -> int:
+    """CFS quota for a milliCPU limit (upstream `milliCPUToQuota`): 0 (unlimited) without a limit, else at
+    least 1000µs."""
+    if milli_cpu == 0:
+        return 0
+    return max(MIN_QUOTA_PERIOD, milli_cpu * period // MILLI_CPU_TO_CPU)
+
+
+def hugepage_unit_size(resource_name: str) -> str | None:
+    """The CRI page size of a ``hugepages-<size>`` resource (``hugepages-2Mi`` is ``2MB``), None when it is not one
+    or the size is not a whole number of its largest unit (upstream `HugePageSizeFromResourceName` and
+    `HugePageUnitSizeFromByteSize`)."""
+    if not resource_name.startswith(HUGEPAGES_PREFIX):
+        return None
+    try:
+        size = qos.value(resource_name.removeprefix(HUGEPAGES_PREFIX))
+    except qos.QuantityError:
+        return None
+    units = ("B", "KB", "MB", "GB", "TB", "PB")
+    index = 0
+    while size % 1024 == 0 and index < len(units) - 1:
+        size //= 1024
+        index += 1
+    if size > 1024 and index < len(units) - 1:
+        return None
+    return f"{size}{units[index]}"
+
 
 # kubeletconfig.MemoryReservationPolicy
 MEMORY_RESERVATION_NONE = "None"
@@ -366,7 +400,7 @@ def _hugetlb_entries(config: ResourceConfig, hugepage_sizes: Sequence[str]) -> l
     """(size, limit) as upstream `maybeSetHugetlb`: the config's sizes, then 0 for each other size of the node."""
     entries: list[tuple[str, int]] = []
     for page_size, limit in sorted(config.hugepage_limits.items()):
-        # container_config.hugepage_unit_size is HugePageUnitSizeFromByteSize over a resource name.
+        # hugepage_unit_size is HugePageUnitSizeFromByteSize over a resource name.
         size = hugepage_unit_size(f"{HUGEPAGES_PREFIX}{page_size}")
         if size is not None:
             entries.append((size, limit))
@@ -621,7 +655,27 @@ def qos_cgroup_configs(pods: Iterable[spec.Pod], *, hugepage_sizes: Sequence[str
     return configs
 
 
+CGROUP_ROOT = "/kubepods"
+"""The node's pod cgroup root (upstream --cgroup-root defaults to the root; kubepods is its child)."""
+
+
+def pod_cgroup_parent(pod: spec.Pod, root: str = CGROUP_ROOT) -> str:
+    """The pod's own cgroup (upstream podContainerManager.GetPodContainerName): Guaranteed pods directly
+    under the root, the others under their QoS class's cgroup."""
+    qos_class = qos.qos_class(pod)
+    tier = "" if qos_class == "Guaranteed" else f"/{qos_class.lower()}"
+    return f"{root}{tier}/pod{pod.uid}"
+
+
 __all__ = [
+    "CGROUP_ROOT",
+    "HUGEPAGES_PREFIX",
+    "MAX_SHARES",
+    "MILLI_CPU_TO_CPU",
+    "MIN_QUOTA_PERIOD",
+    "MIN_SHARES",
+    "QUOTA_PERIOD",
+    "SHARES_PER_CPU",
     "ContainerLimits",
     "ResourceConfig",
     "aggregate_container_requests",
@@ -638,7 +692,11 @@ __all__ = [
     "cpu_weight_to_shares",
     "hugepage_limits",
     "hugepage_size_bytes",
+    "hugepage_unit_size",
     "memory_limit_from_file",
+    "milli_cpu_to_quota",
+    "milli_cpu_to_shares",
+    "pod_cgroup_parent",
     "pod_level_requests_set",
     "pod_level_resources_set",
     "pod_limits",

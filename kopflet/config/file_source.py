@@ -14,14 +14,13 @@ import asyncio
 import datetime
 import logging
 import os
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from kopflet.client.kubeapi import API_ERRORS, KubeApiError, KubeClient
 from kopflet.config import static_pods
 from kopflet.config.settings import AgentConfig
 from kopflet.config.static_pods import ManifestError, StaticPod
-from kopflet.nodestatus.heartbeat import NodeAgent
-from kopflet.pods.workers import PodWorkers
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +53,20 @@ def directory_signature(directory: str) -> tuple[tuple[str, int, int], ...]:
     return tuple((e.name, int(e.stat().st_mtime_ns), e.stat().st_size) for e in entries)
 
 
+class PodSink(Protocol):
+    """Where a pod source's changes go (the pod workers): upstream's config.PodUpdate channel."""
+
+    def update(self, body: Mapping[str, Any]) -> None: ...
+
+    def deleted(self, body: Mapping[str, Any]) -> None: ...
+
+    def status_lost(self, uid: str) -> None: ...
+
+
 class StaticPodSource:
-    def __init__(self, cfg: AgentConfig, api: KubeClient, workers: PodWorkers, node: NodeAgent) -> None:
-        self.cfg, self.api, self.workers, self.node = cfg, api, workers, node
+    def __init__(self, cfg: AgentConfig, api: KubeClient, workers: PodSink, node_uid: Callable[[], str]) -> None:
+        """`node_uid` gives the registered Node's uid, which mirror pods name as their owner."""
+        self.cfg, self.api, self.workers, self.node_uid = cfg, api, workers, node_uid
         self.pods: dict[str, StaticPod] = {}
         self._reported: dict[str, str] = {}
 
@@ -114,7 +124,7 @@ class StaticPodSource:
                         continue
                     await self.api.delete_pod(pod.namespace, pod.name, meta.get("uid", ""))
                 await self.api.request("POST", f"/api/v1/namespaces/{pod.namespace}/pods",
-                                       body=static_pods.mirror_pod(pod, self.cfg.node_name, self.node.uid))
+                                       body=static_pods.mirror_pod(pod, self.cfg.node_name, self.node_uid()))
                 self.workers.status_lost(pod.uid)
             except KubeApiError as exc:
                 logger.warning(f"mirror pod {pod.namespace}/{pod.name}: {exc}")

@@ -31,18 +31,10 @@ from typing import Any
 
 from cri_client import types as cri
 from kopflet.api import qos, spec
+from kopflet.cm import helpers
 from kopflet.container import labels
 from kopflet.envvars import container_env
 from kopflet.kuberuntime import sandbox_config
-
-# cm/helpers_linux.go and kuberuntime/helpers_linux.go
-MIN_SHARES = 2
-MAX_SHARES = 262144
-SHARES_PER_CPU = 1024
-MILLI_CPU_TO_CPU = 1000
-QUOTA_PERIOD = 100000  # 100ms in microseconds
-MIN_QUOTA_PERIOD = 1000
-HUGEPAGES_PREFIX = "hugepages-"
 
 ETC_HOSTS_PATH = "/etc/hosts"
 MAX_TERMINATION_MESSAGE_LENGTH = 4096
@@ -133,53 +125,18 @@ def _host_alias_entries(host_aliases: Sequence[Mapping[str, Any]]) -> str:
 # -------------------------------------------------------------------------------------------- resources
 
 
-def milli_cpu_to_shares(milli_cpu: int) -> int:
-    """cpu.shares for a milliCPU request (upstream `MilliCPUToShares`): * 1024 / 1000 within [2, 262144]."""
-    if milli_cpu == 0:
-        return MIN_SHARES
-    return max(MIN_SHARES, min(MAX_SHARES, milli_cpu * SHARES_PER_CPU // MILLI_CPU_TO_CPU))
-
-
-def milli_cpu_to_quota(milli_cpu: int, period: int = QUOTA_PERIOD) -> int:
-    """CFS quota for a milliCPU limit (upstream `milliCPUToQuota`): 0 (unlimited) without a limit, else at
-    least 1000µs."""
-    if milli_cpu == 0:
-        return 0
-    return max(MIN_QUOTA_PERIOD, milli_cpu * period // MILLI_CPU_TO_CPU)
-
-
 def hugepage_page_sizes(dir_names: Iterable[str]) -> tuple[str, ...]:
     """The node's hugepage sizes as the CRI names them, from the entries of /sys/kernel/mm/hugepages
     (``hugepages-2048kB`` is ``2MB``, ``hugepages-1048576kB`` is ``1GB``), in the given order; other names are
     skipped (runc `cgroups.HugePageSizes`, which upstream lists in `GetHugepageLimitsFromResources`)."""
     sizes = []
     for name in dir_names:
-        kilobytes = name.removeprefix(HUGEPAGES_PREFIX).removesuffix("kB")
-        if not name.startswith(HUGEPAGES_PREFIX) or not name.endswith("kB") or not kilobytes.isdecimal():
+        kilobytes = name.removeprefix(helpers.HUGEPAGES_PREFIX).removesuffix("kB")
+        if not name.startswith(helpers.HUGEPAGES_PREFIX) or not name.endswith("kB") or not kilobytes.isdecimal():
             continue
         size = int(kilobytes)
         sizes.append(f"{size >> 20}GB" if size >= 1 << 20 else f"{size >> 10}MB" if size >= 1 << 10 else f"{size}KB")
     return tuple(sizes)
-
-
-def hugepage_unit_size(resource_name: str) -> str | None:
-    """The CRI page size of a ``hugepages-<size>`` resource (``hugepages-2Mi`` is ``2MB``), None when it is not one
-    or the size is not a whole number of its largest unit (upstream `HugePageSizeFromResourceName` and
-    `HugePageUnitSizeFromByteSize`)."""
-    if not resource_name.startswith(HUGEPAGES_PREFIX):
-        return None
-    try:
-        size = qos.value(resource_name.removeprefix(HUGEPAGES_PREFIX))
-    except qos.QuantityError:
-        return None
-    units = ("B", "KB", "MB", "GB", "TB", "PB")
-    index = 0
-    while size % 1024 == 0 and index < len(units) - 1:
-        size //= 1024
-        index += 1
-    if size > 1024 and index < len(units) - 1:
-        return None
-    return f"{size}{units[index]}"
 
 
 def hugepage_limits(pod: spec.Pod, container: spec.ContainerSpec,
@@ -193,7 +150,7 @@ def hugepage_limits(pod: spec.Pod, container: spec.ContainerSpec,
     pod_limits = pod_resources.get("limits")
     for limits in (pod_limits if isinstance(pod_limits, Mapping) else {}, container.resources.limits):
         for name, amount in limits.items():
-            size = hugepage_unit_size(name)
+            size = helpers.hugepage_unit_size(name)
             if size is not None:
                 required[size] = qos.value(amount)
     return tuple(cri.HugepageLimit(page_size=size, limit=required.get(size, 0)) for size in page_sizes)
@@ -210,15 +167,13 @@ def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capa
     cgroup v2 nodes unless singleProcessOOMKill). `hugepage_sizes` are the node's page sizes
     (`hugepage_page_sizes`), each given a limit (`hugepage_limits`). Swap is not configured.
     """
-    from kopflet.cm import helpers  # cm builds on this module's conversions
-
     # Under pod-level resources a container without its own cpu/memory limit takes the pod's (upstream
     # getCPULimit/getMemoryLimit), and the pod-level memory request counts in its OOM score.
     effective = helpers.container_effective_limits(pod, container)
     return cri.LinuxContainerResources(
-        cpu_shares=milli_cpu_to_shares(effective.cpu_request_milli),
-        cpu_period=QUOTA_PERIOD if cpu_cfs_quota else 0,
-        cpu_quota=milli_cpu_to_quota(effective.cpu_limit_milli) if cpu_cfs_quota else 0,
+        cpu_shares=helpers.milli_cpu_to_shares(effective.cpu_request_milli),
+        cpu_period=helpers.QUOTA_PERIOD if cpu_cfs_quota else 0,
+        cpu_quota=helpers.milli_cpu_to_quota(effective.cpu_limit_milli) if cpu_cfs_quota else 0,
         memory_limit_in_bytes=effective.memory_limit,
         oom_score_adj=helpers.container_oom_score_adj(pod, container, memory_capacity),
         hugepage_limits=hugepage_limits(pod, container, hugepage_sizes),
@@ -432,11 +387,8 @@ __all__ = [
     "expand_command_and_args",
     "hugepage_limits",
     "hugepage_page_sizes",
-    "hugepage_unit_size",
     "linux_resources",
     "managed_hosts_file",
-    "milli_cpu_to_quota",
-    "milli_cpu_to_shares",
     "node_hosts_file",
     "pod_log_dir",
     "possible_cpus",

@@ -34,14 +34,13 @@ from kopflet.cm import helpers
 from kopflet.cm.cgroups import CgroupError, PodCgroups
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
+from kopflet.container.sync_result import CRASH_LOOP_BACK_OFF, SyncResult, Waiting
 from kopflet.envvars import container_env
 from kopflet.envvars.services import ServiceCache
 from kopflet.images.manager import ImageError, ImageManager
 from kopflet.kuberuntime import container_config, reconciler, resize, sandbox_config
 from kopflet.lifecycle.hooks import HookRunner
 from kopflet.prober import probes
-from kopflet.status import generate
-from kopflet.status.generate import Waiting
 from kopflet.volumes import plugins
 from kopflet.volumes.manager import VolumeManager
 from kopflet.volumes.plugins import VolumeError
@@ -51,29 +50,9 @@ logger = logging.getLogger(__name__)
 CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
 CREATE_CONTAINER_ERROR = "CreateContainerError"
 RUN_CONTAINER_ERROR = "RunContainerError"
-CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 POST_START_HOOK_ERROR = "PostStartHookError"
 # Upstream's minimum grace period when stopping a container that is not force-deleted.
 MINIMUM_GRACE_PERIOD = 2
-
-
-@dataclasses.dataclass
-class SyncResult:
-    """What one sync could not do, for the pod's status and the worker's next wake-up."""
-
-    waiting: dict[str, Waiting] = dataclasses.field(default_factory=dict)
-    sandbox_error: str = ""
-    volume_error: str = ""
-    retry_after: float | None = None
-    resize_error: str = ""
-    """Why the in-place resize could not be actuated (PodResizeInProgress reason Error)."""
-    resized: list[str] = dataclasses.field(default_factory=list)
-    """Containers whose resources were updated: their runtime status must be read again."""
-
-    @property
-    def failed(self) -> bool:
-        return bool(self.sandbox_error or self.volume_error) or any(
-            w.reason != CRASH_LOOP_BACK_OFF for w in self.waiting.values())
 
 
 class PodSyncer:
@@ -132,7 +111,7 @@ class PodSyncer:
         try:
             config = sandbox_config.build_sandbox_config(pod, actions.attempt, dns=self.dns,
                                                          pod_log_root=self.cfg.pod_log_root,
-                                                         cgroup_parent=sandbox_config.pod_cgroup_parent(pod))
+                                                         cgroup_parent=helpers.pod_cgroup_parent(pod))
         except sandbox_config.SandboxConfigError as exc:
             result.sandbox_error = f"Failed to create pod sandbox: {exc}"
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
@@ -185,7 +164,7 @@ class PodSyncer:
             await asyncio.to_thread(self.allocations.set_actuated_pod, pod.uid, PodAllocation(
                 containers={c.name: resize.effective(level, c.resources)
                             for c in (*pod.spec.init_containers, *pod.spec.containers)}, pod_level=level))
-        name = sandbox_config.pod_cgroup_parent(pod)
+        name = helpers.pod_cgroup_parent(pod)
         if await asyncio.to_thread(self.cgroups.exists, name):
             return True
         try:
@@ -201,7 +180,7 @@ class PodSyncer:
         """Upstream doPodResizeAction: check memory decreases against usage first (nothing changes if one would go
         below it), then per resource (memory, then cpu) the pod cgroup before the containers when it grows and
         after them when it shrinks, each container with one UpdateContainerResources; stop at the first error."""
-        name = sandbox_config.pod_cgroup_parent(pod)
+        name = helpers.pod_cgroup_parent(pod)
         target = self.pod_cgroup_config(pod)
         current = await asyncio.to_thread(self.cgroups.read, name)
         try:
@@ -417,7 +396,7 @@ class PodSyncer:
         """The IPs the pod's status shows, which a hostNetwork pod's containers see as ``status.podIP`` too."""
         node_ips = (self.cfg.node_ip,) if self.cfg.node_ip else ()
         sandbox_ips = [ip for ip in (sandbox.ip, *sandbox.additional_ips) if ip]
-        return tuple(generate.effective_pod_ips(pod, sandbox_ips, node_ips))
+        return tuple(sandbox_config.effective_pod_ips(pod, sandbox_ips, node_ips))
 
     def _prepare_files(self, pod: spec.Pod, container: spec.ContainerSpec, pod_log_dir: str,
                        pod_ips: Sequence[str]) -> list[cri.Mount]:

@@ -21,7 +21,6 @@ from kopflet.api import qos, spec
 from kopflet.cm import helpers
 from kopflet.container import podstate
 from kopflet.container.podstate import State
-from kopflet.kuberuntime import container_config
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -344,4 +343,4 @@ def pod_status_resources(pod: spec.Pod, *, running: bool, cgroup: Any,
 
 def container_config_shares(milli: int) -> int:
     """The shares the allocated cpu request gives (upstream MilliCPUToShares)."""
-    return container_config.milli_cpu_to_shares(milli)
+    return helpers.milli_cpu_to_shares(milli)

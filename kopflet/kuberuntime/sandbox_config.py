@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cri_client import types as cri
-from kopflet.api import qos, spec
+from kopflet.api import spec
 from kopflet.container import labels
 
 DEFAULT_POD_LOG_ROOT = "/var/log/pods"
@@ -371,15 +371,33 @@ def pod_supplemental_groups(pod: spec.Pod) -> tuple[int, ...]:
 
 
 # Upstream's pod cgroup hierarchy with cgroups-per-qos and the cgroupfs driver.
-CGROUP_ROOT = "/kubepods"
+def _family(ip: str) -> int:
+    try:
+        return ipaddress.ip_address(ip).version
+    except ValueError:
+        return 0
 
 
-def pod_cgroup_parent(pod: spec.Pod, root: str = CGROUP_ROOT) -> str:
-    """The pod's own cgroup (upstream podContainerManager.GetPodContainerName): Guaranteed pods directly
-    under the root, the others under their QoS class's cgroup."""
-    qos_class = qos.qos_class(pod)
-    tier = "" if qos_class == "Guaranteed" else f"/{qos_class.lower()}"
-    return f"{root}{tier}/pod{pod.uid}"
+def effective_pod_ips(pod: spec.Pod, sandbox_ips: Sequence[str], node_ips: Sequence[str]) -> list[str]:
+    """Upstream generateAPIPodStatus: the sandbox's IPs in the node's family order, and for a hostNetwork pod
+    the node's own IPs; the kubelet's SyncPod hands these same IPs to ``status.podIP(s)`` env vars."""
+    pod_ips = sort_pod_ips(sandbox_ips, node_ips)
+    if not pod_ips and pod.spec.host_network and node_ips:
+        pod_ips = [node_ips[0]]
+        if len(node_ips) > 1 and _family(node_ips[1]) != _family(node_ips[0]):
+            pod_ips.append(node_ips[1])
+    return pod_ips
+
+
+def sort_pod_ips(ips: Sequence[str], node_ips: Sequence[str] = ()) -> list[str]:
+    """Upstream `sortPodIPs`: the first IP of the node's family, then the first of the other (at most two)."""
+    primary = 6 if node_ips and _family(node_ips[0]) == 6 else 4
+    result = []
+    for family in (primary, 10 - primary):
+        found = next((str(ipaddress.ip_address(ip)) for ip in ips if _family(ip) == family), None)
+        if found is not None:
+            result.append(found)
+    return result
 
 
 def linux_sandbox_config(pod: spec.Pod, cgroup_parent: str = "") -> cri.LinuxSandboxConfig:
@@ -434,6 +452,7 @@ __all__ = [
     "SandboxConfigError",
     "SandboxWarning",
     "build_sandbox_config",
+    "effective_pod_ips",
     "kernel_hostname",
     "linux_sandbox_config",
     "namespace_options",
@@ -442,5 +461,6 @@ __all__ = [
     "pod_hostname_and_domain",
     "pod_log_dir",
     "port_mappings",
+    "sort_pod_ips",
     "truncate_hostname",
 ]

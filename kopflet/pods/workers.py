@@ -26,10 +26,12 @@ from kopflet.allocation import policy
 from kopflet.api import spec
 from kopflet.client.events import NORMAL, WARNING, EventRecorder
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
+from kopflet.cm import helpers
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
-from kopflet.kuberuntime import gc, reconciler, resize, sandbox_config
-from kopflet.kuberuntime.executor import PodSyncer, SyncResult
+from kopflet.container.sync_result import SyncResult
+from kopflet.kuberuntime import gc, reconciler, resize
+from kopflet.kuberuntime.executor import PodSyncer
 from kopflet.lifecycle import admission, deadline
 from kopflet.metrics import KubeletMetrics
 from kopflet.pleg.relist import RuntimeCache
@@ -427,7 +429,7 @@ class PodWorkers:
         previous = worker.body.get("status", {}) or {}
         messages = await asyncio.to_thread(self._termination_messages, pod, runtime)
         actuated = self.syncer.allocations.actuation(pod.uid)
-        pod_cgroup = await asyncio.to_thread(self.syncer.cgroups.read, sandbox_config.pod_cgroup_parent(pod)) \
+        pod_cgroup = await asyncio.to_thread(self.syncer.cgroups.read, helpers.pod_cgroup_parent(pod)) \
             if previous.get("phase") == generate.RUNNING else None
         generation = worker.body.get("metadata", {}).get("generation")
         desired = generate.compute_pod_status(

@@ -41,14 +41,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
-import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kopflet.api import qos, spec
 from kopflet.container import podstate
 from kopflet.container.podstate import State
-from kopflet.kuberuntime import reconciler, resize
+from kopflet.container.sync_result import Waiting
+from kopflet.kuberuntime import reconciler, resize, sandbox_config
 from kopflet.lifecycle import deadline
 
 PENDING = "Pending"
@@ -101,14 +101,6 @@ OWNED_FIELDS = ("phase", "conditions", "message", "reason", "hostIP", "hostIPs",
                 "initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses", "qosClass",
                 "observedGeneration", "resources", "allocatedResources")
 """Top-level status fields the kubelet writes: `status_patch` clears those it no longer sets."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Waiting:
-    """Why a container is not running after the last sync (upstream reasonCache entry)."""
-
-    reason: str
-    message: str = ""
 
 
 def timestamp(value: datetime.datetime | int) -> str:
@@ -590,35 +582,6 @@ def ready_to_start_containers_condition(pod: spec.Pod, runtime: podstate.Runtime
 # ----------------------------------------------------------------------------------------------------- IPs
 
 
-def _family(ip: str) -> int:
-    try:
-        return ipaddress.ip_address(ip).version
-    except ValueError:
-        return 0
-
-
-def effective_pod_ips(pod: spec.Pod, sandbox_ips: Sequence[str], node_ips: Sequence[str]) -> list[str]:
-    """Upstream generateAPIPodStatus: the sandbox's IPs in the node's family order, and for a hostNetwork pod
-    the node's own IPs; the kubelet's SyncPod hands these same IPs to ``status.podIP(s)`` env vars."""
-    pod_ips = sort_pod_ips(sandbox_ips, node_ips)
-    if not pod_ips and pod.spec.host_network and node_ips:
-        pod_ips = [node_ips[0]]
-        if len(node_ips) > 1 and _family(node_ips[1]) != _family(node_ips[0]):
-            pod_ips.append(node_ips[1])
-    return pod_ips
-
-
-def sort_pod_ips(ips: Sequence[str], node_ips: Sequence[str] = ()) -> list[str]:
-    """Upstream `sortPodIPs`: the first IP of the node's family, then the first of the other (at most two)."""
-    primary = 6 if node_ips and _family(node_ips[0]) == 6 else 4
-    result = []
-    for family in (primary, 10 - primary):
-        found = next((str(ipaddress.ip_address(ip)) for ip in ips if _family(ip) == family), None)
-        if found is not None:
-            result.append(found)
-    return result
-
-
 # ---------------------------------------------------------------------------------------------- the status
 
 
@@ -740,7 +703,7 @@ def compute_pod_status(pod: spec.Pod,
             if key in previous:
                 status[key] = copy.deepcopy(previous[key])
 
-    pod_ips = effective_pod_ips(pod, runtime.ips, node_ips)
+    pod_ips = sandbox_config.effective_pod_ips(pod, runtime.ips, node_ips)
     if pod_ips:
         status["podIP"] = pod_ips[0]
         status["podIPs"] = [{"ip": ip} for ip in pod_ips]
@@ -900,7 +863,6 @@ __all__ = [
     "PENDING",
     "RUNNING",
     "SUCCEEDED",
-    "Waiting",
     "all_containers_restarting",
     "all_containers_restarting_condition",
     "compute_pod_status",
@@ -909,7 +871,6 @@ __all__ = [
     "initialized_condition",
     "ready_condition",
     "ready_to_start_containers_condition",
-    "sort_pod_ips",
     "status_changed",
     "status_patch",
     "terminal_status",

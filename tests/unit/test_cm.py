@@ -16,7 +16,7 @@ import pytest
 from kopflet.api import qos
 from kopflet.api.spec import Pod, Resources, pod_from_body
 from kopflet.cm import helpers
-from kopflet.kuberuntime.container_config import milli_cpu_to_quota
+from kopflet.cm.helpers import milli_cpu_to_quota
 
 MI = 2**20
 GI = 2**30

@@ -11,6 +11,7 @@ import pytest
 
 from cri_client import types as cri
 from kopflet.api.spec import Pod, container_hash, pod_from_body
+from kopflet.cm import helpers
 from kopflet.kuberuntime import container_config
 
 GI = 2**30
@@ -299,7 +300,7 @@ def test_hugepage_page_sizes_from_sysfs_names() -> None:
     ("memory", None),
 ])
 def test_hugepage_unit_size(resource: str, expected: str | None) -> None:
-    assert container_config.hugepage_unit_size(resource) == expected
+    assert helpers.hugepage_unit_size(resource) == expected
 
 
 HugepageCase = tuple[str, dict[str, Any], dict[str, Any] | None, tuple[str, ...], tuple[tuple[str, int], ...]]

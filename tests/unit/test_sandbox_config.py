@@ -228,7 +228,7 @@ def test_linux_security_context_from_the_pod() -> None:
 ])
 def test_pod_cgroup_parent_by_qos_class(resources: dict, expected: str) -> None:
     from kopflet.api import spec as specs
-    from kopflet.kuberuntime.sandbox_config import pod_cgroup_parent
+    from kopflet.cm.helpers import pod_cgroup_parent
 
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
             "spec": {"containers": [{"name": "c", "image": "busybox", "resources": resources}]}}

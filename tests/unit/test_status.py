@@ -16,9 +16,9 @@ import pytest
 from cri_client.types import NamespaceMode
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
+from kopflet.container.sync_result import Waiting
 from kopflet.status import generate as pod_status
 from kopflet.status.generate import (
-    Waiting,
     compute_pod_status,
     get_phase,
     status_changed,
