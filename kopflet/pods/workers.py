@@ -37,6 +37,7 @@ from kopflet.metrics import KubeletMetrics
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.prober.manager import ProbeManager
 from kopflet.status import generate
+from kopflet.status.manager import StatusManager
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class PodWorkers:
         self.recorder, self.backoff, self.node_info = recorder, backoff, node_info
         self.probes: ProbeManager | None = None  # set once built: it needs this object's wake()
         self.metrics: KubeletMetrics | None = None
+        self.status = StatusManager(api)
         self.workers: dict[str, _Worker] = {}
         # Resize decisions one at a time, each against what the others hold once the previous one is recorded
         # (upstream allocationMutex).
@@ -393,7 +395,7 @@ class PodWorkers:
         if runtime.running_containers():
             return 1.0  # still stopping: look again shortly
         await self._write_status(worker, pod, runtime, SyncResult(), terminal=True)
-        await self.api.delete_pod(pod.namespace, pod.name, pod.uid)
+        await self.status.delete(pod.namespace, pod.name, pod.uid)
         return self.cfg.resync_period
 
     async def _admit(self, worker: _Worker, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
@@ -411,9 +413,8 @@ class PodWorkers:
         # Final: phase Failed with the reason and message, never retried (upstream rejectPod).
         logger.warning(f"pod {pod.namespace}/{pod.name} rejected: {rejection.reason}: {rejection.message}")
         self.recorder.pod_event(pod, WARNING, rejection.reason, rejection.event_message)
-        updated = await self.api.patch_pod_status(pod.namespace, pod.name, {"status": {
-            "phase": "Failed", "reason": rejection.reason, "message": rejection.message}})
-        worker.body = {**worker.body, "status": updated.get("status", {})}
+        await self._send_status(worker, pod, previous,
+                                generate.rejected_status(previous, rejection.reason, rejection.message))
         return False
 
     async def _invalid(self, worker: _Worker, message: str) -> float:
@@ -449,12 +450,13 @@ class PodWorkers:
             worker.start_observed = True
             if (previous.get("phase") or "Pending") == "Pending":  # not a pod adopted already running
                 self._observe_start(worker)
-        patch = generate.status_patch(previous, desired)
-        if not patch:
-            return
-        updated = await self.api.patch_pod_status(pod.namespace, pod.name, patch)
-        if updated.get("metadata", {}).get("uid") == worker.uid:
-            worker.body = {**worker.body, "status": updated.get("status", {})}
+        await self._send_status(worker, pod, previous, desired)
+
+    async def _send_status(self, worker: _Worker, pod: spec.Pod, previous: Mapping[str, Any],
+                           desired: Mapping[str, Any]) -> None:
+        written = await self.status.write(pod.namespace, pod.name, pod.uid, previous, desired)
+        if written is not None:
+            worker.body = {**worker.body, "status": written}
 
     def _observe_start(self, worker: _Worker) -> None:
         """Pod start latency (upstream pod_startup_latency_tracker): from first seen by the agent, and the

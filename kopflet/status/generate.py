@@ -828,6 +828,12 @@ MERGE_KEYS = {"conditions": "type", "podIPs": "ip", "hostIPs": "ip"}
 RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
 
 
+def rejected_status(previous: Mapping[str, Any], reason: str, message: str) -> dict[str, Any]:
+    """A pod admission refused: phase Failed with the reason and message, final (upstream rejectPod). The rest of
+    the status stays as it was, so the patch carries exactly these three fields."""
+    return {**previous, "phase": FAILED, "reason": reason, "message": message}
+
+
 def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """The smallest strategic merge patch for ``pods/status`` (``{"status": ...}``), or {} when nothing changed.
 
@@ -871,6 +877,7 @@ __all__ = [
     "initialized_condition",
     "ready_condition",
     "ready_to_start_containers_condition",
+    "rejected_status",
     "status_changed",
     "status_patch",
     "terminal_status",

@@ -30,6 +30,7 @@ IMPURE = frozenset({
     "kopflet.kuberuntime.executor", "kopflet.lifecycle.hooks", "kopflet.logs.reader", "kopflet.nodestatus.heartbeat",
     "kopflet.pleg.relist", "kopflet.pods.housekeeping", "kopflet.pods.workers", "kopflet.prober.manager",
     "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.server", "kopflet.stats.collector",
+    "kopflet.status.manager",
     "kopflet.volumes.manager",
 })
 

@@ -1,0 +1,55 @@
+"""kopflet.status.manager: the one status writer sends the smallest patch, nothing when nothing changed, and the
+final delete with grace 0 and the pod's UID as a precondition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kopflet.status import generate
+from kopflet.status.manager import StatusManager
+
+
+class FakeApi:
+    def __init__(self, uid: str = "u1") -> None:
+        self.uid = uid
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(("patch", namespace, name, patch))
+        return {"metadata": {"uid": self.uid}, "status": {"phase": "Failed", **patch["status"]}}
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        self.calls.append(("delete", namespace, name, uid))
+        return True
+
+
+PREVIOUS = {"phase": "Pending", "qosClass": "BestEffort",
+            "conditions": [{"type": "PodScheduled", "status": "True"}]}
+
+
+async def test_a_rejection_sends_exactly_phase_reason_and_message() -> None:
+    api = FakeApi()
+    written = await StatusManager(api).write(  # type: ignore[arg-type]
+        "ns", "p", "u1", PREVIOUS, generate.rejected_status(PREVIOUS, "OutOfcpu", "Pod was rejected: no cpu"))
+    assert api.calls == [("patch", "ns", "p", {"status": {
+        "phase": "Failed", "reason": "OutOfcpu", "message": "Pod was rejected: no cpu"}})]
+    assert written is not None and written["reason"] == "OutOfcpu"
+
+
+async def test_nothing_is_sent_when_nothing_changed() -> None:
+    api = FakeApi()
+    assert await StatusManager(api).write("ns", "p", "u1", PREVIOUS, dict(PREVIOUS)) is None  # type: ignore[arg-type]
+    assert api.calls == []
+
+
+async def test_the_status_of_another_pod_under_the_name_is_not_taken() -> None:
+    api = FakeApi(uid="someone-else")
+    desired = {**PREVIOUS, "phase": "Running"}
+    assert await StatusManager(api).write("ns", "p", "u1", PREVIOUS, desired) is None  # type: ignore[arg-type]
+    assert len(api.calls) == 1
+
+
+async def test_the_final_delete_names_the_uid() -> None:
+    api = FakeApi()
+    assert await StatusManager(api).delete("ns", "p", "u1")  # type: ignore[arg-type]
+    assert api.calls == [("delete", "ns", "p", "u1")]
