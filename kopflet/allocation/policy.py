@@ -32,6 +32,7 @@ from fractions import Fraction
 from typing import Any
 
 from kopflet.api import qos, spec
+from kopflet.api.events import NORMAL, WARNING
 from kopflet.lifecycle import admission
 
 CPU = "cpu"
@@ -57,8 +58,6 @@ RESIZE_INFEASIBLE = "ResizeInfeasible"
 RESIZE_STARTED = "ResizeStarted"
 RESIZE_COMPLETED = "ResizeCompleted"
 RESIZE_ERROR = "ResizeError"
-NORMAL = "Normal"
-WARNING = "Warning"
 
 # Checkpoint files under the root directory (allocation_manager.go, kuberuntime_manager.go).
 ALLOCATED_PODS_STATE = "allocated_pods_state"

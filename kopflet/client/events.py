@@ -17,7 +17,6 @@ from kopflet.client.kubeapi import API_ERRORS, KubeApiError, KubeClient
 
 logger = logging.getLogger(__name__)
 
-NORMAL, WARNING = "Normal", "Warning"
 # How long a repeated event is folded into the earlier one (client-go's default is 10 minutes).
 AGGREGATION_WINDOW = 600.0
 MAX_CACHED = 4096

@@ -20,7 +20,8 @@ from cri_client import CriClient, CriError
 from cri_client import types as cri
 from kopflet import backoff as backoffs
 from kopflet.api import spec
-from kopflet.client.events import NORMAL, WARNING, EventRecorder
+from kopflet.api.events import NORMAL, WARNING
+from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
 from kopflet.images import credentials, imageref
 

@@ -28,7 +28,8 @@ from kopflet.allocation import policy
 from kopflet.allocation.policy import PodAllocation
 from kopflet.allocation.state import AllocationManager
 from kopflet.api import qos, spec
-from kopflet.client.events import NORMAL, WARNING, EventRecorder
+from kopflet.api.events import NORMAL, WARNING
+from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import KubeApiError, KubeClient
 from kopflet.cm import helpers
 from kopflet.cm.cgroups import CgroupError, PodCgroups

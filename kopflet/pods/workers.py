@@ -24,7 +24,8 @@ from cri_client import CriError
 from kopflet import backoff as backoffs
 from kopflet.allocation import policy
 from kopflet.api import spec
-from kopflet.client.events import NORMAL, WARNING, EventRecorder
+from kopflet.api.events import NORMAL, WARNING
+from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
 from kopflet.cm import helpers
 from kopflet.config.settings import AgentConfig
