@@ -19,6 +19,8 @@ from typing import IO
 from devstack import configs
 from devstack.__main__ import stack_env
 from devstack.layout import REPO, Layout
+from kopflet.config.settings import AgentConfig
+from kopflet.paths import Layout as KubeletLayout
 
 
 class Agent:
@@ -79,7 +81,7 @@ class Kopflet(Agent):
 
     @property
     def pod_dirs(self) -> Path:
-        return Path("/var/lib/kopflet/pods")
+        return Path(KubeletLayout(AgentConfig.root_dir).pods_dir)  # the agent runs with the default --root-dir
 
     def argv(self) -> list[str]:
         kopf = Path(sys.executable).with_name("kopf")
@@ -112,7 +114,7 @@ class UpstreamKubelet(Agent):
 
     @property
     def pod_dirs(self) -> Path:
-        return self.root / "pods"
+        return Path(KubeletLayout(str(self.root)).pods_dir)
 
     def config(self) -> str:
         """The stack's kubelet config (the same serving cert and auth kopflet gets), plus what this host needs."""

@@ -142,7 +142,7 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     cache.on_relist, workers.metrics, workers.probes.metrics = metrics.observe_pleg_relist, metrics, probe_metrics
     if cfg.port:
         backend = AgentBackend(workers, cache, cri, metrics, StatsCollector(
-            cri, node_name=cfg.node_name, root_dir=cfg.root_dir, pod_log_root=cfg.pod_log_root), probe_metrics)
+            cri, node_name=cfg.node_name, layout=syncer.layout), probe_metrics)
         try:
             memo.server = await serve(cfg, backend, authenticator_for(cfg, api), authorizer_for(cfg, api),
                                       addresses=[cfg.node_ip] if cfg.node_ip else [])

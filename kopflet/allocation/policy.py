@@ -59,10 +59,6 @@ RESIZE_STARTED = "ResizeStarted"
 RESIZE_COMPLETED = "ResizeCompleted"
 RESIZE_ERROR = "ResizeError"
 
-# Checkpoint files under the root directory (allocation_manager.go, kuberuntime_manager.go).
-ALLOCATED_PODS_STATE = "allocated_pods_state"
-ACTUATED_PODS_STATE = "actuated_pods_state"
-
 # Pending resizes are retried 30s after start (or while the pod sources are not ready), then every 3 minutes,
 # and at once on these triggers (allocation_manager.go).
 INITIAL_RETRY_DELAY = 30.0
@@ -669,8 +665,6 @@ def read_checkpoint(text: str) -> dict[str, PodAllocation]:
 
 __all__ = [
     "ACCEPTED",
-    "ACTUATED_PODS_STATE",
-    "ALLOCATED_PODS_STATE",
     "DEFERRED",
     "INFEASIBLE",
     "POD_RESIZE_IN_PROGRESS",

@@ -14,6 +14,7 @@ import logging
 import os
 from pathlib import Path
 
+from kopflet import paths
 from kopflet.allocation import policy
 from kopflet.allocation.policy import PodAllocation
 from kopflet.api import spec
@@ -71,10 +72,9 @@ class AllocationManager:
     """Allocated and actuated resources by pod UID (upstream allocation manager + actuated state). Reads are from
     memory; the setters write the file (small, fsynced): call them through ``asyncio.to_thread``."""
 
-    def __init__(self, root_dir: str) -> None:
-        root = Path(root_dir)
-        self.allocated = _State(root / policy.ALLOCATED_PODS_STATE)
-        self.actuated = _State(root / policy.ACTUATED_PODS_STATE)
+    def __init__(self, layout: paths.Layout) -> None:
+        self.allocated = _State(Path(layout.allocated_state))
+        self.actuated = _State(Path(layout.actuated_state))
 
     def allocation(self, uid: str) -> PodAllocation | None:
         return self.allocated.get(uid)

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from kopflet import paths
 from kopflet.api import qos
 from kopflet.lifecycle import admission
 
@@ -97,7 +98,7 @@ class AgentConfig:
     """The node's InternalIP (``--node-ip``): hostIP of its pods. Empty: detected at start."""
     root_dir: str = "/var/lib/kopflet"
     """Per-pod files (termination-log files, later volumes), as ``/var/lib/kubelet`` upstream."""
-    pod_log_root: str = "/var/log/pods"
+    pod_log_root: str = paths.DEFAULT_POD_LOG_ROOT
     """``podLogsDir``: where CRI container logs go; log collectors expect the default."""
     cluster_dns: tuple[str, ...] = ()
     """``--cluster-dns``: nameservers for ClusterFirst pods; empty means pods fall back to the host's."""
@@ -166,9 +167,14 @@ class AgentConfig:
         return f"spec.nodeName={self.node_name}"
 
     @property
+    def layout(self) -> paths.Layout:
+        """The node's kubelet directories (pods, checkpoints, logs) under `root_dir` and `pod_log_root`."""
+        return paths.Layout(root_dir=self.root_dir, pod_log_root=self.pod_log_root)
+
+    @property
     def cert_directory(self) -> str:
         """``--cert-dir`` as upstream defaults it: ``<root-dir>/pki``."""
-        return self.cert_dir or f"{self.root_dir.rstrip('/')}/pki"
+        return self.cert_dir or self.layout.cert_dir
 
     @property
     def healthz_endpoint(self) -> str:
@@ -612,7 +618,7 @@ SETTINGS: tuple[Setting, ...] = (
             "effects NoSchedule, PreferNoSchedule, NoExecute."),
     Setting("root_dir", "root-dir", None, ABSOLUTE_PATH, "/var/lib/kopflet",
             "Directory for the agent's per-pod files."),
-    Setting("pod_log_root", None, "podLogsDir", ABSOLUTE_PATH, "/var/log/pods",
+    Setting("pod_log_root", None, "podLogsDir", ABSOLUTE_PATH, paths.DEFAULT_POD_LOG_ROOT,
             "Directory of the containers' log files."),
     Setting("cluster_dns", "cluster-dns", "clusterDNS", IPS, "none",
             "Comma-separated IP addresses of the cluster DNS service for dnsPolicy ClusterFirst pods. "

@@ -4,7 +4,7 @@ The CRI `ContainerConfig` of one container instance: what CreateContainer gets.
 Mirrors upstream `generateContainerConfig` (pkg/kubelet/kuberuntime/kuberuntime_container.go),
 `generateLinuxContainerResources` / `calculateLinuxResources` (kuberuntime_container_linux.go),
 `MilliCPUToShares` / `milliCPUToQuota` (cm/helpers_linux.go, kuberuntime/helpers_linux.go),
-`ExpandContainerCommandAndArgs`, `buildContainerLogsPath`, and the basics of
+`ExpandContainerCommandAndArgs` and the basics of
 `determineEffectiveSecurityContext` (security_context.go).
 
 Pure: the environment (`container_env.resolve_env`), the pulled image reference, the mounts and the node's memory
@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cri_client import types as cri
+from kopflet import paths
 from kopflet.api import qos, spec
 from kopflet.cm import helpers
 from kopflet.container import labels
@@ -41,27 +41,7 @@ MAX_TERMINATION_MESSAGE_LENGTH = 4096
 """Bytes of the termination-log file the kubelet reads back (kubecontainer.MaxContainerTerminationMessageLength)."""
 
 
-# ------------------------------------------------------------------------------------------------ paths
-
-
-def pod_log_dir(pod: spec.Pod, root: str = sandbox_config.DEFAULT_POD_LOG_ROOT) -> str:
-    """``/var/log/pods/<namespace>_<name>_<uid>``, the sandbox's log directory."""
-    return sandbox_config.pod_log_dir(pod, root)
-
-
-def container_log_dir(pod_log_dir: str, name: str) -> str:
-    """``<pod log dir>/<container>``: the executor creates it (mode 0755) before CreateContainer."""
-    return posixpath.join(pod_log_dir, name)
-
-
-def relative_log_path(name: str, restart_count: int) -> str:
-    """``<container>/<restartCount>.log``, the config's log_path (relative to the sandbox's log directory)."""
-    return posixpath.join(name, f"{restart_count}.log")
-
-
-def container_log_path(pod_log_dir: str, name: str, restart_count: int) -> str:
-    """The absolute log file path of one container instance (upstream `BuildContainerLogsDirectory` + name)."""
-    return posixpath.join(pod_log_dir, relative_log_path(name, restart_count))
+# ------------------------------------------------------------------------------------------------ files
 
 
 _LOG_FILE = re.compile(r"^(\d+)\.log(\..*)?")
@@ -365,7 +345,7 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
         mounts=tuple(mounts),
         labels=labels.container_labels(pod, container),
         annotations=labels.container_annotations(pod, container, restart_count),
-        log_path=relative_log_path(container.name, restart_count),
+        log_path=paths.Layout.relative_log_path(container.name, restart_count),
         stdin=container.stdin,
         stdin_once=container.stdin_once,
         tty=container.tty,
@@ -380,8 +360,6 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
 
 __all__ = [
     "build_container_config",
-    "container_log_dir",
-    "container_log_path",
     "container_security_context",
     "etc_hosts_mount",
     "expand_command_and_args",
@@ -390,10 +368,8 @@ __all__ = [
     "linux_resources",
     "managed_hosts_file",
     "node_hosts_file",
-    "pod_log_dir",
     "possible_cpus",
     "proc_mount_paths",
-    "relative_log_path",
     "restart_count_from_log_names",
     "should_mount_etc_hosts",
     "target_pid_namespace",

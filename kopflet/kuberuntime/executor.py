@@ -24,6 +24,7 @@ from pathlib import Path
 from cri_client import CriClient, CriError
 from cri_client import types as cri
 from kopflet import backoff as backoffs
+from kopflet import paths
 from kopflet.allocation import policy
 from kopflet.allocation.policy import PodAllocation
 from kopflet.allocation.state import AllocationManager
@@ -61,9 +62,11 @@ class PodSyncer:
                  images: ImageManager, backoff: backoffs.Backoff, dns: sandbox_config.DnsSettings,
                  node_memory_capacity: int, services: ServiceCache | None = None,
                  node_allocatable: Callable[[], Mapping[str, str]] = dict,
-                 allocations: AllocationManager | None = None, cgroups: PodCgroups | None = None) -> None:
+                 allocations: AllocationManager | None = None, cgroups: PodCgroups | None = None, *,
+                 layout: paths.Layout | None = None) -> None:
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
-        self.allocations = allocations if allocations is not None else AllocationManager(cfg.root_dir)
+        self.layout = layout if layout is not None else cfg.layout
+        self.allocations = allocations if allocations is not None else AllocationManager(self.layout)
         self.cgroups = cgroups if cgroups is not None else PodCgroups()
         self.services, self.node_allocatable = services, node_allocatable
         # The node's hugepage sizes and default masked paths, read once at start (`read_host_container_facts`).
@@ -72,7 +75,7 @@ class PodSyncer:
         self.images, self.backoff, self.dns = images, backoff, dns
         self.node_memory_capacity = node_memory_capacity
         self.hooks = HookRunner(cri_client)
-        self.volumes = VolumeManager(cfg, api, node_allocatable)
+        self.volumes = VolumeManager(cfg, api, node_allocatable, layout=self.layout)
 
     # ------------------------------------------------------------------------------------------ sync
 
@@ -110,8 +113,7 @@ class PodSyncer:
 
         sandbox_id = actions.sandbox_id
         try:
-            config = sandbox_config.build_sandbox_config(pod, actions.attempt, dns=self.dns,
-                                                         pod_log_root=self.cfg.pod_log_root,
+            config = sandbox_config.build_sandbox_config(pod, actions.attempt, dns=self.dns, layout=self.layout,
                                                          cgroup_parent=helpers.pod_cgroup_parent(pod))
         except sandbox_config.SandboxConfigError as exc:
             result.sandbox_error = f"Failed to create pod sandbox: {exc}"
@@ -327,16 +329,16 @@ class PodSyncer:
         if refusal:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, refusal)
 
+        log_dir = Path(self.layout.container_log_dir(pod.namespace, pod.name, pod.uid, name))
         previous = runtime.latest_container(name)
         if previous is not None:
             restart_count = previous.restart_count + 1
         else:  # none left on the runtime (RestartAllContainers removed it): go on from its log files
-            restart_count = await asyncio.to_thread(_restart_count_from_logs, Path(config.log_directory, name))
+            restart_count = await asyncio.to_thread(_restart_count_from_logs, log_dir)
         try:
             target_id = reconciler.namespace_target_id(container, runtime)  # ephemeral: the target's PID namespace
         except LookupError as exc:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
-        pod_log_dir = config.log_directory
         try:
             volume_mounts = plugins.container_mounts(pod, container, plans, dict(env))
             await asyncio.to_thread(_ensure_sub_paths, volume_mounts, [plan.host_path for plan in plans.values()])
@@ -344,8 +346,7 @@ class PodSyncer:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         try:
             pod_ips = self._pod_ips(pod, sandbox)
-            mounts = volume_mounts + await asyncio.to_thread(self._prepare_files, pod, container, pod_log_dir,
-                                                             pod_ips)
+            mounts = volume_mounts + await asyncio.to_thread(self._prepare_files, pod, container, log_dir, pod_ips)
             ccfg = container_config.build_container_config(
                 pod, container, restart_count=restart_count, env=env, image_ref=image_ref, mounts=mounts,
                 memory_capacity=self.node_memory_capacity, pid_target_id=target_id,
@@ -399,14 +400,14 @@ class PodSyncer:
         sandbox_ips = [ip for ip in (sandbox.ip, *sandbox.additional_ips) if ip]
         return tuple(sandbox_config.effective_pod_ips(pod, sandbox_ips, node_ips))
 
-    def _prepare_files(self, pod: spec.Pod, container: spec.ContainerSpec, pod_log_dir: str,
+    def _prepare_files(self, pod: spec.Pod, container: spec.ContainerSpec, log_dir: Path,
                        pod_ips: Sequence[str]) -> list[cri.Mount]:
         """The container's log directory, its termination-log file and the pod's managed /etc/hosts (blocking:
         run in a thread)."""
-        Path(pod_log_dir, container.name).mkdir(mode=0o755, parents=True, exist_ok=True)
+        log_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         mounts: list[cri.Mount] = []
         if container.termination_message_path:
-            folder = Path(self.cfg.root_dir, "pods", pod.uid, "containers", container.name)
+            folder = Path(self.layout.container_dir(pod.uid, container.name))
             folder.mkdir(mode=0o750, parents=True, exist_ok=True)
             file = folder / secrets.token_hex(4)
             file.touch(mode=0o666)
@@ -420,7 +421,7 @@ class PodSyncer:
 
     def _ensure_hosts_file(self, pod: spec.Pod, pod_ips: Sequence[str]) -> str:
         """``<pod dir>/etc-hosts``, written once per pod as upstream `ensureHostsFile` does (blocking)."""
-        path = Path(self.cfg.root_dir, "pods", pod.uid, "etc-hosts")
+        path = Path(self.layout.etc_hosts(pod.uid))
         if path.exists():
             return str(path)
         if pod.spec.host_network:
@@ -430,7 +431,7 @@ class PodSyncer:
             hostname, domain = sandbox_config.pod_hostname_and_domain(pod, self.cfg.cluster_domain)
             content = container_config.managed_hosts_file(pod_ips, hostname, domain, pod.spec.host_aliases)
         path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
-        tmp = path.with_name(f".etc-hosts-{secrets.token_hex(4)}")
+        tmp = path.with_name(f".{path.name}-{secrets.token_hex(4)}")
         tmp.write_text(content)
         tmp.chmod(0o644)
         tmp.replace(path)
@@ -549,10 +550,9 @@ class PodSyncer:
         await asyncio.to_thread(self.cgroups.remove, uid)
         self.allocations.remove(uid)
         await self.volumes.cleanup(uid)
-        await asyncio.to_thread(_remove_tree, Path(self.cfg.root_dir, "pods", uid))
+        await asyncio.to_thread(_remove_tree, Path(self.layout.pod_dir(uid)))
         if runtime.namespace and runtime.name:
-            await asyncio.to_thread(_remove_tree, Path(self.cfg.pod_log_root,
-                                                       f"{runtime.namespace}_{runtime.name}_{uid}"))
+            await asyncio.to_thread(_remove_tree, Path(self.layout.pod_log_dir(runtime.namespace, runtime.name, uid)))
 
     def _grace(self, pod: spec.Pod, grace: int | None) -> int:
         if grace is None:

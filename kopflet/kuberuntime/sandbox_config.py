@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cri_client import types as cri
+from kopflet import paths
 from kopflet.api import spec
 from kopflet.container import labels
 
-DEFAULT_POD_LOG_ROOT = "/var/log/pods"
 DEFAULT_DNS_OPTIONS = ("ndots:5",)
 
 # pkg/apis/core/validation: MaxDNSNameservers and the ExpandedDNSConfig (GA) search limits.
@@ -304,11 +303,6 @@ def kernel_hostname(hostname: str, domain: str, set_hostname_as_fqdn: bool) -> s
 # ---------------------------------------------------------------------------------------------- config
 
 
-def pod_log_dir(pod: spec.Pod, root: str = DEFAULT_POD_LOG_ROOT) -> str:
-    """``/var/log/pods/<namespace>_<name>_<uid>`` (upstream `BuildPodLogsDirectory`)."""
-    return posixpath.join(root, f"{pod.namespace}_{pod.name}_{pod.uid}")
-
-
 def port_mappings(pod: spec.Pod) -> tuple[cri.PortMapping, ...]:
     """Every declared container port (upstream `MakePortMappings`; the CNI portmap plugin publishes only
     those with a hostPort); a repeated port name within one container is skipped."""
@@ -423,12 +417,13 @@ def linux_sandbox_config(pod: spec.Pod, cgroup_parent: str = "") -> cri.LinuxSan
     )
 
 
-def build_sandbox_config(pod: spec.Pod, attempt: int, *, dns: DnsSettings,
-                         pod_log_root: str = DEFAULT_POD_LOG_ROOT, cgroup_parent: str = "") -> cri.PodSandboxConfig:
+def build_sandbox_config(pod: spec.Pod, attempt: int, *, dns: DnsSettings, layout: paths.Layout,
+                         cgroup_parent: str = "") -> cri.PodSandboxConfig:
     """The PodSandboxConfig for RunPodSandbox (upstream `generatePodSandboxConfig`).
 
-    Hostname only off the host network (the runtime uses the node's otherwise). DNS warnings are dropped
-    here: call `pod_dns_config` to get them for events. Raises SandboxConfigError.
+    The log directory is the pod's under `layout`'s log root (`BuildPodLogsDirectory`). Hostname only off the
+    host network (the runtime uses the node's otherwise). DNS warnings are dropped here: call `pod_dns_config`
+    to get them for events. Raises SandboxConfigError.
     """
     hostname = ""
     if not pod.spec.host_network:
@@ -437,7 +432,7 @@ def build_sandbox_config(pod: spec.Pod, attempt: int, *, dns: DnsSettings,
     return cri.PodSandboxConfig(
         metadata=cri.PodSandboxMetadata(name=pod.name, namespace=pod.namespace, uid=pod.uid, attempt=attempt),
         hostname=hostname,
-        log_directory=pod_log_dir(pod, pod_log_root),
+        log_directory=layout.pod_log_dir(pod.namespace, pod.name, pod.uid),
         dns_config=pod_dns_config(pod, dns).config,
         port_mappings=port_mappings(pod),
         labels=labels.sandbox_labels(pod),
@@ -459,7 +454,6 @@ __all__ = [
     "parse_resolv_conf",
     "pod_dns_config",
     "pod_hostname_and_domain",
-    "pod_log_dir",
     "port_mappings",
     "sort_pod_ips",
     "truncate_hostname",

@@ -12,6 +12,7 @@ import logging
 import os
 
 from cri_client import CriError
+from kopflet import paths
 from kopflet.api import spec
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
 from kopflet.container import podstate
@@ -27,7 +28,7 @@ PERIOD = 30.0
 async def cleanup_orphans(api: KubeClient, cache: RuntimeCache, workers: PodWorkers, syncer: PodSyncer,
                           field_selector: str) -> int:
     await cache.synced.wait()
-    dirs = await asyncio.to_thread(pod_dirs, syncer.cfg.root_dir)
+    dirs = await asyncio.to_thread(pod_dirs, syncer.layout)
     candidates = [uid for uid in (*cache.pods, *dirs) if uid not in workers.workers]
     if not candidates:
         return 0  # every runtime pod and directory has a worker: nothing to confirm with the apiserver
@@ -51,10 +52,11 @@ async def cleanup_orphans(api: KubeClient, cache: RuntimeCache, workers: PodWork
     return len(orphans)
 
 
-def pod_dirs(root_dir: str) -> list[str]:
-    """The pod uids that have a directory under ``<root>/pods`` (blocking: call in a thread)."""
+def pod_dirs(layout: paths.Layout) -> list[str]:
+    """The pod uids that have a directory under ``<root>/pods`` (upstream `listPodsFromDisk`; blocking: call in a
+    thread)."""
     try:
-        return [entry.name for entry in os.scandir(os.path.join(root_dir, "pods")) if entry.is_dir()]
+        return [entry.name for entry in os.scandir(layout.pods_dir) if entry.is_dir()]
     except FileNotFoundError:
         return []
 

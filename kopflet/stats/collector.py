@@ -7,7 +7,7 @@ blocking read runs in a thread; the CRI calls run concurrently.
 
 Usage::
 
-    collector = StatsCollector(cri, node_name="edge-1", root_dir="/var/lib/kubelet")
+    collector = StatsCollector(cri, node_name="edge-1", layout=Layout("/var/lib/kubelet"))
     summary = await collector.summary()              # dict for /stats/summary (StatsUnavailable: a 500)
     text = await collector.resource_metrics()        # /metrics/resource, kopflet.metrics.CONTENT_TYPE
     # or one snapshot for both: snapshot = await collector.collect(); summary_json(snapshot) ...
@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from cri_client import CriClient, CriError
 from cri_client import types as cri
-from kopflet.kuberuntime.sandbox_config import DEFAULT_POD_LOG_ROOT
+from kopflet.paths import Layout
 from kopflet.stats import summary
 
 logger = logging.getLogger(__name__)
@@ -136,14 +136,14 @@ def disk_usage(path: Path, timestamp: int) -> cri.FilesystemUsage | None:
     return cri.FilesystemUsage(mountpoint=str(path), timestamp=timestamp, used_bytes=used, inodes_used=inodes)
 
 
-def _log_usage(pods: Iterable[summary.PodSample], pod_log_root: str) -> dict[str, cri.FilesystemUsage]:
-    """Log directory usage of every container (blocking: run in a thread)."""
+def _log_usage(pods: Iterable[summary.PodSample], layout: Layout) -> dict[str, cri.FilesystemUsage]:
+    """Log directory usage of every container (upstream hostStatsProvider; blocking: run in a thread)."""
     now = time.time_ns()
     result = {}
     for pod in pods:
-        pod_dir = Path(pod_log_root, f"{pod.namespace}_{pod.name}_{pod.uid}")
         for container in pod.containers:
-            usage = disk_usage(pod_dir / container.name, now)
+            log_dir = layout.container_log_dir(pod.namespace, pod.name, pod.uid, container.name)
+            usage = disk_usage(Path(log_dir), now)
             if usage is not None:
                 result[container.stats.id] = usage
     return result
@@ -152,9 +152,8 @@ def _log_usage(pods: Iterable[summary.PodSample], pod_log_root: str) -> dict[str
 class StatsCollector:
     """Collects `kopflet.stats.summary.StatsSnapshot`s for one node.
 
-    `root_dir` is the kubelet root directory (its filesystem is the node's ``fs`` and the pods' ephemeral
-    storage); `pod_log_root` is where container logs live (None: do not measure logs). `proc` and
-    `cgroup_root` exist for tests.
+    `layout` says where the kubelet root directory is (its filesystem is the node's ``fs`` and the pods'
+    ephemeral storage) and where the containers' logs live. `proc` and `cgroup_root` exist for tests.
     """
 
     def __init__(
@@ -162,12 +161,11 @@ class StatsCollector:
         cri_client: CriClient,
         *,
         node_name: str,
-        root_dir: str,
-        pod_log_root: str | None = DEFAULT_POD_LOG_ROOT,
+        layout: Layout,
         proc: str = "/proc",
         cgroup_root: str = "/sys/fs/cgroup",
     ) -> None:
-        self.cri, self.node_name, self.root_dir, self.pod_log_root = cri_client, node_name, root_dir, pod_log_root
+        self.cri, self.node_name, self.layout = cri_client, node_name, layout
         self.proc, self.cgroup_root = Path(proc), Path(cgroup_root)
         self._previous_cpu: dict[str, cri.CpuUsage] = {}
         self._running: asyncio.Task[summary.StatsSnapshot] | None = None
@@ -191,7 +189,7 @@ class StatsCollector:
 
     async def _collect(self) -> summary.StatsSnapshot:
         started = time.time_ns()
-        node_task = asyncio.create_task(asyncio.to_thread(read_node, self.proc, self.cgroup_root, self.root_dir))
+        node_task = asyncio.create_task(asyncio.to_thread(read_node, self.proc, self.cgroup_root, self.layout.root_dir))
         image_fs_task = asyncio.create_task(self.cri.images.fs_info())
         error = ""
         pods: tuple[summary.PodSample, ...] = ()
@@ -201,7 +199,7 @@ class StatsCollector:
             )
             pods = summary.pod_samples(sandboxes, containers, container_stats)
             sandbox_stats = await self._sandbox_stats([p.sandbox_id for p in pods])
-            logs = await asyncio.to_thread(_log_usage, pods, self.pod_log_root) if self.pod_log_root else {}
+            logs = await asyncio.to_thread(_log_usage, pods, self.layout)
             pods = summary.pod_samples(sandboxes, containers, container_stats, sandbox_stats, logs)
         except CriError as e:
             error = f"failed to list pod stats: {e}"
@@ -293,11 +291,10 @@ async def collect(
     cri_client: CriClient,
     *,
     node_name: str,
-    root_dir: str,
-    pod_log_root: str | None = DEFAULT_POD_LOG_ROOT,
+    layout: Layout,
 ) -> summary.StatsSnapshot:
     """One snapshot without history (no node usageNanoCores): for one-off use; keep a `StatsCollector` otherwise."""
-    collector = StatsCollector(cri_client, node_name=node_name, root_dir=root_dir, pod_log_root=pod_log_root)
+    collector = StatsCollector(cri_client, node_name=node_name, layout=layout)
     return await collector.collect()
 
 

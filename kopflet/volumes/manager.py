@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kopflet import paths
 from kopflet.api import spec
 from kopflet.client.kubeapi import KubeApiError, KubeClient, q
 from kopflet.config.settings import AgentConfig
@@ -32,9 +33,10 @@ TOKEN_REFRESH_FRACTION = 0.8  # upstream: rotate when 80% of the lifetime has pa
 
 
 class VolumeManager:
-    def __init__(self, cfg: AgentConfig, api: KubeClient,
-                 node_allocatable: Callable[[], Mapping[str, str]] = dict) -> None:
+    def __init__(self, cfg: AgentConfig, api: KubeClient, node_allocatable: Callable[[], Mapping[str, str]] = dict,
+                 *, layout: paths.Layout | None = None) -> None:
         self.cfg, self.api, self.node_allocatable = cfg, api, node_allocatable
+        self.layout = layout if layout is not None else cfg.layout
         self._tokens: dict[tuple[str, str, int], tuple[str, float]] = {}  # (uid, audience, exp) -> (token, refresh_at)
 
     async def setup(self, pod: spec.Pod) -> dict[str, VolumePlan]:
@@ -45,7 +47,7 @@ class VolumeManager:
         tokens = {}
         for token in plugins.token_requests(pod):
             tokens[(token.audience, token.expiration_seconds)] = await self._token(pod, token)
-        plans = plugins.plan_volumes(pod, root_dir=self.cfg.root_dir, config_maps=config_maps, secrets=secrets,
+        plans = plugins.plan_volumes(pod, layout=self.layout, config_maps=config_maps, secrets=secrets,
                                      tokens=tokens, node_name=self.cfg.node_name,
                                      node_allocatable=self.node_allocatable())
         fs_group = pod.spec.security_context.get("fsGroup")
@@ -84,7 +86,7 @@ class VolumeManager:
     async def cleanup(self, uid: str) -> None:
         """Unmount the pod's tmpfs volumes; the caller then removes the pod's directory."""
         self.forget(uid)
-        await asyncio.to_thread(unmount_all, Path(self.cfg.root_dir, "pods", uid, "volumes"))
+        await asyncio.to_thread(unmount_all, Path(self.layout.volumes_dir(uid)))
 
 
 # ------------------------------------------------------------------------------------ blocking helpers

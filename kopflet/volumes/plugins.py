@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cri_client import types as cri
+from kopflet import paths
 from kopflet.api import qos, spec
 from kopflet.envvars import container_env
 
@@ -34,13 +35,14 @@ KIND_PROJECTED = "projected"
 KIND_DOWNWARD_API = "downwardAPI"
 SUPPORTED_KINDS = (KIND_EMPTY_DIR, KIND_HOST_PATH, KIND_CONFIG_MAP, KIND_SECRET, KIND_PROJECTED, KIND_DOWNWARD_API)
 
-# Plugin directory names under <root>/pods/<uid>/volumes/kubernetes.io~<plugin>/.
-PLUGIN_DIRS = {
-    KIND_EMPTY_DIR: "empty-dir",
-    KIND_CONFIG_MAP: "configmap",
-    KIND_SECRET: "secret",
-    KIND_PROJECTED: "projected",
-    KIND_DOWNWARD_API: "downward-api",
+# The plugins' qualified names (pkg/volume/*: `EmptyDirPluginName`, `configMapPluginName`, ...), which name their
+# directories under the pod's volumes directory (`paths.Layout.volume_dir`).
+PLUGIN_NAMES = {
+    KIND_EMPTY_DIR: "kubernetes.io/empty-dir",
+    KIND_CONFIG_MAP: "kubernetes.io/configmap",
+    KIND_SECRET: "kubernetes.io/secret",
+    KIND_PROJECTED: "kubernetes.io/projected",
+    KIND_DOWNWARD_API: "kubernetes.io/downward-api",
 }
 
 DEFAULT_MODE = 0o644
@@ -110,14 +112,6 @@ class TokenSpec:
     path: str
     audience: str
     expiration_seconds: int
-
-
-# ------------------------------------------------------------------------------------------------ layout
-
-
-def volume_dir(root_dir: str, pod_uid: str, plugin: str, name: str) -> str:
-    """``<root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`` (upstream `getPodVolumeDir` layout)."""
-    return posixpath.join(root_dir, "pods", pod_uid, "volumes", f"kubernetes.io~{plugin}", name)
 
 
 def _source(volume: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
@@ -334,13 +328,14 @@ def _files(volume: str, payload: Mapping[str, tuple[bytes, int]]) -> tuple[FileE
 # ------------------------------------------------------------------------------------------------- planning
 
 
-def plan_volumes(pod: spec.Pod, *, root_dir: str, config_maps: Mapping[str, Mapping[str, bytes] | None],
+def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[str, Mapping[str, bytes] | None],
                  secrets: Mapping[str, Mapping[str, bytes] | None], tokens: Mapping[tuple[str, int], str],
                  node_name: str = "", node_allocatable: Mapping[str, str] | None = None) -> dict[str, VolumePlan]:
     """A `VolumePlan` per pod volume (in spec order), or `VolumeError` for the first that cannot be set up.
 
-    `tokens` maps ``(audience, expiration_seconds)`` (as in `TokenSpec`) to the token text. `node_name` is
-    accepted for symmetry with the env API (downward API volumes cannot read ``spec.nodeName``).
+    `layout` places the volumes' directories. `tokens` maps ``(audience, expiration_seconds)`` (as in `TokenSpec`)
+    to the token text. `node_name` is accepted for symmetry with the env API (downward API volumes cannot read
+    ``spec.nodeName``).
     """
     del node_name  # not readable through downward API volumes (only metadata.* fields are)
     plans: dict[str, VolumePlan] = {}
@@ -348,14 +343,14 @@ def plan_volumes(pod: spec.Pod, *, root_dir: str, config_maps: Mapping[str, Mapp
         name = _volume_name(volume)
         kind, body = _source(volume)
         try:
-            plans[name] = _plan(pod, name, kind, body, root_dir=root_dir, config_maps=config_maps,
+            plans[name] = _plan(pod, name, kind, body, layout=layout, config_maps=config_maps,
                                 secrets=secrets, tokens=tokens, node_allocatable=node_allocatable)
         except _Failed as exc:
             raise _setup_failed(name, str(exc)) from None
     return plans
 
 
-def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, root_dir: str,
+def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, layout: paths.Layout,
           config_maps: Mapping[str, Mapping[str, bytes] | None], secrets: Mapping[str, Mapping[str, bytes] | None],
           tokens: Mapping[tuple[str, int], str], node_allocatable: Mapping[str, str] | None) -> VolumePlan:
     if kind not in SUPPORTED_KINDS:
@@ -368,7 +363,7 @@ def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, root_
         if host_type not in HOST_PATH_TYPES:
             raise _Failed(f"invalid HostPathType {host_type}")
         return VolumePlan(name=name, kind=kind, host_path=path, host_path_type=host_type)
-    directory = volume_dir(root_dir, pod.uid, PLUGIN_DIRS[kind], name)
+    directory = layout.volume_dir(pod.uid, PLUGIN_NAMES[kind], name)
     if kind == KIND_EMPTY_DIR:
         medium = body.get("medium") or MEDIUM_DEFAULT
         if medium not in (MEDIUM_DEFAULT, MEDIUM_MEMORY):
@@ -500,7 +495,6 @@ __all__ = [
     "referenced_objects",
     "token_requests",
     "validate_path",
-    "volume_dir",
 ]
 
 

@@ -13,6 +13,7 @@ from cri_client import types as cri
 from kopflet.api.spec import Pod, container_hash, pod_from_body
 from kopflet.cm import helpers
 from kopflet.kuberuntime import container_config
+from kopflet.paths import Layout
 
 GI = 2**30
 CAPACITY = 8 * GI
@@ -145,12 +146,12 @@ def test_security_context() -> None:
 
 
 def test_log_paths() -> None:
-    pod = make_pod()
-    root = container_config.pod_log_dir(pod)
-    assert root == "/var/log/pods/shop_web_uid-1"
-    assert container_config.container_log_dir(root, "app") == "/var/log/pods/shop_web_uid-1/app"
-    assert container_config.container_log_path(root, "app", 2) == "/var/log/pods/shop_web_uid-1/app/2.log"
-    assert container_config.relative_log_path("app", 2) == "app/2.log"
+    pod, layout = make_pod(), Layout("/var/lib/kopflet")
+    ns, name, uid = pod.namespace, pod.name, pod.uid
+    assert layout.pod_log_dir(ns, name, uid) == "/var/log/pods/shop_web_uid-1"
+    assert layout.container_log_dir(ns, name, uid, "app") == "/var/log/pods/shop_web_uid-1/app"
+    assert layout.container_log_path(ns, name, uid, "app", 2) == "/var/log/pods/shop_web_uid-1/app/2.log"
+    assert layout.relative_log_path("app", 2) == "app/2.log"
 
 
 def test_termination_message_mount() -> None:

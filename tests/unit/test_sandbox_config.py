@@ -15,11 +15,13 @@ from cri_client import types as cri
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.kuberuntime import sandbox_config
 from kopflet.kuberuntime.sandbox_config import DnsSettings, SandboxConfigError
+from kopflet.paths import Layout
 
 DNS = DnsSettings(cluster_dns=("10.96.0.10",), cluster_domain="cluster.local",
                   host_servers=("192.168.1.1", "8.8.8.8"), host_searches=("corp.example",), host_options=("edns0",))
 CLUSTER_SEARCHES = ("shop.svc.cluster.local", "svc.cluster.local", "cluster.local")
 HOST = cri.DNSConfig(servers=("192.168.1.1", "8.8.8.8"), searches=("corp.example",), options=("edns0",))
+LAYOUT = Layout("/var/lib/kopflet")
 
 
 def make_pod(name: str = "web", **spec: Any) -> Pod:
@@ -121,7 +123,7 @@ HOSTNAME_CASES: list[tuple[str, str, dict[str, Any], str]] = [
 @pytest.mark.parametrize(("name", "change", "expected"), [c[1:] for c in HOSTNAME_CASES],
                          ids=[c[0] for c in HOSTNAME_CASES])
 def test_sandbox_hostname(name: str, change: dict[str, Any], expected: str) -> None:
-    assert sandbox_config.build_sandbox_config(make_pod(name, **change), 0, dns=DNS).hostname == expected
+    assert sandbox_config.build_sandbox_config(make_pod(name, **change), 0, dns=DNS, layout=LAYOUT).hostname == expected
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -136,7 +138,7 @@ def test_sandbox_hostname(name: str, change: dict[str, Any], expected: str) -> N
 ])
 def test_sandbox_hostname_errors(change: dict[str, Any], message: str) -> None:
     with pytest.raises(SandboxConfigError) as error:
-        sandbox_config.build_sandbox_config(make_pod(**change), 0, dns=DNS)
+        sandbox_config.build_sandbox_config(make_pod(**change), 0, dns=DNS, layout=LAYOUT)
     assert str(error.value).startswith(message)
 
 
@@ -147,7 +149,8 @@ def test_build_sandbox_config_for_the_base_pod() -> None:
     pod = make_pod(containers=[{"name": "app", "image": "nginx",
                                 "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 9090}]}],
                    securityContext={"sysctls": [{"name": "net.core.somaxconn", "value": "1024"}]})
-    config = sandbox_config.build_sandbox_config(pod, 2, dns=DNS, cgroup_parent="/kubepods/burstable/poduid-1")
+    config = sandbox_config.build_sandbox_config(pod, 2, dns=DNS, layout=LAYOUT,
+                                                 cgroup_parent="/kubepods/burstable/poduid-1")
     assert config == cri.PodSandboxConfig(
         metadata=cri.PodSandboxMetadata(name="web", namespace="shop", uid="uid-1", attempt=2),
         hostname="web",
@@ -171,7 +174,7 @@ def test_build_sandbox_config_for_the_base_pod() -> None:
 
 
 def test_log_directory_root_is_configurable() -> None:
-    config = sandbox_config.build_sandbox_config(make_pod(), 0, dns=DNS, pod_log_root="/srv/logs")
+    config = sandbox_config.build_sandbox_config(make_pod(), 0, dns=DNS, layout=Layout("/var/lib/kopflet", "/srv/logs"))
     assert config.log_directory == "/srv/logs/shop_web_uid-1"
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from cri_client import CriError
 from cri_client import types as cri
+from kopflet.paths import Layout
 from kopflet.stats import collector as agent_stats
 from kopflet.stats import summary
 
@@ -633,8 +634,7 @@ def make_collector(fake: FakeCri, paths: dict[str, Path]) -> agent_stats.StatsCo
     return agent_stats.StatsCollector(
         client,
         node_name="node-1",
-        root_dir=str(paths["root"]),
-        pod_log_root=str(paths["logs"]),
+        layout=Layout(str(paths["root"]), str(paths["logs"])),
         proc=str(paths["proc"]),
         cgroup_root=str(paths["cgroup"]),
     )

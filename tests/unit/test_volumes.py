@@ -16,11 +16,13 @@ import pytest
 
 from cri_client.types import Mount, MountPropagation
 from kopflet.api.spec import Pod, pod_from_body
+from kopflet.paths import Layout
 from kopflet.volumes import plugins
 from kopflet.volumes.manager import set_volume_ownership
 from kopflet.volumes.plugins import FileEntry, TokenSpec, VolumeError, VolumePlan
 
 ROOT = "/var/lib/kopflet"
+LAYOUT = Layout(ROOT)
 UID = "uid-1"
 
 
@@ -56,7 +58,7 @@ KUBE_API_ACCESS = {"name": "kube-api-access-x1y2z", "projected": {"defaultMode":
 
 
 def plan(vols: list[dict[str, Any]], **kwargs: Any) -> dict[str, VolumePlan]:
-    return plugins.plan_volumes(make_pod(vols, **kwargs), root_dir=ROOT, config_maps=CONFIG_MAPS, secrets=SECRETS,
+    return plugins.plan_volumes(make_pod(vols, **kwargs), layout=LAYOUT, config_maps=CONFIG_MAPS, secrets=SECRETS,
                                 tokens=TOKENS, node_allocatable={"cpu": "4", "memory": "8Gi"})
 
 
@@ -68,7 +70,7 @@ def files(*entries: tuple[str, bytes, int]) -> tuple[FileEntry, ...]:
 
 
 def test_volume_dir_layout() -> None:
-    assert plugins.volume_dir("/r", "u", "empty-dir", "v") == "/r/pods/u/volumes/kubernetes.io~empty-dir/v"
+    assert Layout("/r").volume_dir("u", "kubernetes.io/empty-dir", "v") == "/r/pods/u/volumes/kubernetes.io~empty-dir/v"
 
 
 # ------------------------------------------------------------------------------------------------ plans
@@ -296,7 +298,7 @@ MOUNT_CASES: list[tuple[str, dict[str, Any], Mount]] = [
 
 def mounts_for(mounts: list[dict[str, Any]]) -> list[Mount]:
     pod = make_pod(MOUNT_VOLUMES, mounts)
-    plans = plugins.plan_volumes(pod, root_dir=ROOT, config_maps=CONFIG_MAPS, secrets=SECRETS, tokens=TOKENS)
+    plans = plugins.plan_volumes(pod, layout=LAYOUT, config_maps=CONFIG_MAPS, secrets=SECRETS, tokens=TOKENS)
     return plugins.container_mounts(pod, pod.spec.containers[0], plans, ENV)
 
 

@@ -1,0 +1,120 @@
+"""
+Where the kubelet keeps a pod's files on the node: the one place each path form is written.
+
+Mirrors upstream's getters in pkg/kubelet/kubelet_getters.go (`getPodsDir`, `getPodDir`, `getPodVolumesDir`,
+`getPodVolumeDir`, `getPodContainerDir`), `getEtcHostsPath` (kubelet_pods.go), the checkpoint file names
+(allocation_manager.go `allocatedPodsStateFile`, kuberuntime_manager.go `actuatedPodsStateFile`), the
+``--cert-dir`` default (cmd/kubelet/app/options) and the log layout of pkg/kubelet/kuberuntime/helpers.go
+(`BuildPodLogsDirectory`, `BuildContainerLogsDirectory`, `buildContainerLogsPath`). Directory names are
+kubeletconfig/defaults.go's.
+
+Pure: paths are strings joined with `posixpath` (the node is Linux); callers that do I/O wrap them in a Path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+
+DEFAULT_POD_LOG_ROOT = "/var/log/pods"
+"""``podLogsDir``'s default (apis/config/v1beta1 `DefaultPodLogsDir`): log collectors expect it."""
+
+# pkg/kubelet/kubeletconfig/defaults.go
+PODS_DIR_NAME = "pods"  # DefaultKubeletPodsDirName
+VOLUMES_DIR_NAME = "volumes"  # DefaultKubeletVolumesDirName
+CONTAINERS_DIR_NAME = "containers"  # DefaultKubeletContainersDirName
+ETC_HOSTS_FILE_NAME = "etc-hosts"  # kubelet_pods.go getEtcHostsPath
+ALLOCATED_PODS_STATE = "allocated_pods_state"  # allocation_manager.go allocatedPodsStateFile
+ACTUATED_PODS_STATE = "actuated_pods_state"  # kuberuntime_manager.go actuatedPodsStateFile
+CERT_DIR_NAME = "pki"  # cmd/kubelet/app/options: CertDirectory "/var/lib/kubelet/pki"
+LOG_PATH_DELIMITER = "_"  # kuberuntime/helpers.go logPathDelimiter
+
+
+def escape_qualified_name(name: str) -> str:
+    """A plugin name as a directory name, ``kubernetes.io/configmap`` → ``kubernetes.io~configmap`` (upstream
+    k8s.io/utils/strings `EscapeQualifiedName`)."""
+    return name.replace("/", "~")
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The node's kubelet directories: `root_dir` (``--root-dir``) holds the pods' files and the checkpoints,
+    `pod_log_root` (``podLogsDir``) the containers' logs. Built once from the config and handed around, so no
+    module spells a path form of its own."""
+
+    root_dir: str
+    pod_log_root: str = DEFAULT_POD_LOG_ROOT
+
+    # ----------------------------------------------------------------------- <root-dir> (kubelet_getters.go)
+
+    @property
+    def pods_dir(self) -> str:
+        """``<root>/pods`` (upstream `getPodsDir`): one directory per pod UID, scanned for orphans."""
+        return posixpath.join(self.root_dir, PODS_DIR_NAME)
+
+    def pod_dir(self, uid: str) -> str:
+        """``<root>/pods/<uid>`` (upstream `getPodDir`): removed whole when the pod is gone."""
+        return posixpath.join(self.pods_dir, uid)
+
+    def volumes_dir(self, uid: str) -> str:
+        """``<root>/pods/<uid>/volumes`` (upstream `getPodVolumesDir`): where tmpfs mounts are looked for."""
+        return posixpath.join(self.pod_dir(uid), VOLUMES_DIR_NAME)
+
+    def volume_dir(self, uid: str, plugin: str, name: str) -> str:
+        """``<root>/pods/<uid>/volumes/<escaped plugin>/<name>`` (upstream `getPodVolumeDir`); `plugin` is the
+        plugin's qualified name (``kubernetes.io/empty-dir``), escaped here as upstream's plugins do first."""
+        return posixpath.join(self.volumes_dir(uid), escape_qualified_name(plugin), name)
+
+    def container_dir(self, uid: str, name: str) -> str:
+        """``<root>/pods/<uid>/containers/<name>`` (upstream `getPodContainerDir`): termination-log files."""
+        return posixpath.join(self.pod_dir(uid), CONTAINERS_DIR_NAME, name)
+
+    def etc_hosts(self, uid: str) -> str:
+        """``<root>/pods/<uid>/etc-hosts`` (upstream `getEtcHostsPath(getPodDir(uid))`): the managed /etc/hosts."""
+        return posixpath.join(self.pod_dir(uid), ETC_HOSTS_FILE_NAME)
+
+    @property
+    def allocated_state(self) -> str:
+        """``<root>/allocated_pods_state``: the allocation manager's checkpoint (upstream NewManager)."""
+        return posixpath.join(self.root_dir, ALLOCATED_PODS_STATE)
+
+    @property
+    def actuated_state(self) -> str:
+        """``<root>/actuated_pods_state``: the runtime manager's checkpoint (upstream NewKubeGenericRuntimeManager)."""
+        return posixpath.join(self.root_dir, ACTUATED_PODS_STATE)
+
+    @property
+    def cert_dir(self) -> str:
+        """``<root>/pki``: ``--cert-dir``'s default, where the self-signed serving certificate lives."""
+        return posixpath.join(self.root_dir, CERT_DIR_NAME)
+
+    # ------------------------------------------------------------------ <pod-log-root> (kuberuntime/helpers.go)
+
+    def pod_log_dir(self, namespace: str, name: str, uid: str) -> str:
+        """``<logroot>/<namespace>_<name>_<uid>`` (upstream `BuildPodLogsDirectory`): the sandbox's log directory."""
+        return posixpath.join(self.pod_log_root, LOG_PATH_DELIMITER.join((namespace, name, uid)))
+
+    def container_log_dir(self, namespace: str, name: str, uid: str, container: str) -> str:
+        """``<logroot>/<namespace>_<name>_<uid>/<container>`` (upstream `BuildContainerLogsDirectory`): made
+        (mode 0755) before CreateContainer; its ``<n>.log`` files count the restarts."""
+        return posixpath.join(self.pod_log_dir(namespace, name, uid), container)
+
+    @staticmethod
+    def relative_log_path(container: str, restart_count: int) -> str:
+        """``<container>/<restartCount>.log`` (upstream `buildContainerLogsPath`): the ContainerConfig's log_path,
+        relative to the sandbox's log directory."""
+        return posixpath.join(container, f"{restart_count}.log")
+
+    def container_log_path(self, namespace: str, name: str, uid: str, container: str, restart_count: int) -> str:
+        """The log file of one container instance (upstream startContainer's
+        ``filepath.Join(podSandboxConfig.LogDirectory, containerConfig.LogPath)``)."""
+        return posixpath.join(self.pod_log_dir(namespace, name, uid), self.relative_log_path(container, restart_count))
+
+
+__all__ = [
+    "ACTUATED_PODS_STATE",
+    "ALLOCATED_PODS_STATE",
+    "DEFAULT_POD_LOG_ROOT",
+    "Layout",
+    "escape_qualified_name",
+]
