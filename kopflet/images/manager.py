@@ -54,6 +54,15 @@ class ImageManager:
         """Pod uid -> (first pull started, last pull finished), wall clock: the pod start SLI leaves it out
         (upstream pod_startup_latency_tracker)."""
 
+    def pull_time(self, uid: str) -> float:
+        """Seconds the pod spent pulling images, from its first pull's start to its last pull's end; forgotten once
+        read (the pod start SLI is observed once)."""
+        first, last = self.pulling.pop(uid, (0.0, 0.0))
+        return last - first
+
+    def forget(self, uid: str) -> None:
+        self.pulling.pop(uid, None)
+
     async def ensure(self, pod: spec.Pod, container: spec.ContainerSpec, sandbox: cri.PodSandboxConfig,
                      init: bool = False) -> str:
         """Return the image reference to create the container from, or raise ImageError."""

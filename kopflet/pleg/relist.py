@@ -56,6 +56,10 @@ class RuntimeCache:
         self.synced.set()
         return changed
 
+    def forget_pod(self, uid: str) -> None:
+        """The pod was removed from the node: it is not a runtime pod any more, even before the next relist."""
+        self.pods.pop(uid, None)
+
     def forget_containers(self, container_ids: Iterable[str]) -> None:
         """Read these containers' status again at the next refresh (their resources changed in place)."""
         for cid in container_ids:
