@@ -23,13 +23,13 @@ resolv.conf is written by the runtime from the sandbox's DNS config.
 from __future__ import annotations
 
 import dataclasses
-import json
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cri_client import types as cri
+from kopflet import gotext
 from kopflet.api import qos, spec
 from kopflet.container import labels
 from kopflet.envvars import container_env
@@ -303,7 +303,7 @@ def verify_run_as_non_root(pod: spec.Pod, container: spec.ContainerSpec, image_u
     """
     if _effective(pod, container, "runAsNonRoot") is not True:
         return None
-    where = f"(pod: {json.dumps(pod.full_name, ensure_ascii=False)}, container: {container.name})"  # Go %q
+    where = f"(pod: {gotext.go_quote(pod.full_name)}, container: {container.name})"
     run_as_user = _int_or_none(_effective(pod, container, "runAsUser"))
     if run_as_user is not None:
         return f"container's runAsUser breaks non-root policy {where}" if run_as_user == 0 else None
