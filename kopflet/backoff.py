@@ -114,26 +114,3 @@ class Backoff:
     def _expired(self, entry: _Entry, event_time: float) -> bool:
         return event_time - entry.last_update > 2 * self.maximum
 
-
-def go_duration(seconds: float) -> str:
-    """A duration as Go's `time.Duration.String` prints it (``10s``, ``1m20s``, ``5m0s``), for kubelet messages."""
-    if seconds == 0:
-        return "0s"
-    sign = "-" if seconds < 0 else ""
-    nanos = round(abs(seconds) * 1e9)
-    if nanos < 1_000_000_000:
-        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
-            if nanos >= size:
-                return sign + _trim(nanos / size) + unit
-    hours, rest = divmod(nanos, 3_600_000_000_000)
-    minutes, rest = divmod(rest, 60_000_000_000)
-    text = _trim(rest / 1e9) + "s"
-    if hours:
-        return f"{sign}{hours}h{minutes}m{text}"
-    if minutes:
-        return f"{sign}{minutes}m{text}"
-    return sign + text
-
-
-def _trim(value: float) -> str:
-    return f"{value:.9f}".rstrip("0").rstrip(".")

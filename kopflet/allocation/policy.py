@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from kopflet import gotext
 from kopflet.api import qos, spec
 from kopflet.api.events import NORMAL, WARNING
 from kopflet.lifecycle import admission
@@ -253,9 +254,7 @@ def _text(value: Fraction) -> str:
 
 def _parsed(values: Any) -> dict[str, Fraction] | None:
     """A ResourceList from a status, or None when absent (Go's nil)."""
-    if not isinstance(values, Mapping):
-        return None
-    return {str(k): qos.parse_quantity(v) for k, v in values.items()}
+    return qos.parse_resource_list(values) if isinstance(values, Mapping) else None
 
 
 def _max(*lists: Mapping[str, Fraction] | None) -> dict[str, Fraction]:
@@ -578,15 +577,6 @@ def in_progress_condition(previous: Mapping[str, Any] | None, reason: str, messa
 # ---------------------------------------------------------------------------------------------- events
 
 
-def _go_json(value: Any) -> str:
-    """Go's `json.Marshal` text of a value built in Go's field order: compact, HTML-safe, UTF-8."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
-        text = text.replace(char, escape)
-    return text
-
-
 def _container_body(container: spec.ContainerSpec) -> dict[str, Any]:
     body = _resources_body(container.resources)
     if _claims(container):
@@ -606,7 +596,7 @@ def resource_summary(pod: spec.Pod, generation: int, error: str = "") -> str:
     summary["generation"] = generation
     if error:
         summary["error"] = error
-    return _go_json(summary)
+    return gotext.go_json(summary)
 
 
 def resize_event_message(prefix: str, pod: spec.Pod, generation: int, error: str = "") -> str:
@@ -637,8 +627,8 @@ def checkpoint_text(entries: Mapping[str, PodAllocation]) -> str:
     info: dict[str, Any] = {}
     if entries:
         info["entries"] = {uid: entries[uid].to_json() for uid in sorted(entries)}
-    data = _go_json(info)
-    return _go_json({"data": data, "checksum": checksum(data)})
+    data = gotext.go_json(info)
+    return gotext.go_json({"data": data, "checksum": checksum(data)})
 
 
 def read_checkpoint(text: str) -> dict[str, PodAllocation]:

@@ -33,7 +33,6 @@ BEST_EFFORT_OOM_SCORE_ADJ = 1000
 # pkg/kubelet/types: IsCriticalPod / IsNodeCriticalPod.
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 SYSTEM_NODE_CRITICAL = "system-node-critical"
-CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
 CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 _QUANTITY = re.compile(r"^([+-]?)(\d+\.?\d*|\.\d+)(.*)$")
@@ -76,6 +75,11 @@ def parse_quantity(text: Quantity) -> Fraction:
     else:
         raise QuantityError(f"unable to parse quantity's suffix: {text!r}")
     return -value if sign == "-" else value
+
+
+def parse_resource_list(values: Mapping[str, Quantity] | None) -> dict[str, Fraction]:
+    """A ResourceList (name -> quantity) with exact values; empty for None, as Go ranges over a nil map."""
+    return {str(name): parse_quantity(amount) for name, amount in (values or {}).items()}
 
 
 def value(quantity: Quantity) -> int:
@@ -153,8 +157,7 @@ def qos_class(pod: spec.Pod) -> str:
 
 def is_critical_pod(pod: spec.Pod) -> bool:
     """Upstream `IsCriticalPod`: a static or mirror pod, or one with a system-critical priority."""
-    source = pod.annotations.get(CONFIG_SOURCE_ANNOTATION)
-    if (source is not None and source != "api") or CONFIG_MIRROR_ANNOTATION in pod.annotations:
+    if spec.is_static(pod) or CONFIG_MIRROR_ANNOTATION in pod.annotations:
         return True
     return pod.spec.priority is not None and pod.spec.priority >= SYSTEM_CRITICAL_PRIORITY
 
@@ -203,6 +206,7 @@ __all__ = [
     "milli_value",
     "oom_score_adj",
     "parse_quantity",
+    "parse_resource_list",
     "qos_class",
     "resource_qos",
     "value",

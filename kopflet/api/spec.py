@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from kopflet import gotext
 
 RESTART_ALWAYS = "Always"
 RESTART_ON_FAILURE = "OnFailure"
@@ -53,6 +54,9 @@ DEFAULT_TERMINATION_GRACE_PERIOD = 30
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 DEFAULT_DNS_POLICY = "ClusterFirst"
 DEFAULT_NAMESPACE = "default"
+
+# pkg/kubelet/types: where a pod came from; "api" (or no annotation) for the apiserver, else a static pod.
+CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
 
 # Names flow into runtime labels and into paths (/var/log/pods/<ns>_<pod>_<uid>/<container>/), so they are
 # checked as the apiserver would, even though API-delivered pods are already valid.
@@ -229,6 +233,12 @@ class Pod:
         return self.deletion_timestamp is not None
 
 
+def is_static(pod: Pod) -> bool:
+    """Upstream `types.IsStaticPod`: a config source annotation other than ``api`` (a manifest file or URL)."""
+    source = pod.annotations.get(CONFIG_SOURCE_ANNOTATION)
+    return source is not None and source != "api"
+
+
 # ---------------------------------------------------------------------------------- restart decisions
 
 
@@ -278,15 +288,6 @@ def effective_restart_policy(container: ContainerSpec, pod_spec: PodSpec) -> str
 # -------------------------------------------------------------------------------------------- the hash
 
 
-def _go_json(value: Mapping[str, str]) -> bytes:
-    """Go's `json.Marshal` of a map[string]string: sorted keys, compact, HTML-safe, UTF-8."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
-        text = text.replace(char, escape)
-    return text.encode("utf-8", "surrogatepass")
-
-
 def _fnv1a_32_of_spewed_bytes(data: bytes) -> int:
     """fnv-1a 32 over spew's ``%#v`` of a []byte, as upstream `hashutil.DeepHashObject` writes it."""
     value = 0x811C9DC5
@@ -304,7 +305,8 @@ def container_hash(container_body: Mapping[str, Any]) -> str:
     (``strconv.FormatUint(hash, 16)``), so values match what a kubelet would write.
     """
     picked = {"name": _as_text(container_body.get("name")), "image": _as_text(container_body.get("image"))}
-    return format(_fnv1a_32_of_spewed_bytes(_go_json(picked)), "x")
+    data = gotext.go_json(picked, sort_keys=True).encode("utf-8", "surrogatepass")  # a Go map[string]string
+    return format(_fnv1a_32_of_spewed_bytes(data), "x")
 
 
 def _as_text(value: Any) -> str:
@@ -350,6 +352,12 @@ def pod_from_body(body: Mapping[str, Any]) -> Pod:
                                            "metadata.deletionGracePeriodSeconds", minimum=0),
         spec=_pod_spec(spec_body),
     )
+
+
+def minimal_pod(uid: str, namespace: str = "", name: str = "") -> Pod:
+    """A pod with its identity only and no containers: enough to kill what the runtime runs for it and to post
+    events about it when there is no spec to go by (the pod is gone, an orphan, its spec does not parse)."""
+    return Pod(name=name, namespace=namespace, uid=uid, spec=PodSpec(containers=()))
 
 
 def _pod_spec(spec: Mapping[str, Any]) -> PodSpec:
@@ -684,6 +692,8 @@ __all__ = [
     "container_should_restart",
     "default_pull_policy",
     "effective_restart_policy",
+    "is_static",
     "matching_restart_rule",
+    "minimal_pod",
     "pod_from_body",
 ]

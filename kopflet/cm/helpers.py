@@ -129,10 +129,6 @@ class ResourceConfig:
 Resources = dict[str, Fraction]
 
 
-def _parsed(values: Mapping[str, Any] | None) -> Resources:
-    return {str(name): qos.parse_quantity(amount) for name, amount in (values or {}).items()}
-
-
 def _aggregate(pod: spec.Pod, pick: Callable[[spec.ContainerSpec], Mapping[str, Any]]) -> Resources:
     """Upstream `aggregateContainerResourcesByFn` (`admission.aggregate`)."""
     return admission.aggregate(pod, pick)
@@ -175,11 +171,11 @@ def pod_limits(pod: spec.Pod) -> Resources:
     it when pod-level resources are set, then ``spec.overhead`` added to each non-zero limit."""
     limits = _aggregate(pod, lambda c: c.resources.limits)
     if pod_level_resources_set(pod):
-        for name, amount in _parsed(_pod_level(pod, "limits")).items():
+        for name, amount in qos.parse_resource_list(_pod_level(pod, "limits")).items():
             if is_pod_level_resource(name):
                 limits[name] = amount
     overhead = pod.spec.raw.get("overhead")
-    for name, amount in _parsed(overhead if isinstance(overhead, Mapping) else None).items():
+    for name, amount in qos.parse_resource_list(overhead if isinstance(overhead, Mapping) else None).items():
         if limits.get(name, 0) != 0:
             limits[name] += amount
     return limits
@@ -582,7 +578,7 @@ def container_oom_score_adj(pod: spec.Pod, container: spec.ContainerSpec, memory
         return qos.BEST_EFFORT_OOM_SCORE_ADJ
     remaining = 0
     if pod_level_requests_set(pod):
-        pod_request = qos.value(_parsed(_pod_level(pod, "requests")).get(MEMORY, 0))
+        pod_request = qos.value(qos.parse_resource_list(_pod_level(pod, "requests")).get(MEMORY, 0))
         if pod_request != 0:
             claimed = qos.value(aggregate_container_requests(pod).get(MEMORY, 0))
             count = len(pod.spec.containers) + len(pod.spec.init_containers)

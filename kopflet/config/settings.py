@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from kopflet import paths
+from kopflet import gotext, paths
 from kopflet.api import qos
 from kopflet.lifecycle import admission
 
@@ -181,10 +181,7 @@ class AgentConfig:
         """The liveness URL (Kopf's ``liveness_endpoint``), or "" when ``healthz_port`` is 0."""
         if not self.healthz_port:
             return ""
-        host = self.healthz_bind_address
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.healthz_port}/healthz"
+        return f"http://{gotext.join_host_port(self.healthz_bind_address, self.healthz_port)}/healthz"
 
 
 # ---------------------------------------------------------------------------------------------------------------

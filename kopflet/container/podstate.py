@@ -17,6 +17,7 @@ import enum
 from collections.abc import Collection, Iterable
 
 from cri_client import types as cri
+from kopflet.api import spec
 from kopflet.container import labels
 
 
@@ -115,6 +116,15 @@ class RuntimePodStatus:
     def instances(self, name: str) -> tuple[ContainerInfo, ...]:
         """Every instance of that container, newest first."""
         return tuple(c for c in self.containers if c.name == name)
+
+    def any_regular_container_created(self, pod: spec.Pod) -> bool:
+        """Whether a regular container of the pod exists (created, running or exited), so initialisation happened
+        (upstream `HasAnyRegularContainerCreated`)."""
+        for container in pod.spec.containers:
+            info = self.latest_container(container.name)
+            if info is not None and info.state in (State.CREATED, State.RUNNING, State.EXITED):
+                return True
+        return False
 
     def running_containers(self) -> tuple[ContainerInfo, ...]:
         """The running instances, what killing the pod has to stop (upstream `ConvertPodStatusToRunningPod`)."""

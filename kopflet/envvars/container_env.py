@@ -19,12 +19,12 @@ reason ``CreateContainerConfigError`` (and a ``Failed`` event ``Error: <message>
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from kopflet import gotext
 from kopflet.api import qos, spec
 
 _OPERATOR = "$"
@@ -307,12 +307,7 @@ def field_ref_value(field_ref: Mapping[str, Any], pod: spec.Pod, *, node_name: s
 
 def _format_map(values: Mapping[str, str]) -> str:
     """Upstream `fieldpath.FormatMap`: sorted ``key="value"`` lines."""
-    return "\n".join(f"{key}={_go_quote(values[key])}" for key in sorted(values))
-
-
-def _go_quote(text: str) -> str:
-    """Close to Go's ``%q`` (quotes, backslashes and control characters escaped)."""
-    return json.dumps(text, ensure_ascii=False)
+    return "\n".join(f"{key}={gotext.go_quote(values[key])}" for key in sorted(values))
 
 
 def _qualified_name_errors(name: str) -> list[str]:

@@ -12,6 +12,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kopflet import gotext
+
 MASTER_NAMESPACE = "default"
 MASTER_SERVICES = frozenset({"kubernetes"})
 
@@ -74,10 +76,9 @@ def service_env(services: Iterable[Service], namespace: str, enable_service_link
         for port in service.ports:
             if port.name:
                 env[f"{prefix}_SERVICE_PORT_{_env_name(port.name)}"] = str(port.port)
-        host = f"[{service.cluster_ip}]" if ":" in service.cluster_ip else service.cluster_ip
         for index, port in enumerate(service.ports):
             proto = port.protocol.lower()
-            url = f"{proto}://{host}:{port.port}"
+            url = f"{proto}://{gotext.join_host_port(service.cluster_ip, port.port)}"
             if index == 0:
                 env[f"{prefix}_PORT"] = url  # Docker special-cases the first port
             port_prefix = f"{prefix}_PORT_{port.port}_{port.protocol.upper()}"

@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from kopflet import gotext
+
 DEFAULT_DOMAIN = "docker.io"
 LEGACY_DEFAULT_DOMAIN = "index.docker.io"
 OFFICIAL_REPO_PREFIX = "library/"
@@ -72,8 +74,8 @@ class InvalidImageNameError(ValueError):
     def __init__(self, image: str, cause: str) -> None:
         self.image, self.cause = image, cause
         # ParseImageName wraps the parse error, EnsureImageExists wraps that.
-        self.message = (f"Failed to apply default image tag {go_quote(image)}: "
-                        f"couldn't parse image name {go_quote(image)}: {cause}")
+        self.message = (f"Failed to apply default image tag {gotext.go_quote(image)}: "
+                        f"couldn't parse image name {gotext.go_quote(image)}: {cause}")
         super().__init__(self.message)
 
 
@@ -180,27 +182,3 @@ def validate_digest(digest: str) -> str | None:
     if not re.fullmatch(r"[a-f0-9]+", encoded):  # upper-case hex is refused
         return ERR_DIGEST_INVALID_FORMAT
     return None
-
-
-_GO_ESCAPES = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t", "\v": r"\v",
-               '"': r"\"", "\\": r"\\"}
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` (`strconv.Quote`): printable runes kept, the rest escaped as Go writes them."""
-    out = []
-    for char in text:
-        code = ord(char)
-        if char in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[char])
-        elif char == " " or char.isprintable():
-            out.append(char)
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif 0xD800 <= code <= 0xDFFF:
-            out.append("\ufffd")  # a lone surrogate cannot reach Go: its JSON decoder makes it U+FFFD, printable
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    return '"' + "".join(out) + '"'

@@ -19,6 +19,7 @@ import time
 from cri_client import CriClient, CriError
 from cri_client import types as cri
 from kopflet import backoff as backoffs
+from kopflet import gotext
 from kopflet.api import spec
 from kopflet.api.events import NORMAL, WARNING
 from kopflet.client.events import EventRecorder
@@ -82,21 +83,21 @@ class ImageManager:
         present = await self.cri.images.status(spec_image)
         policy = container.image_pull_policy
         if present is not None and policy != spec.PULL_ALWAYS:
-            event(NORMAL, "Pulled", f'Container image "{image}" already present on machine')
+            event(NORMAL, "Pulled", f"Container image {gotext.go_quote(image)} already present on machine")
             return present.id or spec_image
         if policy == spec.PULL_NEVER:
-            message = f'Container image "{image}" is not present with pull policy of Never'
+            message = f"Container image {gotext.go_quote(image)} is not present with pull policy of Never"
             event(WARNING, ERR_IMAGE_NEVER_PULL, message)
             raise ImageError(ERR_IMAGE_NEVER_PULL, message)
 
         key = backoffs.image_pull_key(pod.uid, image)
         now = time.time()
         if self.backoff.is_in_backoff_since_update(key, now):
-            message = f'Back-off pulling image "{image}"'
+            message = f"Back-off pulling image {gotext.go_quote(image)}"
             event(NORMAL, "BackOff", message)
             raise ImageError(IMAGE_PULL_BACKOFF, message)
 
-        event(NORMAL, "Pulling", f'Pulling image "{image}"')
+        event(NORMAL, "Pulling", f"Pulling image {gotext.go_quote(image)}")
         auths = (await self.keyring(pod)).lookup(spec_image)
         waited_from = time.time()
         async with self._pull_lock:
@@ -107,16 +108,19 @@ class ImageManager:
                 self.backoff.next(key, time.time())
                 message = f"failed to pull and unpack image \"{image}\": {exc.details}" \
                     if "failed to pull" not in exc.details else exc.details
-                event(WARNING, "Failed", f'Failed to pull image "{image}": {message}')
+                event(WARNING, "Failed", f"Failed to pull image {gotext.go_quote(image)}: {message}")
                 raise ImageError(ERR_IMAGE_PULL, message) from exc
             done = time.time()
         first, _ = self.pulling.get(pod.uid, (waited_from, done))
         self.pulling[pod.uid] = (first, done)
         self.backoff.reset(key)
         pulled = await self.cri.images.status(ref or spec_image)
-        size = f" Image size: {pulled.size} bytes." if pulled is not None and pulled.size else ""
-        event(NORMAL, "Pulled", f'Successfully pulled image "{image}" in {_duration(done - started)} '
-                                f"({_duration(done - waited_from)} including waiting).{size}")
+        # image_manager.go pullImage: both times Truncate(time.Millisecond), the size 0 when not known.
+        size = pulled.size if pulled is not None else 0
+        pulling = gotext.go_duration(max(done - started, 0.0), truncate=0.001)
+        waiting = gotext.go_duration(max(done - waited_from, 0.0), truncate=0.001)
+        event(NORMAL, "Pulled", f"Successfully pulled image {gotext.go_quote(image)} in {pulling} "
+                                f"({waiting} including waiting). Image size: {size} bytes.")
         return (pulled.id if pulled is not None and pulled.id else ref) or spec_image
 
 
@@ -165,11 +169,3 @@ class ImageManager:
         for warning in warnings:
             logger.warning(f"{pod.namespace}/{pod.name}: {warning}")
         return keyring
-
-
-def _duration(seconds: float) -> str:
-    """A Go duration truncated to milliseconds, as the Pulled event prints it (``1.5s``, ``512ms``)."""
-    millis = max(int(seconds * 1000), 0)
-    if millis < 1000:
-        return f"{millis}ms"
-    return f"{millis / 1000:.3f}".rstrip("0").rstrip(".") + "s"

@@ -23,13 +23,12 @@ resolv.conf is written by the runtime from the sandbox's DNS config.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cri_client import types as cri
-from kopflet import paths
+from kopflet import gotext, paths
 from kopflet.api import qos, spec
 from kopflet.cm import helpers
 from kopflet.container import labels
@@ -238,7 +237,7 @@ def verify_run_as_non_root(pod: spec.Pod, container: spec.ContainerSpec, image_u
     """
     if _effective(pod, container, "runAsNonRoot") is not True:
         return None
-    where = f"(pod: {json.dumps(pod.full_name, ensure_ascii=False)}, container: {container.name})"  # Go %q
+    where = f"(pod: {gotext.go_quote(pod.full_name)}, container: {container.name})"
     run_as_user = _int_or_none(_effective(pod, container, "runAsUser"))
     if run_as_user is not None:
         return f"container's runAsUser breaks non-root policy {where}" if run_as_user == 0 else None

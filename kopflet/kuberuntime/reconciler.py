@@ -50,6 +50,7 @@ from typing import Any
 
 from cri_client import types as cri
 from kopflet import backoff as backoffs
+from kopflet import gotext
 from kopflet.api import spec
 from kopflet.container import podstate
 from kopflet.container.podstate import State
@@ -266,7 +267,7 @@ def backoff_key(pod: spec.Pod, container_name: str) -> backoffs.BackoffKey:
 
 def crash_loop_message(pod: spec.Pod, container_name: str, delay: float) -> str:
     """The CrashLoopBackOff waiting message, worded as upstream `doBackOff`."""
-    return (f"back-off {backoffs.go_duration(delay)} restarting failed container={container_name} "
+    return (f"back-off {gotext.go_duration(delay)} restarting failed container={container_name} "
             f"pod={pod.full_name}")
 
 
@@ -451,7 +452,7 @@ def _plan_new_sandbox(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: 
     to_start = [c.name for c in pod.spec.containers
                 if not (spec.effective_restart_policy(c, pod.spec) == spec.RESTART_ON_FAILURE
                         and _succeeded(c.name, runtime))]
-    if not to_start and _any_regular_container_created(pod, runtime):
+    if not to_start and runtime.any_regular_container_created(pod):
         # Initialised before, and nothing left to run (all succeeded under OnFailure): the pod is done.
         draft.create_sandbox = False
         draft.reason += "; all containers succeeded: not re-creating it"
@@ -460,15 +461,6 @@ def _plan_new_sandbox(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: 
         draft.init_containers_to_start = [pod.spec.init_containers[0].name]
         return
     draft.containers_to_start = to_start
-
-
-def _any_regular_container_created(pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> bool:
-    """Upstream `hasAnyRegularContainerCreated`: a regular container exists, so initialisation happened."""
-    for container in pod.spec.containers:
-        status = runtime.latest_container(container.name)
-        if status is not None and status.state in (State.CREATED, State.RUNNING, State.EXITED):
-            return True
-    return False
 
 
 def _plan_init_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft, probes: _Probes) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from kopflet import gotext
 from kopflet.api import qos, spec
 
 REJECTED_PREFIX = "Pod was rejected: "
@@ -157,15 +158,9 @@ def admit(pod: spec.Pod, node: NodeInfo, admitted: Sequence[spec.Pod], *, static
         return _predicate_failed(NODE_NAME, _NODE_NAME_DESC)
     if _host_ports_conflict(pod, admitted):
         return _predicate_failed(NODE_PORTS, _NODE_PORTS_DESC)
-    if not (static or _is_static(pod)) and untolerated_taint(pod, node.taints, effect=NO_EXECUTE) is not None:
+    if not (static or spec.is_static(pod)) and untolerated_taint(pod, node.taints, effect=NO_EXECUTE) is not None:
         return _predicate_failed(TAINT_TOLERATION, _TAINT_TOLERATION_DESC)
     return None
-
-
-def _is_static(pod: spec.Pod) -> bool:
-    """Upstream `types.IsStaticPod`: a config source annotation other than ``api``."""
-    source = pod.annotations.get(qos.CONFIG_SOURCE_ANNOTATION)
-    return source is not None and source != "api"
 
 
 # ----------------------------------------------------------------------------------------------- sysctls
@@ -247,14 +242,14 @@ def validate_sysctl_patterns(patterns: Iterable[str]) -> None:
     """Raise ValueError, with upstream `NewAllowlist`'s message, for a pattern the kubelet refuses at start."""
     for pattern in patterns:
         if len(pattern) > _SYSCTL_MAX_LENGTH or not _SYSCTL_PATTERN.match(pattern):
-            raise ValueError(f"sysctl {_go_quote(pattern)} must have at most {_SYSCTL_MAX_LENGTH} characters "
+            raise ValueError(f"sysctl {gotext.go_quote(pattern)} must have at most {_SYSCTL_MAX_LENGTH} characters "
                              f"and match regex {_SYSCTL_PATTERN_FMT}")
         dotted = sysctl_dots(pattern)
         if dotted.endswith("*"):
             if sysctl_namespace(dotted[:-1]) is None:
-                raise ValueError(f"the sysctls {_go_quote(dotted)} are not known to be namespaced")
+                raise ValueError(f"the sysctls {gotext.go_quote(dotted)} are not known to be namespaced")
         elif sysctl_namespace(dotted) is None:
-            raise ValueError(f"the sysctl {_go_quote(dotted)} are not known to be namespaced")
+            raise ValueError(f"the sysctl {gotext.go_quote(dotted)} are not known to be namespaced")
 
 
 def _sysctl_error(name: str, node: NodeInfo, host_network: bool, host_ipc: bool) -> str | None:
@@ -268,10 +263,10 @@ def _sysctl_error(name: str, node: NodeInfo, host_network: bool, host_ipc: bool)
     else:
         matched = next((p for p in prefixes if name.startswith(p)), None)
     if matched is None:
-        return f"{_go_quote(name)} not allowlisted"
+        return f"{gotext.go_quote(name)} not allowlisted"
     namespace = sysctl_namespace(matched)
     if (namespace == _IPC and host_ipc) or (namespace == _NET and host_network):
-        return f"{_go_quote(name)} not allowed with host {namespace} enabled"
+        return f"{gotext.go_quote(name)} not allowed with host {namespace} enabled"
     return None
 
 
@@ -284,11 +279,6 @@ def _check_sysctls(pod: spec.Pod, node: NodeInfo) -> Rejection | None:
         if error is not None:
             return _reject(SYSCTL_FORBIDDEN, f"forbidden sysctl: {error}")
     return None
-
-
-def _go_quote(text: str) -> str:
-    """Go's ``%q`` for the plain ASCII names used here."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 # ---------------------------------------------------------------------------------------------------- OS
@@ -335,21 +325,17 @@ def _maximise(total: dict[str, Fraction], values: Mapping[str, Fraction]) -> Non
             total[name] = value
 
 
-def _parsed(values: Mapping[str, Any] | None) -> dict[str, Fraction]:
-    return {str(k): qos.parse_quantity(v) for k, v in (values or {}).items()}
-
-
 def aggregate(pod: spec.Pod, pick: Callable[[spec.ContainerSpec], Mapping[str, Any]]) -> dict[str, Fraction]:
     """Upstream `aggregateContainerResourcesByFn` over the requests or limits `pick` returns: regular containers
     and sidecars add up; every other init container needs itself plus the sidecars before it; the pod needs the
     larger of the two."""
     result: dict[str, Fraction] = {}
     for container in pod.spec.containers:
-        _add(result, _parsed(pick(container)))
+        _add(result, qos.parse_resource_list(pick(container)))
     sidecars: dict[str, Fraction] = {}
     init_peak: dict[str, Fraction] = {}
     for container in pod.spec.init_containers:
-        own = _parsed(pick(container))
+        own = qos.parse_resource_list(pick(container))
         if container.is_sidecar:
             _add(result, own)
             _add(sidecars, own)
@@ -371,13 +357,13 @@ def pod_requests(pod: spec.Pod) -> dict[str, Fraction]:
     """
     result = aggregate(pod, lambda c: c.resources.requests)
     pod_level = qos.pod_level_resources(pod)
-    pod_level_requests = _parsed((pod_level or {}).get("requests"))
+    pod_level_requests = qos.parse_resource_list((pod_level or {}).get("requests"))
     supported = {k: v for k, v in pod_level_requests.items()
                  if k in (CPU, MEMORY) or k.startswith(_HUGEPAGES_PREFIX)}
     result.update(supported)
     overhead = pod.spec.raw.get("overhead")
     if isinstance(overhead, Mapping):
-        _add(result, _parsed(overhead))
+        _add(result, qos.parse_resource_list(overhead))
     return result
 
 
@@ -417,7 +403,7 @@ def _out_of(name: str, requested: int, used: int, capacity: int) -> Rejection:
 
 def _check_resources(pod: spec.Pod, node: NodeInfo, admitted: Sequence[spec.Pod]) -> Rejection | None:
     """Upstream `noderesources.Fits` with the first failure kept (`predicateAdmitHandler.Admit`)."""
-    allocatable = _integer_resources(_parsed(node.allocatable))
+    allocatable = _integer_resources(qos.parse_resource_list(node.allocatable))
     allowed_pods = allocatable.get(PODS, 0)
     if len(admitted) + 1 > allowed_pods:
         return _out_of(PODS, 1, len(admitted), allowed_pods)

@@ -14,13 +14,9 @@ from typing import Any
 import aiohttp
 
 from cri_client import CriClient, CriError
+from kopflet import gotext
 from kopflet.api import spec
 from kopflet.prober import probes
-
-
-def _go_list(items: list[str]) -> str:
-    """Go's ``%s`` of a []string: ``[a b c]``."""
-    return "[" + " ".join(items) + "]"
 
 
 class HookRunner:
@@ -31,20 +27,20 @@ class HookRunner:
                   container_id: str, pod_ip: str, seconds: float) -> str | None:
         """Run one handler; None on success, else the upstream failure message. ``seconds`` bounds an exec
         (enforced by the runtime) or an HTTP request; the caller bounds the whole call."""
-        where = f'for Container "{container.name}" in Pod "{pod.full_name}"'
+        where = f"for Container {gotext.go_quote(container.name)} in Pod {gotext.go_quote(pod.full_name)}"
         if "exec" in handler:
             command = [str(c) for c in (handler["exec"] or {}).get("command") or []]
+            failed = f"Exec lifecycle hook ({gotext.go_string_slice(command)}) {where} failed"
             try:
                 result = await self.cri.containers.exec_sync(container_id, command, timeout=seconds)
             except CriError as exc:
-                return f"Exec lifecycle hook ({_go_list(command)}) {where} failed - error: {exc.details}, message: \"\""
+                return f"{failed} - error: {exc.details}, message: \"\""
             if result.exit_code == 0:
                 return None
             output = (result.stdout + result.stderr).decode(errors="replace")
             stderr = result.stderr.decode(errors="replace")
             error = f"command '{' '.join(command)}' exited with {result.exit_code}: {stderr}"
-            return f"Exec lifecycle hook ({_go_list(command)}) {where} failed - error: {error}, " \
-                   f"message: {probes.go_quote(output)}"
+            return f"{failed} - error: {error}, message: {gotext.go_quote(output)}"
         if "httpGet" in handler:
             http = handler["httpGet"] or {}
             path = str(http.get("path") or "/")
@@ -52,7 +48,7 @@ class HookRunner:
                 port = probes.resolve_port(http.get("port", 0), container)
                 host = str(http.get("host") or pod_ip)
                 scheme = str(http.get("scheme") or "HTTP").lower()
-                url = f"{scheme}://{probes.join_host_port(host, port)}/{path.lstrip('/')}"
+                url = f"{scheme}://{gotext.join_host_port(host, port)}/{path.lstrip('/')}"
                 headers = {h["name"]: h["value"] for h in http.get("httpHeaders") or [] if "name" in h}
                 async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(seconds, 1))) as session, \
                         session.get(url, headers=headers, ssl=False) as resp:

@@ -185,7 +185,8 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
     """The one decision of a pod sync."""
     memory = obs.memory
     if obs.gone or obs.pod is None:
-        pod = spec.minimal_pod(obs.body)
+        meta = obs.body.get("metadata") or {}
+        pod = spec.minimal_pod(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""))
         if obs.gone:
             return Plan(lifecycle=Lifecycle.GONE, pod=pod, memory=memory, teardown=True, stop_probes=True,
                         wake_after=cfg.resync_period)

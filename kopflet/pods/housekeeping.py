@@ -39,8 +39,7 @@ async def cleanup_orphans(api: KubeClient, cache: RuntimeCache, workers: PodWork
         if runtime is None:
             continue
         logger.info(f"removing orphaned pod {runtime.namespace}/{runtime.name} ({uid}) from the runtime")
-        pod = spec.Pod(name=runtime.name, namespace=runtime.namespace, uid=uid, spec=spec.PodSpec(containers=()))
-        await syncer.kill_pod(pod, runtime, grace=0)
+        await syncer.kill_pod(spec.minimal_pod(uid, runtime.namespace, runtime.name), runtime, grace=0)
         await syncer.remove_pod(await cache.refresh_pod(uid), uid)
         cache.pods.pop(uid, None)
     # Pod directories (volumes, tmpfs mounts) of pods that are gone everywhere: left when a pod was deleted

@@ -23,8 +23,7 @@ class Teardown:
         self.prober.forget(uid)
         self.images.forget(uid)
         runtime = await self.relist.refresh_pod(uid)
-        pod = spec.minimal_pod({"metadata": {"uid": uid, "namespace": namespace or runtime.namespace,
-                                             "name": name or runtime.name}})
+        pod = spec.minimal_pod(uid, namespace or runtime.namespace, name or runtime.name)
         await self.executor.kill_pod(pod, runtime, grace=0)
         await self.executor.remove_pod(await self.relist.refresh_pod(uid), uid)
         await self.relist.refresh_pod(uid)

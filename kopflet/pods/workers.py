@@ -166,7 +166,9 @@ class PodWorkers:
         if worker.gone:
             self._probes_forget(uid)
             self.syncer.images.pulling.pop(uid, None)
-            await self.syncer.kill_pod(_minimal_pod(body), runtime, grace=0)
+            meta = body.get("metadata", {})
+            pod = spec.minimal_pod(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""))
+            await self.syncer.kill_pod(pod, runtime, grace=0)
             await self.syncer.remove_pod(await self.cache.refresh_pod(uid), uid)
             await self.cache.refresh_pod(uid)
             self.cache.pods.pop(uid, None)
@@ -423,7 +425,9 @@ class PodWorkers:
         if worker.reported_error != message:
             worker.reported_error = message
             logger.warning(f"pod {_ref(worker.body)}: {message}")
-            self.recorder.pod_event(_minimal_pod(worker.body), WARNING, "Failed", f"Error: {message}")
+            meta = worker.body.get("metadata", {})
+            pod = spec.minimal_pod(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""))
+            self.recorder.pod_event(pod, WARNING, "Failed", f"Error: {message}")
         return self.cfg.resync_period
 
     async def _write_status(self, worker: _Worker, pod: spec.Pod, runtime: podstate.RuntimePodStatus,
@@ -560,13 +564,6 @@ def _sync_relevant(body: Mapping[str, Any]) -> tuple[Any, ...]:
     meta = body.get("metadata", {})
     return (body.get("spec"), meta.get("labels"), meta.get("annotations"), meta.get("deletionTimestamp"),
             meta.get("deletionGracePeriodSeconds"))
-
-
-def _minimal_pod(body: Mapping[str, Any]) -> spec.Pod:
-    """Enough of a pod to kill it and post events when its spec cannot be parsed."""
-    meta = body.get("metadata", {})
-    return spec.Pod(name=meta.get("name", ""), namespace=meta.get("namespace", ""), uid=meta.get("uid", ""),
-                    spec=spec.PodSpec(containers=()))
 
 
 def _ref(body: Mapping[str, Any]) -> str:

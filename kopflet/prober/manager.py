@@ -32,6 +32,7 @@ import yarl
 import kopflet
 from cri_client import CriError
 from cri_client.types import ExecSyncResult
+from kopflet import gotext
 from kopflet.api import spec
 from kopflet.container import podstate
 from kopflet.metrics import ProbeMetrics
@@ -356,7 +357,7 @@ async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
 
 def _dial_error(host: str, port: int, error: OSError | None) -> str:
     """Go's dial error text for a failed connect (``dial tcp 10.0.0.1:80: connect: connection refused``)."""
-    address = p.join_host_port(host, port)
+    address = gotext.join_host_port(host, port)
     if isinstance(error, ConnectionRefusedError) or (error is not None and error.errno == errno.ECONNREFUSED):
         return f"dial tcp {address}: connect: connection refused"
     if error is not None and error.strerror:
@@ -391,8 +392,8 @@ async def grpc_probe(host: str, port: int, service: str, timeout_seconds: float,
     import grpc  # only here: the rest of the agent reaches gRPC through cri_client
     import grpc.aio
 
-    address = p.join_host_port(host, port)
-    duration = p.go_duration(timeout_seconds)
+    address = gotext.join_host_port(host, port)
+    duration = gotext.go_duration(timeout_seconds)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_seconds
     channel = grpc.aio.insecure_channel(address, options=[("grpc.primary_user_agent", user_agent)])
@@ -400,7 +401,7 @@ async def grpc_probe(host: str, port: int, service: str, timeout_seconds: float,
         try:
             await asyncio.wait_for(channel.channel_ready(), timeout=timeout_seconds)
         except TimeoutError:
-            return Result.failure(f"timeout: failed to connect service {p.go_quote(address)} within {duration}: "
+            return Result.failure(f"timeout: failed to connect service {gotext.go_quote(address)} within {duration}: "
                                   "context deadline exceeded")
         check = channel.unary_unary(p.GRPC_HEALTH_METHOD)  # no serializers: raw bytes both ways
         try:

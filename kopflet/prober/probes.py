@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kopflet import gotext
 from kopflet.api import spec
 from kopflet.api.spec import SpecError
 from kopflet.container import podstate
@@ -558,16 +558,6 @@ def resolve_port(port: int | str, container: spec.ContainerSpec) -> int:
     raise ValueError(f"invalid port number: {port}")
 
 
-def join_host_port(host: str, port: int) -> str:
-    """Go's `net.JoinHostPort`: IPv6 literals in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` for ordinary text (a JSON string without HTML escaping)."""
-    return json.dumps(text, ensure_ascii=False)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HttpRequest:
     """An httpGet probe request (upstream `NewRequestForHTTPGetAction`)."""
@@ -579,11 +569,6 @@ class HttpRequest:
     skip_headers: tuple[str, ...] = ()
     hostname: str = ""
     """The URL's host, compared against redirect targets."""
-
-
-def canonical_header(name: str) -> str:
-    """Go's `textproto.CanonicalMIMEHeaderKey` (``x-custom-header`` -> ``X-Custom-Header``)."""
-    return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
 
 
 def user_agent(version: str) -> str:
@@ -602,8 +587,8 @@ def http_request(action: HTTPGetAction, container: spec.ContainerSpec, pod_ip: s
     port = resolve_port(action.port, container)
     # Upstream formatURL: the path is parsed as a URL (keeping its query) and scheme/host are set.
     parts = urllib.parse.urlsplit(action.path)
-    url = urllib.parse.urlunsplit((scheme, join_host_port(host, port), parts.path, parts.query, parts.fragment))
-    headers: list[tuple[str, str]] = [(canonical_header(n), v) for n, v in action.headers]
+    url = urllib.parse.urlunsplit((scheme, gotext.join_host_port(host, port), parts.path, parts.query, parts.fragment))
+    headers: list[tuple[str, str]] = [(gotext.canonical_header(n), v) for n, v in action.headers]
     names = {n for n, _ in headers}
     skip: list[str] = ["Accept-Encoding"]  # upstream's transport has DisableCompression
     if "User-Agent" not in names:
@@ -629,7 +614,7 @@ def http_result(status: int, body: bytes) -> Result:
 
 def http_error(url: str, detail: str) -> Result:
     """A request that failed (refused, timed out, too many redirects): a failure, worded as Go's url.Error."""
-    return Result.failure(f"Get {go_quote(url)}: {detail}")
+    return Result.failure(f"Get {gotext.go_quote(url)}: {detail}")
 
 
 HTTP_TIMEOUT_DETAIL = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
@@ -651,12 +636,12 @@ def exec_result(exit_code: int, stdout: bytes, stderr: bytes) -> Result:
 
 def exec_timeout_result(command: Sequence[str]) -> Result:
     """The runtime reported the command's deadline exceeded: a failure (upstream ExecProbeTimeout wording)."""
-    return Result.failure(f"command {go_quote(' '.join(command))} timed out")
+    return Result.failure(f"command {gotext.go_quote(' '.join(command))} timed out")
 
 
 def tcp_refused(host: str, port: int, detail: str) -> Result:
     """A TCP probe that could not connect, worded as Go's dial error."""
-    return Result.failure(f"dial tcp {join_host_port(host, port)}: {detail}")
+    return Result.failure(f"dial tcp {gotext.join_host_port(host, port)}: {detail}")
 
 
 def _varint(value: int) -> bytes:
@@ -718,14 +703,7 @@ def grpc_result(status: int) -> Result:
     if status == GRPC_SERVING:
         return Result.success("service healthy")
     name = GRPC_SERVING_STATUS.get(status, str(status))
-    return Result.failure(f"service unhealthy (responded with {go_quote(name)})")
-
-
-def go_duration(seconds: float) -> str:
-    """A probe timeout as Go prints a time.Duration (``1s``, ``1.5s``, ``100ms``)."""
-    if seconds >= 1:
-        return f"{seconds:g}s"
-    return f"{seconds * 1000:g}ms"
+    return Result.failure(f"service unhealthy (responded with {gotext.go_quote(name)})")
 
 
 __all__ = [

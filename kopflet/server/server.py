@@ -21,7 +21,6 @@ import dataclasses
 import email.utils
 import http
 import ipaddress
-import json
 import logging
 import os
 import ssl
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from kopflet import gotext
 from kopflet.config.settings import AgentConfig
 from kopflet.server import auth_rules
 from kopflet.server.auth_rules import Attributes, Subject, UserInfo, is_upgrade_request, is_websocket_request
@@ -279,11 +279,6 @@ def response_head(status: int, headers: Iterable[tuple[str, str]]) -> bytes:
     return b"".join(lines)
 
 
-def canonical_header(name: str) -> str:
-    """Go's ``textproto.CanonicalMIMEHeaderKey``: how upstream's proxy writes header names."""
-    return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
-
-
 @dataclasses.dataclass(frozen=True)
 class StreamOptions:
     stdin: bool
@@ -529,7 +524,8 @@ class Server:
                 return keep
             summary = await self._call(connection, request, keep, self.backend.stats_summary)
             if summary is not None:
-                await connection.respond(request, 200, _json(summary), content_type=JSON, close=not keep)
+                payload = gotext.go_json(summary, escape_html=False, ensure_ascii=True)  # the bytes served so far
+                await connection.respond(request, 200, payload, content_type=JSON, close=not keep)
             return keep
         if head == "containerLogs" and len(rest) == 3:
             if not await self._methods(connection, request, keep, "GET"):
@@ -580,7 +576,8 @@ class Server:
 
     async def _pods(self, running: bool) -> str:
         items = await self.backend.running_pods() if running else self.backend.pods()
-        return _json({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        return gotext.go_json(body, escape_html=False, ensure_ascii=True)  # the bytes served so far
 
     async def _metrics(self) -> str:
         return self.backend.metrics()
@@ -720,11 +717,6 @@ class Server:
                     await backend_writer.wait_closed()
 
 
-def _json(value: Any) -> str:
-    """Compact JSON, as Go encodes it."""
-    return json.dumps(value, separators=(",", ":"))
-
-
 def upgrade_request(request: Request, path: str, query: str, host: str) -> bytes:
     """The client's request as replayed to the streaming server: its method and headers (minus the used
     credentials and our framing), the streaming URL's path, and ``X-Forwarded-For`` extended with the client."""
@@ -733,7 +725,7 @@ def upgrade_request(request: Request, path: str, query: str, host: str) -> bytes
     for name, values in request.headers.items():
         if name in _NOT_PROXIED or name == "x-forwarded-for":
             continue
-        lines.extend(f"{canonical_header(name)}: {value}" for value in values)
+        lines.extend(f"{gotext.canonical_header(name)}: {value}" for value in values)
     forwarded = ", ".join([*request.headers.get("x-forwarded-for", []), *([request.remote] if request.remote else [])])
     if forwarded:
         lines.append(f"X-Forwarded-For: {forwarded}")

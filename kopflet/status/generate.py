@@ -44,6 +44,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from kopflet import gotext
 from kopflet.api import qos, spec
 from kopflet.container import podstate
 from kopflet.container.podstate import State
@@ -296,7 +297,7 @@ def _container_statuses(inputs: _Inputs, containers: Sequence[spec.ContainerSpec
         if is_init:
             if latest is not None and latest.state is State.EXITED and latest.exit_code == 0:
                 continue
-            if (latest is None and _any_regular_container_created(pod, runtime) and not container.is_sidecar
+            if (latest is None and runtime.any_regular_container_created(pod) and not container.is_sidecar
                     and _state_of(status, "waiting") is not None):
                 status["state"] = {"terminated": {"exitCode": 0, "reason": COMPLETED,
                                                   "message": MESSAGE_INIT_ASSUMED_DONE, "startedAt": None,
@@ -321,15 +322,6 @@ def _container_statuses(inputs: _Inputs, containers: Sequence[spec.ContainerSpec
     if is_init:
         return [statuses[c.name] for c in containers]
     return [statuses[name] for name in sorted(statuses)]  # upstream SortedContainerStatuses: by name
-
-
-def _any_regular_container_created(pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> bool:
-    """Upstream `HasAnyRegularContainerCreated`."""
-    for container in pod.spec.containers:
-        info = runtime.latest_container(container.name)
-        if info is not None and info.state in (State.CREATED, State.RUNNING, State.EXITED):
-            return True
-    return False
 
 
 def _probe(inputs: _Inputs, container: spec.ContainerSpec, status: dict[str, Any], *, is_init: bool) -> None:
@@ -436,7 +428,7 @@ def get_phase(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], *, pod_is_te
     if running and not unknown:
         return RUNNING
     if not running and stopped and not unknown:
-        if pod_is_terminal and not _is_static(pod):
+        if pod_is_terminal and not spec.is_static(pod):
             return SUCCEEDED if stopped == succeeded else FAILED
         if stopped != stopped_for_good:
             return RUNNING  # at least one of them is restarting
@@ -450,11 +442,6 @@ def _exit_code(terminated: Mapping[str, Any]) -> int:
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
-def _is_static(pod: spec.Pod) -> bool:
-    source = pod.annotations.get(qos.CONFIG_SOURCE_ANNOTATION)
-    return source is not None and source != "api"
-
-
 # --------------------------------------------------------------------------------------------- conditions
 
 
@@ -465,11 +452,6 @@ def _condition(kind: str, ok: bool, reason: str = "", message: str = "") -> dict
     if message:
         result["message"] = message
     return result
-
-
-def _go_list(names: Sequence[str]) -> str:
-    """A Go ``%s`` of a []string: ``[a b]``."""
-    return "[" + " ".join(names) + "]"
 
 
 def containers_ready_condition(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], phase: str) -> dict[str, Any]:
@@ -487,9 +469,9 @@ def containers_ready_condition(pod: spec.Pod, statuses: Sequence[Mapping[str, An
         return _condition(CONTAINERS_READY, False, POD_FAILED if phase == FAILED else POD_COMPLETED)
     messages = []
     if unknown:
-        messages.append(f"containers with unknown status: {_go_list(unknown)}")
+        messages.append(f"containers with unknown status: {gotext.go_string_slice(unknown)}")
     if unready:
-        messages.append(f"containers with unready status: {_go_list(unready)}")
+        messages.append(f"containers with unready status: {gotext.go_string_slice(unready)}")
     if messages:
         return _condition(CONTAINERS_READY, False, CONTAINERS_NOT_READY, ", ".join(messages))
     return _condition(CONTAINERS_READY, True)
@@ -542,9 +524,9 @@ def initialized_condition(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], 
         return _condition(INITIALIZED, True)
     messages = []
     if unknown:
-        messages.append(f"containers with unknown status: {_go_list(unknown)}")
+        messages.append(f"containers with unknown status: {gotext.go_string_slice(unknown)}")
     if incomplete:
-        messages.append(f"containers with incomplete status: {_go_list(incomplete)}")
+        messages.append(f"containers with incomplete status: {gotext.go_string_slice(incomplete)}")
     if messages:
         if any(c.get("type") == INITIALIZED and c.get("status") == "True" for c in previous_conditions):
             return _condition(INITIALIZED, True)

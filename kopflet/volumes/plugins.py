@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cri_client import types as cri
-from kopflet import paths
+from kopflet import gotext, paths
 from kopflet.api import qos, spec
 from kopflet.envvars import container_env
 
@@ -198,7 +198,7 @@ def token_requests(pod: spec.Pod) -> tuple[TokenSpec, ...]:
 def validate_path(path: str) -> str | None:
     """Upstream atomic writer `validatePath`: the error text for a bad payload path, or None."""
     if not path:
-        return f"invalid path: must not be empty: {_go_quote(path)}"
+        return f"invalid path: must not be empty: {gotext.go_quote(path)}"
     if path.startswith("/"):
         return f"invalid path: must be relative path: {path}"
     if len(path) > _MAX_PATH_LENGTH:
@@ -212,10 +212,6 @@ def validate_path(path: str) -> str | None:
     if items[0].startswith("..") and len(items[0]) > 2:
         return f"invalid path: must not start with '..': {path}"
     return None
-
-
-def _go_quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 # ----------------------------------------------------------------------------------------------- payloads
@@ -417,7 +413,7 @@ def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], defaul
                                   f"{token.expiration_seconds}: may not specify a duration less than 10 minutes")
                 text = tokens.get((token.audience, token.expiration_seconds))
                 if text is None:
-                    raise _Failed(f"failed to fetch token: no token for audience {_go_quote(token.audience)} "
+                    raise _Failed(f"failed to fetch token: no token for audience {gotext.go_quote(token.audience)} "
                                   f"expiring in {token.expiration_seconds}s")
                 payload[token.path] = (text.encode(), default_mode)
             else:

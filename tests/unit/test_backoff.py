@@ -1,4 +1,4 @@
-"""kopflet.backoff: upstream flowcontrol.Backoff timelines on an explicit clock, keys, and Go duration text."""
+"""kopflet.backoff: upstream flowcontrol.Backoff timelines on an explicit clock and keys."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from kopflet.backoff import Backoff, crash_loop_key, go_duration, image_pull_key
+from kopflet.backoff import Backoff, crash_loop_key, image_pull_key
 
 KEY = crash_loop_key("uid-1", "app", pod_name="web", namespace="shop", container_hash="3e36954e")
 
@@ -121,14 +121,6 @@ def test_custom_limits_and_validation() -> None:
         Backoff(initial=0.0)
     with pytest.raises(ValueError):
         Backoff(initial=10.0, maximum=5.0)
-
-
-@pytest.mark.parametrize(("seconds", "text"), [
-    (0, "0s"), (10, "10s"), (20, "20s"), (40, "40s"), (80, "1m20s"), (160, "2m40s"), (300, "5m0s"),
-    (1.5, "1.5s"), (0.25, "250ms"), (0.0000015, "1.5µs"), (3600, "1h0m0s"), (3661, "1h1m1s"), (-10, "-10s"),
-])
-def test_go_duration_text(seconds: float, text: str) -> None:
-    assert go_duration(seconds) == text
 
 
 def test_image_pull_backoff_is_judged_since_the_last_failure() -> None:

@@ -70,7 +70,7 @@ def empty(_: dict[str, Any]) -> RuntimePodStatus:
 
 
 def observe(body: dict[str, Any], runtime: Callable[[dict[str, Any]], RuntimePodStatus] = running, *,
-            memory: Memory = Memory(admitted=True), gone: bool = False, backoff: Backoff | None = None,
+            memory: Memory | None = None, gone: bool = False, backoff: Backoff | None = None,
             allocated: bool = True, node: admission.NodeInfo | None = None,
             others: tuple[tuple[spec.Pod, dict[str, Any]], ...] = ()) -> Observation:
     pod, error = None, ""
@@ -83,7 +83,8 @@ def observe(body: dict[str, Any], runtime: Callable[[dict[str, Any]], RuntimePod
                        probes=ProbeResults(), node=node,
                        allocated=policy.PodAllocation.from_pod(pod) if pod is not None and allocated else None,
                        actuated=policy.PodAllocation.from_pod(pod) if pod is not None and allocated else None,
-                       memory=memory, backoff=backoff or Backoff(), others=others, now=NOW)
+                       memory=memory or Memory(admitted=True), backoff=backoff or Backoff(), others=others,
+                       now=NOW)
 
 
 def test_a_running_pod_in_sync_writes_its_status_and_changes_nothing() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from kopflet import gotext
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.backoff import Backoff
 from kopflet.images import imageref
@@ -93,7 +94,7 @@ INVALID: list[tuple[str, str]] = [
 def test_invalid_references_carry_upstreams_message(image: str, cause: str) -> None:
     with pytest.raises(InvalidImageNameError) as caught:
         apply_default_tag(image)
-    quoted = imageref.go_quote(image)
+    quoted = gotext.go_quote(image)
     assert caught.value.cause == cause
     assert caught.value.message == str(caught.value) == \
         f"Failed to apply default image tag {quoted}: couldn't parse image name {quoted}: {cause}"
@@ -105,19 +106,6 @@ def test_the_message_quotes_the_image_as_go_does() -> None:
         apply_default_tag('tab\tand "quote"')
     assert caught.value.message == ('Failed to apply default image tag "tab\\tand \\"quote\\"": '
                                     'couldn\'t parse image name "tab\\tand \\"quote\\"": invalid reference format')
-
-
-@pytest.mark.parametrize(("text", "quoted"), [
-    ("plain", '"plain"'),
-    ('a"b\\c', '"a\\"b\\\\c"'),
-    ("\a\b\f\n\r\t\v", '"\\a\\b\\f\\n\\r\\t\\v"'),
-    ("\x00\x1f\x7f", '"\\x00\\x1f\\x7f"'),
-    ("café ü", '"café ü"'),  # printable runes stay as they are
-    ("\u00a0\u200b", '"\\u00a0\\u200b"'),  # non-printing ones are escaped
-    ("\U000e0001", '"\\U000e0001"'),
-])
-def test_go_quote(text: str, quoted: str) -> None:
-    assert imageref.go_quote(text) == quoted
 
 
 @pytest.mark.parametrize(("image", "expected"), [

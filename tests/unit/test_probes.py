@@ -262,11 +262,6 @@ def test_grpc_result(status: int, expected: Result) -> None:
     assert p.grpc_result(status) == expected
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(1, "1s"), (30, "30s"), (0.1, "100ms"), (1.5, "1.5s")])
-def test_go_duration(seconds: float, text: str) -> None:
-    assert p.go_duration(seconds) == text
-
-
 # ------------------------------------------------------------------------------------ the state machine
 
 T0 = 1_000.0  # the container's startedAt, seconds

@@ -743,14 +743,6 @@ def test_stream_options(query: dict[str, list[str]], options: srv.StreamOptions)
     assert srv.stream_options(query) == options
 
 
-@pytest.mark.parametrize(("name", "canonical"), [
-    ("sec-websocket-protocol", "Sec-Websocket-Protocol"), ("x-stream-protocol-version", "X-Stream-Protocol-Version"),
-    ("upgrade", "Upgrade"), ("USER-AGENT", "User-Agent"),
-])
-def test_canonical_header(name: str, canonical: str) -> None:
-    assert srv.canonical_header(name) == canonical
-
-
 @pytest.mark.parametrize(("headers", "upgrade", "websocket"), [
     ({"connection": ["Upgrade"], "upgrade": ["SPDY/3.1"]}, True, False),
     ({"connection": ["keep-alive, Upgrade"], "upgrade": ["websocket"]}, True, True),
