@@ -29,10 +29,8 @@ IMPURE = frozenset({
     "kopflet.config.file_source", "kopflet.envvars.services", "kopflet.images.manager",
     "kopflet.kuberuntime.executor", "kopflet.lifecycle.hooks", "kopflet.logs.reader", "kopflet.nodestatus.heartbeat",
     "kopflet.pleg.relist", "kopflet.pods.housekeeping", "kopflet.pods.teardown", "kopflet.pods.workers",
-    "kopflet.prober.manager",
-    "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.server", "kopflet.stats.collector",
-    "kopflet.status.manager",
-    "kopflet.volumes.manager",
+    "kopflet.prober.manager", "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.http",
+    "kopflet.server.server", "kopflet.stats.collector", "kopflet.status.manager", "kopflet.volumes.manager",
 })
 
 _WALKED = list(pkgutil.walk_packages(kopflet.__path__, "kopflet."))

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from kopflet.config.settings import AgentConfig
-from kopflet.server import auth_rules
+from kopflet.server import auth_rules, streaming
 from kopflet.server import server as srv
 from kopflet.server.auth_reviews import Authenticator, Authorizer
 from kopflet.server.auth_rules import Attributes, UserInfo
+from kopflet.server.http import split_target
 from tests.unit.test_server_auth import FakeKube
 
 NODE = "node-1"
@@ -528,6 +529,23 @@ async def test_http_1_0_and_a_body(h: Harness) -> None:
     assert (response.status, response.text, response.header("connection")) == (200, "ok", "close")
 
 
+async def test_pipelined_requests_are_answered_in_order(h: Harness) -> None:
+    reader, writer = await connect(h)
+    try:
+        writer.write(b"\r\n" + request_bytes("GET", "/healthz") + request_bytes("GET", "/nope")
+                     + request_bytes("GET", "/healthz", {"Connection": "close"}))
+        assert [(await read_response(reader)).status for _ in range(3)] == [200, 404, 200]
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+    finally:
+        writer.close()
+
+
+async def test_a_head_of_many_short_lines_up_to_1_mib_is_taken(h: Harness) -> None:
+    # As Go's MaxHeaderBytes: the head's total is limited (1 MiB); beyond that only one line over 64 KiB is refused.
+    response = await call(h, "GET", "/healthz", {f"X-H{i}": "v" * 1000 for i in range(200)})
+    assert (response.status, response.text) == (200, "ok")
+
+
 # --- container logs ---------------------------------------------------------------------------------------------
 
 async def test_logs_are_chunked_and_flushed_as_they_come(h: Harness) -> None:
@@ -639,6 +657,26 @@ async def test_websocket_upgrade_passes_through(h: Harness) -> None:
             "Sec-Websocket-Protocol: v4.channel.k8s.io", "Upgrade: websocket"} <= set(lines)
 
 
+async def test_bytes_sent_with_the_upgrade_request_reach_the_streaming_server(h: Harness) -> None:
+    async with StreamingServer() as streaming:
+        h.backend.stream_url = streaming.url
+        reader, writer = await connect(h)
+        try:
+            # The client's first frame in the same write as its request: past the head, so h11 holds it.
+            writer.write(request_bytes("POST", "/exec/ns/p/c?command=sh&input=1&output=1", SPDY) + b"early")
+            assert (await read_head(reader))[0] == 101
+            assert await asyncio.wait_for(reader.readexactly(10), 5) == b"helloearly"  # echoed after the 101
+        finally:
+            writer.close()
+    assert streaming.heads[0].endswith(b"\r\n\r\n") and b"early" not in streaming.heads[0]
+
+
+async def test_logs_for_an_http_1_0_client_end_with_the_connection(h: Harness) -> None:
+    h.backend.log_chunks = [b"line 1\n"]
+    response = await raw(h, b"GET /containerLogs/ns/p/c HTTP/1.0\r\n\r\n")
+    assert (response.status, response.header("transfer-encoding"), response.body) == (200, None, b"line 1\n")
+
+
 @pytest.mark.parametrize(("target", "headers", "ports"), [
     ("/portForward/ns/p?port=80", SPDY, []),  # SPDY names its ports in stream headers, later
     ("/portForward/ns/p/u-1", SPDY, []),
@@ -733,14 +771,14 @@ async def test_close_cuts_streams_after_the_grace_and_idle_connections_at_once(p
 # --- pure helpers -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("query", "options"), [
-    ({"output": ["1"]}, srv.StreamOptions(stdin=False, stdout=True, stderr=False, tty=False)),
-    ({"input": ["1"], "error": ["1"]}, srv.StreamOptions(stdin=True, stdout=False, stderr=True, tty=False)),
-    ({"output": ["1"], "error": ["1"], "tty": ["1"]}, srv.StreamOptions(stdin=False, stdout=True, stderr=False,
+    ({"output": ["1"]}, streaming.StreamOptions(stdin=False, stdout=True, stderr=False, tty=False)),
+    ({"input": ["1"], "error": ["1"]}, streaming.StreamOptions(stdin=True, stdout=False, stderr=True, tty=False)),
+    ({"output": ["1"], "error": ["1"], "tty": ["1"]}, streaming.StreamOptions(stdin=False, stdout=True, stderr=False,
                                                                        tty=True)),
-    ({"output": ["true"], "input": ["1"]}, srv.StreamOptions(stdin=True, stdout=False, stderr=False, tty=False)),
+    ({"output": ["true"], "input": ["1"]}, streaming.StreamOptions(stdin=True, stdout=False, stderr=False, tty=False)),
 ])
-def test_stream_options(query: dict[str, list[str]], options: srv.StreamOptions) -> None:
-    assert srv.stream_options(query) == options
+def test_stream_options(query: dict[str, list[str]], options: streaming.StreamOptions) -> None:
+    assert streaming.stream_options(query) == options
 
 
 @pytest.mark.parametrize(("headers", "upgrade", "websocket"), [
@@ -754,5 +792,5 @@ def test_upgrade_detection(headers: dict[str, list[str]], upgrade: bool, websock
 
 
 def test_split_target_decodes_the_path() -> None:
-    assert srv.split_target("/containerLogs/ns/p%2Dx/c?follow=true&x=&x=2") == (
+    assert split_target("/containerLogs/ns/p%2Dx/c?follow=true&x=&x=2") == (
         "/containerLogs/ns/p-x/c", {"follow": ["true"], "x": ["", "2"]})
