@@ -20,7 +20,7 @@ BUSYBOX = "docker.io/library/busybox:1.36"
 
 
 # A shell that exits 7 on SIGTERM: proves the stop signal reached it and the exit code is reported.
-GRACEFUL = ["sh", "-c", 'trap "exit 7" TERM; while true; do sleep 0.1; done']
+GRACEFUL = ["sh", "-c", 'trap "exit 7" TERM; echo trapped; while true; do sleep 0.1; done']
 # busybox sleep as PID 1 ignores SIGTERM: the runtime must SIGKILL it after the grace period.
 STUBBORN = ["sleep", "3600"]
 
@@ -45,6 +45,11 @@ async def test_container_lifecycle(cri: CriClient, bench, busybox: str) -> None:
     assert running.labels == config.labels
     assert running.log_path == str(Path(sandbox.log_directory) / "main" / "0.log")
 
+    # RUNNING comes before the shell has set its trap: stop only once it has, or SIGTERM finds no handler.
+    log = Path(sandbox.log_directory) / "main" / "0.log"
+    async with asyncio.timeout(30):
+        while not (log.exists() and "trapped" in log.read_text()):
+            await asyncio.sleep(0.05)
     await cri.containers.stop(container_id, timeout=10)
     exited = await cri.containers.status(container_id)
     assert exited.state is types.ContainerState.EXITED

@@ -4,7 +4,7 @@
   again if this module created it).
 - The ClusterRole's and the kube-node-lease Role's rules equal ``EXPECTED_CLUSTER_RULES`` / ``EXPECTED_LEASE_RULES``
   below, so they cannot grow silently; each rule names the code that makes the call, and that code is checked to
-  be there. Every apiserver path in agent/ and handlers/ is checked to be covered by a rule.
+  be there. Every apiserver path in kopflet/ and handlers/ is checked to be covered by a rule.
 - The ServiceAccount, logged in with a real token, may make each of those calls and is refused a list of
   neighbouring ones (``kubectl auth can-i``); real requests with its kubeconfig work, through kubectl and through
   the agent's own login and client (read-only calls: nothing is registered on the shared stack).
@@ -323,7 +323,7 @@ def test_every_rule_is_used_by_the_agent(rule: Rule) -> None:
 def test_every_apiserver_path_in_the_agent_is_covered_by_a_rule() -> None:
     granted = {(r.group, resource) for r in EXPECTED_CLUSTER_RULES + EXPECTED_LEASE_RULES for resource in r.resources}
     found = {}
-    for path in sorted([*REPO.glob("agent/*.py"), *REPO.glob("handlers/*.py")]):
+    for path in sorted([*REPO.glob("kopflet/**/*.py"), *REPO.glob("handlers/*.py")]):
         for match in re.finditer(r'f?"(/apis?/[^"]+)"', path.read_text()):
             found[_path_resource(match.group(1))] = f"{path.relative_to(REPO)}: {match.group(1)}"
     assert len(found) >= 10, found
