@@ -85,6 +85,7 @@ class CriClient:
         endpoint: str = DEFAULT_ENDPOINT,
         timeout: float = DEFAULT_TIMEOUT,
         pull_timeout: float = DEFAULT_PULL_TIMEOUT,
+        observer: Callable[[str, float, bool], None] | None = None,
     ) -> None:
         self.endpoint: Final = normalize_endpoint(endpoint)
         self.timeout: Final = timeout
@@ -92,7 +93,7 @@ class CriClient:
         self._channel: grpc.aio.Channel | None = None
         self._runtime: pb_grpc.RuntimeServiceStub | None = None
         self._image: pb_grpc.ImageServiceStub | None = None
-        self.observer: Callable[[str, float, bool], None] | None = None
+        self.observer = observer
         """Called after every RPC with (method, seconds, failed): the kubelet's runtime operation metrics."""
         self.sandboxes: Final = Sandboxes(self)
         self.containers: Final = Containers(self)

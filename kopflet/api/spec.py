@@ -678,6 +678,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def resolve_port(port: int | str, container: ContainerSpec) -> int:
+    """Upstream `probe.ResolveContainerPort`: a number, or a port NAME of the container (then a number
+    written as a string); ValueError with upstream's message otherwise."""
+    if isinstance(port, str):
+        found = next((p.container_port for p in container.ports if p.name == port), None)
+        if found is None:
+            if not port.lstrip("+-").isdigit():
+                raise ValueError(f'strconv.Atoi: parsing "{port}": invalid syntax')
+            found = int(port)
+        port = found
+    if 0 < port < 65536:
+        return port
+    raise ValueError(f"invalid port number: {port}")
+
+
 __all__ = [
     "ContainerPort",
     "ContainerSpec",
@@ -696,4 +711,5 @@ __all__ = [
     "matching_restart_rule",
     "minimal_pod",
     "pod_from_body",
+    "resolve_port",
 ]

@@ -63,19 +63,21 @@ class PodSyncer:
                  node_memory_capacity: int, services: ServiceCache | None = None,
                  node_allocatable: Callable[[], Mapping[str, str]] = dict,
                  allocations: AllocationManager | None = None, cgroups: PodCgroups | None = None, *,
-                 layout: paths.Layout | None = None) -> None:
+                 layout: paths.Layout | None = None, hooks: HookRunner | None = None,
+                 volumes: VolumeManager | None = None, hugepage_sizes: Sequence[str] = (),
+                 masked_paths: Sequence[str] = container_config.DEFAULT_MASKED_PATHS) -> None:
+        """The parts default to ones of its own; the node's composition root (`kopflet.node`) passes its own.
+        `hugepage_sizes` and `masked_paths` are the host's (`read_host_container_facts`)."""
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
         self.layout = layout if layout is not None else cfg.layout
         self.allocations = allocations if allocations is not None else AllocationManager(self.layout)
         self.cgroups = cgroups if cgroups is not None else PodCgroups()
         self.services, self.node_allocatable = services, node_allocatable
-        # The node's hugepage sizes and default masked paths, read once at start (`read_host_container_facts`).
-        self.hugepage_sizes: tuple[str, ...] = ()
-        self.masked_paths: tuple[str, ...] = tuple(container_config.DEFAULT_MASKED_PATHS)
+        self.hugepage_sizes, self.masked_paths = tuple(hugepage_sizes), tuple(masked_paths)
         self.images, self.backoff, self.dns = images, backoff, dns
         self.node_memory_capacity = node_memory_capacity
-        self.hooks = HookRunner(cri_client)
-        self.volumes = VolumeManager(cfg, api, node_allocatable, layout=self.layout)
+        self.hooks = hooks if hooks is not None else HookRunner(cri_client)
+        self.volumes = volumes if volumes is not None else VolumeManager(cfg, api, node_allocatable, layout=self.layout)
 
     # ------------------------------------------------------------------------------------------ sync
 

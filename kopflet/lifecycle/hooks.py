@@ -16,7 +16,6 @@ import aiohttp
 from cri_client import CriClient, CriError
 from kopflet import gotext
 from kopflet.api import spec
-from kopflet.prober import probes
 
 
 class HookRunner:
@@ -45,7 +44,7 @@ class HookRunner:
             http = handler["httpGet"] or {}
             path = str(http.get("path") or "/")
             try:
-                port = probes.resolve_port(http.get("port", 0), container)
+                port = spec.resolve_port(http.get("port", 0), container)
                 host = str(http.get("host") or pod_ip)
                 scheme = str(http.get("scheme") or "HTTP").lower()
                 url = f"{scheme}://{gotext.join_host_port(host, port)}/{path.lstrip('/')}"

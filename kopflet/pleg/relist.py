@@ -24,7 +24,8 @@ RELIST_PERIOD = 1.0  # upstream genericPlegRelistPeriod
 
 
 class RuntimeCache:
-    def __init__(self, cri_client: CriClient) -> None:
+    def __init__(self, cri_client: CriClient,
+                 on_relist: Callable[[float, float | None], None] | None = None) -> None:
         self.cri = cri_client
         self._sandboxes: dict[str, cri.PodSandboxStatus] = {}
         self._containers: dict[str, cri.ContainerStatus] = {}
@@ -32,7 +33,7 @@ class RuntimeCache:
         self._fingerprints: dict[str, tuple[tuple[str, str], ...]] = {}
         self.pods: dict[str, podstate.RuntimePodStatus] = {}
         self.synced = asyncio.Event()
-        self.on_relist: Callable[[float, float | None], None] | None = None
+        self.on_relist = on_relist
         """Called after each relist with (duration, interval since the previous start): PLEG metrics."""
 
     def pod(self, uid: str) -> podstate.RuntimePodStatus:

@@ -193,7 +193,7 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
         events: tuple[Event, ...] = ()
         if memory.reported_error != obs.spec_error:
             events = (Event(WARNING, "Failed", f"Error: {obs.spec_error}"),)
-        return Plan(lifecycle=Lifecycle.INVALID, pod=pod, events=events, log=obs.spec_error,
+        return Plan(lifecycle=Lifecycle.INVALID, pod=pod, events=events, log=obs.spec_error if events else "",
                     memory=dataclasses.replace(memory, reported_error=obs.spec_error), wake_after=cfg.resync_period)
 
     pod = obs.pod

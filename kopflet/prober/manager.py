@@ -82,7 +82,8 @@ class ProbeManager:
                  exec_sync: ExecSync | None = None,
                  specs: Callable[[spec.ContainerSpec], Mapping[Kind, ProbeSpec]] = p.container_probes,
                  user_agent: str | None = None,
-                 jitter: bool = True) -> None:
+                 jitter: bool = True,
+                 metrics: ProbeMetrics | None = None) -> None:
         self.cri, self.recorder, self.wake = cri_client, recorder, wake
         self._exec_sync = exec_sync
         self._specs = specs
@@ -91,7 +92,7 @@ class ProbeManager:
         self._started = time.monotonic()
         self._workers: dict[str, dict[tuple[str, Kind], _Worker]] = {}
         self._session: aiohttp.ClientSession | None = None
-        self.metrics: ProbeMetrics | None = None
+        self.metrics = metrics
 
     # ------------------------------------------------------------------------------------- inputs
 
@@ -280,7 +281,7 @@ class ProbeManager:
                 host = handler.host or pod_ip
                 if not host:
                     return Result.unknown("the pod has no IP address to probe")
-                return await tcp_probe(host, p.resolve_port(handler.port, container), probe.timeout_seconds)
+                return await tcp_probe(host, spec.resolve_port(handler.port, container), probe.timeout_seconds)
             if isinstance(handler, p.GRPCAction):
                 if not pod_ip:
                     return Result.unknown("the pod has no IP address to probe")

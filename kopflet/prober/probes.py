@@ -543,21 +543,6 @@ def probe_event(kind: Kind, result: Result) -> ProbeEvent | None:
 # ---------------------------------------------------------------------------------------- probe targets
 
 
-def resolve_port(port: int | str, container: spec.ContainerSpec) -> int:
-    """Upstream `probe.ResolveContainerPort`: a number, or a port NAME of the container (then a number
-    written as a string); ValueError with upstream's message otherwise."""
-    if isinstance(port, str):
-        found = next((p.container_port for p in container.ports if p.name == port), None)
-        if found is None:
-            if not port.lstrip("+-").isdigit():
-                raise ValueError(f'strconv.Atoi: parsing "{port}": invalid syntax')
-            found = int(port)
-        port = found
-    if 0 < port < 65536:
-        return port
-    raise ValueError(f"invalid port number: {port}")
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class HttpRequest:
     """An httpGet probe request (upstream `NewRequestForHTTPGetAction`)."""
@@ -584,7 +569,7 @@ def http_request(action: HTTPGetAction, container: spec.ContainerSpec, pod_ip: s
     host = action.host or pod_ip
     if not host:
         raise ValueError("the pod has no IP address to probe")
-    port = resolve_port(action.port, container)
+    port = spec.resolve_port(action.port, container)
     # Upstream formatURL: the path is parsed as a URL (keeping its query) and scheme/host are set.
     parts = urllib.parse.urlsplit(action.path)
     url = urllib.parse.urlunsplit((scheme, gotext.join_host_port(host, port), parts.path, parts.query, parts.fragment))
@@ -738,7 +723,6 @@ __all__ = [
     "probed_containers",
     "published",
     "record",
-    "resolve_port",
     "termination_grace_period",
     "trigger",
 ]

@@ -33,7 +33,7 @@ class AgentBackend:
 
     def pods(self) -> list[dict[str, Any]]:
         """The pods this node runs, as the agent last saw them from the API (and its static pods)."""
-        return [dict(w.body) for w in self.workers.workers.values() if not w.gone]
+        return [dict(body) for body in self.workers.bodies()]
 
     async def running_pods(self) -> list[dict[str, Any]]:
         """Pods as the runtime knows them (upstream /runningpods): names, uids and containers with images."""
@@ -50,11 +50,10 @@ class AgentBackend:
         return out
 
     def _pod(self, namespace: str, name: str, uid: str | None = None) -> Mapping[str, Any]:
-        for worker in self.workers.workers.values():
-            meta = worker.body.get("metadata") or {}
-            if not worker.gone and meta.get("namespace") == namespace and meta.get("name") == name \
-                    and (not uid or uid == worker.uid):
-                return worker.body
+        for body in self.workers.bodies():
+            meta = body.get("metadata") or {}
+            if meta.get("namespace") == namespace and meta.get("name") == name and (not uid or uid == meta.get("uid")):
+                return body
         raise LookupError(f'pod "{name}" does not exist')
 
     def _running_container(self, pod: Mapping[str, Any], container: str) -> str:

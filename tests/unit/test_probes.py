@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kopflet.api.spec import ContainerPort, ContainerSpec, EnvVar, SpecError, pod_from_body
+from kopflet.api.spec import ContainerPort, ContainerSpec, EnvVar, SpecError, pod_from_body, resolve_port
 from kopflet.prober import probes as p
 from kopflet.prober.probes import ContainerView, Kind, Outcome, ProbeSpec, Result
 
@@ -136,10 +136,10 @@ PORTED = container(ports=(ContainerPort(container_port=8080, name="http"), Conta
 ])
 def test_resolve_port(port: int | str, expected: int | str) -> None:
     if isinstance(expected, int):
-        assert p.resolve_port(port, PORTED) == expected
+        assert resolve_port(port, PORTED) == expected
     else:
         with pytest.raises(ValueError, match=f"^{expected}$"):
-            p.resolve_port(port, PORTED)
+            resolve_port(port, PORTED)
 
 
 UA = "kube-probe/1.31"

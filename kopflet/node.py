@@ -1,0 +1,222 @@
+"""The composition root: one node agent built in one place from its configuration (upstream kubelet.go
+NewMainKubelet, then Run).
+
+`Runtime.connect` opens the CRI endpoints and checks them; `HostFacts.read` reads the machine once; `Node(...)` builds
+every part, each getting what it needs in its constructor, in dependency order, with no I/O; `Node.start` registers
+the node and starts the loops, the static pod source and the kubelet API; `Node.stop` stops them in reverse order.
+Nothing here is module state: two Nodes can live in one process (hollow nodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cri_client import CriClient, CriError
+from kopflet import backoff as backoffs
+from kopflet.allocation.state import AllocationManager
+from kopflet.client.events import EventRecorder
+from kopflet.client.kubeapi import Credentials, KubeClient
+from kopflet.cm.cgroups import PodCgroups
+from kopflet.config import static_pods
+from kopflet.config.file_source import StaticPodSource
+from kopflet.config.settings import AgentConfig
+from kopflet.envvars.services import ServiceCache
+from kopflet.images.manager import ImageManager
+from kopflet.kuberuntime import sandbox_config
+from kopflet.kuberuntime.executor import PodSyncer, read_host_container_facts
+from kopflet.lifecycle.hooks import HookRunner
+from kopflet.metrics import KubeletMetrics, ProbeMetrics
+from kopflet.nodestatus.heartbeat import NodeAgent, read_machine_facts
+from kopflet.nodestatus.setters import MachineFacts
+from kopflet.pleg.relist import RuntimeCache
+from kopflet.pods.housekeeping import Housekeeping
+from kopflet.pods.teardown import Teardown
+from kopflet.pods.workers import PodWorkers
+from kopflet.prober.manager import ProbeManager
+from kopflet.server.auth_reviews import authenticator_for, authorizer_for
+from kopflet.server.backend import AgentBackend
+from kopflet.server.server import Server, serve
+from kopflet.stats.collector import StatsCollector
+from kopflet.status.manager import StatusManager
+from kopflet.volumes.manager import VolumeManager
+
+logger = logging.getLogger(__name__)
+
+
+def detect_node_ip() -> str:
+    """The primary IPv4 address (a UDP connect sends nothing; it only picks the route)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+            return str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+
+
+def read_host_resolv_conf(path: str = "/etc/resolv.conf") -> str:
+    """The host's resolv.conf (what dnsPolicy Default gives pods); blocking: call in a thread."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """The container runtime's endpoints, connected and checked (upstream getRuntimeAndImageServices)."""
+
+    cri: CriClient
+    image_cri: CriClient
+    """--image-service-endpoint: images may be served by another endpoint (the same client by default)."""
+    name: str
+    version: str
+    api_version: str
+
+    @classmethod
+    async def connect(cls, cfg: AgentConfig,
+                      observer: Callable[[str, float, bool], None] | None = None) -> Runtime:
+        """Open the endpoints and check the runtime speaks CRI v1, as the kubelet does at start; CriError if not.
+        `observer` sees every RPC (the runtime operation metrics)."""
+        cri = CriClient(cfg.runtime_endpoint, timeout=cfg.runtime_request_timeout, observer=observer)
+        await cri.open()
+        try:
+            version = await cri.check_runtime()
+        except CriError:
+            await cri.close()
+            raise
+        image_cri = cri if cfg.image_endpoint == cfg.runtime_endpoint else \
+            CriClient(cfg.image_endpoint, timeout=cfg.runtime_request_timeout, observer=observer)
+        await image_cri.open()
+        return cls(cri, image_cri, version.runtime_name, version.runtime_version, version.runtime_api_version)
+
+    @property
+    def node_version(self) -> str:
+        """``containerd://1.7.24``: the Node's status.nodeInfo.containerRuntimeVersion."""
+        return f"{self.name}://{self.version}"
+
+    async def close(self) -> None:
+        if self.image_cri is not self.cri:
+            await self.image_cri.close()
+        await self.cri.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFacts:
+    """What the node agent reads of the machine once, at start (a hollow node passes made-up ones)."""
+
+    machine: MachineFacts
+    resolv_conf: str
+    hugepage_sizes: tuple[str, ...]
+    masked_paths: tuple[str, ...]
+
+    @classmethod
+    async def read(cls, cfg: AgentConfig) -> HostFacts:
+        machine = await asyncio.to_thread(read_machine_facts, cfg.root_dir)
+        resolv_conf = await asyncio.to_thread(read_host_resolv_conf)
+        hugepage_sizes, masked_paths = await asyncio.to_thread(read_host_container_facts)
+        return cls(machine, resolv_conf, hugepage_sizes, masked_paths)
+
+
+class Node:
+    """One node agent: every part, built from the config, owned here, started and stopped here."""
+
+    def __init__(self, cfg: AgentConfig, *, credentials: Credentials, runtime: Runtime, host: HostFacts,
+                 metrics: KubeletMetrics | None = None) -> None:
+        """No I/O: each part gets everything it needs in its constructor, in dependency order. `metrics` is the
+        registry `runtime`'s observer already counts into (a new one otherwise)."""
+        self.cfg, self.runtime, self.host = cfg, runtime, host
+        cri = runtime.cri
+        self.layout = cfg.layout
+        self.metrics = metrics if metrics is not None else KubeletMetrics(cfg.node_name)
+        self.probe_metrics = ProbeMetrics()
+        self.api = KubeClient(credentials, user_agent=f"kopflet/{cfg.node_name}")
+        self.recorder = EventRecorder(self.api, cfg.node_name)
+        self.backoff = backoffs.Backoff()
+        self.heartbeat = NodeAgent(cfg, self.api, cri, runtime.node_version, host.machine)
+        self.services = ServiceCache(self.api)
+        self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api)
+        self.allocations = AllocationManager(self.layout)
+        self.cgroups = PodCgroups()
+        servers, searches, options = sandbox_config.parse_resolv_conf(host.resolv_conf)
+        dns = sandbox_config.DnsSettings(cluster_dns=cfg.cluster_dns, cluster_domain=cfg.cluster_domain,
+                                         host_servers=servers, host_searches=searches, host_options=options)
+        self.executor = PodSyncer(
+            cfg, cri, self.api, self.recorder, self.images, self.backoff, dns,
+            node_memory_capacity=host.machine.memory_bytes, services=self.services,
+            node_allocatable=self.heartbeat.allocatable, allocations=self.allocations, cgroups=self.cgroups,
+            layout=self.layout, hooks=HookRunner(cri),
+            volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout),
+            hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths)
+        self.relist = RuntimeCache(cri, on_relist=self.metrics.observe_pleg_relist)
+        self.prober = ProbeManager(cri, self.recorder, self._wake, metrics=self.probe_metrics)
+        self.status = StatusManager(self.api)
+        self.teardown = Teardown(self.relist, self.executor, self.prober, self.images)
+        self.workers = PodWorkers(
+            cfg, relist=self.relist, executor=self.executor, prober=self.prober, status=self.status,
+            recorder=self.recorder, backoff=self.backoff, node_info=self.heartbeat.admission_info,
+            allocations=self.allocations, cgroups=self.cgroups, images=self.images, teardown=self.teardown,
+            metrics=self.metrics)
+        self.housekeeping = Housekeeping(self.api, self.relist, self.workers, self.teardown, self.layout,
+                                         cfg.pod_field_selector)
+        self.static_pods = StaticPodSource(cfg, self.api, self.workers, lambda: self.heartbeat.uid) \
+            if cfg.pod_manifest_path else None
+        self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics,
+                                    StatsCollector(cri, node_name=cfg.node_name, layout=self.layout),
+                                    self.probe_metrics)
+        self.server: Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _wake(self, uids: set[str]) -> None:
+        """A probe result changed: the pods' workers look again."""
+        self.workers.wake(uids)
+
+    async def start(self) -> None:
+        """Register the node, then start the loops (upstream Run): the services cache, the static pod source (its
+        first scan before housekeeping may run: static pods' containers are not orphans), the relist, the
+        heartbeats, housekeeping, and the kubelet API. OSError or ssl.SSLError when the API cannot be served."""
+        await self.api.open()
+        await self.heartbeat.register()
+        cfg = self.cfg
+        if cfg.port:
+            self.server = await serve(cfg, self.backend, authenticator_for(cfg, self.api),
+                                      authorizer_for(cfg, self.api), addresses=[cfg.node_ip] if cfg.node_ip else [])
+            logger.info(f"serving the kubelet API on {cfg.address}:{cfg.port}")
+        self._tasks.append(asyncio.create_task(self.services.run(), name="services"))
+        if self.static_pods is not None:
+            await self.static_pods.scan()
+            self._tasks.append(asyncio.create_task(self.static_pods.run(), name="static-pods"))
+        self._tasks += [
+            asyncio.create_task(self.relist.run(self.workers.wake), name="runtime-relist"),
+            asyncio.create_task(self.heartbeat.run(), name="node-heartbeat"),
+            asyncio.create_task(self.housekeeping.run(), name="housekeeping"),
+        ]
+
+    def pod_event(self, kind: str | None, body: Mapping[str, Any]) -> None:
+        """A pod from the watch: to its worker. A static pod's mirror is not: its manifest is the source of truth."""
+        if static_pods.is_mirror(body):
+            return
+        if kind == "DELETED":
+            self.workers.deleted(body)
+        else:
+            self.workers.update(body)
+
+    async def stop(self, *, close_runtime: bool = True) -> None:
+        """Stop the agent's own work, in reverse order; running pods are left as they are for the next start.
+        `close_runtime` False keeps the runtime connection open (a start that failed is tried again with it)."""
+        if self.server is not None:
+            await self.server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.workers.stop()
+        await self.prober.close()
+        await self.recorder.flush()
+        await self.api.close()
+        if close_runtime:
+            await self.runtime.close()
