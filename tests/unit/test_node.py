@@ -1,0 +1,54 @@
+"""kopflet.node: the composition root builds every part in its constructor, with no I/O, and two Nodes in one
+process share nothing (hollow nodes will run many)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kopflet.client.kubeapi import Credentials
+from kopflet.config.settings import AgentConfig
+from kopflet.node import HostFacts, Node, Runtime
+from kopflet.nodestatus.setters import MachineFacts
+
+
+class FakeCri:
+    """Stands for a connected CriClient: the constructor must not call it."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"Node() used the runtime ({name}) while building")
+
+
+HOST = HostFacts(machine=MachineFacts(cpus=2, memory_bytes=4 << 30, ephemeral_storage_bytes=20 << 30),
+                 resolv_conf="nameserver 10.0.0.10\n", hugepage_sizes=("2MB",), masked_paths=("/proc/kcore",))
+
+
+def node(name: str, root: str) -> Node:
+    cri = FakeCri()
+    runtime = Runtime(cri, cri, "containerd", "1.7.24", "v1")  # type: ignore[arg-type]
+    cfg = AgentConfig(node_name=name, root_dir=root, pod_log_root=f"{root}/logs", node_ip="10.0.0.9", port=0)
+    return Node(cfg, credentials=Credentials(server="https://127.0.0.1:6443"), runtime=runtime, host=HOST)
+
+
+def _parts(n: Node) -> dict[str, Any]:
+    return {k: v for k, v in vars(n).items() if k not in ("cfg", "host", "runtime", "layout", "server", "_tasks")
+            and v is not None}
+
+
+def test_every_part_is_built_in_the_constructor_from_the_config_and_host() -> None:
+    n = node("node-a", "/var/lib/a")
+    assert n.executor.hugepage_sizes == ("2MB",) and n.executor.masked_paths == ("/proc/kcore",)
+    assert n.executor.allocations is n.allocations and n.executor.cgroups is n.cgroups
+    assert n.workers.prober is n.prober and n.workers.status is n.status and n.workers.teardown is n.teardown
+    assert n.prober.metrics is n.probe_metrics and n.relist.on_relist == n.metrics.observe_pleg_relist
+    assert n.layout.pods_dir == "/var/lib/a/pods"
+    assert n.static_pods is None and n.server is None
+
+
+def test_two_nodes_in_one_process_share_no_part() -> None:
+    a, b = node("node-a", "/var/lib/a"), node("node-b", "/var/lib/b")
+    shared = [name for name, part in _parts(a).items()
+              if not isinstance(part, (str, int, float, bool, tuple)) and part is _parts(b).get(name)]
+    assert shared == []
+    assert a.allocations.allocated is not b.allocations.allocated
+    assert a.executor.layout.pods_dir != b.executor.layout.pods_dir
+
