@@ -36,7 +36,7 @@ from kopflet.cm import helpers
 from kopflet.cm.cgroups import CgroupError, PodCgroups
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
-from kopflet.container.sync_result import CRASH_LOOP_BACK_OFF, SyncResult, Waiting
+from kopflet.container.sync_result import SyncResult, Waiting
 from kopflet.envvars import container_env
 from kopflet.envvars.services import ServiceCache
 from kopflet.images.manager import ImageError, ImageManager
@@ -85,13 +85,7 @@ class PodSyncer:
                    actions: reconciler.PodActions, resizing: resize.ResizeActions | None = None) -> SyncResult:
         """Carry out `actions` for the allocated `pod`; `resizing` are the in-place resize steps (upstream
         SyncPod step 6, after the kills and the sandbox, before anything starts)."""
-        result = SyncResult()
-        for name, message in actions.containers_in_backoff.items():
-            result.waiting[name] = Waiting(CRASH_LOOP_BACK_OFF, message)
-            self.recorder.pod_event(pod, WARNING, "BackOff",
-                                    f"Back-off restarting failed container {name} in pod {_pod_desc(pod)}", name,
-                                    any(c.name == name for c in pod.spec.init_containers))
-        result.retry_after = actions.retry_after
+        result = SyncResult(retry_after=actions.retry_after)  # crash-loop waits are decide's (the BackOff events)
 
         if actions.kill_pod:
             if actions.create_sandbox and actions.sandbox_id:
@@ -634,11 +628,6 @@ def _details(exc: Exception) -> str:
 def _path_error(op: str, exc: OSError) -> str:
     """Go's *PathError text, as upstream's messages carry it: "mkdir <path>: file name too long"."""
     return f"{op} {exc.filename}: {os.strerror(exc.errno).lower()}" if exc.errno else f"{op}: {exc}"
-
-
-def _pod_desc(pod: spec.Pod) -> str:
-    """Upstream format.Pod: ``name_namespace(uid)``."""
-    return f"{pod.name}_{pod.namespace}({pod.uid})"
 
 
 class _ResizeError(Exception):

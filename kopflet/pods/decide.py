@@ -256,8 +256,11 @@ def _syncing(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg: 
     _resize_progress(pod, runtime, obs.actuated, conditions, generation, stamp, events)
 
     waiting: dict[str, Waiting] = dict(last.waiting) if last is not None else {}
-    waiting.update({name: Waiting(CRASH_LOOP_BACK_OFF, message)
-                    for name, message in actions.containers_in_backoff.items()})
+    init_names = {c.name for c in pod.spec.init_containers}
+    for name, message in actions.containers_in_backoff.items():  # upstream SyncPod's doBackOff, on every sync
+        waiting[name] = Waiting(CRASH_LOOP_BACK_OFF, message)
+        events.append(Event(WARNING, "BackOff", f"Back-off restarting failed container {name} in pod {pod.full_name}",
+                            name, name in init_names))
     status = _status(obs, pod, previous, cfg, conditions, waiting)
     memory = dataclasses.replace(memory, resize_conditions=conditions, followup=False, kill_sent=False)
     memory, observe_start = _after_status(memory, status, previous, events)
@@ -268,7 +271,7 @@ def _syncing(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg: 
     return Plan(lifecycle=Lifecycle.SYNCING, pod=pod, memory=dataclasses.replace(memory, followup=steps),
                 allocate=allocate, admitted=True, events=tuple(events), status=status,
                 actions=actions if run else None, resize=resizing if run else None,
-                evict=gc.evictable(runtime) if run else None, observe_start=observe_start,
+                evict=gc.evictable(runtime), observe_start=observe_start,
                 wake_after=wake, log=actions.reason if run else "")
 
 

@@ -77,7 +77,7 @@ EXPECTED_CLUSTER_RULES = (
     # The final delete (grace 0, UID precondition) after the terminal status; stale mirror pods.
     Rule("", ("pods",), ("delete",), (
         ("kopflet/client/kubeapi.py", 'self.request("DELETE", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}"'),
-        ("kopflet/pods/workers.py", "await self.api.delete_pod(pod.namespace, pod.name, pod.uid)"),
+        ("kopflet/status/manager.py", "return await self.api.delete_pod(namespace, name, uid)"),
     )),
     # Mirror pods of static pods.
     Rule("", ("pods",), ("create",), (
