@@ -13,8 +13,8 @@ numbers from a newer runtime do not crash a status read: they fall back to a saf
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
@@ -22,6 +22,8 @@ from cri_client import types
 from cri_client.proto import api_pb2 as pb
 
 _E = TypeVar("_E", bound=enum.IntEnum)
+_T = TypeVar("_T")
+_M = TypeVar("_M", bound=Message)
 
 
 def _enum(cls: type[_E], value: int, fallback: _E) -> _E:
@@ -38,6 +40,28 @@ def _map(value: Mapping[str, str]) -> dict[str, str]:
 
 def _tuple(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
+
+
+def _put(m: Message, field: str, value: _T | None, to_pb: Callable[[_T], Message]) -> None:
+    """An optional sub-message: set from `value` when it is known, left unset (HasField false) for None."""
+    if value is not None:
+        getattr(m, field).CopyFrom(to_pb(value))
+
+
+def _get(m: Message, field: str, from_pb: Callable[[Any], _T]) -> _T | None:
+    """An optional sub-message: None when it is unset."""
+    return from_pb(getattr(m, field)) if m.HasField(field) else None
+
+
+def _put_wrapped(m: Message, field: str, value: int | None) -> None:
+    """A wrapped integer (`Int64Value`, `UInt64Value`): set when known, left unset for None."""
+    if value is not None:
+        getattr(m, field).value = value
+
+
+def _wrapped(m: Message, field: str) -> int | None:
+    """A wrapped integer: None when unset, else its value (zero included)."""
+    return getattr(m, field).value if m.HasField(field) else None
 
 
 # ------------------------------------------------------------------------------------------- runtime
@@ -205,54 +229,55 @@ def sandbox_metadata_from_pb(m: pb.PodSandboxMetadata) -> types.PodSandboxMetada
     return types.PodSandboxMetadata(name=m.name, namespace=m.namespace, uid=m.uid, attempt=m.attempt)
 
 
+def _put_linux_security(m: pb.LinuxSandboxSecurityContext | pb.LinuxContainerSecurityContext,
+                        sc: types.SandboxSecurityContext | types.ContainerSecurityContext) -> None:
+    """The fields the sandbox's and a container's Linux security contexts share (same names on both sides)."""
+    m.readonly_rootfs = sc.readonly_rootfs
+    m.supplemental_groups.extend(sc.supplemental_groups)
+    m.privileged = sc.privileged
+    _put(m, "namespace_options", sc.namespace_options, namespace_options_to_pb)
+    _put(m, "selinux_options", sc.selinux_options, selinux_options_to_pb)
+    _put_wrapped(m, "run_as_user", sc.run_as_user)
+    _put_wrapped(m, "run_as_group", sc.run_as_group)
+    _put(m, "seccomp", sc.seccomp, security_profile_to_pb)
+    _put(m, "apparmor", sc.apparmor, security_profile_to_pb)
+
+
+def _linux_security_from_pb(m: pb.LinuxSandboxSecurityContext | pb.LinuxContainerSecurityContext) -> dict[str, Any]:
+    """The shared fields, as keyword arguments of either security context type."""
+    return {
+        "namespace_options": _get(m, "namespace_options", namespace_options_from_pb),
+        "selinux_options": _get(m, "selinux_options", selinux_options_from_pb),
+        "run_as_user": _wrapped(m, "run_as_user"),
+        "run_as_group": _wrapped(m, "run_as_group"),
+        "readonly_rootfs": m.readonly_rootfs,
+        "supplemental_groups": tuple(m.supplemental_groups),
+        "privileged": m.privileged,
+        "seccomp": _get(m, "seccomp", security_profile_from_pb),
+        "apparmor": _get(m, "apparmor", security_profile_from_pb),
+    }
+
+
 def sandbox_security_context_to_pb(sc: types.SandboxSecurityContext) -> pb.LinuxSandboxSecurityContext:
-    m = pb.LinuxSandboxSecurityContext(
-        readonly_rootfs=sc.readonly_rootfs,
-        supplemental_groups=list(sc.supplemental_groups),
-        privileged=sc.privileged,
-    )
-    if sc.namespace_options is not None:
-        m.namespace_options.CopyFrom(namespace_options_to_pb(sc.namespace_options))
-    if sc.selinux_options is not None:
-        m.selinux_options.CopyFrom(selinux_options_to_pb(sc.selinux_options))
-    if sc.run_as_user is not None:
-        m.run_as_user.value = sc.run_as_user
-    if sc.run_as_group is not None:
-        m.run_as_group.value = sc.run_as_group
-    if sc.seccomp is not None:
-        m.seccomp.CopyFrom(security_profile_to_pb(sc.seccomp))
-    if sc.apparmor is not None:
-        m.apparmor.CopyFrom(security_profile_to_pb(sc.apparmor))
+    m = pb.LinuxSandboxSecurityContext()
+    _put_linux_security(m, sc)
     return m
 
 
 def sandbox_security_context_from_pb(m: pb.LinuxSandboxSecurityContext) -> types.SandboxSecurityContext:
-    return types.SandboxSecurityContext(
-        namespace_options=(namespace_options_from_pb(m.namespace_options) if m.HasField("namespace_options") else None),
-        selinux_options=selinux_options_from_pb(m.selinux_options) if m.HasField("selinux_options") else None,
-        run_as_user=m.run_as_user.value if m.HasField("run_as_user") else None,
-        run_as_group=m.run_as_group.value if m.HasField("run_as_group") else None,
-        readonly_rootfs=m.readonly_rootfs,
-        supplemental_groups=tuple(m.supplemental_groups),
-        privileged=m.privileged,
-        seccomp=security_profile_from_pb(m.seccomp) if m.HasField("seccomp") else None,
-        apparmor=security_profile_from_pb(m.apparmor) if m.HasField("apparmor") else None,
-    )
+    return types.SandboxSecurityContext(**_linux_security_from_pb(m))
 
 
 def linux_sandbox_config_to_pb(lc: types.LinuxSandboxConfig) -> pb.LinuxPodSandboxConfig:
     m = pb.LinuxPodSandboxConfig(cgroup_parent=lc.cgroup_parent, sysctls=_map(lc.sysctls))
-    if lc.security_context is not None:
-        m.security_context.CopyFrom(sandbox_security_context_to_pb(lc.security_context))
+    _put(m, "security_context", lc.security_context, sandbox_security_context_to_pb)
     return m
 
 
 def linux_sandbox_config_from_pb(m: pb.LinuxPodSandboxConfig) -> types.LinuxSandboxConfig:
     return types.LinuxSandboxConfig(
         cgroup_parent=m.cgroup_parent,
-        security_context=(
-            sandbox_security_context_from_pb(m.security_context) if m.HasField("security_context") else None
-        ),
+        security_context=_get(m, "security_context", sandbox_security_context_from_pb),
         sysctls=_map(m.sysctls),
     )
 
@@ -292,10 +317,8 @@ def sandbox_config_to_pb(c: types.PodSandboxConfig) -> pb.PodSandboxConfig:
         labels=_map(c.labels),
         annotations=_map(c.annotations),
     )
-    if c.dns_config is not None:
-        m.dns_config.CopyFrom(dns_config_to_pb(c.dns_config))
-    if c.linux is not None:
-        m.linux.CopyFrom(linux_sandbox_config_to_pb(c.linux))
+    _put(m, "dns_config", c.dns_config, dns_config_to_pb)
+    _put(m, "linux", c.linux, linux_sandbox_config_to_pb)
     return m
 
 
@@ -304,73 +327,71 @@ def sandbox_config_from_pb(m: pb.PodSandboxConfig) -> types.PodSandboxConfig:
         metadata=sandbox_metadata_from_pb(m.metadata),
         hostname=m.hostname,
         log_directory=m.log_directory,
-        dns_config=dns_config_from_pb(m.dns_config) if m.HasField("dns_config") else None,
+        dns_config=_get(m, "dns_config", dns_config_from_pb),
         port_mappings=tuple(port_mapping_from_pb(p) for p in m.port_mappings),
         labels=_map(m.labels),
         annotations=_map(m.annotations),
-        linux=linux_sandbox_config_from_pb(m.linux) if m.HasField("linux") else None,
+        linux=_get(m, "linux", linux_sandbox_config_from_pb),
     )
 
 
-def sandbox_to_pb(s: types.PodSandbox) -> pb.PodSandbox:
-    m = pb.PodSandbox(
+def _sandbox_state(value: int) -> types.SandboxState:
+    """An unknown state is reported as not ready: the safe reading for a sandbox."""
+    return _enum(types.SandboxState, value, types.SandboxState.NOTREADY)
+
+
+def _sandbox_to_pb(cls: type[_M], s: types.PodSandbox | types.PodSandboxStatus, **fields: Any) -> _M:
+    """A listed sandbox or a sandbox status: what both carry (same names in both messages), plus `fields`."""
+    m = cls(
         id=s.id,
         state=int(s.state),
         created_at=s.created_at,
         labels=_map(s.labels),
         annotations=_map(s.annotations),
         runtime_handler=s.runtime_handler,
+        **fields,
     )
-    if s.metadata is not None:
-        m.metadata.CopyFrom(sandbox_metadata_to_pb(s.metadata))
+    _put(m, "metadata", s.metadata, sandbox_metadata_to_pb)
     return m
 
 
+def _sandbox_from_pb(m: pb.PodSandbox | pb.PodSandboxStatus) -> dict[str, Any]:
+    """What a listed sandbox and a sandbox status both carry, as keyword arguments of either type."""
+    return {
+        "id": m.id,
+        "metadata": _get(m, "metadata", sandbox_metadata_from_pb),
+        "state": _sandbox_state(m.state),
+        "created_at": m.created_at,
+        "labels": _map(m.labels),
+        "annotations": _map(m.annotations),
+        "runtime_handler": m.runtime_handler,
+    }
+
+
+def sandbox_to_pb(s: types.PodSandbox) -> pb.PodSandbox:
+    return _sandbox_to_pb(pb.PodSandbox, s)
+
+
 def sandbox_from_pb(m: pb.PodSandbox) -> types.PodSandbox:
-    return types.PodSandbox(
-        id=m.id,
-        metadata=sandbox_metadata_from_pb(m.metadata) if m.HasField("metadata") else None,
-        # An unknown state is reported as not ready: the safe reading for a sandbox.
-        state=_enum(types.SandboxState, m.state, types.SandboxState.NOTREADY),
-        created_at=m.created_at,
-        labels=_map(m.labels),
-        annotations=_map(m.annotations),
-        runtime_handler=m.runtime_handler,
-    )
+    return types.PodSandbox(**_sandbox_from_pb(m))
 
 
 def sandbox_status_to_pb(s: types.PodSandboxStatus) -> pb.PodSandboxStatus:
-    m = pb.PodSandboxStatus(
-        id=s.id,
-        state=int(s.state),
-        created_at=s.created_at,
-        labels=_map(s.labels),
-        annotations=_map(s.annotations),
-        runtime_handler=s.runtime_handler,
-    )
-    if s.metadata is not None:
-        m.metadata.CopyFrom(sandbox_metadata_to_pb(s.metadata))
+    m = _sandbox_to_pb(pb.PodSandboxStatus, s)
     if s.ip or s.additional_ips:
         m.network.ip = s.ip
         m.network.additional_ips.extend(pb.PodIP(ip=ip) for ip in s.additional_ips)
-    if s.namespace_options is not None:
-        m.linux.namespaces.options.CopyFrom(namespace_options_to_pb(s.namespace_options))
+    _put(m.linux.namespaces, "options", s.namespace_options, namespace_options_to_pb)
     return m
 
 
 def sandbox_status_from_pb(m: pb.PodSandboxStatus) -> types.PodSandboxStatus:
     has_ns = m.HasField("linux") and m.linux.HasField("namespaces") and m.linux.namespaces.HasField("options")
     return types.PodSandboxStatus(
-        id=m.id,
-        metadata=sandbox_metadata_from_pb(m.metadata) if m.HasField("metadata") else None,
-        state=_enum(types.SandboxState, m.state, types.SandboxState.NOTREADY),
-        created_at=m.created_at,
+        **_sandbox_from_pb(m),
         ip=m.network.ip,
         additional_ips=tuple(p.ip for p in m.network.additional_ips),
         namespace_options=namespace_options_from_pb(m.linux.namespaces.options) if has_ns else None,
-        labels=_map(m.labels),
-        annotations=_map(m.annotations),
-        runtime_handler=m.runtime_handler,
     )
 
 
@@ -384,7 +405,7 @@ def sandbox_filter_to_pb(f: types.PodSandboxFilter) -> pb.PodSandboxFilter:
 def sandbox_filter_from_pb(m: pb.PodSandboxFilter) -> types.PodSandboxFilter:
     return types.PodSandboxFilter(
         id=m.id,
-        state=(_enum(types.SandboxState, m.state.state, types.SandboxState.NOTREADY) if m.HasField("state") else None),
+        state=_sandbox_state(m.state.state) if m.HasField("state") else None,
         label_selector=_map(m.label_selector),
     )
 
@@ -418,65 +439,38 @@ def capabilities_from_pb(m: pb.Capability) -> types.Capabilities:
 
 def container_security_context_to_pb(sc: types.ContainerSecurityContext) -> pb.LinuxContainerSecurityContext:
     m = pb.LinuxContainerSecurityContext(
-        privileged=sc.privileged,
         run_as_username=sc.run_as_username,
-        readonly_rootfs=sc.readonly_rootfs,
-        supplemental_groups=list(sc.supplemental_groups),
         no_new_privs=sc.no_new_privs,
         masked_paths=list(sc.masked_paths),
         readonly_paths=list(sc.readonly_paths),
     )
-    if sc.capabilities is not None:
-        m.capabilities.CopyFrom(capabilities_to_pb(sc.capabilities))
-    if sc.namespace_options is not None:
-        m.namespace_options.CopyFrom(namespace_options_to_pb(sc.namespace_options))
-    if sc.selinux_options is not None:
-        m.selinux_options.CopyFrom(selinux_options_to_pb(sc.selinux_options))
-    if sc.run_as_user is not None:
-        m.run_as_user.value = sc.run_as_user
-    if sc.run_as_group is not None:
-        m.run_as_group.value = sc.run_as_group
-    if sc.seccomp is not None:
-        m.seccomp.CopyFrom(security_profile_to_pb(sc.seccomp))
-    if sc.apparmor is not None:
-        m.apparmor.CopyFrom(security_profile_to_pb(sc.apparmor))
+    _put_linux_security(m, sc)
+    _put(m, "capabilities", sc.capabilities, capabilities_to_pb)
     return m
 
 
 def container_security_context_from_pb(m: pb.LinuxContainerSecurityContext) -> types.ContainerSecurityContext:
     return types.ContainerSecurityContext(
-        capabilities=capabilities_from_pb(m.capabilities) if m.HasField("capabilities") else None,
-        privileged=m.privileged,
-        namespace_options=(namespace_options_from_pb(m.namespace_options) if m.HasField("namespace_options") else None),
-        selinux_options=selinux_options_from_pb(m.selinux_options) if m.HasField("selinux_options") else None,
-        run_as_user=m.run_as_user.value if m.HasField("run_as_user") else None,
-        run_as_group=m.run_as_group.value if m.HasField("run_as_group") else None,
+        **_linux_security_from_pb(m),
+        capabilities=_get(m, "capabilities", capabilities_from_pb),
         run_as_username=m.run_as_username,
-        readonly_rootfs=m.readonly_rootfs,
-        supplemental_groups=tuple(m.supplemental_groups),
         no_new_privs=m.no_new_privs,
         masked_paths=_tuple(m.masked_paths),
         readonly_paths=_tuple(m.readonly_paths),
-        seccomp=security_profile_from_pb(m.seccomp) if m.HasField("seccomp") else None,
-        apparmor=security_profile_from_pb(m.apparmor) if m.HasField("apparmor") else None,
     )
 
 
 def linux_container_config_to_pb(lc: types.LinuxContainerConfig) -> pb.LinuxContainerConfig:
     m = pb.LinuxContainerConfig()
-    if lc.resources is not None:
-        m.resources.CopyFrom(linux_resources_to_pb(lc.resources))
-    if lc.security_context is not None:
-        m.security_context.CopyFrom(container_security_context_to_pb(lc.security_context))
+    _put(m, "resources", lc.resources, linux_resources_to_pb)
+    _put(m, "security_context", lc.security_context, container_security_context_to_pb)
     return m
 
 
 def linux_container_config_from_pb(m: pb.LinuxContainerConfig) -> types.LinuxContainerConfig:
     return types.LinuxContainerConfig(
-        resources=linux_resources_from_pb(m.resources) if m.HasField("resources") else None,
-        security_context=(
-            container_security_context_from_pb(m.security_context) if m.HasField("security_context") else None
-        ),
+        resources=_get(m, "resources", linux_resources_from_pb),
+        security_context=_get(m, "security_context", container_security_context_from_pb),
     )
 
 
@@ -497,8 +491,7 @@ def container_config_to_pb(c: types.ContainerConfig) -> pb.ContainerConfig:
         stdin_once=c.stdin_once,
         tty=c.tty,
     )
-    if c.linux is not None:
-        m.linux.CopyFrom(linux_container_config_to_pb(c.linux))
+    _put(m, "linux", c.linux, linux_container_config_to_pb)
     return m
 
 
@@ -518,14 +511,18 @@ def container_config_from_pb(m: pb.ContainerConfig) -> types.ContainerConfig:
         stdin=m.stdin,
         stdin_once=m.stdin_once,
         tty=m.tty,
-        linux=linux_container_config_from_pb(m.linux) if m.HasField("linux") else None,
+        linux=_get(m, "linux", linux_container_config_from_pb),
     )
 
 
-def container_to_pb(c: types.Container) -> pb.Container:
-    m = pb.Container(
+def _container_state(value: int) -> types.ContainerState:
+    return _enum(types.ContainerState, value, types.ContainerState.UNKNOWN)
+
+
+def _container_to_pb(cls: type[_M], c: types.Container | types.ContainerStatus, **fields: Any) -> _M:
+    """A listed container or a container status: what both carry (same names in both messages), plus `fields`."""
+    m = cls(
         id=c.id,
-        pod_sandbox_id=c.pod_sandbox_id,
         image=pb.ImageSpec(image=c.image),
         image_ref=c.image_ref,
         image_id=c.image_id,
@@ -533,68 +530,59 @@ def container_to_pb(c: types.Container) -> pb.Container:
         created_at=c.created_at,
         labels=_map(c.labels),
         annotations=_map(c.annotations),
+        **fields,
     )
-    if c.metadata is not None:
-        m.metadata.CopyFrom(container_metadata_to_pb(c.metadata))
+    _put(m, "metadata", c.metadata, container_metadata_to_pb)
     return m
 
 
+def _container_from_pb(m: pb.Container | pb.ContainerStatus) -> dict[str, Any]:
+    """What a listed container and a container status both carry, as keyword arguments of either type."""
+    return {
+        "id": m.id,
+        "metadata": _get(m, "metadata", container_metadata_from_pb),
+        "image": m.image.image,
+        "image_ref": m.image_ref,
+        "image_id": m.image_id,
+        "state": _container_state(m.state),
+        "created_at": m.created_at,
+        "labels": _map(m.labels),
+        "annotations": _map(m.annotations),
+    }
+
+
+def container_to_pb(c: types.Container) -> pb.Container:
+    return _container_to_pb(pb.Container, c, pod_sandbox_id=c.pod_sandbox_id)
+
+
 def container_from_pb(m: pb.Container) -> types.Container:
-    return types.Container(
-        id=m.id,
-        pod_sandbox_id=m.pod_sandbox_id,
-        metadata=container_metadata_from_pb(m.metadata) if m.HasField("metadata") else None,
-        image=m.image.image,
-        image_ref=m.image_ref,
-        image_id=m.image_id,
-        state=_enum(types.ContainerState, m.state, types.ContainerState.UNKNOWN),
-        created_at=m.created_at,
-        labels=_map(m.labels),
-        annotations=_map(m.annotations),
-    )
+    return types.Container(**_container_from_pb(m), pod_sandbox_id=m.pod_sandbox_id)
 
 
 def container_status_to_pb(s: types.ContainerStatus) -> pb.ContainerStatus:
-    m = pb.ContainerStatus(
-        id=s.id,
-        state=int(s.state),
-        created_at=s.created_at,
+    m = _container_to_pb(
+        pb.ContainerStatus,
+        s,
         started_at=s.started_at,
         finished_at=s.finished_at,
         exit_code=s.exit_code,
-        image=pb.ImageSpec(image=s.image),
-        image_ref=s.image_ref,
-        image_id=s.image_id,
         reason=s.reason,
         message=s.message,
-        labels=_map(s.labels),
-        annotations=_map(s.annotations),
         mounts=[mount_to_pb(x) for x in s.mounts],
         log_path=s.log_path,
     )
-    if s.metadata is not None:
-        m.metadata.CopyFrom(container_metadata_to_pb(s.metadata))
-    if s.resources is not None:
-        m.resources.linux.CopyFrom(linux_resources_to_pb(s.resources))
+    _put(m.resources, "linux", s.resources, linux_resources_to_pb)
     return m
 
 
 def container_status_from_pb(m: pb.ContainerStatus) -> types.ContainerStatus:
     return types.ContainerStatus(
-        id=m.id,
-        metadata=container_metadata_from_pb(m.metadata) if m.HasField("metadata") else None,
-        state=_enum(types.ContainerState, m.state, types.ContainerState.UNKNOWN),
-        created_at=m.created_at,
+        **_container_from_pb(m),
         started_at=m.started_at,
         finished_at=m.finished_at,
         exit_code=m.exit_code,
-        image=m.image.image,
-        image_ref=m.image_ref,
-        image_id=m.image_id,
         reason=m.reason,
         message=m.message,
-        labels=_map(m.labels),
-        annotations=_map(m.annotations),
         mounts=tuple(mount_from_pb(x) for x in m.mounts),
         log_path=m.log_path,
         resources=linux_resources_from_pb(m.resources.linux)
@@ -612,9 +600,7 @@ def container_filter_to_pb(f: types.ContainerFilter) -> pb.ContainerFilter:
 def container_filter_from_pb(m: pb.ContainerFilter) -> types.ContainerFilter:
     return types.ContainerFilter(
         id=m.id,
-        state=(
-            _enum(types.ContainerState, m.state.state, types.ContainerState.UNKNOWN) if m.HasField("state") else None
-        ),
+        state=_container_state(m.state.state) if m.HasField("state") else None,
         pod_sandbox_id=m.pod_sandbox_id,
         label_selector=_map(m.label_selector),
     )
@@ -662,8 +648,7 @@ def image_to_pb(i: types.Image) -> pb.Image:
         username=i.username,
         pinned=i.pinned,
     )
-    if i.uid is not None:
-        m.uid.value = i.uid
+    _put_wrapped(m, "uid", i.uid)
     return m
 
 
@@ -673,7 +658,7 @@ def image_from_pb(m: pb.Image) -> types.Image:
         repo_tags=_tuple(m.repo_tags),
         repo_digests=_tuple(m.repo_digests),
         size=m.size,
-        uid=m.uid.value if m.HasField("uid") else None,
+        uid=_wrapped(m, "uid"),
         username=m.username,
         pinned=m.pinned,
     )
@@ -681,10 +666,8 @@ def image_from_pb(m: pb.Image) -> types.Image:
 
 def filesystem_usage_to_pb(u: types.FilesystemUsage) -> pb.FilesystemUsage:
     m = pb.FilesystemUsage(timestamp=u.timestamp, fs_id=pb.FilesystemIdentifier(mountpoint=u.mountpoint))
-    if u.used_bytes is not None:
-        m.used_bytes.value = u.used_bytes
-    if u.inodes_used is not None:
-        m.inodes_used.value = u.inodes_used
+    _put_wrapped(m, "used_bytes", u.used_bytes)
+    _put_wrapped(m, "inodes_used", u.inodes_used)
     return m
 
 
@@ -692,8 +675,8 @@ def filesystem_usage_from_pb(m: pb.FilesystemUsage) -> types.FilesystemUsage:
     return types.FilesystemUsage(
         mountpoint=m.fs_id.mountpoint,
         timestamp=m.timestamp,
-        used_bytes=m.used_bytes.value if m.HasField("used_bytes") else None,
-        inodes_used=m.inodes_used.value if m.HasField("inodes_used") else None,
+        used_bytes=_wrapped(m, "used_bytes"),
+        inodes_used=_wrapped(m, "inodes_used"),
     )
 
 
@@ -714,21 +697,6 @@ def image_fs_info_from_pb(m: pb.ImageFsInfoResponse) -> types.ImageFsInfo:
 # ---------------------------------------------------------------------------------------------- stats
 
 
-def _u64(m: Message, field: str) -> int | None:
-    """An unset `UInt64Value` field is None; a set one is its value (zero included)."""
-    return getattr(m, field).value if m.HasField(field) else None
-
-
-def _put_u64(m: Message, field: str, value: int | None) -> None:
-    if value is not None:
-        getattr(m, field).value = value
-
-
-def _put_u64s(m: Message, source: object, fields: Iterable[str]) -> None:
-    for field in fields:
-        _put_u64(m, field, getattr(source, field))
-
-
 _CPU_FIELDS = ("usage_core_nano_seconds", "usage_nano_cores")
 _MEMORY_FIELDS = (
     "working_set_bytes",
@@ -740,148 +708,141 @@ _MEMORY_FIELDS = (
 )
 _SWAP_FIELDS = ("swap_available_bytes", "swap_usage_bytes")
 _INTERFACE_FIELDS = ("rx_bytes", "rx_errors", "tx_bytes", "tx_errors")
+_PROCESS_FIELDS = ("process_count",)
+
+
+def _usage_to_pb(cls: type[_M], u: object, key: str, fields: Iterable[str]) -> _M:
+    """A usage message: its `key` field (timestamp or name) and wrapped integers, unset where `u` has None."""
+    m = cls(**{key: getattr(u, key)})
+    for field in fields:
+        _put_wrapped(m, field, getattr(u, field))
+    return m
+
+
+def _usage_from_pb(cls: type[_T], m: Message, key: str, fields: Iterable[str]) -> _T:
+    return cls(**{key: getattr(m, key)}, **{field: _wrapped(m, field) for field in fields})
 
 
 def cpu_usage_to_pb(u: types.CpuUsage) -> pb.CpuUsage:
-    m = pb.CpuUsage(timestamp=u.timestamp)
-    _put_u64s(m, u, _CPU_FIELDS)
-    return m
+    return _usage_to_pb(pb.CpuUsage, u, "timestamp", _CPU_FIELDS)
 
 
 def cpu_usage_from_pb(m: pb.CpuUsage) -> types.CpuUsage:
-    return types.CpuUsage(timestamp=m.timestamp, **{f: _u64(m, f) for f in _CPU_FIELDS})
+    return _usage_from_pb(types.CpuUsage, m, "timestamp", _CPU_FIELDS)
 
 
 def memory_usage_to_pb(u: types.MemoryUsage) -> pb.MemoryUsage:
-    m = pb.MemoryUsage(timestamp=u.timestamp)
-    _put_u64s(m, u, _MEMORY_FIELDS)
-    return m
+    return _usage_to_pb(pb.MemoryUsage, u, "timestamp", _MEMORY_FIELDS)
 
 
 def memory_usage_from_pb(m: pb.MemoryUsage) -> types.MemoryUsage:
-    return types.MemoryUsage(timestamp=m.timestamp, **{f: _u64(m, f) for f in _MEMORY_FIELDS})
+    return _usage_from_pb(types.MemoryUsage, m, "timestamp", _MEMORY_FIELDS)
 
 
 def swap_usage_to_pb(u: types.SwapUsage) -> pb.SwapUsage:
-    m = pb.SwapUsage(timestamp=u.timestamp)
-    _put_u64s(m, u, _SWAP_FIELDS)
-    return m
+    return _usage_to_pb(pb.SwapUsage, u, "timestamp", _SWAP_FIELDS)
 
 
 def swap_usage_from_pb(m: pb.SwapUsage) -> types.SwapUsage:
-    return types.SwapUsage(timestamp=m.timestamp, **{f: _u64(m, f) for f in _SWAP_FIELDS})
+    return _usage_from_pb(types.SwapUsage, m, "timestamp", _SWAP_FIELDS)
 
 
 def network_interface_usage_to_pb(u: types.NetworkInterfaceUsage) -> pb.NetworkInterfaceUsage:
-    m = pb.NetworkInterfaceUsage(name=u.name)
-    _put_u64s(m, u, _INTERFACE_FIELDS)
-    return m
+    return _usage_to_pb(pb.NetworkInterfaceUsage, u, "name", _INTERFACE_FIELDS)
 
 
 def network_interface_usage_from_pb(m: pb.NetworkInterfaceUsage) -> types.NetworkInterfaceUsage:
-    return types.NetworkInterfaceUsage(name=m.name, **{f: _u64(m, f) for f in _INTERFACE_FIELDS})
+    return _usage_from_pb(types.NetworkInterfaceUsage, m, "name", _INTERFACE_FIELDS)
 
 
 def network_usage_to_pb(u: types.NetworkUsage) -> pb.NetworkUsage:
     m = pb.NetworkUsage(timestamp=u.timestamp, interfaces=[network_interface_usage_to_pb(i) for i in u.interfaces])
-    if u.default_interface is not None:
-        m.default_interface.CopyFrom(network_interface_usage_to_pb(u.default_interface))
+    _put(m, "default_interface", u.default_interface, network_interface_usage_to_pb)
     return m
 
 
 def network_usage_from_pb(m: pb.NetworkUsage) -> types.NetworkUsage:
     return types.NetworkUsage(
         timestamp=m.timestamp,
-        default_interface=(
-            network_interface_usage_from_pb(m.default_interface) if m.HasField("default_interface") else None
-        ),
+        default_interface=_get(m, "default_interface", network_interface_usage_from_pb),
         interfaces=tuple(network_interface_usage_from_pb(i) for i in m.interfaces),
     )
 
 
 def process_usage_to_pb(u: types.ProcessUsage) -> pb.ProcessUsage:
-    m = pb.ProcessUsage(timestamp=u.timestamp)
-    _put_u64(m, "process_count", u.process_count)
-    return m
+    return _usage_to_pb(pb.ProcessUsage, u, "timestamp", _PROCESS_FIELDS)
 
 
 def process_usage_from_pb(m: pb.ProcessUsage) -> types.ProcessUsage:
-    return types.ProcessUsage(timestamp=m.timestamp, process_count=_u64(m, "process_count"))
+    return _usage_from_pb(types.ProcessUsage, m, "timestamp", _PROCESS_FIELDS)
+
+
+def _attributes_to_pb(cls: type[_M], s: types.ContainerStats | types.PodSandboxStats,
+                      metadata_to_pb: Callable[[Any], Message]) -> _M:
+    """The `attributes` of a container's or a sandbox's stats: whose numbers they are."""
+    m = cls(id=s.id, labels=_map(s.labels), annotations=_map(s.annotations))
+    _put(m, "metadata", s.metadata, metadata_to_pb)
+    return m
+
+
+def _attributes_from_pb(m: pb.ContainerAttributes | pb.PodSandboxAttributes,
+                        metadata_from_pb: Callable[[Any], Any]) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "metadata": _get(m, "metadata", metadata_from_pb),
+        "labels": _map(m.labels),
+        "annotations": _map(m.annotations),
+    }
 
 
 def container_stats_to_pb(s: types.ContainerStats) -> pb.ContainerStats:
-    m = pb.ContainerStats(
-        attributes=pb.ContainerAttributes(id=s.id, labels=_map(s.labels), annotations=_map(s.annotations))
-    )
-    if s.metadata is not None:
-        m.attributes.metadata.CopyFrom(container_metadata_to_pb(s.metadata))
-    if s.cpu is not None:
-        m.cpu.CopyFrom(cpu_usage_to_pb(s.cpu))
-    if s.memory is not None:
-        m.memory.CopyFrom(memory_usage_to_pb(s.memory))
-    if s.writable_layer is not None:
-        m.writable_layer.CopyFrom(filesystem_usage_to_pb(s.writable_layer))
-    if s.swap is not None:
-        m.swap.CopyFrom(swap_usage_to_pb(s.swap))
+    m = pb.ContainerStats(attributes=_attributes_to_pb(pb.ContainerAttributes, s, container_metadata_to_pb))
+    _put(m, "cpu", s.cpu, cpu_usage_to_pb)
+    _put(m, "memory", s.memory, memory_usage_to_pb)
+    _put(m, "writable_layer", s.writable_layer, filesystem_usage_to_pb)
+    _put(m, "swap", s.swap, swap_usage_to_pb)
     return m
 
 
 def container_stats_from_pb(m: pb.ContainerStats) -> types.ContainerStats:
-    a = m.attributes
     return types.ContainerStats(
-        id=a.id,
-        metadata=container_metadata_from_pb(a.metadata) if a.HasField("metadata") else None,
-        labels=_map(a.labels),
-        annotations=_map(a.annotations),
-        cpu=cpu_usage_from_pb(m.cpu) if m.HasField("cpu") else None,
-        memory=memory_usage_from_pb(m.memory) if m.HasField("memory") else None,
-        writable_layer=filesystem_usage_from_pb(m.writable_layer) if m.HasField("writable_layer") else None,
-        swap=swap_usage_from_pb(m.swap) if m.HasField("swap") else None,
+        **_attributes_from_pb(m.attributes, container_metadata_from_pb),
+        cpu=_get(m, "cpu", cpu_usage_from_pb),
+        memory=_get(m, "memory", memory_usage_from_pb),
+        writable_layer=_get(m, "writable_layer", filesystem_usage_from_pb),
+        swap=_get(m, "swap", swap_usage_from_pb),
     )
 
 
 def linux_sandbox_stats_to_pb(s: types.LinuxPodSandboxStats) -> pb.LinuxPodSandboxStats:
     m = pb.LinuxPodSandboxStats(containers=[container_stats_to_pb(c) for c in s.containers])
-    if s.cpu is not None:
-        m.cpu.CopyFrom(cpu_usage_to_pb(s.cpu))
-    if s.memory is not None:
-        m.memory.CopyFrom(memory_usage_to_pb(s.memory))
-    if s.network is not None:
-        m.network.CopyFrom(network_usage_to_pb(s.network))
-    if s.process is not None:
-        m.process.CopyFrom(process_usage_to_pb(s.process))
+    _put(m, "cpu", s.cpu, cpu_usage_to_pb)
+    _put(m, "memory", s.memory, memory_usage_to_pb)
+    _put(m, "network", s.network, network_usage_to_pb)
+    _put(m, "process", s.process, process_usage_to_pb)
     return m
 
 
 def linux_sandbox_stats_from_pb(m: pb.LinuxPodSandboxStats) -> types.LinuxPodSandboxStats:
     return types.LinuxPodSandboxStats(
-        cpu=cpu_usage_from_pb(m.cpu) if m.HasField("cpu") else None,
-        memory=memory_usage_from_pb(m.memory) if m.HasField("memory") else None,
-        network=network_usage_from_pb(m.network) if m.HasField("network") else None,
-        process=process_usage_from_pb(m.process) if m.HasField("process") else None,
+        cpu=_get(m, "cpu", cpu_usage_from_pb),
+        memory=_get(m, "memory", memory_usage_from_pb),
+        network=_get(m, "network", network_usage_from_pb),
+        process=_get(m, "process", process_usage_from_pb),
         containers=tuple(container_stats_from_pb(c) for c in m.containers),
     )
 
 
 def sandbox_stats_to_pb(s: types.PodSandboxStats) -> pb.PodSandboxStats:
-    m = pb.PodSandboxStats(
-        attributes=pb.PodSandboxAttributes(id=s.id, labels=_map(s.labels), annotations=_map(s.annotations))
-    )
-    if s.metadata is not None:
-        m.attributes.metadata.CopyFrom(sandbox_metadata_to_pb(s.metadata))
-    if s.linux is not None:
-        m.linux.CopyFrom(linux_sandbox_stats_to_pb(s.linux))
+    m = pb.PodSandboxStats(attributes=_attributes_to_pb(pb.PodSandboxAttributes, s, sandbox_metadata_to_pb))
+    _put(m, "linux", s.linux, linux_sandbox_stats_to_pb)
     return m
 
 
 def sandbox_stats_from_pb(m: pb.PodSandboxStats) -> types.PodSandboxStats:
-    a = m.attributes
     return types.PodSandboxStats(
-        id=a.id,
-        metadata=sandbox_metadata_from_pb(a.metadata) if a.HasField("metadata") else None,
-        labels=_map(a.labels),
-        annotations=_map(a.annotations),
-        linux=linux_sandbox_stats_from_pb(m.linux) if m.HasField("linux") else None,
+        **_attributes_from_pb(m.attributes, sandbox_metadata_from_pb),
+        linux=_get(m, "linux", linux_sandbox_stats_from_pb),
     )
 
 

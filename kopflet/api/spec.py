@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kopflet import gotext
+from kopflet.api import times, validation
 
 RESTART_ALWAYS = "Always"
 RESTART_ON_FAILURE = "OnFailure"
@@ -60,8 +61,6 @@ CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
 
 # Names flow into runtime labels and into paths (/var/log/pods/<ns>_<pod>_<uid>/<container>/), so they are
 # checked as the apiserver would, even though API-delivered pods are already valid.
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -335,10 +334,12 @@ def pod_from_body(body: Mapping[str, Any]) -> Pod:
     """Parse a Pod API body (a plain mapping) into a `Pod`, or raise `SpecError` naming the bad field."""
     body = _mapping(body, "")
     metadata = _mapping(body.get("metadata"), "metadata", required=True)
-    name = _name(metadata.get("name"), "metadata.name", _DNS1123_SUBDOMAIN, 253, "a lowercase RFC 1123 subdomain")
+    name = _name(metadata.get("name"), "metadata.name", validation.DNS1123_SUBDOMAIN,
+                 validation.DNS1123_SUBDOMAIN_MAX_LENGTH, "a lowercase RFC 1123 subdomain")
     raw_namespace = metadata.get("namespace")
     namespace = DEFAULT_NAMESPACE if raw_namespace in (None, "") else _name(
-        raw_namespace, "metadata.namespace", _DNS1123_LABEL, 63, "a lowercase RFC 1123 label")
+        raw_namespace, "metadata.namespace", validation.DNS1123_LABEL, validation.DNS1123_LABEL_MAX_LENGTH,
+        "a lowercase RFC 1123 label")
     uid = _name(metadata.get("uid"), "metadata.uid", _UID, 128, "letters, digits, '.', '_' or '-'")
     spec_body = _mapping(body.get("spec"), "spec", required=True)
     return Pod(
@@ -428,7 +429,8 @@ def _container(value: Any, path: str, *, kind: str) -> ContainerSpec:
     """One container; `kind` is ``init``, ``regular`` or ``ephemeral`` (which restartPolicy values are allowed,
     whether targetContainerName is read)."""
     body = _mapping(value, path)
-    name = _name(body.get("name"), f"{path}.name", _DNS1123_LABEL, 63, "a lowercase RFC 1123 label")
+    name = _name(body.get("name"), f"{path}.name", validation.DNS1123_LABEL, validation.DNS1123_LABEL_MAX_LENGTH,
+                 "a lowercase RFC 1123 label")
     image = _str(body.get("image"), f"{path}.image", required=True)
     if image != image.strip():
         raise SpecError(f"{path}.image", f"Invalid value: {image!r}: must not have leading or trailing whitespace")
@@ -658,15 +660,11 @@ def _name(value: Any, path: str, pattern: re.Pattern[str], max_length: int, what
 def _timestamp(value: Any, path: str) -> datetime.datetime | None:
     if value is None:
         return None
-    if isinstance(value, datetime.datetime):  # some clients hand over parsed timestamps
-        parsed = value
-    else:
-        text = _str(value, path, required=True)
-        try:
-            parsed = datetime.datetime.fromisoformat(text)
-        except ValueError:
-            raise SpecError(path, f"Invalid value: {text!r}: must be an RFC 3339 timestamp") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
+    parsed = times.parse_timestamp(value)
+    if parsed is None:
+        text = _str(value, path, required=True)  # an empty or non-string value fails here with its own message
+        raise SpecError(path, f"Invalid value: {text!r}: must be an RFC 3339 timestamp")
+    return parsed
 
 
 def _plain(value: Any) -> Any:

@@ -12,7 +12,7 @@ import logging
 import uuid
 from typing import Any
 
-from kopflet.api import spec
+from kopflet.api import spec, times
 from kopflet.client.kubeapi import API_ERRORS, KubeApiError, KubeClient
 
 logger = logging.getLogger(__name__)
@@ -44,8 +44,7 @@ class EventRecorder:
         task.add_done_callback(self._tasks.discard)
 
     async def _post(self, namespace: str, involved: dict[str, str], type_: str, reason: str, message: str) -> None:
-        now = datetime.datetime.now(datetime.UTC)
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = times.timestamp(datetime.datetime.now(datetime.UTC))
         key = (involved["uid"], involved.get("fieldPath", ""), type_, reason, message)
         loop_now = asyncio.get_running_loop().time()
         try:

@@ -233,7 +233,7 @@ class KubeClient:
         obj = await self.get_secret(namespace, name)
         if obj is None:
             return None
-        return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        return secret_bytes(obj)
 
     # -------------------------------------------------------------------------------------------- events
 
@@ -243,6 +243,11 @@ class KubeClient:
     async def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         return await self.request("PATCH", f"/api/v1/namespaces/{q(namespace)}/events/{q(name)}",
                                   body=patch, content_type=STRATEGIC_MERGE)
+
+
+def secret_bytes(secret: Mapping[str, Any]) -> dict[str, bytes]:
+    """A Secret object's ``data``, decoded from base64 (binascii.Error or TypeError when it is not base64)."""
+    return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
 
 
 def q(segment: str) -> str:

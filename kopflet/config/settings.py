@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from kopflet import gotext, paths
-from kopflet.api import qos
+from kopflet.api import qos, validation
 from kopflet.lifecycle import admission
 
 # The upstream kubelet's default CRI endpoint for containerd.
@@ -51,9 +51,6 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # Resources the kubelet accepts in systemReserved / kubeReserved (pkg/kubelet: parseResourceList).
 RESERVABLE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pid")
 
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -305,7 +302,7 @@ def _csv(text: str) -> list[str]:
 
 def _domain(text: str) -> str:
     domain = text.strip().rstrip(".").lower()
-    if len(domain) > 253 or not _SUBDOMAIN.match(domain):
+    if not validation.is_dns1123_subdomain(domain):
         raise _Invalid(f"{_show(text)} is not a valid DNS domain")
     return domain
 
@@ -342,16 +339,16 @@ def check_label_key(key: str) -> None:
     if key.count("/") > 1:
         raise _Invalid(f"invalid label key {_show(key)}: at most one '/'")
     prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
+    if slash and not validation.is_dns1123_subdomain(prefix):
         raise _Invalid(f"invalid label key {_show(key)}: the prefix must be a lowercase DNS subdomain")
-    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+    if not validation.is_qualified_name_part(name):
         raise _Invalid(f"invalid label key {_show(key)}: the name must be 1-63 characters of [A-Za-z0-9-_.], "
                        f"starting and ending with a letter or digit")
 
 
 def check_label_value(key: str, value: str) -> None:
     """``validation.IsValidLabelValue``: empty, or up to 63 characters like a label name."""
-    if value and (len(value) > 63 or not _QUALIFIED_NAME.match(value)):
+    if not validation.is_label_value(value):
         raise _Invalid(f"invalid value {_show(value)} for {_show(key)}: at most 63 characters of [A-Za-z0-9-_.], "
                        f"starting and ending with a letter or digit")
 
@@ -889,7 +886,7 @@ def _node_name(flag: str | None, environ: Mapping[str, str], hostname: str) -> s
                   (LEGACY_NODE_NAME_ENV, environ.get(LEGACY_NODE_NAME_ENV)), ("the hostname", hostname)]
     source, raw = next(((s, v) for s, v in candidates if v and v.strip()), ("the hostname", hostname))
     name = (raw or "").strip().lower()
-    if not name or len(name) > 253 or not _SUBDOMAIN.match(name):
+    if not validation.is_dns1123_subdomain(name):
         raise ConfigError(f"{source}: {_show(raw)} is not a valid node name "
                           f"(a lowercase RFC 1123 subdomain of at most 253 characters)")
     return name

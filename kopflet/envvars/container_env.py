@@ -25,15 +25,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kopflet import gotext
-from kopflet.api import qos, spec
+from kopflet.api import qos, spec, validation
 
 _OPERATOR = "$"
 _OPENER = "("
 _CLOSER = ")"
 
 _SUBSCRIPTED = re.compile(r"^(metadata\.(?:labels|annotations))\['(.*)'\]$")
-_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # Defaulted from node allocatable when the container sets no limit (upstream MergeContainerResourceLimits).
 _DEFAULTED_LIMITS = ("cpu", "memory", "ephemeral-storage")
 
@@ -127,20 +125,10 @@ def _add_name(names: set[str], ref: Any) -> None:
 # ------------------------------------------------------------------------------------------ resolution
 
 
-def resolve_env(pod: spec.Pod, container: spec.ContainerSpec, *,
-                config_maps: Mapping[str, Mapping[str, str] | None],
-                secrets: Mapping[str, Mapping[str, str] | None],
-                node_name: str = "",
-                host_ip: str = "",
-                host_ips: Sequence[str] = (),
-                pod_ip: str = "",
-                pod_ips: Sequence[str] = (),
-                service_env: Mapping[str, str] | None = None,
-                node_allocatable: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
-    """The container's environment as (name, value) pairs, names unique; see `build_env`."""
-    return list(build_env(pod, container, config_maps=config_maps, secrets=secrets, node_name=node_name,
-                          host_ip=host_ip, host_ips=host_ips, pod_ip=pod_ip, pod_ips=pod_ips,
-                          service_env=service_env, node_allocatable=node_allocatable).env)
+def resolve_env(pod: spec.Pod, container: spec.ContainerSpec, **inputs: Any) -> list[tuple[str, str]]:
+    """The container's environment as (name, value) pairs, names unique: `build_env` (which takes the keyword
+    `inputs`) without its warnings."""
+    return list(build_env(pod, container, **inputs).env)
 
 
 def build_env(pod: spec.Pod, container: spec.ContainerSpec, *,
@@ -314,9 +302,9 @@ def _qualified_name_errors(name: str) -> list[str]:
     """Upstream `IsQualifiedName`, reduced to its verdicts (messages shortened)."""
     prefix, slash, local = name.rpartition("/")
     errors = []
-    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+    if slash and not validation.is_dns1123_subdomain(prefix):
         errors.append("prefix part must be a lowercase RFC 1123 subdomain")
-    if not local or len(local) > 63 or not _QUALIFIED_NAME_PART.match(local):
+    if not validation.is_qualified_name_part(local):
         errors.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
                       "end with an alphanumeric character, at most 63 characters")
     return errors

@@ -10,7 +10,6 @@ reaches the runtime.
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import dataclasses
 import logging
@@ -23,7 +22,7 @@ from kopflet import gotext
 from kopflet.api import spec
 from kopflet.api.events import NORMAL, WARNING
 from kopflet.client.events import EventRecorder
-from kopflet.client.kubeapi import API_ERRORS, KubeClient
+from kopflet.client.kubeapi import API_ERRORS, KubeClient, secret_bytes
 from kopflet.images import credentials, imageref
 
 logger = logging.getLogger(__name__)
@@ -156,7 +155,7 @@ class ImageManager:
                 failed.append(name)
                 continue
             try:
-                data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+                data = secret_bytes(obj)
             except (binascii.Error, TypeError, ValueError):
                 failed.append(name)
                 continue

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cri_client import types as cri
 from kopflet import paths
-from kopflet.api import spec
+from kopflet.api import spec, validation
 from kopflet.container import labels
 
 DEFAULT_DNS_OPTIONS = ("ndots:5",)
@@ -32,7 +31,7 @@ DEFAULT_DNS_OPTIONS = ("ndots:5",)
 MAX_DNS_NAMESERVERS = 3
 MAX_DNS_SEARCH_PATHS = 32
 MAX_DNS_SEARCH_LIST_CHARS = 2048
-MAX_DNS_SEARCH_PATH_LENGTH = 253  # DNS1123SubdomainMaxLength: longer paths make glibc abort()
+MAX_DNS_SEARCH_PATH_LENGTH = validation.DNS1123_SUBDOMAIN_MAX_LENGTH  # longer paths make glibc abort()
 
 HOSTNAME_MAX_LENGTH = 63
 FQDN_MAX_LENGTH = 64
@@ -40,16 +39,6 @@ FQDN_MAX_LENGTH = 64
 REASON_MISSING_CLUSTER_DNS = "MissingClusterDNS"
 REASON_DNS_CONFIG_FORMING = "DNSConfigForming"
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_LABEL_MESSAGE = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-                          "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
-                          "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS1123_SUBDOMAIN_MAX_LENGTH = 253
-_DNS1123_SUBDOMAIN_MESSAGE = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start "
-    "and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
 _PROTOCOLS = {"TCP": cri.Protocol.TCP, "UDP": cri.Protocol.UDP, "SCTP": cri.Protocol.SCTP}
 
 
@@ -234,22 +223,14 @@ def _fit_searches(searches: list[str]) -> tuple[list[str], SandboxWarning | None
 # -------------------------------------------------------------------------------------------- hostname
 
 
-def _dns_errors(value: str, pattern: re.Pattern[str], max_length: int, message: str) -> str:
-    """Upstream IsDNS1123Label/IsDNS1123Subdomain, joined with ";" as the kubelet's messages join them."""
-    errors = []
-    if len(value) > max_length:
-        errors.append(f"must be no more than {max_length} characters")
-    if not pattern.match(value):
-        errors.append(message)
-    return ";".join(errors)
-
-
 def _label_errors(value: str) -> str:
-    return _dns_errors(value, _DNS1123_LABEL, HOSTNAME_MAX_LENGTH, _DNS1123_LABEL_MESSAGE)
+    """Upstream IsDNS1123Label, joined with ";" as the kubelet's messages join them."""
+    return ";".join(validation.dns1123_label_errors(value))
 
 
 def _subdomain_errors(value: str) -> str:
-    return _dns_errors(value, _DNS1123_SUBDOMAIN, _DNS1123_SUBDOMAIN_MAX_LENGTH, _DNS1123_SUBDOMAIN_MESSAGE)
+    """Upstream IsDNS1123Subdomain, joined with ";" as the kubelet's messages join them."""
+    return ";".join(validation.dns1123_subdomain_errors(value))
 
 
 def truncate_hostname(pod_name: str, hostname: str) -> str:

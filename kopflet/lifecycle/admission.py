@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import Any
 
 from kopflet import gotext
-from kopflet.api import qos, spec
+from kopflet.api import qos, spec, validation
 
 REJECTED_PREFIX = "Pod was rejected: "
 
@@ -305,7 +305,7 @@ def is_extended_resource(name: str) -> bool:
     """Upstream `IsExtendedResourceName`: a qualified ``domain/name`` outside ``kubernetes.io``."""
     if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
         return False
-    return _is_qualified_name(f"requests.{name}")
+    return validation.is_qualified_name(f"requests.{name}")
 
 
 def is_scalar_resource(name: str) -> bool:
@@ -424,20 +424,6 @@ def _check_resources(pod: spec.Pod, node: NodeInfo, admitted: Sequence[spec.Pod]
 # ------------------------------------------------------------------------------------------ node affinity
 
 _INT64 = re.compile(r"^[+-]?[0-9]+$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-def _is_qualified_name(text: str) -> bool:
-    """apimachinery `IsQualifiedName`: ``[prefix/]name``, prefix a DNS subdomain, name at most 63 chars."""
-    prefix, slash, name = text.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
-        return False
-    return 0 < len(name) <= 63 and _LABEL_NAME.match(name) is not None
-
-
-def _is_label_value(text: str) -> bool:
-    return text == "" or (len(text) <= 63 and _LABEL_NAME.match(text) is not None)
 
 
 def _int64(text: str) -> int | None:
@@ -451,7 +437,7 @@ def _int64(text: str) -> int | None:
 def _label_requirement(expr: Mapping[str, Any]) -> tuple[str, str, tuple[str, ...]] | None:
     """A parsed matchExpressions entry (`labels.NewRequirement`), or None when upstream fails to parse it."""
     key, operator, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-    if not isinstance(key, str) or not _is_qualified_name(key) or not isinstance(values, list):
+    if not isinstance(key, str) or not validation.is_qualified_name(key) or not isinstance(values, list):
         return None
     if not all(isinstance(v, str) for v in values):
         return None
@@ -463,7 +449,7 @@ def _label_requirement(expr: Mapping[str, Any]) -> tuple[str, str, tuple[str, ..
         ok = len(values) == 1 and _int64(values[0]) is not None
     else:
         ok = False
-    if not ok or not all(_is_label_value(v) for v in values):
+    if not ok or not all(validation.is_label_value(v) for v in values):
         return None
     return key, operator, tuple(values)
 

@@ -18,7 +18,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from kopflet.api import spec
+from kopflet.api import spec, times
 
 REASON = "DeadlineExceeded"
 MESSAGE = "Pod was active on the node longer than the specified deadline"
@@ -27,16 +27,7 @@ MESSAGE = "Pod was active on the node longer than the specified deadline"
 
 def start_time(pod_status: Mapping[str, Any]) -> datetime.datetime | None:
     """``status.startTime`` as an aware datetime (None when missing or unreadable)."""
-    value = pod_status.get("startTime")
-    if isinstance(value, datetime.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
+    return times.parse_timestamp(pod_status.get("startTime"))
 
 
 def time_left(pod: spec.Pod, started: datetime.datetime | None, now: datetime.datetime) -> float | None:

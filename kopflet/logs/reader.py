@@ -67,6 +67,31 @@ def _replaced(path: str, current: os.stat_result) -> bool:
     return (st.st_dev, st.st_ino) != (current.st_dev, current.st_ino)
 
 
+def read_last(path: str, lines: int, max_bytes: int) -> bytes:
+    """The content of the last `lines` entries of a CRI log file, at most its last `max_bytes` (blocking: call it
+    in a thread); OSError when the file cannot be read.
+
+    Upstream readLastStringFromContainerLogs, the FallbackToLogsOnError termination message: ReadLogs with
+    tailLines into a circular buffer, so the message is what `kubectl logs --tail` shows, cut from the front.
+    """
+    fd, st = _open(path)
+    try:
+        offset = _find_tail_start(fd, st.st_size, lines)
+        formatter = LogFormatter(max_entries=lines)
+        kept = bytearray()
+        while not formatter.done:
+            chunk = os.pread(fd, READ_SIZE, offset)
+            if not chunk:
+                break
+            offset += len(chunk)
+            kept += formatter.feed(chunk)
+            del kept[:-max_bytes]
+        kept += formatter.flush()
+        return bytes(kept[-max_bytes:])
+    finally:
+        os.close(fd)
+
+
 async def write_container_logs(
     path: str,
     opts: LogOptions,

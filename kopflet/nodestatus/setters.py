@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cri_client import types as cri
-from kopflet.api import qos
+from kopflet.api import qos, times
 
 # Upstream's default hard eviction thresholds, which allocatable also keeps back.
 DEFAULT_EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%"}
@@ -100,7 +100,7 @@ def conditions(ready: Condition, previous: Sequence[Mapping[str, Any]], now: dat
         "Ready": ready,
     }
     before = {c.get("type"): c for c in previous}
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = times.timestamp(now)
     out = []
     for kind, cond in wanted.items():
         old = before.get(kind)

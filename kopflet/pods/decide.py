@@ -22,7 +22,7 @@ from typing import Any
 
 from kopflet import backoff as backoffs
 from kopflet.allocation import policy
-from kopflet.api import spec
+from kopflet.api import spec, times
 from kopflet.api.events import NORMAL, WARNING
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
@@ -219,7 +219,7 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
     # From here on the pod is the allocated one (upstream: the pod worker runs UpdatePodFromAllocation's pod).
     conditions = _resize_conditions(memory, previous)
     generation = _generation(obs.body)
-    stamp = generate.timestamp(obs.now)
+    stamp = times.timestamp(obs.now)
     allocate, pod = _allocate(obs, pod, conditions, generation, stamp, events)
 
     if deadline.past_active_deadline(pod, deadline.start_time(previous), obs.now):

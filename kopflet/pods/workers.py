@@ -23,14 +23,13 @@ import datetime
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 from cri_client import CriError
 from kopflet import backoff as backoffs
 from kopflet.allocation import policy
 from kopflet.allocation.state import AllocationManager
-from kopflet.api import spec
+from kopflet.api import spec, times
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS
 from kopflet.cm import helpers
@@ -40,6 +39,7 @@ from kopflet.container import podstate
 from kopflet.images.manager import ImageManager
 from kopflet.kuberuntime.executor import PodSyncer
 from kopflet.lifecycle import admission
+from kopflet.logs import reader as logreader
 from kopflet.metrics import KubeletMetrics
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pods import decide
@@ -243,7 +243,9 @@ class PodWorkers:
                             message = f.read(MAX_TERMINATION_MESSAGE).decode(errors="replace")
             if not message and info.exit_code != 0 and \
                     info.termination_message_policy == spec.TERMINATION_MESSAGE_FALLBACK_TO_LOGS and raw.log_path:
-                message = _log_tail(Path(raw.log_path))
+                with contextlib.suppress(OSError):
+                    tail = logreader.read_last(raw.log_path, FALLBACK_LOG_LINES, FALLBACK_LOG_BYTES)
+                    message = tail.decode(errors="replace")
             if message:
                 out[info.id] = message
         return out
@@ -300,9 +302,9 @@ class PodWorkers:
         if self.metrics is None:
             return
         self.metrics.pod_start_duration.observe(max(0.0, now - worker.first_seen))
-        created = _timestamp((worker.body.get("metadata") or {}).get("creationTimestamp"))
+        created = times.parse_timestamp((worker.body.get("metadata") or {}).get("creationTimestamp"))
         if created is not None:
-            self.metrics.pod_start_sli_duration.observe(max(0.0, now - created - pulled))
+            self.metrics.pod_start_sli_duration.observe(max(0.0, now - created.timestamp() - pulled))
 
 
 def _gate_conditions(body: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -320,31 +322,6 @@ def _sync_type(worker: _Worker) -> str:
     if not worker.synced:
         return "create"
     return "update" if worker.updated else "sync"
-
-
-def _timestamp(value: Any) -> float | None:
-    try:
-        return datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() if value else None
-    except ValueError:
-        return None
-
-
-def _log_tail(path: Path) -> str:
-    """The last lines of a CRI log file, message text only (upstream: 80 lines, at most 2 KiB)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(size - 64 * 1024, 0))
-            lines = f.read().decode(errors="replace").splitlines()[-FALLBACK_LOG_LINES:]
-    except OSError:
-        return ""
-    text = ""
-    for line in lines:
-        parts = line.split(" ", 3)  # <time> <stream> <P|F> <message>
-        if len(parts) == 4:
-            text += parts[3] + ("" if parts[2] == "P" else "\n")
-    return text[-FALLBACK_LOG_BYTES:]
 
 
 def _sync_relevant(body: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -22,12 +22,12 @@ Timestamps are nanoseconds since the epoch (ints), as in `cri_client.types`.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from cri_client import types as cri
 from kopflet import metrics
+from kopflet.api import times
 from kopflet.container import labels as kubelabels
 
 NANOS: Final = 1_000_000_000
@@ -340,10 +340,7 @@ def pod_samples(
 
 def rfc3339(ns: int) -> str | None:
     """A metav1.Time as JSON: RFC 3339 in UTC, whole seconds; None (null) for "never"."""
-    if ns <= 0:
-        return None
-    moment = datetime.datetime.fromtimestamp(ns // NANOS, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return times.timestamp(ns) if ns > 0 else None
 
 
 def _put(obj: dict[str, Any], key: str, value: int | None) -> None:
@@ -358,29 +355,35 @@ def _sum(values: Iterable[int | None]) -> int | None:
     return sum(known) if known else None
 
 
-def _cpu(cpu: cri.CpuUsage, fallback_time: int) -> dict[str, Any]:
-    obj: dict[str, Any] = {"time": rfc3339(cpu.timestamp or fallback_time)}
-    _put(obj, "usageNanoCores", cpu.usage_nano_cores)
-    _put(obj, "usageCoreNanoSeconds", cpu.usage_core_nano_seconds)
+# The runtime's numbers by their JSON names, in the order of upstream's structs (which the JSON keeps).
+_CPU_FIELDS = (("usageNanoCores", "usage_nano_cores"), ("usageCoreNanoSeconds", "usage_core_nano_seconds"))
+_MEMORY_FIELDS = (
+    ("availableBytes", "available_bytes"),
+    ("usageBytes", "usage_bytes"),
+    ("workingSetBytes", "working_set_bytes"),
+    ("rssBytes", "rss_bytes"),
+    ("pageFaults", "page_faults"),
+    ("majorPageFaults", "major_page_faults"),
+)
+_SWAP_FIELDS = (("swapAvailableBytes", "swap_available_bytes"), ("swapUsageBytes", "swap_usage_bytes"))
+_RLIMIT_FIELDS = (("maxpid", "max_pid"), ("curproc", "running_processes"))
+_INTERFACE_FIELDS = (
+    ("rxBytes", "rx_bytes"), ("rxErrors", "rx_errors"), ("txBytes", "tx_bytes"), ("txErrors", "tx_errors"),
+)
+
+
+def _with(obj: dict[str, Any], source: object, fields: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """`obj` plus each known number of `source` under its JSON name."""
+    for key, attr in fields:
+        _put(obj, key, getattr(source, attr))
     return obj
 
 
-def _memory(memory: cri.MemoryUsage, fallback_time: int) -> dict[str, Any]:
-    obj: dict[str, Any] = {"time": rfc3339(memory.timestamp or fallback_time)}
-    _put(obj, "availableBytes", memory.available_bytes)
-    _put(obj, "usageBytes", memory.usage_bytes)
-    _put(obj, "workingSetBytes", memory.working_set_bytes)
-    _put(obj, "rssBytes", memory.rss_bytes)
-    _put(obj, "pageFaults", memory.page_faults)
-    _put(obj, "majorPageFaults", memory.major_page_faults)
-    return obj
-
-
-def _swap(swap: cri.SwapUsage, fallback_time: int) -> dict[str, Any]:
-    obj: dict[str, Any] = {"time": rfc3339(swap.timestamp or fallback_time)}
-    _put(obj, "swapAvailableBytes", swap.swap_available_bytes)
-    _put(obj, "swapUsageBytes", swap.swap_usage_bytes)
-    return obj
+def _timed(usage: cri.CpuUsage | cri.MemoryUsage | cri.SwapUsage | Rlimit, fallback_time: int,
+           fields: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """CPUStats, MemoryStats, SwapStats, RlimitStats: the time (`fallback_time` when the runtime gave none), then the
+    known numbers."""
+    return _with({"time": rfc3339(usage.timestamp or fallback_time)}, usage, fields)
 
 
 def _fs(
@@ -404,12 +407,7 @@ def _fs(
 
 
 def _interface(usage: cri.NetworkInterfaceUsage) -> dict[str, Any]:
-    obj: dict[str, Any] = {"name": usage.name}
-    _put(obj, "rxBytes", usage.rx_bytes)
-    _put(obj, "rxErrors", usage.rx_errors)
-    _put(obj, "txBytes", usage.tx_bytes)
-    _put(obj, "txErrors", usage.tx_errors)
-    return obj
+    return _with({"name": usage.name}, usage, _INTERFACE_FIELDS)
 
 
 def _network(network: cri.NetworkUsage, fallback_time: int) -> dict[str, Any]:
@@ -448,47 +446,40 @@ def _container_swap(sample: ContainerSample, now: int) -> cri.SwapUsage:
 
 
 def _pod_cpu(pod: PodSample, now: int) -> cri.CpuUsage | None:
-    """The pod cgroup's CPU (sandbox stats), else the containers' sum stamped with the last one's time."""
+    """The pod cgroup's CPU (sandbox stats), else the containers' sum."""
     linux = pod.sandbox.linux if pod.sandbox else None
     if linux is not None and linux.cpu is not None:
         return linux.cpu
-    cpus = [_container_cpu(c, now) for c in pod.containers]
-    if not cpus:
-        return None
-    return cri.CpuUsage(
-        timestamp=cpus[-1].timestamp,
-        usage_core_nano_seconds=sum(c.usage_core_nano_seconds or 0 for c in cpus),
-        usage_nano_cores=sum(c.usage_nano_cores or 0 for c in cpus),
-    )
+    return _summed(cri.CpuUsage, [_container_cpu(c, now) for c in pod.containers], _CPU_FIELDS)
 
 
 def _pod_memory(pod: PodSample, now: int) -> cri.MemoryUsage | None:
     linux = pod.sandbox.linux if pod.sandbox else None
     if linux is not None and linux.memory is not None:
         return linux.memory
-    mems = [_container_memory(c, now, zero_all=False) for c in pod.containers]
-    if not mems:
-        return None
-    fields = ("available_bytes", "usage_bytes", "working_set_bytes", "rss_bytes", "page_faults", "major_page_faults")
-    return cri.MemoryUsage(timestamp=mems[-1].timestamp, **{f: sum(getattr(m, f) or 0 for m in mems) for f in fields})
+    return _summed(cri.MemoryUsage, [_container_memory(c, now, zero_all=False) for c in pod.containers], _MEMORY_FIELDS)
 
 
 def _pod_swap(pod: PodSample, now: int) -> cri.SwapUsage | None:
-    swaps = [_container_swap(c, now) for c in pod.containers]
-    if not swaps:
+    return _summed(cri.SwapUsage, [_container_swap(c, now) for c in pod.containers], _SWAP_FIELDS)
+
+
+_U = TypeVar("_U", cri.CpuUsage, cri.MemoryUsage, cri.SwapUsage)
+
+
+def _summed(cls: type[_U], usages: Sequence[_U], fields: Iterable[tuple[str, str]]) -> _U | None:
+    """The containers' numbers summed (unknown counts as 0), stamped with the last one's time; None without any."""
+    if not usages:
         return None
-    return cri.SwapUsage(
-        timestamp=swaps[-1].timestamp,
-        swap_available_bytes=sum(s.swap_available_bytes or 0 for s in swaps),
-        swap_usage_bytes=sum(s.swap_usage_bytes or 0 for s in swaps),
-    )
+    sums = {attr: sum(getattr(u, attr) or 0 for u in usages) for _, attr in fields}
+    return cls(timestamp=usages[-1].timestamp, **sums)
 
 
 def _container_summary(sample: ContainerSample, snapshot: StatsSnapshot) -> dict[str, Any]:
     now = snapshot.timestamp
     obj: dict[str, Any] = {"name": sample.name, "startTime": rfc3339(sample.start_time)}
-    obj["cpu"] = _cpu(_container_cpu(sample, now), now)
-    obj["memory"] = _memory(_container_memory(sample, now, zero_all=False), now)
+    obj["cpu"] = _timed(_container_cpu(sample, now), now, _CPU_FIELDS)
+    obj["memory"] = _timed(_container_memory(sample, now, zero_all=False), now, _MEMORY_FIELDS)
     layer = sample.stats.writable_layer
     if layer is not None:
         obj["rootfs"] = _fs(
@@ -504,7 +495,7 @@ def _container_summary(sample: ContainerSample, snapshot: StatsSnapshot) -> dict
         obj["logs"] = _fs(
             sample.logs.timestamp or now, root, used_bytes=sample.logs.used_bytes, inodes_used=sample.logs.inodes_used
         )
-    obj["swap"] = _swap(_container_swap(sample, now), now)
+    obj["swap"] = _timed(_container_swap(sample, now), now, _SWAP_FIELDS)
     return obj
 
 
@@ -533,10 +524,10 @@ def _pod_summary(pod: PodSample, snapshot: StatsSnapshot) -> dict[str, Any]:
     }
     cpu = _pod_cpu(pod, now)
     if cpu is not None:
-        obj["cpu"] = _cpu(cpu, now)
+        obj["cpu"] = _timed(cpu, now, _CPU_FIELDS)
     memory = _pod_memory(pod, now)
     if memory is not None:
-        obj["memory"] = _memory(memory, now)
+        obj["memory"] = _timed(memory, now, _MEMORY_FIELDS)
     linux = pod.sandbox.linux if pod.sandbox else None
     if linux is not None and linux.network is not None:
         obj["network"] = _network(linux.network, linux.cpu.timestamp if linux.cpu and linux.cpu.timestamp else now)
@@ -547,7 +538,7 @@ def _pod_summary(pod: PodSample, snapshot: StatsSnapshot) -> dict[str, Any]:
         obj["process_stats"] = {"process_count": linux.process.process_count}
     swap = _pod_swap(pod, now)
     if swap is not None:
-        obj["swap"] = _swap(swap, now)
+        obj["swap"] = _timed(swap, now, _SWAP_FIELDS)
     return obj
 
 
@@ -555,9 +546,9 @@ def _node_summary(snapshot: StatsSnapshot) -> dict[str, Any]:
     node, now = snapshot.node, snapshot.timestamp
     obj: dict[str, Any] = {"nodeName": node.node_name, "startTime": rfc3339(node.boot_time)}
     if node.cpu is not None:
-        obj["cpu"] = _cpu(node.cpu, now)
+        obj["cpu"] = _timed(node.cpu, now, _CPU_FIELDS)
     if node.memory is not None:
-        obj["memory"] = _memory(node.memory, now)
+        obj["memory"] = _timed(node.memory, now, _MEMORY_FIELDS)
     if node.root_fs is not None:
         root = node.root_fs
         obj["fs"] = _fs(root.timestamp or now, root, used_bytes=root.used_bytes, inodes_used=root.inodes_used)
@@ -572,12 +563,9 @@ def _node_summary(snapshot: StatsSnapshot) -> dict[str, Any]:
         # Upstream's CRI provider reports the image filesystem as the container filesystem too.
         obj["runtime"] = {"imageFs": image_fs, "containerFs": dict(image_fs)}
     if node.rlimit is not None:
-        rlimit: dict[str, Any] = {"time": rfc3339(node.rlimit.timestamp or now)}
-        _put(rlimit, "maxpid", node.rlimit.max_pid)
-        _put(rlimit, "curproc", node.rlimit.running_processes)
-        obj["rlimit"] = rlimit
+        obj["rlimit"] = _timed(node.rlimit, now, _RLIMIT_FIELDS)
     if node.swap is not None:
-        obj["swap"] = _swap(node.swap, now)
+        obj["swap"] = _timed(node.swap, now, _SWAP_FIELDS)
     return obj
 
 
@@ -648,17 +636,7 @@ def resource_metrics(snapshot: StatsSnapshot) -> str:
 
     if not snapshot.error:
         now, node = snapshot.timestamp, snapshot.node
-        if node.cpu is not None and node.cpu.usage_core_nano_seconds is not None:
-            add(
-                "node_cpu_usage_seconds_total",
-                {},
-                _seconds(node.cpu.usage_core_nano_seconds),
-                node.cpu.timestamp or now,
-            )
-        if node.memory is not None and node.memory.working_set_bytes is not None:
-            add("node_memory_working_set_bytes", {}, node.memory.working_set_bytes, node.memory.timestamp or now)
-        if node.swap is not None and node.swap.swap_usage_bytes is not None:
-            add("node_swap_usage_bytes", {}, node.swap.swap_usage_bytes, node.swap.timestamp or now)
+        _usage_samples("node", {}, node.cpu, node.memory, node.swap, now, add)
         for pod in snapshot.pods:
             _pod_resource_samples(pod, now, add)
     samples["resource_scrape_error"].append(({}, 1 if snapshot.error else 0, None))
@@ -690,15 +668,19 @@ def _pod_resource_samples(pod: PodSample, now: int, add: _Add) -> None:
         usage = swap.swap_usage_bytes or 0
         add("container_swap_usage_bytes", labels, usage, swap.timestamp or now)
         add("container_swap_limit_bytes", labels, (swap.swap_available_bytes or 0) + usage, swap.timestamp or now)
-    cpu_ = _pod_cpu(pod, now)
-    if cpu_ is not None and cpu_.usage_core_nano_seconds is not None:
-        add("pod_cpu_usage_seconds_total", pod_labels, _seconds(cpu_.usage_core_nano_seconds), cpu_.timestamp or now)
-    memory_ = _pod_memory(pod, now)
-    if memory_ is not None and memory_.working_set_bytes is not None:
-        add("pod_memory_working_set_bytes", pod_labels, memory_.working_set_bytes, memory_.timestamp or now)
-    swap_ = _pod_swap(pod, now)
-    if swap_ is not None and swap_.swap_usage_bytes is not None:
-        add("pod_swap_usage_bytes", pod_labels, swap_.swap_usage_bytes, swap_.timestamp or now)
+    _usage_samples("pod", pod_labels, _pod_cpu(pod, now), _pod_memory(pod, now), _pod_swap(pod, now), now, add)
+
+
+def _usage_samples(level: str, labels: Mapping[str, str], cpu: cri.CpuUsage | None, memory: cri.MemoryUsage | None,
+                   swap: cri.SwapUsage | None, now: int, add: _Add) -> None:
+    """The node's or a pod's ``<level>_cpu_usage_seconds_total``, ``_memory_working_set_bytes`` and
+    ``_swap_usage_bytes``, each only when the number is known."""
+    if cpu is not None and cpu.usage_core_nano_seconds is not None:
+        add(f"{level}_cpu_usage_seconds_total", labels, _seconds(cpu.usage_core_nano_seconds), cpu.timestamp or now)
+    if memory is not None and memory.working_set_bytes is not None:
+        add(f"{level}_memory_working_set_bytes", labels, memory.working_set_bytes, memory.timestamp or now)
+    if swap is not None and swap.swap_usage_bytes is not None:
+        add(f"{level}_swap_usage_bytes", labels, swap.swap_usage_bytes, swap.timestamp or now)
 
 
 def _unique(samples: Sequence[_Sample]) -> list[_Sample]:

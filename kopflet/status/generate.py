@@ -46,6 +46,7 @@ from typing import Any
 
 from kopflet import gotext
 from kopflet.api import qos, spec
+from kopflet.api.times import timestamp
 from kopflet.container import podstate
 from kopflet.container.podstate import State
 from kopflet.container.sync_result import Waiting
@@ -102,15 +103,6 @@ OWNED_FIELDS = ("phase", "conditions", "message", "reason", "hostIP", "hostIPs",
                 "initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses", "qosClass",
                 "observedGeneration", "resources", "allocatedResources")
 """Top-level status fields the kubelet writes: `status_patch` clears those it no longer sets."""
-
-
-def timestamp(value: datetime.datetime | int) -> str:
-    """RFC 3339 in UTC with ``Z``, truncated to seconds as the API stores it; ints are CRI nanoseconds."""
-    if isinstance(value, int):
-        value = datetime.datetime.fromtimestamp(value // 1_000_000_000, tz=datetime.UTC)
-    elif value.tzinfo is None:
-        value = value.replace(tzinfo=datetime.UTC)
-    return value.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ------------------------------------------------------------------------------------- container statuses
@@ -467,14 +459,20 @@ def containers_ready_condition(pod: spec.Pod, statuses: Sequence[Mapping[str, An
             unready.append(container.name)
     if (phase == SUCCEEDED and not unknown) or phase == FAILED:
         return _condition(CONTAINERS_READY, False, POD_FAILED if phase == FAILED else POD_COMPLETED)
+    message = _containers_message(unknown, "unready", unready)
+    if message:
+        return _condition(CONTAINERS_READY, False, CONTAINERS_NOT_READY, message)
+    return _condition(CONTAINERS_READY, True)
+
+
+def _containers_message(unknown: Sequence[str], kind: str, names: Sequence[str]) -> str:
+    """Upstream's "containers with unknown status: [a], containers with <kind> status: [b]"; empty when both are."""
     messages = []
     if unknown:
         messages.append(f"containers with unknown status: {gotext.go_string_slice(unknown)}")
-    if unready:
-        messages.append(f"containers with unready status: {gotext.go_string_slice(unready)}")
-    if messages:
-        return _condition(CONTAINERS_READY, False, CONTAINERS_NOT_READY, ", ".join(messages))
-    return _condition(CONTAINERS_READY, True)
+    if names:
+        messages.append(f"containers with {kind} status: {gotext.go_string_slice(names)}")
+    return ", ".join(messages)
 
 
 def ready_condition(pod: spec.Pod, conditions: Sequence[Mapping[str, Any]], statuses: Sequence[Mapping[str, Any]],
@@ -522,15 +520,11 @@ def initialized_condition(pod: spec.Pod, statuses: Sequence[Mapping[str, Any]], 
         return _condition(INITIALIZED, True, POD_COMPLETED)
     if _has_any_regular_container_started(pod, statuses):
         return _condition(INITIALIZED, True)
-    messages = []
-    if unknown:
-        messages.append(f"containers with unknown status: {gotext.go_string_slice(unknown)}")
-    if incomplete:
-        messages.append(f"containers with incomplete status: {gotext.go_string_slice(incomplete)}")
-    if messages:
+    message = _containers_message(unknown, "incomplete", incomplete)
+    if message:
         if any(c.get("type") == INITIALIZED and c.get("status") == "True" for c in previous_conditions):
             return _condition(INITIALIZED, True)
-        return _condition(INITIALIZED, False, CONTAINERS_NOT_INITIALIZED, ", ".join(messages))
+        return _condition(INITIALIZED, False, CONTAINERS_NOT_INITIALIZED, message)
     return _condition(INITIALIZED, True)
 
 

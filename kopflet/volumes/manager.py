@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kopflet import paths
-from kopflet.api import spec
+from kopflet.api import spec, times
 from kopflet.client.kubeapi import KubeApiError, KubeClient, q
 from kopflet.config.settings import AgentConfig
 from kopflet.volumes import plugins
@@ -73,9 +73,9 @@ class VolumeManager:
             raise VolumeError(f'MountVolume.SetUp failed for volume "{token.volume}" : failed to fetch token: '
                               f"{exc.message}") from exc
         status = answer.get("status", {})
-        expires = _parse_time(status.get("expirationTimestamp", ""))
+        expires = times.parse_timestamp(status.get("expirationTimestamp"))
         now = time.time()
-        lifetime = (expires - now) if expires else token.expiration_seconds
+        lifetime = (expires.timestamp() - now) if expires is not None else token.expiration_seconds
         self._tokens[key] = (status.get("token", ""), now + lifetime * TOKEN_REFRESH_FRACTION)
         return str(status.get("token", ""))
 
@@ -90,13 +90,6 @@ class VolumeManager:
 
 
 # ------------------------------------------------------------------------------------ blocking helpers
-
-
-def _parse_time(text: str) -> float:
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def is_mounted(path: Path) -> bool:
