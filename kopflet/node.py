@@ -2,7 +2,8 @@
 NewMainKubelet, then Run).
 
 `Runtime.connect` opens the CRI endpoints and checks them; `HostFacts.read` reads the machine once; `Node(...)` builds
-every part, each getting what it needs in its constructor, in dependency order, with no I/O; `Node.start` registers
+every part, each getting what it needs in its constructor, in dependency order, with no network I/O (the only read is
+the two small allocation checkpoints, as upstream's allocation manager restores them when built); `Node.start` registers
 the node and starts the loops, the static pod source and the kubelet API; `Node.stop` stops them in reverse order.
 Nothing here is module state: two Nodes can live in one process (hollow nodes).
 """
@@ -128,8 +129,9 @@ class Node:
 
     def __init__(self, cfg: AgentConfig, *, credentials: Credentials, runtime: Runtime, host: HostFacts,
                  metrics: KubeletMetrics | None = None) -> None:
-        """No I/O: each part gets everything it needs in its constructor, in dependency order. `metrics` is the
-        registry `runtime`'s observer already counts into (a new one otherwise)."""
+        """No network I/O: each part gets everything it needs in its constructor, in dependency order (the
+        allocation checkpoints are read here; AllocationError when one is unusable). `metrics` is the registry
+        `runtime`'s observer already counts into (a new one otherwise)."""
         self.cfg, self.runtime, self.host = cfg, runtime, host
         cri = runtime.cri
         self.layout = cfg.layout

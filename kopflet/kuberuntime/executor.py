@@ -544,7 +544,7 @@ class PodSyncer:
         """Remove a deleted pod's containers, sandboxes, cgroup and directories (upstream: GC and cleanup)."""
         await self.remove([c.id for c in runtime.containers], [s.id for s in runtime.sandboxes])
         await asyncio.to_thread(self.cgroups.remove, uid)
-        self.allocations.remove(uid)
+        await asyncio.to_thread(self.allocations.remove, uid)  # the checkpoint file is written and fsynced
         await self.volumes.cleanup(uid)
         await asyncio.to_thread(_remove_tree, Path(self.layout.pod_dir(uid)))
         if runtime.namespace and runtime.name:
