@@ -158,6 +158,22 @@ class AgentConfig:
     """``authorization.webhook.cacheAuthorizedTTL``: how long an "allowed" answer is cached, in seconds."""
     authorization_webhook_cache_unauthorized_ttl: float = 30.0
     """``authorization.webhook.cacheUnauthorizedTTL``: how long a "denied" answer is cached, in seconds."""
+    container_log_max_size: int = 10 * 1024 * 1024
+    """``containerLogMaxSize``: a container's log is rotated once it is larger than this many bytes."""
+    container_log_max_files: int = 5
+    """``containerLogMaxFiles``: the most log files (the current one and rotated ones) kept per container."""
+    container_log_max_workers: int = 1
+    """``containerLogMaxWorkers``: how many containers' logs are rotated at once."""
+    container_log_monitor_interval: float = 10.0
+    """``containerLogMonitorInterval``: how often log sizes are checked, in seconds."""
+    image_gc_high_threshold_percent: int = 85
+    """``imageGCHighThresholdPercent``: image GC runs when the image filesystem is at least this full."""
+    image_gc_low_threshold_percent: int = 80
+    """``imageGCLowThresholdPercent``: image GC frees space until usage is below this."""
+    image_minimum_gc_age: float = 120.0
+    """``imageMinimumGCAge``: an unused image younger than this (since first seen) is never removed."""
+    image_maximum_gc_age: float = 0.0
+    """``imageMaximumGCAge``: an image unused this long is removed whatever the disk usage; 0: never."""
 
     @property
     def pod_field_selector(self) -> str:
@@ -449,6 +465,45 @@ def _taints(text: str) -> tuple[Taint, ...]:
     return _unique_taints([parse_taint(part) for part in _csv(text)])
 
 
+def _percent(text: str) -> int:
+    number = _integer(text)
+    if not 0 <= number <= 100:
+        raise _Invalid(f"{number} must be between 0 and 100, inclusive")
+    return number
+
+
+def _log_max_size(text: str) -> int:
+    """``containerLogMaxSize``: a quantity of bytes (``10Mi``), as upstream's container log manager parses it."""
+    try:
+        amount = qos.parse_quantity(text)
+    except qos.QuantityError as exc:
+        raise _Invalid(f"failed to parse container log max size {_show(text)}: {exc}") from None
+    if amount <= 0:
+        raise _Invalid(f"container log max size must be positive, got {_show(text)}")
+    return int(amount)
+
+
+def _log_max_files(text: str) -> int:
+    number = _integer(text)
+    if number <= 1:
+        raise _Invalid("containerLogMaxFiles must be greater than 1")
+    return number
+
+
+def _log_max_workers(text: str) -> int:
+    number = _integer(text)
+    if number < 1:
+        raise _Invalid("containerLogMaxWorkers must be greater than or equal to 1")
+    return number
+
+
+def _log_monitor_interval(text: str) -> float:
+    seconds = parse_duration(text)
+    if seconds < 3:
+        raise _Invalid("containerLogMonitorInterval must be a positive time duration greater than or equal to 3s")
+    return seconds
+
+
 def _verbosity(text: str) -> int:
     return _non_negative(text)
 
@@ -562,6 +617,12 @@ RESERVED = _Kind("mapStringString", _reserved, lambda v: _quantities(_yaml_strin
 SYSCTLS = _Kind("strings", _sysctls, lambda v: tuple(_sysctl(s) for s in _yaml_strings(v)), accumulate=_append)
 TAINTS = _Kind("[]Taint", _taints, _yaml_taints)
 VERBOSITY = _Kind("Level", _verbosity, None)
+# Fields that are pointers upstream (nil is the default): in the file an explicit 0 is a value, and is checked.
+PERCENT = _Kind("int", _percent, lambda v: _percent(str(_yaml_integer(v))))
+LOG_MAX_SIZE = _Kind("string", _log_max_size, _text_then(_log_max_size), empty_is_unset=True)
+LOG_MAX_FILES = _Kind("int", _log_max_files, lambda v: _log_max_files(str(_yaml_integer(v))))
+LOG_MAX_WORKERS = _Kind("int", _log_max_workers, lambda v: _log_max_workers(str(_yaml_integer(v))))
+LOG_MONITOR_INTERVAL = _Kind("duration", _log_monitor_interval, _text_then(_log_monitor_interval))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -666,6 +727,27 @@ SETTINGS: tuple[Setting, ...] = (
             "authorization.webhook.cacheAuthorizedTTL", TTL, "5m0s", "How long an allowed answer is cached."),
     Setting("authorization_webhook_cache_unauthorized_ttl", "authorization-webhook-cache-unauthorized-ttl",
             "authorization.webhook.cacheUnauthorizedTTL", TTL, "30s", "How long a denied answer is cached."),
+    # Container log rotation (upstream container log manager).
+    Setting("container_log_max_size", "container-log-max-size", "containerLogMaxSize", LOG_MAX_SIZE, "10Mi",
+            "A container's log file is rotated once it is larger than this (a quantity, e.g. 10Mi)."),
+    Setting("container_log_max_files", "container-log-max-files", "containerLogMaxFiles", LOG_MAX_FILES, "5",
+            "The most log files kept per container, the current one included; at least 2.",
+            zero_is_default=False),
+    Setting("container_log_max_workers", None, "containerLogMaxWorkers", LOG_MAX_WORKERS, "1",
+            "How many containers' logs are rotated concurrently.", zero_is_default=False),
+    Setting("container_log_monitor_interval", None, "containerLogMonitorInterval", LOG_MONITOR_INTERVAL, "10s",
+            "How often container log sizes are checked for rotation; at least 3s."),
+    # Image garbage collection (upstream image GC manager).
+    Setting("image_gc_high_threshold_percent", "image-gc-high-threshold", "imageGCHighThresholdPercent", PERCENT,
+            "85", "Disk usage of the image filesystem (percent) from which image GC always runs; 100 disables it.",
+            zero_is_default=False),
+    Setting("image_gc_low_threshold_percent", "image-gc-low-threshold", "imageGCLowThresholdPercent", PERCENT,
+            "80", "Disk usage (percent) image GC frees down to; must be less than --image-gc-high-threshold.",
+            zero_is_default=False),
+    Setting("image_minimum_gc_age", "minimum-image-ttl-duration", "imageMinimumGCAge", TTL, "2m0s",
+            "Minimum age of an unused image before it is garbage collected."),
+    Setting("image_maximum_gc_age", None, "imageMaximumGCAge", TTL, "0s",
+            "An image unused for this long is removed whatever the disk usage; 0s: never."),
 )
 
 _BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}
@@ -695,8 +777,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "rotateCertificates", "serverTLSBootstrap", "registryPullQPS",
     "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
     "eventRecordQPS", "eventBurst", "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
-    "streamingConnectionIdleTimeout", "nodeLeaseDurationSeconds", "imageMinimumGCAge", "imageMaximumGCAge",
-    "imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "volumeStatsAggPeriod", "kubeletCgroups",
+    "streamingConnectionIdleTimeout", "nodeLeaseDurationSeconds",     "volumeStatsAggPeriod", "kubeletCgroups",
     "systemCgroups", "cgroupRoot", "cgroupsPerQOS", "cgroupDriver", "cpuManagerPolicy", "singleProcessOOMKill",
     "cpuManagerPolicyOptions", "cpuManagerReconcilePeriod", "draManagerReconcilePeriod", "memoryManagerPolicy",
     "topologyManagerPolicy", "topologyManagerScope", "topologyManagerPolicyOptions", "qosReserved", "hairpinMode",
@@ -705,8 +786,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "evictionSoft", "evictionSoftGracePeriod", "evictionPressureTransitionPeriod", "evictionMaxPodGracePeriod",
     "evictionMinimumReclaim", "mergeDefaultEvictionSettings", "podsPerCore", "enableControllerAttachDetach",
     "protectKernelDefaults", "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit", "featureGates",
-    "failSwapOn", "memorySwap", "containerLogMaxSize", "containerLogMaxFiles", "containerLogMaxWorkers",
-    "containerLogMonitorInterval", "configMapAndSecretChangeDetectionStrategy", "reservedSystemCPUs",
+    "failSwapOn", "memorySwap",     "configMapAndSecretChangeDetectionStrategy", "reservedSystemCPUs",
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup", "enforceNodeAllocatable",
     "volumePluginDir", "providerID", "kernelMemcgNotification", "logging", "enableSystemLogHandler",
     "enableSystemLogQuery", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods",
@@ -916,6 +996,16 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     if "node_status_report_frequency" not in values and "node_status_update_frequency" in file_values:
         # v1beta1 defaulting: an explicit nodeStatusUpdateFrequency in the file is also the report default.
         values["node_status_report_frequency"] = file_values["node_status_update_frequency"]
+    low = values.get("image_gc_low_threshold_percent", AgentConfig.image_gc_low_threshold_percent)
+    high = values.get("image_gc_high_threshold_percent", AgentConfig.image_gc_high_threshold_percent)
+    if low >= high:
+        raise ConfigError(f"invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must "
+                          f"be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}")
+    min_age = values.get("image_minimum_gc_age", AgentConfig.image_minimum_gc_age)
+    max_age = values.get("image_maximum_gc_age", AgentConfig.image_maximum_gc_age)
+    if max_age > 0 and max_age <= min_age:
+        raise ConfigError(f"invalid configuration: imageMaximumGCAge {gotext.go_duration(max_age)} must be greater "
+                          f"than imageMinimumGCAge {gotext.go_duration(min_age)}")
     if bool(values.get("tls_cert_file")) != bool(values.get("tls_private_key_file")):
         raise ConfigError("--tls-cert-file (tlsCertFile) and --tls-private-key-file (tlsPrivateKeyFile) must be "
                           "given together, or neither for a self-signed certificate in --cert-dir")

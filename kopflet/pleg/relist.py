@@ -9,7 +9,6 @@ within about a second. containerd 1.6 has no CRI container events, so relisting 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -47,9 +46,9 @@ class RuntimeCache:
         """Refresh everything; return the uids whose sandboxes or containers changed (or vanished)."""
         sandboxes = await self.cri.sandboxes.list()
         containers = await self.cri.containers.list()
-        await self._refresh(sandboxes, containers, prune=True)
-        pods = podstate.group_by_pod(self._sandboxes.values(), self._containers.values(),
-                                     container_sandbox_ids=self._container_sandbox)
+        seen_sandboxes, seen_containers = await self._refresh(sandboxes, containers, prune=True)
+        pods = podstate.group_by_pod(seen_sandboxes.values(), seen_containers.values(),
+                                     container_sandbox_ids={c.id: c.pod_sandbox_id for c in containers})
         changed = {uid for uid in pods if _fingerprint(pods[uid]) != self._fingerprints.get(uid)}
         changed |= set(self._fingerprints) - set(pods)
         self.pods = pods
@@ -67,49 +66,72 @@ class RuntimeCache:
             self._containers.pop(cid, None)
 
     async def refresh_pod(self, uid: str) -> podstate.RuntimePodStatus:
-        """A fresh view of one pod (a worker calls this right before deciding and after acting)."""
+        """A fresh view of one pod (a worker calls this right before deciding and after acting).
+
+        The view is built from what this call listed and read, never from the shared cache after an await: a
+        relist running meanwhile may prune an entry it did not list, and a container that is listed but whose
+        status cannot be read fails the refresh instead of looking gone (which status would report as a restart).
+        """
         selector = {labels.POD_UID: uid}
         sandboxes = await self.cri.sandboxes.list(cri.PodSandboxFilter(label_selector=selector))
         containers = await self.cri.containers.list(cri.ContainerFilter(label_selector=selector))
-        await self._refresh(sandboxes, containers, prune=False)
-        sandbox_ids = {s.id for s in sandboxes}
-        container_ids = {c.id for c in containers}
+        seen_sandboxes, seen_containers = await self._refresh(sandboxes, containers, prune=False)
         # Objects of this pod that the runtime no longer has are dropped from the cache too.
-        for sid in [s for s, st in self._sandboxes.items() if _uid(st.labels) == uid and s not in sandbox_ids]:
+        for sid in [s for s, st in self._sandboxes.items() if _uid(st.labels) == uid and s not in seen_sandboxes]:
             del self._sandboxes[sid]
-        for cid in [c for c, st in self._containers.items() if _uid(st.labels) == uid and c not in container_ids]:
+        for cid in [c for c, st in self._containers.items() if _uid(st.labels) == uid and c not in seen_containers]:
             self._containers.pop(cid, None)
             self._container_sandbox.pop(cid, None)
-        view = podstate.from_cri([self._sandboxes[s] for s in sandbox_ids if s in self._sandboxes],
-                                 [self._containers[c] for c in container_ids if c in self._containers],
-                                 uid=uid, container_sandbox_ids=self._container_sandbox)
+        view = podstate.from_cri(seen_sandboxes.values(), seen_containers.values(), uid=uid,
+                                 container_sandbox_ids={c.id: c.pod_sandbox_id for c in containers})
         self.pods[uid] = view
         self._fingerprints[uid] = _fingerprint(view)
         return view
 
     async def _refresh(self, sandboxes: Iterable[cri.PodSandbox], containers: Iterable[cri.Container],
-                       *, prune: bool) -> None:
-        seen_sandboxes, seen_containers = set(), set()
+                       *, prune: bool) -> tuple[dict[str, cri.PodSandboxStatus], dict[str, cri.ContainerStatus]]:
+        """Read the status of what is new or changed; return the statuses of everything listed that still exists.
+
+        NotFound (removed between list and status) leaves an object out. Any other error is raised for one pod's
+        refresh, so a worker never takes an unreadable container for a removed one; the whole-node relist (`prune`)
+        keeps the last status it had instead and reads it again next round (upstream PLEG's reinspection), so one
+        unreadable object does not stop change detection for every pod.
+        """
+        seen_sandboxes: dict[str, cri.PodSandboxStatus] = {}
+        seen_containers: dict[str, cri.ContainerStatus] = {}
         for sb in sandboxes:
-            seen_sandboxes.add(sb.id)
-            cached = self._sandboxes.get(sb.id)
-            if cached is None or cached.state != sb.state:
-                with contextlib.suppress(CriError):  # removed between list and status: gone next relist
-                    self._sandboxes[sb.id] = await self.cri.sandboxes.status(sb.id)
+            status = self._sandboxes.get(sb.id)
+            if status is None or status.state != sb.state:
+                try:
+                    status = await self.cri.sandboxes.status(sb.id)
+                except CriError as exc:
+                    if not exc.not_found and not prune:
+                        raise
+                    if status is None or exc.not_found:
+                        continue  # removed between list and status: gone
+                    logger.debug(f"sandbox {sb.id}: status not read, keeping the last one: {exc}")
+            self._sandboxes[sb.id] = seen_sandboxes[sb.id] = status
         for c in containers:
-            seen_containers.add(c.id)
             self._container_sandbox[c.id] = c.pod_sandbox_id
-            cached_c = self._containers.get(c.id)
-            if cached_c is None or cached_c.state != c.state or (
-                    c.state == cri.ContainerState.RUNNING and not cached_c.started_at):
-                with contextlib.suppress(CriError):
-                    self._containers[c.id] = await self.cri.containers.status(c.id)
+            cached = self._containers.get(c.id)
+            if cached is None or cached.state != c.state or (
+                    c.state == cri.ContainerState.RUNNING and not cached.started_at):
+                try:
+                    cached = await self.cri.containers.status(c.id)
+                except CriError as exc:
+                    if not exc.not_found and not prune:
+                        raise
+                    if cached is None or exc.not_found:
+                        continue
+                    logger.debug(f"container {c.id}: status not read, keeping the last one: {exc}")
+            self._containers[c.id] = seen_containers[c.id] = cached
         if prune:
-            for sid in set(self._sandboxes) - seen_sandboxes:
+            for sid in set(self._sandboxes) - set(seen_sandboxes):
                 del self._sandboxes[sid]
-            for cid in set(self._containers) - seen_containers:
+            for cid in set(self._containers) - set(seen_containers):
                 del self._containers[cid]
                 self._container_sandbox.pop(cid, None)
+        return seen_sandboxes, seen_containers
 
     async def run(self, on_change: Callable[[set[str]], None], period: float = RELIST_PERIOD) -> None:
         """The relist loop; runtime outages are logged and waited out, never fatal."""

@@ -437,6 +437,14 @@ authorization:
   webhook:
     cacheAuthorizedTTL: 1m
     cacheUnauthorizedTTL: 5s
+containerLogMaxSize: 50Mi
+containerLogMaxFiles: 3
+containerLogMaxWorkers: 2
+containerLogMonitorInterval: 30s
+imageGCHighThresholdPercent: 70
+imageGCLowThresholdPercent: 0
+imageMinimumGCAge: 10m
+imageMaximumGCAge: 168h
 """
 
 
@@ -456,7 +464,10 @@ def test_full_config_file() -> None:
         tls_private_key_file="/etc/kopflet/pki/serving.key", client_ca_file="/etc/kubernetes/pki/ca.crt",
         anonymous_auth=True, authentication_token_webhook=False, authentication_token_webhook_cache_ttl=10.0,
         authorization_mode="AlwaysAllow", authorization_webhook_cache_authorized_ttl=60.0,
-        authorization_webhook_cache_unauthorized_ttl=5.0,
+        authorization_webhook_cache_unauthorized_ttl=5.0, container_log_max_size=50 * 1024 * 1024,
+        container_log_max_files=3, container_log_max_workers=2, container_log_monitor_interval=30.0,
+        image_gc_high_threshold_percent=70, image_gc_low_threshold_percent=0, image_minimum_gc_age=600.0,
+        image_maximum_gc_age=168 * 3600.0,
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 
@@ -672,3 +683,25 @@ def test_usage_lists_every_flag() -> None:
     for setting in settings.SETTINGS:
         if setting.flag:
             assert f"--{setting.flag}" in text
+
+
+@pytest.mark.parametrize(("argv", "text", "message"), [
+    (["--image-gc-low-threshold=85"], "", r"imageGCLowThresholdPercent \(--image-gc-low-threshold\) 85 must be less "
+                                          r"than imageGCHighThresholdPercent \(--image-gc-high-threshold\) 85"),
+    (["--image-gc-high-threshold=101"], "", r"--image-gc-high-threshold: 101 must be between 0 and 100, inclusive"),
+    ([], "imageGCHighThresholdPercent: 0\n", r"imageGCLowThresholdPercent .* 80 must be less than .* 0"),
+    ([], "imageMaximumGCAge: 1m\n", r"imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s"),
+    (["--container-log-max-files=1"], "", r"containerLogMaxFiles must be greater than 1"),
+    ([], "containerLogMaxFiles: 0\n", r"containerLogMaxFiles must be greater than 1"),
+    ([], "containerLogMaxWorkers: 0\n", r"containerLogMaxWorkers must be greater than or equal to 1"),
+    ([], "containerLogMonitorInterval: 1s\n", r"containerLogMonitorInterval must be .* greater than or equal to 3s"),
+    (["--container-log-max-size=ten"], "", r"failed to parse container log max size \"ten\""),
+    (["--container-log-max-size=0"], "", r"container log max size must be positive"),
+])
+def test_log_rotation_and_image_gc_settings_are_checked_as_upstream(argv: list[str], text: str,
+                                                                     message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        if text:
+            with_file(text, *argv)
+        else:
+            run(argv)
