@@ -28,8 +28,9 @@ from kopflet.config.file_source import StaticPodSource
 from kopflet.config.settings import AgentConfig
 from kopflet.envvars.services import ServiceCache
 from kopflet.images.manager import ImageManager
-from kopflet.kuberuntime import sandbox_config
+from kopflet.kuberuntime import gc, sandbox_config
 from kopflet.kuberuntime.executor import PodSyncer, read_host_container_facts
+from kopflet.kuberuntime.gc_manager import ContainerGC
 from kopflet.lifecycle.hooks import HookRunner
 from kopflet.metrics import KubeletMetrics, ProbeMetrics
 from kopflet.nodestatus.heartbeat import NodeAgent, read_machine_facts
@@ -166,6 +167,9 @@ class Node:
             metrics=self.metrics)
         self.housekeeping = Housekeeping(self.api, self.relist, self.workers, self.teardown, self.layout,
                                          cfg.pod_field_selector)
+        self.container_gc = ContainerGC(self.relist, self.executor, gc.GCPolicy(
+            min_age=cfg.minimum_container_ttl_duration, max_per_pod_container=cfg.maximum_dead_containers_per_container,
+            max_containers=cfg.maximum_dead_containers))
         self.static_pods = StaticPodSource(cfg, self.api, self.workers, lambda: self.heartbeat.uid) \
             if cfg.pod_manifest_path else None
         self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics,
@@ -197,6 +201,7 @@ class Node:
             asyncio.create_task(self.relist.run(self.workers.wake), name="runtime-relist"),
             asyncio.create_task(self.heartbeat.run(), name="node-heartbeat"),
             asyncio.create_task(self.housekeeping.run(), name="housekeeping"),
+            asyncio.create_task(self.container_gc.run(), name="container-gc"),
         ]
 
     def pod_event(self, kind: str | None, body: Mapping[str, Any]) -> None:

@@ -174,6 +174,12 @@ class AgentConfig:
     """``imageMinimumGCAge``: an unused image younger than this (since first seen) is never removed."""
     image_maximum_gc_age: float = 0.0
     """``imageMaximumGCAge``: an image unused this long is removed whatever the disk usage; 0: never."""
+    minimum_container_ttl_duration: float = 0.0
+    """``--minimum-container-ttl-duration`` (deprecated upstream): a dead container younger than this is kept."""
+    maximum_dead_containers_per_container: int = 1
+    """``--maximum-dead-containers-per-container`` (deprecated upstream): dead instances kept per container."""
+    maximum_dead_containers: int = -1
+    """``--maximum-dead-containers`` (deprecated upstream): dead containers kept on the node; negative: no cap."""
 
     @property
     def pod_field_selector(self) -> str:
@@ -618,6 +624,7 @@ SYSCTLS = _Kind("strings", _sysctls, lambda v: tuple(_sysctl(s) for s in _yaml_s
 TAINTS = _Kind("[]Taint", _taints, _yaml_taints)
 VERBOSITY = _Kind("Level", _verbosity, None)
 # Fields that are pointers upstream (nil is the default): in the file an explicit 0 is a value, and is checked.
+INT = _Kind("int32", _integer, lambda v: _yaml_integer(v))
 PERCENT = _Kind("int", _percent, lambda v: _percent(str(_yaml_integer(v))))
 LOG_MAX_SIZE = _Kind("string", _log_max_size, _text_then(_log_max_size), empty_is_unset=True)
 LOG_MAX_FILES = _Kind("int", _log_max_files, lambda v: _log_max_files(str(_yaml_integer(v))))
@@ -748,6 +755,13 @@ SETTINGS: tuple[Setting, ...] = (
             "Minimum age of an unused image before it is garbage collected."),
     Setting("image_maximum_gc_age", None, "imageMaximumGCAge", TTL, "0s",
             "An image unused for this long is removed whatever the disk usage; 0s: never."),
+    # Container garbage collection (upstream's deprecated GC flags; command line only, as upstream).
+    Setting("minimum_container_ttl_duration", "minimum-container-ttl-duration", None, TTL, "0s",
+            "Minimum age of a dead container before it is garbage collected (deprecated upstream)."),
+    Setting("maximum_dead_containers_per_container", "maximum-dead-containers-per-container", None, INT, "1",
+            "Dead instances kept per container (deprecated upstream); they back lastState and logs --previous."),
+    Setting("maximum_dead_containers", "maximum-dead-containers", None, INT, "-1",
+            "Dead containers kept on the node in all; negative: no limit (deprecated upstream)."),
 )
 
 _BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
-from kopflet.kuberuntime.gc import Evictions, evictable
+from kopflet.kuberuntime.gc import Evictions, GCPolicy, collect, evictable
 
 
 def c(cid: str, name: str, state: State, created: int, sandbox: str = "s1") -> ContainerInfo:
@@ -49,3 +49,46 @@ def pod(sandboxes: list[SandboxInfo], containers: list[ContainerInfo]) -> Runtim
 ])
 def test_evictable(runtime: RuntimePodStatus, expected: Evictions) -> None:
     assert evictable(runtime) == expected
+
+
+SEC = 1_000_000_000
+
+
+def pods_of(**by_uid: tuple[list[SandboxInfo], list[ContainerInfo]]) -> dict[str, RuntimePodStatus]:
+    return {uid: RuntimePodStatus(uid=uid, sandboxes=tuple(sbs), containers=tuple(cs))
+            for uid, (sbs, cs) in by_uid.items()}
+
+
+@pytest.mark.parametrize(("pods", "policy", "remove_all", "expected"), [
+    pytest.param(pods_of(p=([s("s1", True, 1)], [c("a1", "a", State.EXITED, 1), c("a2", "a", State.EXITED, 2),
+                                                 c("a3", "a", State.RUNNING, 3)])),
+                 GCPolicy(), (), Evictions(containers=("a1",)), id="default: the newest dead instance is kept"),
+    pytest.param(pods_of(p=([s("s1", True, 1)], [c("a1", "a", State.EXITED, 1), c("a2", "a", State.EXITED, 2)])),
+                 GCPolicy(max_per_pod_container=-1), (), Evictions(), id="no per-container limit"),
+    pytest.param(pods_of(p=([s("s1", True, 1)], [c("a1", "a", State.EXITED, 1), c("a2", "a", State.EXITED, 2)])),
+                 GCPolicy(max_per_pod_container=0), (), Evictions(containers=("a2", "a1")), id="keep none"),
+    pytest.param(pods_of(p=([s("s1", True, 1)], [c("a1", "a", State.EXITED, 1), c("a2", "a", State.EXITED, 99 * SEC)])),
+                 GCPolicy(min_age=10, max_per_pod_container=0), (), Evictions(containers=("a1",)),
+                 id="younger than min age: kept"),
+    pytest.param(pods_of(p=([s("s1", True, 1)], [c("a1", "a", State.EXITED, 1), c("b1", "b", State.EXITED, 3)]),
+                         q=([s("s2", True, 1)], [c("c1", "c", State.EXITED, 2)])),
+                 GCPolicy(max_containers=2), (), Evictions(containers=("a1",)),
+                 id="node cap: one per unit, then the oldest overall"),
+    pytest.param(pods_of(p=([s("s1", True, 1)], [c("a1", "a", State.EXITED, 1), c("a2", "a", State.EXITED, 4),
+                                                 c("b1", "b", State.EXITED, 2), c("b2", "b", State.EXITED, 3)])),
+                 GCPolicy(max_per_pod_container=-1, max_containers=2), (), Evictions(containers=("a1", "b1")),
+                 id="node cap shared evenly between units"),
+    pytest.param(pods_of(p=([s("s1", False, 1), s("s2", False, 2)],
+                            [c("a1", "a", State.EXITED, 1, "s1"), c("a2", "a", State.EXITED, 2, "s2")])),
+                 GCPolicy(), ("p",), Evictions(containers=("a1", "a2"), sandboxes=("s2", "s1")),
+                 id="a removed pod loses every dead container and every inactive sandbox"),
+    pytest.param(pods_of(p=([s("s1", True, 1)], [c("a1", "a", State.RUNNING, 1)])),
+                 GCPolicy(), ("p",), Evictions(), id="running containers and ready sandboxes are never chosen"),
+    pytest.param(pods_of(p=([s("s1", False, 1), s("s2", False, 2), s("s3", True, 3)],
+                            [c("a1", "a", State.EXITED, 1, "s1"), c("a2", "a", State.RUNNING, 2, "s3")])),
+                 GCPolicy(), (), Evictions(sandboxes=("s2",)),
+                 id="an old sandbox holding the kept dead container stays; an empty one goes"),
+])
+def test_node_wide_collect(pods: dict[str, RuntimePodStatus], policy: GCPolicy, remove_all: tuple[str, ...],
+                           expected: Evictions) -> None:
+    assert collect(pods, policy, remove_all, now_ns=100 * SEC) == expected
