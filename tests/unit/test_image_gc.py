@@ -3,11 +3,18 @@ cases, table-driven where they are decisions."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+from typing import Any
+
 import pytest
 
+from cri_client import CriError
 from cri_client import types as cri
+from kopflet.client.events import NODE_EVENT_NAMESPACE, EventRecorder
 from kopflet.images import gc
 from kopflet.images.gc import Candidate, ImageGCPolicy, ImageRecord
+from kopflet.images.gc_manager import ImageGCManager
 
 GiB = 1024**3
 
@@ -291,3 +298,247 @@ def test_deletion_error_messages() -> None:
         "wanted to free images older than 1h0m0s, encountered errors in image deletion: x"
     assert gc.free_space_error(100, 40, ["x", "y"]) == \
         "wanted to free 100 bytes, but freed 40 bytes space with errors in image deletion: [x, y]"
+
+
+# ------------------------------------------------------------------------------------------------ manager
+
+
+class FakeImages:
+    def __init__(self, images: list[cri.Image], mountpoint: str = "/var/lib/containerd") -> None:
+        self.images, self.mountpoint = images, mountpoint
+        self.removed: list[str] = []
+        self.refuse: set[str] = set()
+        self.list_error: CriError | None = None
+
+    async def list(self) -> list[cri.Image]:
+        if self.list_error is not None:
+            raise self.list_error
+        return list(self.images)
+
+    async def remove(self, image_id: str) -> None:
+        if image_id in self.refuse:
+            raise CriError("UNKNOWN", f"cannot remove {image_id}")
+        self.removed.append(image_id)
+        self.images = [i for i in self.images if i.id != image_id]
+
+    async def fs_info(self) -> cri.ImageFsInfo:
+        return cri.ImageFsInfo(image_filesystems=(cri.FilesystemUsage(mountpoint=self.mountpoint),))
+
+
+class FakeContainers:
+    def __init__(self, containers: list[cri.Container]) -> None:
+        self.containers = containers
+        self.calls = 0
+
+    async def list(self) -> list[cri.Container]:
+        self.calls += 1
+        return list(self.containers)
+
+
+@dataclasses.dataclass
+class FakeCri:
+    images: FakeImages
+    containers: FakeContainers
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str]] = []
+
+    def node_event(self, type_: str, reason: str, message: str, uid: str = "") -> None:
+        self.events.append((type_, reason, message, uid))
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def manager(images: list[cri.Image], containers: list[cri.Container] = (), *, fs: tuple[int, int] = (1000, 600),
+            policy: ImageGCPolicy | None = None, sandbox_image: str = "", clock: Clock | None = None,
+            statfs: Any = None) -> tuple[ImageGCManager, FakeCri, Recorder, Clock]:
+    fake = FakeCri(FakeImages(images), FakeContainers(list(containers)))
+    recorder, clock = Recorder(), clock or Clock()
+    policy = policy or ImageGCPolicy(high_threshold_percent=90, low_threshold_percent=80, minimum_gc_age=0)
+    m = ImageGCManager(fake, policy, recorder, node_uid=lambda: "node-uid",  # type: ignore[arg-type]
+                       sandbox_image=sandbox_image, period=0.0, clock=clock, statfs=statfs or (lambda path: fs))
+    return m, fake, recorder, clock
+
+
+def test_manager_refuses_an_invalid_policy() -> None:
+    with pytest.raises(gc.InvalidPolicyError):
+        manager([], policy=ImageGCPolicy(high_threshold_percent=1, low_threshold_percent=2))
+
+
+async def test_below_the_threshold_nothing_is_removed() -> None:
+    m, fake, recorder, _ = manager([image(0, 450)], fs=(1000, 600))
+    await m.garbage_collect()
+    assert fake.images.removed == [] and recorder.events == []
+    assert set(m.records) == {"image-0"}
+
+
+async def test_over_the_threshold_unused_images_go_least_recently_used_first() -> None:
+    images = [image(0, 100), image(1, 100), image(2, 100), image(3, 100, pinned=True),
+              image(4, 100, tags=("registry.k8s.io/pause:3.10",))]
+    m, fake, recorder, clock = manager(images, [container(2, cri.ContainerState.EXITED)], fs=(1000, 100),
+                                       sandbox_image="registry.k8s.io/pause:3.10")
+    fake.containers.containers.append(container(1))
+    await m.detect()  # image 1 used now, then not any more; image 0 never: it goes first
+    fake.containers.containers.pop()
+    clock.now += 10
+    fake.images.refuse = {"image-0"}
+    with pytest.raises(gc.ImageGCError):  # 90% used, 100 bytes to free: image 0 fails, image 1 is enough
+        await m.garbage_collect()
+    assert fake.images.removed == ["image-1"]
+    fake.images.refuse = set()
+    await m.garbage_collect()
+    assert fake.images.removed == ["image-1", "image-0"]
+    # image 2 is held by an exited container, image 3 pinned by the runtime, image 4 is the sandbox image
+    assert {i.id for i in fake.images.images} == {"image-2", "image-3", "image-4"}
+    assert set(m.records) == {"image-2", "image-3", "image-4"}
+    assert recorder.events == []
+
+
+async def test_a_failed_removal_is_reported_and_the_next_image_tried() -> None:
+    m, fake, recorder, _ = manager([image(0, 100), image(1, 200)], fs=(1000, 50))
+    fake.images.refuse = {"image-0"}
+    with pytest.raises(gc.ImageGCError) as exc:
+        await m.garbage_collect()
+    assert str(exc.value) == ("wanted to free 150 bytes, but freed 200 bytes space with errors in image deletion: "
+                              "rpc error: code = Unknown desc = cannot remove image-0")
+    assert fake.images.removed == ["image-1"] and recorder.events == []
+
+
+async def test_young_images_stay_until_the_minimum_age() -> None:
+    policy = ImageGCPolicy(high_threshold_percent=90, low_threshold_percent=80, minimum_gc_age=60)
+    m, fake, recorder, clock = manager([image(0, 1024), image(1, 2048)], [container(1)], fs=(10000, 100),
+                                       policy=policy)
+    with pytest.raises(gc.ImageGCError):
+        await m.garbage_collect()
+    assert fake.images.removed == []
+    assert recorder.events[-1][1] == "FreeDiskSpaceFailed"
+    clock.now += 60
+    with pytest.raises(gc.ImageGCError):  # still 1024 short of 1900
+        await m.garbage_collect()
+    assert fake.images.removed == ["image-0"]
+
+
+async def test_not_enough_freed_is_a_free_disk_space_failed_event() -> None:
+    capacity = 10 * GiB
+    m, _, recorder, _ = manager([image(0, 500 * 1024 * 1024)], fs=(capacity, capacity // 20))
+    with pytest.raises(gc.ImageGCError) as exc:
+        await m.garbage_collect()
+    message = ("Insufficient free disk space on the node's image filesystem (95% of 10.0 GiB used). Failed to free "
+               "sufficient space by deleting unused images (freed 524288000 bytes). Investigate disk usage, as it "
+               "could be used by active images, logs, volumes, or other data.")
+    assert str(exc.value) == message
+    assert recorder.events == [("Warning", "FreeDiskSpaceFailed", message, "node-uid")]
+
+
+async def test_enough_freed_is_success() -> None:
+    m, fake, recorder, _ = manager([image(0, 450)], fs=(1000, 50))
+    await m.garbage_collect()
+    assert fake.images.removed == ["image-0"] and recorder.events == []
+
+
+async def test_no_mountpoint_is_invalid_disk_capacity() -> None:
+    m, fake, recorder, _ = manager([image(0)])
+    fake.images.mountpoint = ""
+    with pytest.raises(gc.ImageGCError, match="invalid capacity 0 on image filesystem"):
+        await m.garbage_collect()
+    assert recorder.events == [("Warning", "InvalidDiskCapacity", "invalid capacity 0 on image filesystem",
+                                "node-uid")]
+
+
+async def test_an_unreadable_image_filesystem_is_an_error() -> None:
+    def statfs(path: str) -> tuple[int, int]:
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    m, _, recorder, _ = manager([image(0)], statfs=statfs)
+    with pytest.raises(gc.ImageGCError, match=r"^get filesystem info: Failed to get the info of the filesystem with "
+                                              r"mountpoint: .*No such file or directory"):
+        await m.garbage_collect()
+    assert recorder.events == []
+
+
+async def test_maximum_age_removes_long_unused_images_whatever_the_disk() -> None:
+    policy = ImageGCPolicy(high_threshold_percent=90, low_threshold_percent=80, minimum_gc_age=0,
+                           maximum_gc_age=60)
+    m, fake, _, clock = manager([image(0), image(1)], [container(1)], fs=(1000, 900), policy=policy)
+    began = clock.now
+    await m.garbage_collect(began)
+    clock.now += 30
+    await m.garbage_collect(began)  # image 1 last used now
+    assert fake.images.removed == []
+    fake.containers.containers = []
+    clock.now += 31
+    await m.garbage_collect(began)
+    assert fake.images.removed == ["image-0"]  # never used; image 1 was used 31 s ago
+    clock.now += 30
+    fake.images.refuse = {"image-1"}
+    with pytest.raises(gc.ImageGCError, match=r"^wanted to free images older than 1m0s, encountered errors"):
+        await m.garbage_collect(began)
+
+
+async def test_delete_unused_images_spares_in_use_and_pinned() -> None:
+    m, fake, _, _ = manager([image(0), image(1), image(2), image(3, pinned=True)], [container(2)])
+    await m.delete_unused_images()
+    assert sorted(fake.images.removed) == ["image-0", "image-1"]
+
+
+async def wait_for(condition: Any) -> None:
+    for _ in range(2000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("condition never met")
+
+
+async def test_run_reports_only_repeated_failures_and_goes_on() -> None:
+    m, fake, recorder, _ = manager([image(0)])
+    fake.images.list_error = CriError("UNAVAILABLE", "connection refused")
+    task = asyncio.create_task(m.run())
+    await wait_for(lambda: len(recorder.events) >= 2)
+    fake.images.list_error = None
+    calls = fake.containers.calls
+    await wait_for(lambda: fake.containers.calls > calls + 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert recorder.events[:2] == [("Warning", "ImageGCFailed", "rpc error: code = Unavailable desc = connection "
+                                    "refused", "node-uid")] * 2
+    assert "image-0" in m.records
+
+
+async def test_run_does_nothing_when_disabled() -> None:
+    m, fake, _, _ = manager([image(0)], policy=ImageGCPolicy(high_threshold_percent=100, low_threshold_percent=80))
+    await asyncio.wait_for(m.run(), 1)
+    assert fake.containers.calls == 0
+
+
+# ----------------------------------------------------------------------------------------------- events
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.created: list[tuple[str, dict[str, Any]]] = []
+
+    async def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
+        self.created.append((namespace, event))
+        return event
+
+
+async def test_node_events_go_to_the_default_namespace_about_the_node() -> None:
+    api = FakeApi()
+    recorder = EventRecorder(api, "node-1")  # type: ignore[arg-type]
+    recorder.node_event("Warning", "ImageGCFailed", "boom", "uid-1")
+    recorder.node_event("Warning", "FreeDiskSpaceFailed", "full")
+    await recorder.flush()
+    assert [(ns, e["involvedObject"], e["reason"], e["message"]) for ns, e in api.created] == [
+        (NODE_EVENT_NAMESPACE, {"kind": "Node", "apiVersion": "v1", "name": "node-1", "uid": "uid-1"},
+         "ImageGCFailed", "boom"),
+        ("default", {"kind": "Node", "apiVersion": "v1", "name": "node-1"}, "FreeDiskSpaceFailed", "full"),
+    ]
