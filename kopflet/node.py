@@ -27,6 +27,8 @@ from kopflet.config import static_pods
 from kopflet.config.file_source import StaticPodSource
 from kopflet.config.settings import AgentConfig
 from kopflet.envvars.services import ServiceCache
+from kopflet.images import gc as image_gc
+from kopflet.images.gc_manager import ImageGCManager
 from kopflet.images.manager import ImageManager
 from kopflet.kuberuntime import gc, sandbox_config
 from kopflet.kuberuntime.executor import PodSyncer, read_host_container_facts
@@ -170,6 +172,12 @@ class Node:
         self.container_gc = ContainerGC(self.relist, self.executor, gc.GCPolicy(
             min_age=cfg.minimum_container_ttl_duration, max_per_pod_container=cfg.maximum_dead_containers_per_container,
             max_containers=cfg.maximum_dead_containers))
+        # The sandbox (pause) image is safe through the runtime's pin, as upstream (1.37 has no flag naming it).
+        self.image_gc = ImageGCManager(cri, image_gc.ImageGCPolicy(
+            high_threshold_percent=cfg.image_gc_high_threshold_percent,
+            low_threshold_percent=cfg.image_gc_low_threshold_percent, minimum_gc_age=cfg.image_minimum_gc_age,
+            maximum_gc_age=cfg.image_maximum_gc_age), self.recorder, node_uid=lambda: self.heartbeat.uid,
+            image_cri=runtime.image_cri)
         self.static_pods = StaticPodSource(cfg, self.api, self.workers, lambda: self.heartbeat.uid) \
             if cfg.pod_manifest_path else None
         self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics,
@@ -202,6 +210,7 @@ class Node:
             asyncio.create_task(self.heartbeat.run(), name="node-heartbeat"),
             asyncio.create_task(self.housekeeping.run(), name="housekeeping"),
             asyncio.create_task(self.container_gc.run(), name="container-gc"),
+            asyncio.create_task(self.image_gc.run(), name="image-gc"),
         ]
 
     def pod_event(self, kind: str | None, body: Mapping[str, Any]) -> None:

@@ -20,6 +20,8 @@ logger = logging.getLogger(__name__)
 # How long a repeated event is folded into the earlier one (client-go's default is 10 minutes).
 AGGREGATION_WINDOW = 600.0
 MAX_CACHED = 4096
+NODE_EVENT_NAMESPACE = "default"
+"""client-go's recorder puts the events of a cluster-scoped object (the Node) in metav1.NamespaceDefault."""
 
 
 class EventRecorder:
@@ -39,13 +41,23 @@ class EventRecorder:
             field_path = f"spec.{kind}{{{container}}}"
         involved = {"kind": "Pod", "apiVersion": "v1", "namespace": pod.namespace, "name": pod.name,
                     "uid": pod.uid, **({"fieldPath": field_path} if field_path else {})}
-        task = asyncio.create_task(self._post(pod.namespace, involved, type_, reason, message))
+        self._spawn(pod.namespace, involved, type_, reason, message)
+
+    def node_event(self, type_: str, reason: str, message: str, uid: str = "") -> None:
+        """Fire and forget, about this node (upstream ``recorder.Eventf(kl.nodeRefWithUID(), ...)``: image GC,
+        container GC); `uid` is the Node's once known, left out before (as nodeRefWithUID does)."""
+        involved = {"kind": "Node", "apiVersion": "v1", "name": self.node_name, **({"uid": uid} if uid else {})}
+        self._spawn(NODE_EVENT_NAMESPACE, involved, type_, reason, message)
+
+    def _spawn(self, namespace: str, involved: dict[str, str], type_: str, reason: str, message: str) -> None:
+        task = asyncio.create_task(self._post(namespace, involved, type_, reason, message))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _post(self, namespace: str, involved: dict[str, str], type_: str, reason: str, message: str) -> None:
         stamp = times.timestamp(datetime.datetime.now(datetime.UTC))
-        key = (involved["uid"], involved.get("fieldPath", ""), type_, reason, message)
+        key = (involved["kind"], involved["name"], involved.get("uid", ""), involved.get("fieldPath", ""), type_,
+               reason, message)
         loop_now = asyncio.get_running_loop().time()
         try:
             seen = self._seen.get(key)
