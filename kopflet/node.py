@@ -143,7 +143,7 @@ class Node:
         self.api = KubeClient(credentials, user_agent=f"kopflet/{cfg.node_name}")
         self.recorder = EventRecorder(self.api, cfg.node_name)
         self.backoff = backoffs.Backoff()
-        self.heartbeat = NodeAgent(cfg, self.api, cri, runtime.node_version, host.machine)
+        self.heartbeat = NodeAgent(cfg, self.api, cri, runtime.node_version, host.machine, self.recorder)
         self.services = ServiceCache(self.api)
         self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api)
         self.allocations = AllocationManager(self.layout)
@@ -196,6 +196,7 @@ class Node:
         heartbeats, housekeeping, and the kubelet API. OSError or ssl.SSLError when the API cannot be served."""
         await self.api.open()
         await self.heartbeat.register()
+        self.recorder.node_event("Normal", "Starting", "Starting kubelet.", self.heartbeat.uid)
         cfg = self.cfg
         if cfg.port:
             self.server = await serve(cfg, self.backend, authenticator_for(cfg, self.api),

@@ -57,8 +57,8 @@ def read_machine_facts(root_dir: str) -> setters.MachineFacts:
 
 class NodeAgent:
     def __init__(self, cfg: AgentConfig, api: KubeClient, cri_client: CriClient, runtime_version: str,
-                 facts: setters.MachineFacts) -> None:
-        self.cfg, self.api, self.cri, self.facts = cfg, api, cri_client, facts
+                 facts: setters.MachineFacts, recorder: EventRecorder | None = None) -> None:
+        self.cfg, self.api, self.cri, self.facts, self.recorder = cfg, api, cri_client, facts, recorder
         self.runtime_version = runtime_version
         self.uid = ""
         self.taints: tuple[admission.Taint, ...] = tuple(cfg.register_with_taints)
@@ -105,6 +105,10 @@ class NodeAgent:
                                           body={"metadata": {"labels": labels}}, content_type=MERGE)
             logger.info(f"node {self.cfg.node_name} already registered; adopted it")
         self.uid = node["metadata"]["uid"]
+        previous_boot = str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
+        rebooted = setters.rebooted_message(self.cfg.node_name, previous_boot, self.facts.boot_id)
+        if rebooted and self.recorder is not None:
+            self.recorder.node_event("Warning", "Rebooted", rebooted, self.uid)
         await self.refresh_node()
         self._conditions = list(node.get("status", {}).get("conditions", []))
         await self.renew_lease()
@@ -181,6 +185,10 @@ class NodeAgent:
             return
         await self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}/status",
                                body={"status": status}, content_type=STRATEGIC_MERGE)
+        if self.recorder is not None:
+            for reason, message in setters.condition_events(self.cfg.node_name, self._conditions,
+                                                            status["conditions"]):
+                self.recorder.node_event("Normal", reason, message, self.uid)
         if changed and self._posted and status["conditions"] != self._posted.get("conditions"):
             ready = next(c for c in status["conditions"] if c["type"] == "Ready")
             logger.info(f"node {self.cfg.node_name} Ready={ready['status']}: {ready['message']}")

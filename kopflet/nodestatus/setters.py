@@ -110,6 +110,38 @@ def conditions(ready: Condition, previous: Sequence[Mapping[str, Any]], now: dat
     return out
 
 
+# The event each condition status is announced with (upstream setters' recordEventFunc; events.NodeReady ...).
+_CONDITION_EVENTS: Mapping[str, Mapping[str, str]] = {
+    "MemoryPressure": {"True": "NodeHasInsufficientMemory", "False": "NodeHasSufficientMemory"},
+    "DiskPressure": {"True": "NodeHasDiskPressure", "False": "NodeHasNoDiskPressure"},
+    "PIDPressure": {"True": "NodeHasInsufficientPID", "False": "NodeHasSufficientPID"},
+    "Ready": {"True": "NodeReady", "False": "NodeNotReady", "Unknown": "NodeNotReady"},
+}
+
+
+def condition_events(node_name: str, previous: Sequence[Mapping[str, Any]],
+                     current: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(reason, message) of the Normal events for the conditions whose status moved, a new one included
+    (upstream recordNodeStatusEvent: "Node %s status is now: %s"); an unchanged status says nothing, so an
+    agent restart on a registered node announces nothing but its start."""
+    before = {c.get("type"): c.get("status") for c in previous}
+    out = []
+    for cond in current:
+        kind, status = cond.get("type"), cond.get("status")
+        reason = _CONDITION_EVENTS.get(str(kind), {}).get(str(status))
+        if reason and before.get(kind) != status:
+            out.append((reason, f"Node {node_name} status is now: {reason}"))
+    return out
+
+
+def rebooted_message(node_name: str, previous_boot_id: str, boot_id: str) -> str | None:
+    """The Warning ``Rebooted`` event's message when the Node last reported another boot id (upstream
+    MachineInfo setter); None when it is the same boot or the Node never reported one."""
+    if not previous_boot_id or not boot_id or previous_boot_id == boot_id:
+        return None
+    return f"Node {node_name} has been rebooted, boot id: {boot_id}"
+
+
 def ready_condition(runtime: cri.RuntimeStatus | None, error: str = "") -> Condition:
     """Ready from CRI Status (upstream runtimeState errors): the runtime and its network must be ready."""
     if runtime is None:

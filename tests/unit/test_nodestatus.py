@@ -79,3 +79,32 @@ def test_changes_ignore_heartbeats() -> None:
     a = {"conditions": setters.conditions(READY, [], NOW)}
     b = {"conditions": setters.conditions(READY, a["conditions"], NOW + datetime.timedelta(seconds=10))}
     assert setters.without_heartbeats(a) == setters.without_heartbeats(b)
+
+
+def _conds(**statuses: str) -> list[dict[str, str]]:
+    return [{"type": kind, "status": status} for kind, status in statuses.items()]
+
+
+@pytest.mark.parametrize(("previous", "current", "expected"), [
+    pytest.param([], _conds(MemoryPressure="False", DiskPressure="False", PIDPressure="False", Ready="True"),
+                 ["NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID", "NodeReady"],
+                 id="a new node announces every condition"),
+    pytest.param(_conds(MemoryPressure="False", Ready="True"), _conds(MemoryPressure="False", Ready="True"), [],
+                 id="nothing moved: nothing said (an agent restart)"),
+    pytest.param(_conds(MemoryPressure="False", Ready="True"), _conds(MemoryPressure="True", Ready="False"),
+                 ["NodeHasInsufficientMemory", "NodeNotReady"], id="flips"),
+    pytest.param(_conds(DiskPressure="True", PIDPressure="True"), _conds(DiskPressure="False", PIDPressure="False"),
+                 ["NodeHasNoDiskPressure", "NodeHasSufficientPID"], id="pressure gone"),
+])
+def test_condition_events_as_upstream_record_node_status_event(previous: list[dict[str, str]],
+                                                               current: list[dict[str, str]],
+                                                               expected: list[str]) -> None:
+    events = setters.condition_events("n1", previous, current)
+    assert [reason for reason, _ in events] == expected
+    assert all(message == f"Node n1 status is now: {reason}" for reason, message in events)
+
+
+def test_rebooted_only_when_the_node_reported_another_boot() -> None:
+    assert setters.rebooted_message("n1", "aaa", "bbb") == "Node n1 has been rebooted, boot id: bbb"
+    assert setters.rebooted_message("n1", "", "bbb") is None
+    assert setters.rebooted_message("n1", "bbb", "bbb") is None
