@@ -17,6 +17,7 @@ from typing import Any
 
 from cri_client import CriClient, CriError
 from kopflet import __version__
+from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS, MERGE, STRATEGIC_MERGE, KubeApiError, KubeClient, q
 from kopflet.config.settings import AgentConfig
 from kopflet.lifecycle import admission
