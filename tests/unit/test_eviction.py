@@ -498,3 +498,126 @@ def test_observe_reads_the_real_host(tmp_path: Path) -> None:
 
 def dataclasses_replace(obj: Any, **changes: Any) -> Any:
     return dataclasses.replace(obj, **changes)
+
+
+# -------------------------------------------------------------------------------------------------- manager
+
+
+class _Node:
+    """Fakes for the manager's collaborators: a settable reading, recorded kills, GC and events."""
+
+    def __init__(self, pods: list[EvictionCandidate], available: int, *, gc_frees: int = 0) -> None:
+        self.pods = pods
+        self.available = available
+        self.stamp = 0.0
+        self.gc_frees = gc_frees
+        self.killed: list[tuple[str, dict[str, object], int]] = []
+        self.gc_calls: list[str] = []
+        self.events: list[tuple[str | None, str, str]] = []
+
+    async def observe(self) -> dict[str, Observation]:
+        self.stamp += 1
+        return {"memory.available": Observation(self.available, 8 * Gi, self.stamp),
+                "nodefs.available": Observation(self.available, 100 * Gi, self.stamp)}
+
+    async def active_pods(self) -> list[EvictionCandidate]:
+        return list(self.pods)
+
+    async def evict(self, uid: str, status: dict[str, object], grace_period: int) -> None:
+        self.killed.append((uid, status, grace_period))
+
+    async def container_gc(self) -> None:
+        self.gc_calls.append("containers")
+
+    async def image_gc(self) -> None:
+        self.gc_calls.append("images")
+        self.available += self.gc_frees
+
+    def record(self, uid: str | None, reason: str, message: str, annotations: Any) -> None:
+        self.events.append((uid, reason, message))
+
+
+def _manager(node: _Node, thresholds: list[Threshold], now: list[float]) -> Any:
+    from kopflet.eviction.manager import EvictionManager
+    config = th.EvictionConfig(thresholds=tuple(thresholds), max_pod_grace_period=20)
+    return EvictionManager(config, observe=node.observe, active_pods=node.active_pods, evict=node.evict,
+                           container_gc=node.container_gc, image_gc=node.image_gc, record_event=node.record,
+                           clock=lambda: now[0],
+                           wall_clock=lambda: datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
+
+
+async def test_manager_evicts_one_pod_per_round_and_reports_pressure() -> None:
+    critical = dataclasses.replace(_pod("critical", memory_usage=4 * Gi), critical=True)
+    node = _Node([_pod("small", memory_usage=Mi), critical, _pod("hog", memory_usage=2 * Gi)], 50 * Mi)
+    now = [100.0]
+    manager = _manager(node, [_hard("memory.available", "100Mi")], now)
+    assert manager.conditions() == {"MemoryPressure": False, "DiskPressure": False, "PIDPressure": False}
+    evicted = await manager.synchronize()
+    assert evicted is not None and evicted.name == "hog"  # the critical pod ranks first but is skipped
+    uid, status, grace = node.killed[0]
+    assert (uid, grace, status["reason"]) == ("hog", 1, "Evicted")
+    assert status["message"] == ("The node was low on resource: memory. Threshold quantity: 100Mi, "
+                                 "available: 50Mi. ")
+    assert manager.conditions()["MemoryPressure"]
+    assert manager.admit(_body()) is not None  # BestEffort refused under memory pressure
+    assert node.events[0] == (None, "EvictionThresholdMet", "Attempting to reclaim memory")
+    assert node.events[1][:2] == ("hog", "Evicted")
+    node.available = Gi
+    now[0] = 110.0
+    assert await manager.synchronize() is None
+    assert len(node.killed) == 1
+    assert manager.is_under_memory_pressure()  # the transition period
+    now[0] = 500.0
+    await manager.synchronize()
+    assert not manager.is_under_memory_pressure()
+    assert manager.admit(_body()) is None
+
+
+async def test_manager_reclaims_node_level_resources_before_evicting() -> None:
+    node = _Node([_pod("a", disk=Gi)], 5 * Gi, gc_frees=10 * Gi)
+    manager = _manager(node, [_percent("nodefs.available", 10)], [0.0])
+    assert await manager.synchronize() is None
+    assert node.gc_calls == ["containers", "images"]
+    assert node.killed == []
+    assert manager.conditions()["DiskPressure"]
+
+
+async def test_manager_evicts_for_disk_when_gc_is_not_enough() -> None:
+    node = _Node([_pod("a", disk=Gi), _pod("b", disk=3 * Gi)], 5 * Gi)
+    soft = dataclasses.replace(_percent("nodefs.available", 10), grace_period=30.0)
+    now = [0.0]
+    manager = _manager(node, [soft], now)
+    assert await manager.synchronize() is None  # grace period not yet met
+    now[0] = 30.0
+    evicted = await manager.synchronize()
+    assert evicted is not None and evicted.name == "b"
+    assert node.killed[0][2] == 20  # soft: evictionMaxPodGracePeriod (the pod has no grace period of its own)
+
+
+async def test_manager_run_waits_for_the_evicted_pod_then_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from kopflet.eviction import manager as manager_module
+    from kopflet.eviction.manager import EvictionManager
+    monkeypatch.setattr(manager_module, "POD_CLEANUP_POLL", 0.001)
+    node = _Node([_pod("a", memory_usage=Gi), _pod("b", memory_usage=2 * Gi)], 50 * Mi)
+    asked: list[str] = []
+    both_cleaned = asyncio.Event()
+
+    async def cleaned_up(uid: str) -> bool:
+        asked.append(uid)
+        node.pods = [p for p in node.pods if p.uid != uid]
+        if len(asked) == 2:
+            both_cleaned.set()
+        return True
+
+    manager = EvictionManager(th.EvictionConfig(thresholds=(_hard("memory.available", "100Mi"),)),
+                              observe=node.observe, active_pods=node.active_pods, evict=node.evict,
+                              pod_cleaned_up=cleaned_up)
+    task = asyncio.create_task(manager.run(period=0.001))
+    await asyncio.wait_for(both_cleaned.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [k[0] for k in node.killed[:2]] == ["b", "a"]
+    assert asked[:2] == ["b", "a"]
