@@ -26,9 +26,9 @@ PURE = tuple(_INI["importlinter:contract:pure"]["source_modules"].split())
 # The modules that do I/O: every kopflet module that is neither a package's __init__ nor under PURE.
 IMPURE = frozenset({
     "kopflet.allocation.state", "kopflet.client.events", "kopflet.client.kubeapi", "kopflet.cm.cgroups",
-    "kopflet.config.file_source", "kopflet.envvars.services", "kopflet.images.gc_manager", "kopflet.images.manager",
-    "kopflet.kuberuntime.executor", "kopflet.kuberuntime.gc_manager", "kopflet.lifecycle.hooks", "kopflet.logs.reader",
-    "kopflet.node",
+    "kopflet.config.file_source", "kopflet.envvars.services", "kopflet.eviction.manager", "kopflet.eviction.signals",
+    "kopflet.images.gc_manager", "kopflet.images.manager", "kopflet.kuberuntime.executor",
+    "kopflet.kuberuntime.gc_manager", "kopflet.lifecycle.hooks", "kopflet.logs.reader", "kopflet.node",
     "kopflet.nodestatus.heartbeat",
     "kopflet.pleg.relist", "kopflet.pods.housekeeping", "kopflet.pods.teardown", "kopflet.pods.workers",
     "kopflet.prober.manager", "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.http",
