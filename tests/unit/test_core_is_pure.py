@@ -27,9 +27,8 @@ PURE = tuple(_INI["importlinter:contract:pure"]["source_modules"].split())
 IMPURE = frozenset({
     "kopflet.allocation.state", "kopflet.client.events", "kopflet.client.kubeapi", "kopflet.cm.cgroups",
     "kopflet.config.file_source", "kopflet.envvars.services", "kopflet.images.manager",
-    "kopflet.kuberuntime.executor", "kopflet.kuberuntime.gc_manager", "kopflet.lifecycle.hooks", "kopflet.logs.reader",
-    "kopflet.node",
-    "kopflet.nodestatus.heartbeat",
+    "kopflet.kuberuntime.executor", "kopflet.kuberuntime.gc_manager", "kopflet.lifecycle.hooks",
+    "kopflet.logs.manager", "kopflet.logs.reader", "kopflet.node", "kopflet.nodestatus.heartbeat",
     "kopflet.pleg.relist", "kopflet.pods.housekeeping", "kopflet.pods.teardown", "kopflet.pods.workers",
     "kopflet.prober.manager", "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.http",
     "kopflet.server.server", "kopflet.stats.collector", "kopflet.status.manager", "kopflet.volumes.manager",
