@@ -15,6 +15,7 @@ import pytest
 from cri_client import CriError
 from cri_client import types as cri
 from kopflet.logs import manager as log_manager
+from kopflet.logs.cri_logs import LogOptions
 from kopflet.logs.manager import (
     ContainerLogManager,
     compress_log,
@@ -23,6 +24,7 @@ from kopflet.logs.manager import (
     scan_log_files,
     sweep_dangling_symlinks,
 )
+from kopflet.logs.reader import write_container_logs
 from kopflet.logs.rotation import LogRotatePolicy, container_log_symlink
 
 NOW = dt.datetime(2024, 5, 6, 7, 8, 9)
@@ -296,3 +298,60 @@ def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# ------------------------------------------------------------------------------ with `kubectl logs [-f]`
+
+
+def cri_lines(*contents: str) -> bytes:
+    return b"".join(f"2024-05-06T07:08:09.000000000Z stdout F {c}\n".encode() for c in contents)
+
+
+def append(path: Path, data: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(data)
+
+
+async def test_a_follower_reads_on_across_the_managers_rotations(tmp_path: Path) -> None:
+    """Upstream ReadLogs: the old file is finished, then the new one read from its start; a rotated log that
+    is compressed later was already read. Without follow only the live file is read."""
+    fake = FakeCri()
+    log = add(fake, tmp_path, "c1", cri_lines(*(f"old {i}" for i in range(4))))
+    clock = iter([NOW, NOW + dt.timedelta(seconds=10)])
+    manager = ContainerLogManager(fake, LogRotatePolicy(max_size=100, max_files=3),  # type: ignore[arg-type]
+                                  clock=lambda: next(clock))
+    running, out = True, bytearray()
+
+    async def sink(data: bytes) -> None:
+        out.extend(data)
+
+    async def is_running() -> bool:
+        return running
+
+    async def until(expected: bytes) -> None:
+        for _ in range(500):
+            if bytes(out) == expected:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{bytes(out)!r} != {expected!r}")
+
+    task = asyncio.create_task(write_container_logs(str(log), LogOptions(follow=True), sink, is_running=is_running,
+                                                    poll_interval=0.01, check_interval=0.05))
+    await until(b"old 0\nold 1\nold 2\nold 3\n")
+    await manager.rotate_logs()
+    append(log, cri_lines(*(f"new {i}" for i in range(4))))
+    await until(b"old 0\nold 1\nold 2\nold 3\nnew 0\nnew 1\nnew 2\nnew 3\n")
+    await manager.rotate_logs()  # the first rotated file is compressed now
+    append(log, cri_lines("newest"))
+    await until(b"old 0\nold 1\nold 2\nold 3\nnew 0\nnew 1\nnew 2\nnew 3\nnewest\n")
+    running = False
+    await asyncio.wait_for(task, 5)
+    assert sorted(scan_log_files(str(log))) == ["0.log", f"0.log.{STAMP}.gz", "0.log.20240506-070819"]
+
+    current = bytearray()
+
+    async def collect(data: bytes) -> None:
+        current.extend(data)
+
+    await write_container_logs(str(log), LogOptions(), collect, is_running=is_running)
+    assert bytes(current) == b"newest\n"
