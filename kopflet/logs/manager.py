@@ -245,7 +245,10 @@ class ContainerLogManager:
 
     async def _process_limited(self, container_id: str) -> None:
         async with self._workers:
-            await self.process_container(container_id)
+            try:
+                await self.process_container(container_id)
+            except Exception:  # a bug for one container must not leave the round's others running unawaited
+                logger.exception(f"Failed to rotate the log of container {container_id}")
 
     async def process_container(self, container_id: str) -> None:
         """Check one container's log and rotate it when due (upstream processContainer). Never raises (but
