@@ -319,6 +319,14 @@ class Containers(_Facade):
                                                      linux=convert.linux_resources_to_pb(linux))
         await self._runtime("UpdateContainerResources", request)
 
+    async def reopen_log(self, container_id: str) -> None:
+        """Make the runtime reopen the container's stdout/stderr log file (upstream ReopenContainerLog).
+
+        Log rotation renames the file aside and calls this so the runtime writes to a new file at the
+        log path; a container that is not running fails the call.
+        """
+        await self._runtime("ReopenContainerLog", pb.ReopenContainerLogRequest(container_id=container_id))
+
     async def status(self, container_id: str) -> types.ContainerStatus:
         """State, times, exit code and image of one container; CriError(NOT_FOUND) when absent."""
         response = await self._runtime("ContainerStatus", pb.ContainerStatusRequest(container_id=container_id))

@@ -18,6 +18,9 @@ import posixpath
 
 DEFAULT_POD_LOG_ROOT = "/var/log/pods"
 """``podLogsDir``'s default (apis/config/v1beta1 `DefaultPodLogsDir`): log collectors expect it."""
+DEFAULT_CONTAINER_LOGS_DIR = "/var/log/containers"
+"""Upstream `ContainerLogsDir` (kubelet.go, kuberuntime legacy.go): one symlink per container to its log file,
+named ``<pod>_<namespace>_<container>-<id>.log``, where log collectors look."""
 
 # pkg/kubelet/kubeletconfig/defaults.go
 PODS_DIR_NAME = "pods"  # DefaultKubeletPodsDirName
@@ -39,11 +42,13 @@ def escape_qualified_name(name: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """The node's kubelet directories: `root_dir` (``--root-dir``) holds the pods' files and the checkpoints,
-    `pod_log_root` (``podLogsDir``) the containers' logs. Built once from the config and handed around, so no
-    module spells a path form of its own."""
+    `pod_log_root` (``podLogsDir``) the containers' logs, `container_logs_dir` the symlinks to them (fixed
+    upstream; a field so tests can move it). Built once from the config and handed around, so no module spells
+    a path form of its own."""
 
     root_dir: str
     pod_log_root: str = DEFAULT_POD_LOG_ROOT
+    container_logs_dir: str = DEFAULT_CONTAINER_LOGS_DIR
 
     # ----------------------------------------------------------------------- <root-dir> (kubelet_getters.go)
 
@@ -114,6 +119,7 @@ class Layout:
 __all__ = [
     "ACTUATED_PODS_STATE",
     "ALLOCATED_PODS_STATE",
+    "DEFAULT_CONTAINER_LOGS_DIR",
     "DEFAULT_POD_LOG_ROOT",
     "Layout",
     "escape_qualified_name",

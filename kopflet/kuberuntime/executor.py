@@ -35,13 +35,14 @@ from kopflet.client.kubeapi import KubeApiError, KubeClient
 from kopflet.cm import helpers
 from kopflet.cm.cgroups import CgroupError, PodCgroups
 from kopflet.config.settings import AgentConfig
-from kopflet.container import podstate
+from kopflet.container import labels, podstate
 from kopflet.container.sync_result import SyncResult, Waiting
 from kopflet.envvars import container_env
 from kopflet.envvars.services import ServiceCache
 from kopflet.images.manager import ImageError, ImageManager
 from kopflet.kuberuntime import container_config, reconciler, resize, sandbox_config
 from kopflet.lifecycle.hooks import HookRunner
+from kopflet.logs import manager as log_manager
 from kopflet.prober import probes
 from kopflet.volumes import plugins
 from kopflet.volumes.manager import VolumeManager
@@ -359,6 +360,7 @@ class PodSyncer:
         except CriError as exc:
             return failed(RUN_CONTAINER_ERROR, _details(exc))
         self.recorder.pod_event(pod, NORMAL, "Started", f"Started container {name}", name, init)
+        await self._link_log(pod, name, container_id, restart_count)
         post_start = (container.lifecycle or {}).get("postStart")
         if post_start:
             # Upstream: a failed postStart hook kills the container; its status waits with PostStartHookError.
@@ -370,6 +372,32 @@ class PodSyncer:
                 result.waiting[name] = Waiting(POST_START_HOOK_ERROR, error)
                 return False
         return True
+
+    async def _link_log(self, pod: spec.Pod, name: str, container_id: str, restart_count: int) -> None:
+        """The container's ``/var/log/containers`` symlink for log collectors, made once it started (upstream
+        startContainer; the runtime opens the log file on start). A failure is only logged."""
+        await log_manager.create_container_symlink(
+            self.layout.container_logs_dir, pod.name, pod.namespace, name, container_id,
+            self.layout.container_log_path(pod.namespace, pod.name, pod.uid, name, restart_count))
+
+    async def _remove_container(self, container_id: str) -> None:
+        """Upstream removeContainer: the container's symlink goes first (named from its labels, which
+        ContainerStatus gives, as upstream removeContainerLog), then RemoveContainer; already gone is fine."""
+        try:
+            status = await self.cri.containers.status(container_id)
+        except CriError as exc:
+            if not exc.not_found:
+                raise
+        else:
+            pod = labels.pod_identity(status.labels)
+            if pod.name:
+                await log_manager.remove_container_symlink(self.layout.container_logs_dir, pod.name, pod.namespace,
+                                                           labels.container_name(status.labels), container_id)
+        try:
+            await self.cri.containers.remove(container_id)
+        except CriError as exc:
+            if not exc.not_found:
+                raise
 
     async def environment(self, pod: spec.Pod, container: spec.ContainerSpec,
                           sandbox: cri.PodSandboxStatus) -> list[tuple[str, str]]:
@@ -486,11 +514,7 @@ class PodSyncer:
             is_init = any(c.name == reset.name for c in pod.spec.init_containers)
             if reset.kill:
                 await self._stop(pod, reset.container_id, reset.name, is_init, "killing", MINIMUM_GRACE_PERIOD)
-            try:
-                await self.cri.containers.remove(reset.container_id)
-            except CriError as exc:
-                if not exc.not_found:
-                    raise
+            await self._remove_container(reset.container_id)
 
     async def kill_pod(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, grace: int | None) -> None:
         """Stop every running container concurrently, then every sandbox (upstream killPodWithSyncResult).
@@ -527,11 +551,7 @@ class PodSyncer:
     async def remove(self, container_ids: Iterable[str], sandbox_ids: Iterable[str]) -> None:
         """Remove containers, then sandboxes (stopped first); already gone is fine."""
         for cid in container_ids:
-            try:
-                await self.cri.containers.remove(cid)
-            except CriError as exc:
-                if not exc.not_found:
-                    raise
+            await self._remove_container(cid)
         for sid in sandbox_ids:
             try:
                 await self.cri.sandboxes.stop(sid)

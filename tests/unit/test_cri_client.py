@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import ClassVar
 
 import grpc
 import grpc.aio
@@ -109,6 +110,16 @@ class _Runtime(pb_grpc.RuntimeServiceServicer):
         await context.abort(grpc.StatusCode.NOT_FOUND, f"container {request.container_id!r} not found")
         raise AssertionError("unreachable")
 
+    reopened: ClassVar[list[str]] = []
+
+    async def ReopenContainerLog(
+        self, request: pb.ReopenContainerLogRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReopenContainerLogResponse:
+        if request.container_id != "running":
+            await context.abort(grpc.StatusCode.UNKNOWN, "container is not running")
+        self.reopened.append(request.container_id)
+        return pb.ReopenContainerLogResponse()
+
 
 @pytest.fixture
 async def server_endpoint() -> AsyncIterator[str]:
@@ -168,3 +179,13 @@ async def test_unimplemented_service_is_a_cri_error(server_endpoint: str) -> Non
 ])
 def test_go_text_is_grpc_gos_status_error(code: grpc.StatusCode, name: str) -> None:
     assert CriError(code, "boom").go_text == f"rpc error: code = {name} desc = boom"
+
+
+async def test_reopen_log_asks_the_runtime_and_reports_its_refusal(server_endpoint: str) -> None:
+    async with CriClient(server_endpoint) as cri:
+        await cri.containers.reopen_log("running")
+        with pytest.raises(CriError) as info:
+            await cri.containers.reopen_log("exited")
+    assert _Runtime.reopened[-1] == "running"
+    assert info.value.method == "RuntimeService/ReopenContainerLog"
+    assert info.value.details == "container is not running"

@@ -9,12 +9,19 @@ ephemeral containers and pods without sidecars are stopped all at once. And `res
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from typing import Any
 
+from cri_client import CriError
+from cri_client import types as cri
 from kopflet.api.spec import Pod, pod_from_body
+from kopflet.container import labels
 from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
 from kopflet.kuberuntime import reconciler
 from kopflet.kuberuntime.executor import MINIMUM_GRACE_PERIOD, PodSyncer
+from kopflet.logs.rotation import container_log_symlink
+from kopflet.paths import Layout
 
 
 class FakeContainers:
@@ -23,6 +30,15 @@ class FakeContainers:
         self.calls: list[tuple[str, int]] = []
         self.done: list[str] = []
         self.log: list[tuple[str, str]] = []  # ("stop" | "remove", id), in call order
+        self.gone: set[str] = set()
+
+    async def status(self, container_id: str) -> cri.ContainerStatus:
+        """Labelled as kopflet labels its containers (c-<name> in pod ns/p), NOT_FOUND for `gone` ones."""
+        if container_id in self.gone:
+            raise CriError("NOT_FOUND", "not found")
+        name = container_id.removeprefix("c-")
+        return cri.ContainerStatus(id=container_id, labels={labels.POD_NAME: "p", labels.POD_NAMESPACE: "ns",
+                                                            labels.POD_UID: "u", labels.CONTAINER_NAME: name})
 
     async def remove(self, container_id: str) -> None:
         self.log.append(("remove", container_id))
@@ -61,6 +77,7 @@ def make_syncer(slow: dict[str, float]) -> tuple[PodSyncer, FakeCri, FakeRecorde
     syncer = PodSyncer.__new__(PodSyncer)  # kill_pod needs only the CRI and the recorder
     cri, recorder = FakeCri(slow), FakeRecorder()
     syncer.cri, syncer.recorder = cri, recorder  # type: ignore[assignment]
+    syncer.layout = Layout(f"/nonexistent-{id(syncer)}", container_logs_dir=f"/nonexistent-{id(syncer)}/containers")
     return syncer, cri, recorder
 
 
@@ -126,3 +143,27 @@ async def test_reset_containers_stops_what_runs_with_no_grace_and_removes_each_i
     assert cri.containers.calls == [("c-app", MINIMUM_GRACE_PERIOD), ("c-proxy", MINIMUM_GRACE_PERIOD)]
     assert [(e[1], e[2], e[3], e[4]) for e in recorder.events] == [("Killing", "killing", "app", False),
                                                                   ("Killing", "killing", "proxy", True)]
+
+
+def write_file(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+
+
+async def test_container_log_symlinks_are_made_after_start_and_removed_before_the_container(tmp_path: Path) -> None:
+    """Upstream startContainer links /var/log/containers/<pod>_<ns>_<container>-<id>.log to the log once the
+    container started; removeContainer removes the link first (named from the container's labels)."""
+    syncer, cri_fake, _ = make_syncer({})
+    syncer.layout = Layout(str(tmp_path / "root"), str(tmp_path / "pods"), str(tmp_path / "containers"))
+    pod = make_pod()
+    log = Path(syncer.layout.container_log_path("ns", "p", "u", "app", 2))
+    write_file(log, b"hi\n")
+    await syncer._link_log(pod, "app", "c-app", 2)
+    await syncer._link_log(pod, "worker", "c-worker", 0)  # no log file (yet): no link
+    link = Path(container_log_symlink(str(tmp_path / "containers"), "p", "ns", "app", "c-app"))
+    assert [p.name for p in (tmp_path / "containers").iterdir()] == [link.name]
+    assert os.readlink(link) == str(log)
+    cri_fake.containers.gone.add("c-gone")
+    await syncer.remove(["c-app", "c-gone"], [])
+    assert not any((tmp_path / "containers").iterdir())
+    assert cri_fake.containers.log == [("remove", "c-app"), ("remove", "c-gone")]
