@@ -34,6 +34,8 @@ from kopflet.kuberuntime import gc, sandbox_config
 from kopflet.kuberuntime.executor import PodSyncer, read_host_container_facts
 from kopflet.kuberuntime.gc_manager import ContainerGC
 from kopflet.lifecycle.hooks import HookRunner
+from kopflet.logs.manager import ContainerLogManager
+from kopflet.logs.rotation import LogRotatePolicy
 from kopflet.metrics import KubeletMetrics, ProbeMetrics
 from kopflet.nodestatus.heartbeat import NodeAgent, read_machine_facts
 from kopflet.nodestatus.setters import MachineFacts
@@ -178,6 +180,10 @@ class Node:
             low_threshold_percent=cfg.image_gc_low_threshold_percent, minimum_gc_age=cfg.image_minimum_gc_age,
             maximum_gc_age=cfg.image_maximum_gc_age), self.recorder, node_uid=lambda: self.heartbeat.uid,
             image_cri=runtime.image_cri)
+        self.log_manager = ContainerLogManager(
+            cri, LogRotatePolicy(max_size=cfg.container_log_max_size, max_files=cfg.container_log_max_files),
+            monitor_interval=cfg.container_log_monitor_interval, max_workers=cfg.container_log_max_workers,
+            symlink_dir=self.layout.container_logs_dir)
         self.static_pods = StaticPodSource(cfg, self.api, self.workers, lambda: self.heartbeat.uid) \
             if cfg.pod_manifest_path else None
         self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics,
@@ -212,6 +218,7 @@ class Node:
             asyncio.create_task(self.housekeeping.run(), name="housekeeping"),
             asyncio.create_task(self.container_gc.run(), name="container-gc"),
             asyncio.create_task(self.image_gc.run(), name="image-gc"),
+            asyncio.create_task(self.log_manager.run(), name="container-log-manager"),
         ]
 
     def pod_event(self, kind: str | None, body: Mapping[str, Any]) -> None:

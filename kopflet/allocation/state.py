@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 from kopflet import paths
@@ -27,10 +28,15 @@ class AllocationError(Exception):
 
 
 class _State:
-    """One checkpoint file and its entries by pod UID; writes are synchronous and small (a few KiB)."""
+    """One checkpoint file and its entries by pod UID; writes are synchronous and small (a few KiB).
+
+    Writers run in threads (asyncio.to_thread), several at once under load: one lock makes each change and its
+    write whole, so two writers never share the temporary file nor iterate the entries while one changes them.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock = threading.Lock()
         self.entries: dict[str, PodAllocation] = {}
         self._written = ""
         if path.exists():
@@ -47,12 +53,15 @@ class _State:
         return self.entries.get(uid)
 
     def set(self, uid: str, value: PodAllocation) -> None:
-        self.entries[uid] = value
-        self._save()
+        with self._lock:
+            self.entries = {**self.entries, uid: value}
+            self._save()
 
     def remove(self, uid: str) -> None:
-        if self.entries.pop(uid, None) is not None:
-            self._save()
+        with self._lock:
+            if uid in self.entries:
+                self.entries = {k: v for k, v in self.entries.items() if k != uid}
+                self._save()
 
     def _save(self) -> None:
         text = policy.checkpoint_text(self.entries)
