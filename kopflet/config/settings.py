@@ -30,6 +30,7 @@ import yaml
 
 from kopflet import gotext, paths
 from kopflet.api import qos, validation
+from kopflet.eviction import thresholds
 from kopflet.lifecycle import admission
 
 # The upstream kubelet's default CRI endpoint for containerd.
@@ -180,6 +181,35 @@ class AgentConfig:
     """``--maximum-dead-containers-per-container`` (deprecated upstream): dead instances kept per container."""
     maximum_dead_containers: int = -1
     """``--maximum-dead-containers`` (deprecated upstream): dead containers kept on the node; negative: no cap."""
+    eviction_hard: Mapping[str, str] | None = None
+    """``evictionHard``: signal -> threshold (``100Mi``, ``10%``); None: upstream's Linux defaults."""
+    eviction_soft: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
+    """``evictionSoft``: thresholds that must hold for their grace period before a pod is evicted."""
+    eviction_soft_grace_period: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
+    """``evictionSoftGracePeriod``: signal -> duration, one per soft threshold."""
+    eviction_minimum_reclaim: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
+    """``evictionMinimumReclaim``: signal -> how much beyond the threshold is reclaimed once it is met."""
+    eviction_pressure_transition_period: float = 300.0
+    """``evictionPressureTransitionPeriod``: a pressure condition stays this long after its last sighting."""
+    eviction_max_pod_grace_period: int = 0
+    """``evictionMaxPodGracePeriod``: the most grace a soft eviction gives a pod, in seconds."""
+    merge_default_eviction_settings: bool = False
+    """``mergeDefaultEvictionSettings``: the defaults fill in the hard thresholds evictionHard leaves out."""
+
+    @property
+    def effective_eviction_hard(self) -> dict[str, str]:
+        """The hard thresholds in force (upstream's loader: defaults unless set, merged on request)."""
+        return thresholds.effective_eviction_hard(self.eviction_hard, self.merge_default_eviction_settings)
+
+    @property
+    def eviction_config(self) -> thresholds.EvictionConfig:
+        """The eviction manager's configuration (`load` has checked that it parses)."""
+        return thresholds.EvictionConfig(
+            thresholds=tuple(thresholds.parse_threshold_config(
+                (), self.effective_eviction_hard, self.eviction_soft, self.eviction_soft_grace_period,
+                self.eviction_minimum_reclaim)),
+            pressure_transition_period=self.eviction_pressure_transition_period,
+            max_pod_grace_period=self.eviction_max_pod_grace_period)
 
     @property
     def pod_field_selector(self) -> str:
@@ -471,6 +501,19 @@ def _taints(text: str) -> tuple[Taint, ...]:
     return _unique_taints([parse_taint(part) for part in _csv(text)])
 
 
+def _langle_pairs(text: str) -> Mapping[str, str]:
+    """``memory.available<1Gi,nodefs.available<10%`` (cliflag LangleSeparatedMapStringString)."""
+    pairs: dict[str, str] = {}
+    for part in text.split(","):
+        if not part:
+            continue
+        key, lt, value = part.partition("<")
+        if not lt:
+            raise _Invalid(f"malformed pair, expect string<string: {_show(part)}")
+        pairs[key.strip()] = value.strip()
+    return _frozen(pairs)
+
+
 def _percent(text: str) -> int:
     number = _integer(text)
     if not 0 <= number <= 100:
@@ -624,6 +667,9 @@ SYSCTLS = _Kind("strings", _sysctls, lambda v: tuple(_sysctl(s) for s in _yaml_s
 TAINTS = _Kind("[]Taint", _taints, _yaml_taints)
 VERBOSITY = _Kind("Level", _verbosity, None)
 # Fields that are pointers upstream (nil is the default): in the file an explicit 0 is a value, and is checked.
+LANGLE_MAP = _Kind("mapStringString", _langle_pairs, lambda v: _frozen(_yaml_string_map(v)), accumulate=_merge)
+STRING_MAP = _Kind("mapStringString", lambda t: _frozen(_pairs(t)), lambda v: _frozen(_yaml_string_map(v)),
+                   accumulate=_merge)
 INT = _Kind("int32", _integer, lambda v: _yaml_integer(v))
 PERCENT = _Kind("int", _percent, lambda v: _percent(str(_yaml_integer(v))))
 LOG_MAX_SIZE = _Kind("string", _log_max_size, _text_then(_log_max_size), empty_is_unset=True)
@@ -762,6 +808,25 @@ SETTINGS: tuple[Setting, ...] = (
             "Dead instances kept per container (deprecated upstream); they back lastState and logs --previous."),
     Setting("maximum_dead_containers", "maximum-dead-containers", None, INT, "-1",
             "Dead containers kept on the node in all; negative: no limit (deprecated upstream)."),
+    # Node pressure and eviction (upstream eviction manager).
+    Setting("eviction_hard", "eviction-hard", "evictionHard", LANGLE_MAP,
+            "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%,"
+            "imagefs.inodesFree<5%",
+            "Hard eviction thresholds (signal<quantity or percent): met, a pod is evicted at once. Setting them "
+            "replaces the defaults unless mergeDefaultEvictionSettings.", zero_is_default=False),
+    Setting("eviction_soft", "eviction-soft", "evictionSoft", LANGLE_MAP, "none",
+            "Soft eviction thresholds: met for their grace period, a pod is evicted."),
+    Setting("eviction_soft_grace_period", "eviction-soft-grace-period", "evictionSoftGracePeriod", STRING_MAP,
+            "none", "Grace periods of the soft thresholds: memory.available=1m30s,..."),
+    Setting("eviction_minimum_reclaim", "eviction-minimum-reclaim", "evictionMinimumReclaim", STRING_MAP, "none",
+            "How much beyond a met threshold is reclaimed: imagefs.available=2Gi,..."),
+    Setting("eviction_pressure_transition_period", "eviction-pressure-transition-period",
+            "evictionPressureTransitionPeriod", TTL, "5m0s",
+            "How long a pressure condition stays after its threshold was last met."),
+    Setting("eviction_max_pod_grace_period", "eviction-max-pod-grace-period", "evictionMaxPodGracePeriod", INT,
+            "0", "The most grace (seconds) a soft eviction gives a pod; 0 or negative: the pod's own."),
+    Setting("merge_default_eviction_settings", None, "mergeDefaultEvictionSettings", BOOL, "false",
+            "The default hard thresholds fill in the signals evictionHard leaves out."),
 )
 
 _BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}
@@ -796,9 +861,8 @@ UNSUPPORTED_FIELDS = frozenset({
     "cpuManagerPolicyOptions", "cpuManagerReconcilePeriod", "draManagerReconcilePeriod", "memoryManagerPolicy",
     "topologyManagerPolicy", "topologyManagerScope", "topologyManagerPolicyOptions", "qosReserved", "hairpinMode",
     "podCIDR", "podPidsLimit", "resolvConf", "runOnce", "cpuCFSQuota", "cpuCFSQuotaPeriod", "nodeStatusMaxImages",
-    "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls", "evictionHard",
-    "evictionSoft", "evictionSoftGracePeriod", "evictionPressureTransitionPeriod", "evictionMaxPodGracePeriod",
-    "evictionMinimumReclaim", "mergeDefaultEvictionSettings", "podsPerCore", "enableControllerAttachDetach",
+    "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls",
+    "podsPerCore", "enableControllerAttachDetach",
     "protectKernelDefaults", "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit", "featureGates",
     "failSwapOn", "memorySwap",     "configMapAndSecretChangeDetectionStrategy", "reservedSystemCPUs",
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup", "enforceNodeAllocatable",
@@ -1020,6 +1084,11 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     if max_age > 0 and max_age <= min_age:
         raise ConfigError(f"invalid configuration: imageMaximumGCAge {gotext.go_duration(max_age)} must be greater "
                           f"than imageMinimumGCAge {gotext.go_duration(min_age)}")
+    try:
+        AgentConfig(node_name="-", **{k: v for k, v in values.items() if k.startswith(("eviction_", "merge_"))}) \
+            .eviction_config  # noqa: B018 (parses the thresholds: upstream ParseThresholdConfig at start)
+    except thresholds.ThresholdError as exc:
+        raise ConfigError(f"invalid eviction thresholds: {exc}") from None
     if bool(values.get("tls_cert_file")) != bool(values.get("tls_private_key_file")):
         raise ConfigError("--tls-cert-file (tlsCertFile) and --tls-private-key-file (tlsPrivateKeyFile) must be "
                           "given together, or neither for a self-signed certificate in --cert-dir")

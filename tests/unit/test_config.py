@@ -445,6 +445,13 @@ imageGCHighThresholdPercent: 70
 imageGCLowThresholdPercent: 0
 imageMinimumGCAge: 10m
 imageMaximumGCAge: 168h
+evictionHard: {memory.available: 200Mi}
+evictionSoft: {memory.available: 500Mi}
+evictionSoftGracePeriod: {memory.available: 1m}
+evictionMinimumReclaim: {memory.available: 50Mi}
+evictionPressureTransitionPeriod: 1m
+evictionMaxPodGracePeriod: 30
+mergeDefaultEvictionSettings: true
 """
 
 
@@ -467,7 +474,10 @@ def test_full_config_file() -> None:
         authorization_webhook_cache_unauthorized_ttl=5.0, container_log_max_size=50 * 1024 * 1024,
         container_log_max_files=3, container_log_max_workers=2, container_log_monitor_interval=30.0,
         image_gc_high_threshold_percent=70, image_gc_low_threshold_percent=0, image_minimum_gc_age=600.0,
-        image_maximum_gc_age=168 * 3600.0,
+        image_maximum_gc_age=168 * 3600.0, eviction_hard={"memory.available": "200Mi"},
+        eviction_soft={"memory.available": "500Mi"}, eviction_soft_grace_period={"memory.available": "1m"},
+        eviction_minimum_reclaim={"memory.available": "50Mi"}, eviction_pressure_transition_period=60.0,
+        eviction_max_pod_grace_period=30, merge_default_eviction_settings=True,
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 
@@ -515,7 +525,7 @@ def test_config_file_defaulting(body: str, expected: dict[str, Any]) -> None:
 @pytest.mark.parametrize(("body", "message"), [
     ("fooBar: 1\n", 'unknown field "fooBar"'),
     ("maxpods: 1\n", 'unknown field "maxpods" (did you mean maxPods?)'),
-    ("evictionHard: {memory.available: 100Mi}\n", 'field "evictionHard" is not supported by kopflet'),
+    ("cpuManagerPolicy: static\n", 'field "cpuManagerPolicy" is not supported by kopflet'),
     ("cgroupDriver: systemd\n", 'field "cgroupDriver" is not supported'),
     ("readOnlyPort: 10255\n", 'field "readOnlyPort" is not supported'),
     ("authentication: []\n", 'field "authentication": expected a mapping, got a list'),
@@ -705,3 +715,25 @@ def test_log_rotation_and_image_gc_settings_are_checked_as_upstream(argv: list[s
             with_file(text, *argv)
         else:
             run(argv)
+
+
+def test_eviction_settings_parse_as_upstream() -> None:
+    cfg = run(["--eviction-hard=memory.available<1Gi,nodefs.available<5%", "--eviction-soft=memory.available<2Gi",
+               "--eviction-soft-grace-period=memory.available=1m30s"])
+    assert cfg.effective_eviction_hard == {"memory.available": "1Gi", "nodefs.available": "5%"}
+    signals = [(t.signal, t.grace_period) for t in cfg.eviction_config.thresholds]
+    assert signals == [("memory.available", 0.0), ("nodefs.available", 0.0), ("memory.available", 90.0)]
+    assert run().effective_eviction_hard["imagefs.available"] == "15%"  # the Linux defaults
+    merged = with_file("evictionHard: {memory.available: 1Gi}\nmergeDefaultEvictionSettings: true\n")
+    assert merged.effective_eviction_hard["nodefs.available"] == "10%"
+    assert with_file("evictionHard: {}\n").effective_eviction_hard == {}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--eviction-hard=memory.available>1Gi"], r"malformed pair, expect string<string"),
+    (["--eviction-soft=memory.available<1Gi"], r"grace period must be specified for the soft eviction threshold"),
+    (["--eviction-hard=disk.available<1Gi"], r"unsupported eviction signal disk.available"),
+])
+def test_bad_eviction_settings_are_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        run(argv)
