@@ -27,6 +27,9 @@ from kopflet.config import static_pods
 from kopflet.config.file_source import StaticPodSource
 from kopflet.config.settings import AgentConfig
 from kopflet.envvars.services import ServiceCache
+from kopflet.eviction import helpers as eviction_helpers
+from kopflet.eviction import signals
+from kopflet.eviction.manager import EvictionManager
 from kopflet.images import gc as image_gc
 from kopflet.images.gc_manager import ImageGCManager
 from kopflet.images.manager import ImageManager
@@ -47,6 +50,7 @@ from kopflet.prober.manager import ProbeManager
 from kopflet.server.auth_reviews import authenticator_for, authorizer_for
 from kopflet.server.backend import AgentBackend
 from kopflet.server.server import Server, serve
+from kopflet.stats import summary
 from kopflet.stats.collector import StatsCollector
 from kopflet.status.manager import StatusManager
 from kopflet.volumes.manager import VolumeManager
@@ -145,7 +149,8 @@ class Node:
         self.api = KubeClient(credentials, user_agent=f"kopflet/{cfg.node_name}")
         self.recorder = EventRecorder(self.api, cfg.node_name)
         self.backoff = backoffs.Backoff()
-        self.heartbeat = NodeAgent(cfg, self.api, cri, runtime.node_version, host.machine, self.recorder)
+        self.heartbeat = NodeAgent(cfg, self.api, cri, runtime.node_version, host.machine, self.recorder,
+                                   pressure=lambda: self.eviction.conditions())
         self.services = ServiceCache(self.api)
         self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api)
         self.allocations = AllocationManager(self.layout)
@@ -173,7 +178,7 @@ class Node:
                                          cfg.pod_field_selector)
         self.container_gc = ContainerGC(self.relist, self.executor, gc.GCPolicy(
             min_age=cfg.minimum_container_ttl_duration, max_per_pod_container=cfg.maximum_dead_containers_per_container,
-            max_containers=cfg.maximum_dead_containers))
+            max_containers=cfg.maximum_dead_containers), terminated=self.workers.terminated)
         # The sandbox (pause) image is safe through the runtime's pin, as upstream (1.37 has no flag naming it).
         self.image_gc = ImageGCManager(cri, image_gc.ImageGCPolicy(
             high_threshold_percent=cfg.image_gc_high_threshold_percent,
@@ -186,11 +191,56 @@ class Node:
             symlink_dir=self.layout.container_logs_dir)
         self.static_pods = StaticPodSource(cfg, self.api, self.workers, lambda: self.heartbeat.uid) \
             if cfg.pod_manifest_path else None
-        self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics,
-                                    StatsCollector(cri, node_name=cfg.node_name, layout=self.layout),
+        self.stats = StatsCollector(cri, node_name=cfg.node_name, layout=self.layout)
+        self.eviction = EvictionManager(
+            cfg.eviction_config, observe=self._observe_signals, active_pods=self._eviction_candidates,
+            evict=self._evict, container_gc=self.container_gc.delete_all_unused,
+            image_gc=self.image_gc.delete_unused_images, pod_cleaned_up=self._pod_cleaned_up,
+            record_event=self._eviction_event)
+        self._image_fs: str | None = None
+        self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics, self.stats,
                                     self.probe_metrics)
         self.server: Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------------------------- eviction's edges
+
+    async def _observe_signals(self) -> Mapping[str, eviction_helpers.Observation]:
+        """The node's signals now (the image filesystem's mountpoint is asked of the runtime once)."""
+        if self._image_fs is None:
+            try:
+                filesystems = (await self.runtime.image_cri.images.fs_info()).image_filesystems
+                self._image_fs = filesystems[0].mountpoint if filesystems else ""
+            except CriError as exc:
+                logger.warning(f"eviction: the image filesystem is unknown for now: {exc}")
+        return await asyncio.to_thread(signals.observe, self.cfg.root_dir, self._image_fs or None)
+
+    async def _eviction_candidates(self) -> list[eviction_helpers.EvictionCandidate]:
+        """The admitted, non-terminal pods with their measured usage (a pod the stats missed ranks first)."""
+        pods = self.workers.active_pods()
+        if not pods:
+            return []
+        usage = {sample.uid: summary.eviction_usage(sample) for sample in (await self.stats.collect()).pods}
+        return [eviction_helpers.candidate(pod, usage.get(pod.uid),
+                                           qos_class=(body.get("status") or {}).get("qosClass") or None,
+                                           generation=int((body.get("metadata") or {}).get("generation") or 0))
+                for pod, body in pods]
+
+    async def _evict(self, uid: str, status: dict[str, object], grace_period: int) -> None:
+        if not self.workers.evict(uid, status, grace_period):
+            logger.warning(f"eviction: pod {uid} has no worker any more")
+
+    async def _pod_cleaned_up(self, uid: str) -> bool:
+        runtime = self.relist.pod(uid)
+        return not runtime.running_containers() and not any(s.ready for s in runtime.sandboxes)
+
+    def _eviction_event(self, uid: str | None, reason: str, message: str, annotations: Mapping[str, str]) -> None:
+        if uid is None:
+            self.recorder.node_event("Warning", reason, message, self.heartbeat.uid)
+            return
+        pod = self.workers.pod(uid)
+        if pod is not None:
+            self.recorder.pod_event(pod, "Warning", reason, message)
 
     def _wake(self, uids: set[str]) -> None:
         """A probe result changed: the pods' workers look again."""
@@ -219,6 +269,7 @@ class Node:
             asyncio.create_task(self.container_gc.run(), name="container-gc"),
             asyncio.create_task(self.image_gc.run(), name="image-gc"),
             asyncio.create_task(self.log_manager.run(), name="container-log-manager"),
+            asyncio.create_task(self.eviction.run(), name="eviction-manager"),
         ]
 
     def pod_event(self, kind: str | None, body: Mapping[str, Any]) -> None:

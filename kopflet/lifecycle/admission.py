@@ -102,6 +102,8 @@ class NodeInfo:
     os: str = "linux"
     allowed_unsafe_sysctls: tuple[str, ...] = ()
     kernel_version: str = ""
+    pressure: tuple[str, ...] = ()
+    """The node's pressure conditions now (MemoryPressure, DiskPressure, PIDPressure): the eviction admit."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "taints", tuple(self.taints))

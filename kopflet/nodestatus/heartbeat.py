@@ -13,6 +13,7 @@ import datetime
 import logging
 import os
 import platform
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cri_client import CriClient, CriError
@@ -58,8 +59,11 @@ def read_machine_facts(root_dir: str) -> setters.MachineFacts:
 
 class NodeAgent:
     def __init__(self, cfg: AgentConfig, api: KubeClient, cri_client: CriClient, runtime_version: str,
-                 facts: setters.MachineFacts, recorder: EventRecorder | None = None) -> None:
+                 facts: setters.MachineFacts, recorder: EventRecorder | None = None,
+                 pressure: Callable[[], Mapping[str, bool]] = dict) -> None:
+        """`pressure` gives the eviction manager's MemoryPressure/DiskPressure/PIDPressure as last decided."""
         self.cfg, self.api, self.cri, self.facts, self.recorder = cfg, api, cri_client, facts, recorder
+        self.pressure = pressure
         self.runtime_version = runtime_version
         self.uid = ""
         self.taints: tuple[admission.Taint, ...] = tuple(cfg.register_with_taints)
@@ -70,7 +74,8 @@ class NodeAgent:
     def allocatable(self) -> dict[str, str]:
         """What the node offers pods (resourceFieldRef defaults unset limits to it, as upstream)."""
         return setters.allocatable(setters.capacity(self.facts, self.cfg.max_pods),
-                                   system_reserved=self.cfg.system_reserved, kube_reserved=self.cfg.kube_reserved)
+                                   system_reserved=self.cfg.system_reserved, kube_reserved=self.cfg.kube_reserved,
+                                   eviction_hard=self.cfg.effective_eviction_hard)
 
     async def admission_info(self) -> admission.NodeInfo:
         """This node as admission sees it: its labels, current taints and allocatable resources.
@@ -85,7 +90,8 @@ class NodeAgent:
             name=self.cfg.node_name,
             labels=setters.node_labels(self.cfg.node_name, self.facts, self.cfg.node_labels),
             taints=self.taints, os="linux", kernel_version=self.facts.kernel_version,
-            allowed_unsafe_sysctls=self.cfg.allowed_unsafe_sysctls, allocatable=self.allocatable())
+            allowed_unsafe_sysctls=self.cfg.allowed_unsafe_sysctls, allocatable=self.allocatable(),
+            pressure=tuple(kind for kind, on in self.pressure().items() if on))
 
     async def register(self) -> None:
         """Create the Node with its taints, or adopt the existing one and reconcile its labels
@@ -167,10 +173,9 @@ class NodeAgent:
         ready = setters.ready_condition(runtime, error)
         capacity = setters.capacity(self.facts, self.cfg.max_pods)
         return {
-            "conditions": setters.conditions(ready, self._conditions, _now()),
+            "conditions": setters.conditions(ready, self._conditions, _now(), pressure=self.pressure()),
             "capacity": capacity,
-            "allocatable": setters.allocatable(capacity, system_reserved=self.cfg.system_reserved,
-                                               kube_reserved=self.cfg.kube_reserved),
+            "allocatable": self.allocatable(),
             "addresses": setters.addresses(self.cfg.node_name, self.cfg.node_ip),
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.cfg.port}},
             "nodeInfo": setters.node_info(self.facts, KUBELET_VERSION, self.runtime_version),

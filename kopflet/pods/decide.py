@@ -27,6 +27,7 @@ from kopflet.api.events import NORMAL, WARNING
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
 from kopflet.container.sync_result import CRASH_LOOP_BACK_OFF, SyncResult, Waiting
+from kopflet.eviction import helpers as eviction
 from kopflet.kuberuntime import gc, reconciler, resize
 from kopflet.lifecycle import admission, deadline
 from kopflet.status import generate
@@ -98,6 +99,15 @@ class Memory:
     """A terminated pod had to be stopped: its final status is still to be written."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Eviction:
+    """The eviction manager chose this pod: the status fields it ends with (phase Failed, reason Evicted, the
+    message, the DisruptionTarget condition) and the grace period its containers get."""
+
+    status: Mapping[str, Any]
+    grace_period: int
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Observation:
     """Everything read before deciding; data only, no handles."""
@@ -118,6 +128,7 @@ class Observation:
     """The other admitted, live, non-terminal pods of the node with their API status."""
     termination_messages: Mapping[str, str] = dataclasses.field(default_factory=dict)
     pod_cgroup: Any = None
+    eviction: Eviction | None = None
     memory: Memory = Memory()
     backoff: backoffs.Backoff
     now: datetime.datetime
@@ -143,6 +154,8 @@ class Plan:
     teardown: bool = False
     stop_probes: bool = False
     kill_pod: bool = False
+    kill_grace: int | None = None
+    """The grace period of `kill_pod` (None: the pod's own)."""
     actions: reconciler.PodActions | None = None
     """SyncPod's steps; None: the executor is not run this sync."""
     resize: resize.ResizeActions | None = None
@@ -207,7 +220,9 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
 
     events: list[Event] = []
     if not memory.admitted and _needs_admission(obs.runtime, previous):
-        rejection = admission.admit(pod, _node(obs), [p for p, _ in obs.others])
+        # The eviction manager's admit runs first, as upstream registers it first.
+        rejection = eviction.admit(pod, _node(obs).pressure) or \
+            admission.admit(pod, _node(obs), [p for p, _ in obs.others])
         if rejection is not None:
             # Final: phase Failed with the reason and message, never retried (upstream rejectPod).
             return Plan(lifecycle=Lifecycle.REJECTED, pod=pod, memory=memory,
@@ -230,6 +245,17 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
             events.append(Event(NORMAL, deadline.REASON, deadline.MESSAGE))  # upstream ShouldEvict's
         plan = _terminated(obs, pod, previous, cfg, dataclasses.replace(memory, resize_conditions=conditions),
                            tuple(events), write=True)
+        return dataclasses.replace(plan, allocate=allocate, admitted=True)
+    if obs.eviction is not None:
+        # Upstream killPodFunc from the eviction manager: killed with the eviction's grace period, then terminal
+        # with the eviction's status (written once its containers stopped, as the status manager holds a
+        # terminal phase back until then).
+        plan = _terminated(obs, pod, previous, cfg, dataclasses.replace(memory, resize_conditions=conditions),
+                           tuple(events), write=True)
+        if plan.kill_pod:
+            plan = dataclasses.replace(plan, kill_grace=obs.eviction.grace_period)
+        if plan.status is not None:
+            plan = dataclasses.replace(plan, status=_with_eviction(plan.status, obs.eviction))
         return dataclasses.replace(plan, allocate=allocate, admitted=True)
     return _syncing(obs, pod, previous, cfg, memory, conditions, generation, stamp, allocate, events)
 
@@ -325,6 +351,15 @@ def _terminated(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cf
     memory = dataclasses.replace(memory, terminal_write_due=False, kill_sent=False, followup=False)
     return Plan(lifecycle=Lifecycle.TERMINATED, pod=pod, memory=memory, events=tuple(more), status=status,
                 stop_probes=True, observe_start=observe_start, wake_after=cfg.resync_period)
+
+
+def _with_eviction(status: Mapping[str, Any], evicted: Eviction) -> dict[str, Any]:
+    """The terminal status with the eviction's fields over it; its conditions replace those of the same type."""
+    extra = dict(evicted.status)
+    conditions = list(extra.pop("conditions", None) or ())
+    kinds = {c.get("type") for c in conditions}
+    merged = [c for c in status.get("conditions") or () if c.get("type") not in kinds] + conditions
+    return {**status, **extra, "conditions": merged}
 
 
 def _kill(obs: Observation, pod: spec.Pod, lifecycle: Lifecycle, memory: Memory, events: tuple[Event, ...]) -> Plan:

@@ -69,6 +69,8 @@ class _Worker:
         self.task: asyncio.Task[None] | None = None
         self.first_seen = time.time()
         self.synced = self.updated = False
+        self.eviction: decide.Eviction | None = None
+        """Set by the eviction manager: the pod is killed and ends Failed (Evicted)."""
 
     @property
     def holds_node(self) -> bool:
@@ -131,6 +133,16 @@ class PodWorkers:
             worker.body = {**worker.body, "status": {}}
             worker.wake.set()
 
+    def evict(self, uid: str, status: Mapping[str, Any], grace_period: int) -> bool:
+        """The eviction manager's kill (upstream killPodFunc): the pod's worker kills it with that grace period
+        and writes `status` over its terminal status. False when no worker has the pod."""
+        worker = self.workers.get(uid)
+        if worker is None or worker.gone:
+            return False
+        worker.eviction = decide.Eviction(status=dict(status), grace_period=grace_period)
+        worker.wake.set()
+        return True
+
     def wake(self, uids: Iterable[str]) -> None:
         for uid in uids:
             worker = self.workers.get(uid)
@@ -139,6 +151,20 @@ class PodWorkers:
 
     def __contains__(self, uid: object) -> bool:
         return uid in self.workers
+
+    def active_pods(self) -> list[tuple[spec.Pod, Mapping[str, Any]]]:
+        """The admitted pods that hold the node (alive, not terminal) with their API object: eviction's candidates."""
+        return [(w.pod, w.body) for w in list(self.workers.values())
+                if w.holds_node and w.pod is not None and w.eviction is None]
+
+    def terminated(self) -> frozenset[str]:
+        """The pods in a terminal phase: their runtime may go (upstream ShouldPodRuntimeBeRemoved)."""
+        return frozenset(w.uid for w in list(self.workers.values())
+                         if (w.body.get("status") or {}).get("phase") in decide.TERMINAL_PHASES)
+
+    def pod(self, uid: str) -> spec.Pod | None:
+        worker = self.workers.get(uid)
+        return worker.pod if worker is not None else None
 
     def bodies(self) -> Iterator[Mapping[str, Any]]:
         """The pods the workers hold that are not deleted from the API, as last seen (with their status)."""
@@ -221,6 +247,7 @@ class PodWorkers:
                               liveness_failures=frozenset(self.prober.liveness_failures(uid)),
                               startup_failures=frozenset(self.prober.startup_failures(uid)))
         return Observation(body=body, pod=pod, runtime=runtime, probes=probes, allocated=allocated,
+                           eviction=worker.eviction,
                            actuated=self.allocations.actuation(uid), node=node, termination_messages=messages,
                            pod_cgroup=pod_cgroup, memory=worker.memory, backoff=self.backoff,
                            now=datetime.datetime.now(datetime.UTC))
@@ -271,7 +298,7 @@ class PodWorkers:
             self._wake_pending_resizes()  # upstream retries pending resizes when a pod is removed
             return plan.wake_after
         if plan.kill_pod:
-            await self.executor.kill_pod(pod, observation.runtime, grace=None)
+            await self.executor.kill_pod(pod, observation.runtime, grace=plan.kill_grace)
         wake = plan.wake_after
         if plan.actions is not None:
             result = await self.executor.sync(pod, observation.runtime, plan.actions, plan.resize)

@@ -29,6 +29,7 @@ from cri_client import types as cri
 from kopflet import metrics
 from kopflet.api import times
 from kopflet.container import labels as kubelabels
+from kopflet.eviction.helpers import ContainerUsage, FsUsage, PodUsage
 
 NANOS: Final = 1_000_000_000
 
@@ -693,3 +694,24 @@ def _unique(samples: Sequence[_Sample]) -> list[_Sample]:
             seen.add(key)
             result.append(sample)
     return result
+
+
+def eviction_usage(sample: PodSample) -> PodUsage:
+    """What the eviction manager ranks a pod by (upstream reads the same numbers from the summary API's PodStats):
+    the pod's memory working set (its sandbox's, else the sum of its containers'), its process count, and each
+    container's working set, writable layer and log usage."""
+    containers = tuple(
+        ContainerUsage(
+            name=c.name,
+            memory_working_set=c.stats.memory.working_set_bytes if c.stats.memory is not None else None,
+            rootfs=FsUsage(c.stats.writable_layer.used_bytes, c.stats.writable_layer.inodes_used)
+            if c.stats.writable_layer is not None else None,
+            logs=FsUsage(c.logs.used_bytes, c.logs.inodes_used) if c.logs is not None else None)
+        for c in sample.containers)
+    linux = sample.sandbox.linux if sample.sandbox is not None else None
+    memory = linux.memory.working_set_bytes if linux is not None and linux.memory is not None else None
+    if memory is None:
+        known = [c.memory_working_set for c in containers if c.memory_working_set is not None]
+        memory = sum(known) if known else None
+    processes = linux.process.process_count if linux is not None and linux.process is not None else None
+    return PodUsage(memory_working_set=memory, process_count=processes, containers=containers)

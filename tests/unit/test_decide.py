@@ -267,3 +267,42 @@ def test_terminal_pods_never_need_the_node(phase: str) -> None:
     body["status"]["phase"] = phase
     pod = spec.pod_from_body(body)
     assert not decide.needs_node_info(pod, body["status"], stopped(body), Memory(), None)
+
+
+def test_an_evicted_pod_is_killed_with_the_evictions_grace_then_failed_evicted() -> None:
+    from kopflet.eviction import helpers as eviction
+
+    body = base_body()
+    evicted = eviction.evicted_status("The node was low on resource: memory. ", generation=1, now=NOW)
+    order = decide.Eviction(status=evicted, grace_period=1)
+    plan = decide.decide(dataclasses.replace(observe(body), eviction=order), CFG)
+    assert plan.lifecycle is Lifecycle.TERMINATED and plan.kill_pod and plan.kill_grace == 1
+    assert plan.status is None  # the terminal phase waits for the containers to stop
+    after = decide.decide(dataclasses.replace(observe(body, stopped, memory=plan.memory), eviction=order), CFG)
+    assert after.status is not None and not after.kill_pod
+    assert (after.status["phase"], after.status["reason"]) == ("Failed", "Evicted")
+    assert after.status["message"] == "The node was low on resource: memory. "
+    targets = [c for c in after.status["conditions"] if c["type"] == "DisruptionTarget"]
+    assert [(c["status"], c["reason"]) for c in targets] == [("True", "TerminationByKubelet")]
+    assert len({c["type"] for c in after.status["conditions"]}) == len(after.status["conditions"])
+
+
+@pytest.mark.parametrize(("pressure", "requests", "reason"), [
+    pytest.param(("MemoryPressure",), {}, "Evicted", id="BestEffort under memory pressure"),
+    pytest.param(("MemoryPressure",), {"cpu": "100m"}, None, id="Burstable under memory pressure"),
+    pytest.param(("DiskPressure",), {"cpu": "100m"}, "Evicted", id="anything under disk pressure"),
+    pytest.param((), {}, None, id="no pressure"),
+])
+def test_admission_under_node_pressure_is_the_eviction_managers(pressure: tuple[str, ...],
+                                                                requests: dict[str, str], reason: str | None) -> None:
+    body = base_body()
+    body["status"] = {"phase": "Pending"}
+    body["spec"]["containers"][0]["resources"] = {"requests": requests} if requests else {}
+    node = dataclasses.replace(NODE, pressure=pressure)
+    plan = decide.decide(observe(body, empty, memory=Memory(), allocated=False, node=node), CFG)
+    if reason is None:
+        assert plan.lifecycle is Lifecycle.SYNCING
+    else:
+        assert plan.lifecycle is Lifecycle.REJECTED and plan.status is not None
+        assert plan.status["reason"] == reason
+        assert plan.status["message"] == f"Pod was rejected: The node had condition: [{pressure[0]}]. "
