@@ -42,6 +42,7 @@ from kopflet.logs.rotation import LogRotatePolicy
 from kopflet.metrics import KubeletMetrics, ProbeMetrics
 from kopflet.nodestatus.heartbeat import NodeAgent, read_machine_facts
 from kopflet.nodestatus.setters import MachineFacts
+from kopflet.oom.watcher import OomWatcher
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pods.housekeeping import Housekeeping
 from kopflet.pods.teardown import Teardown
@@ -189,6 +190,8 @@ class Node:
             cri, LogRotatePolicy(max_size=cfg.container_log_max_size, max_files=cfg.container_log_max_files),
             monitor_interval=cfg.container_log_monitor_interval, max_workers=cfg.container_log_max_workers,
             symlink_dir=self.layout.container_logs_dir)
+        self.oom = OomWatcher(lambda reason, message: self.recorder.node_event("Warning", reason, message,
+                                                                             self.heartbeat.uid))
         self.static_pods = StaticPodSource(cfg, self.api, self.workers, lambda: self.heartbeat.uid) \
             if cfg.pod_manifest_path else None
         self.stats = StatsCollector(cri, node_name=cfg.node_name, layout=self.layout)
@@ -270,6 +273,7 @@ class Node:
             asyncio.create_task(self.image_gc.run(), name="image-gc"),
             asyncio.create_task(self.log_manager.run(), name="container-log-manager"),
             asyncio.create_task(self.eviction.run(), name="eviction-manager"),
+            asyncio.create_task(self.oom.run(), name="oom-watcher"),
         ]
 
     def pod_event(self, kind: str | None, body: Mapping[str, Any]) -> None:
