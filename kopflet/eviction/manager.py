@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
+from cri_client import CriError
 from kopflet.api import spec
 from kopflet.eviction import helpers as h
 from kopflet.eviction import thresholds as th
@@ -126,8 +127,8 @@ class EvictionManager:
         if self._disk_layout is not None:
             try:
                 image_fs, split = await self._disk_layout()
-            except Exception:
-                logger.exception("Eviction manager: failed to get the image filesystem layout")
+            except Exception as exc:
+                _warn("Eviction manager: failed to get the image filesystem layout", exc)
                 return False
         self._thresholds, warnings = th.update_container_fs_thresholds(self._thresholds, image_fs, split)
         for warning in warnings:
@@ -140,8 +141,8 @@ class EvictionManager:
         if self._record_event is not None:
             try:
                 self._record_event(uid, reason, message, annotations)
-            except Exception:
-                logger.exception("Eviction manager: failed to record an event")
+            except Exception as exc:
+                _warn("Eviction manager: failed to record an event", exc)
 
     async def synchronize(self) -> EvictionCandidate | None:
         """One round (upstream synchronize): observe, update thresholds and pressure conditions, and if a
@@ -153,8 +154,8 @@ class EvictionManager:
         try:
             pods = list(await self._active_pods())
             observations = await self._observe()
-        except Exception:
-            logger.exception("Eviction manager: failed to get summary stats")
+        except Exception as exc:
+            _warn("Eviction manager: failed to get summary stats", exc)
             return None
         result = h.evaluate(self._thresholds, observations, self._state, self._clock(),
                             self._config.pressure_transition_period)
@@ -198,8 +199,8 @@ class EvictionManager:
             return False
         try:
             observations = await self._observe()
-        except Exception:
-            logger.exception("Eviction manager: failed to get summary stats after resource reclaim")
+        except Exception as exc:
+            _warn("Eviction manager: failed to get summary stats after resource reclaim", exc)
             return False
         return not h.thresholds_met(self._thresholds, observations, enforce_min_reclaim=True)
 
@@ -217,8 +218,8 @@ class EvictionManager:
         self._event(pod.uid, h.REASON, message, annotations)
         try:
             await self._evict(pod.uid, status, grace)
-        except Exception:
-            logger.exception("Eviction manager: pod %s/%s failed to evict", pod.namespace, pod.name)
+        except Exception as exc:
+            _warn(f"Eviction manager: pod {pod.namespace}/{pod.name} failed to evict", exc)
         else:
             logger.info("Eviction manager: pod %s/%s is evicted successfully", pod.namespace, pod.name)
         return True
@@ -242,10 +243,19 @@ class EvictionManager:
         while True:
             try:
                 evicted = await self.synchronize()
-            except Exception:
-                logger.exception("Eviction manager: failed to synchronize")
+            except Exception as exc:
+                _warn("Eviction manager: failed to synchronize", exc)
                 evicted = None
             if evicted is not None:
                 await self._wait_for_cleanup(evicted)
             else:
                 await asyncio.sleep(period)
+
+
+def _warn(message: str, exc: BaseException) -> None:
+    """A failed round is logged, never fatal. Runtime outages and filesystem errors are expected (containerd
+    restarts): one line; anything else is a bug and gets its traceback."""
+    if isinstance(exc, CriError | OSError | TimeoutError):
+        logger.warning(f"{message}: {exc}")
+    else:
+        logger.error(f"{message}: {exc}", exc_info=exc)

@@ -222,8 +222,8 @@ class ContainerLogManager:
         while True:
             try:
                 await self.rotate_logs()
-            except Exception:  # the loop must outlive anything a round does
-                logger.exception("Failed to rotate container logs")
+            except Exception as exc:  # the loop must outlive anything a round does
+                _warn("Failed to rotate container logs", exc)
             await asyncio.sleep(self.monitor_interval)
 
     async def _sweep_forever(self) -> None:
@@ -231,8 +231,8 @@ class ContainerLogManager:
         while True:
             try:
                 await sweep_dangling_symlinks(self.cri, self.symlink_dir)
-            except Exception:  # as above
-                logger.exception("Failed to remove dead container log symlinks")
+            except Exception as exc:  # as above
+                _warn("Failed to remove dead container log symlinks", exc)
             await asyncio.sleep(self.gc_period)
 
     async def rotate_logs(self) -> None:
@@ -247,8 +247,8 @@ class ContainerLogManager:
         async with self._workers:
             try:
                 await self.process_container(container_id)
-            except Exception:  # a bug for one container must not leave the round's others running unawaited
-                logger.exception(f"Failed to rotate the log of container {container_id}")
+            except Exception as exc:  # a bug for one container must not leave the round's others running unawaited
+                _warn(f"Failed to rotate the log of container {container_id}", exc)
 
     async def process_container(self, container_id: str) -> None:
         """Check one container's log and rotate it when due (upstream processContainer). Never raises (but
@@ -323,3 +323,12 @@ __all__ = [
     "scan_log_files",
     "sweep_dangling_symlinks",
 ]
+
+
+def _warn(message: str, exc: BaseException) -> None:
+    """A failed round is logged, never fatal. Runtime outages and filesystem errors are expected (containerd
+    restarts): one line; anything else is a bug and gets its traceback."""
+    if isinstance(exc, CriError | OSError | TimeoutError):
+        logger.warning(f"{message}: {exc}")
+    else:
+        logger.error(f"{message}: {exc}", exc_info=exc)

@@ -1,0 +1,126 @@
+"""Node pressure and eviction for real: a pod that takes the node's memory below the hard threshold makes the node
+report MemoryPressure, is evicted (Failed, reason Evicted, DisruptionTarget, an Evicted event) ahead of a
+well-behaved pod, BestEffort pods are refused while the pressure lasts, and the pressure clears once it is gone.
+
+The threshold is set just under what the node has free when the test starts, so one pod holding a few hundred
+MiB crosses it; nothing else on the machine is starved."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devstack.layout import Layout
+from kopflet.eviction import signals
+from tests.conftest import Kubectl
+from tests.e2e.conftest import Agent
+from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, wait_pod
+
+MiB = 1024 * 1024
+HOG = 600 * MiB  # what the hog pod holds (dd's buffer, blocked on a pipe nobody reads)
+MARGIN = 250 * MiB  # the threshold sits this far under what is free at the start
+
+
+def condition(node: dict[str, Any], kind: str) -> str:
+    return next((c["status"] for c in node["status"].get("conditions", []) if c["type"] == kind), "")
+
+
+@pytest.fixture
+def pressured_agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
+    available = signals.observe("/")["memory.available"].available
+    threshold = max(available - MARGIN, 64 * MiB) // MiB
+    args = (f"--eviction-hard=memory.available<{threshold}Mi --eviction-pressure-transition-period=30s "
+            f"--node-status-update-frequency=2s")
+    agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": args})
+    agent.start()
+    agent.wait_for(r"Activity 'start_agent' succeeded")
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+def test_memory_pressure_evicts_the_best_effort_hog_first(pressured_agent: Agent, admin: Kubectl, layout: Layout,
+                                                         namespace: str) -> None:
+    node = layout.node_name
+    admin.apply(pod_manifest("steady", namespace, node, [container(
+        "main", "sleep 3600", resources={"requests": {"memory": "64Mi", "cpu": "10m"}})]))
+    wait_pod(admin, namespace, "steady", is_ready, what="Ready")
+    assert condition(admin.json("get", "node", node), "MemoryPressure") == "False"
+
+    admin.apply(pod_manifest("hog", namespace, node, [container(
+        "main", f"dd if=/dev/zero bs={HOG // MiB}M count=1 | sleep 3600")]))
+    # The node says so, and while it does a new BestEffort pod is refused (upstream's eviction admit).
+    deadline = time.monotonic() + 120
+    while condition(admin.json("get", "node", node), "MemoryPressure") != "True":
+        assert time.monotonic() < deadline, "the node never reported MemoryPressure"
+        time.sleep(1)
+    admin.apply(pod_manifest("late", namespace, node, [container("main", "sleep 3600")]))
+    late = wait_pod(admin, namespace, "late", lambda p: p.get("status", {}).get("phase") == "Failed",
+                    timeout=60, what="rejected under memory pressure")
+    assert late["status"]["reason"] == "Evicted"
+    assert late["status"]["message"] == "Pod was rejected: The node had condition: [MemoryPressure]. "
+
+    hog = wait_pod(admin, namespace, "hog", lambda p: p.get("status", {}).get("phase") == "Failed",
+                   timeout=120, what="evicted")
+    status = hog["status"]
+    assert status["reason"] == "Evicted"
+    assert status["message"].startswith("The node was low on resource: memory. Threshold quantity: ")
+    assert "Container main was using" in status["message"] and "request is 0" in status["message"]
+    target = next(c for c in status["conditions"] if c["type"] == "DisruptionTarget")
+    assert (target["status"], target["reason"]) == ("True", "TerminationByKubelet")
+    assert any(e["reason"] == "Evicted" and e["type"] == "Warning" for e in events(admin, namespace, "hog"))
+
+    # The well-behaved pod was not touched, and the pressure clears once the hog is gone.
+    steady = admin.json("get", "pod", "steady", "-n", namespace)
+    assert is_ready(steady) and steady["status"]["containerStatuses"][0]["restartCount"] == 0
+    deadline = time.monotonic() + 120
+    while condition(admin.json("get", "node", node), "MemoryPressure") != "False":
+        assert time.monotonic() < deadline, "MemoryPressure never cleared after the eviction"
+        time.sleep(2)
+    admin.apply(pod_manifest("after", namespace, node, [container("main", "sleep 3600")]))
+    wait_pod(admin, namespace, "after", is_ready, what="a BestEffort pod admitted once the pressure is gone")
+    node_events = admin.json("get", "events", "-n", "default", "--field-selector",
+                             f"involvedObject.kind=Node,involvedObject.name={node}")["items"]
+    reasons = {e["reason"] for e in node_events}
+    assert {"NodeHasInsufficientMemory", "NodeHasSufficientMemory"} <= reasons
+
+
+def test_a_container_over_its_memory_limit_is_oom_killed(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                         namespace: str) -> None:
+    admin.apply(pod_manifest("oom", namespace, layout.node_name, [container(
+        "main", "exec dd if=/dev/zero of=/dev/null bs=256M count=1",
+        resources={"limits": {"memory": "64Mi"}, "requests": {"memory": "64Mi"}})], restartPolicy="Never"))
+    pod = wait_pod(admin, namespace, "oom", lambda p: p.get("status", {}).get("phase") == "Failed",
+                   timeout=120, what="Failed")
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["reason"] == "OOMKilled" and terminated["exitCode"] == 137
+
+
+
+def test_a_system_oom_in_the_kernel_log_becomes_a_node_event(running_agent: Agent, admin: Kubectl,
+                                                              layout: Layout) -> None:
+    # The kernel log is real; the OOM kill in it is written by the test (a real one would starve the machine).
+    pid = 400000 + int(time.time()) % 99999
+    lines = ["kopflet-e2e invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+             "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,"
+             f"task_memcg=/,task=kopflet-e2e,pid={pid},uid=0",
+             f"Out of memory: Killed process {pid} (kopflet-e2e) total-vm:0kB, anon-rss:0kB, file-rss:0kB"]
+    for line in lines:
+        with open("/dev/kmsg", "w") as kmsg:
+            kmsg.write(f"<4>{line}\n")
+    expected = f"System OOM encountered, victim process: kopflet-e2e, pid: {pid}"
+    deadline = time.monotonic() + 60
+    while True:
+        found = [e for e in admin.json("get", "events", "-n", "default", "--field-selector",
+                                       f"involvedObject.kind=Node,involvedObject.name={layout.node_name},"
+                                       "reason=SystemOOM")["items"] if e["message"] == expected]
+        if found:
+            break
+        assert time.monotonic() < deadline, f"no SystemOOM event {expected!r} on the node"
+        time.sleep(1)
+    assert found[0]["type"] == "Warning"
