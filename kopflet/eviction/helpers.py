@@ -21,6 +21,7 @@ from typing import Any
 
 from kopflet import gotext
 from kopflet.api import qos, spec, times
+from kopflet.eviction import local_storage as ls
 from kopflet.eviction import thresholds as th
 from kopflet.eviction.thresholds import Threshold
 from kopflet.lifecycle import admission
@@ -299,7 +300,11 @@ class PodUsage:
     process_count: int | None = None
     containers: tuple[ContainerUsage, ...] = ()
     volumes: Mapping[str, FsUsage] = dataclasses.field(default_factory=dict)
-    """By volume name."""
+    """By volume name: the emptyDir and configMap volumes measured (upstream VolumeStats, du of each)."""
+    pod_logs: FsUsage | None = None
+    """The files directly in the pod's log directory (upstream getPodLogStats; not the containers' logs)."""
+    etc_hosts: FsUsage | None = None
+    """The pod's managed etc-hosts file (upstream getPodEtcHostsStats)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,6 +329,8 @@ class EvictionCandidate:
     """``spec.resources.requests`` when pod-level resources are set, else None."""
     local_volumes: tuple[str, ...] = ()
     """Volumes that use the node's disk (hostPath, emptyDir on disk, configMap, gitRepo: localVolumeNames)."""
+    storage_limits: ls.StorageLimits = dataclasses.field(default_factory=ls.StorageLimits)
+    """emptyDir sizeLimits and ephemeral-storage limits (the local storage limit evictions)."""
     usage: PodUsage | None = None
 
 
@@ -362,8 +369,26 @@ def candidate(pod: spec.Pod, usage: PodUsage | None, *, qos_class: str | None = 
                             for c in (*pod.spec.containers, *pod.spec.init_containers)},
         pod_level_requests=dict(pod_resources.get("requests") or {}) if pod_level_set else None,
         local_volumes=tuple(str(v.get("name")) for v in pod.spec.volumes if _is_local_volume(v)),
+        storage_limits=ls.storage_limits(pod),
         usage=usage,
     )
+
+
+def _bytes(usage: FsUsage | None) -> int | None:
+    return usage.used_bytes if usage is not None else None
+
+
+def local_storage_eviction(pod: EvictionCandidate, *, dedicated_image_fs: bool) -> tuple[str, str] | None:
+    """upstream localStorageEviction's checks for one pod (`kopflet.eviction.local_storage`): the (signal,
+    message) of the limit it exceeds, else None. A pod without stats is skipped (statsFunc not ok)."""
+    limits, usage = pod.storage_limits, pod.usage
+    if usage is None or not limits.enforced:
+        return None
+    volumes = {name: v.used_bytes for name, v in usage.volumes.items() if v.used_bytes is not None}
+    containers = [ls.ContainerDisk(c.name, _bytes(c.rootfs), _bytes(c.logs)) for c in usage.containers]
+    other = (_bytes(usage.pod_logs) or 0) + (_bytes(usage.etc_hosts) or 0)
+    return ls.eviction_message(limits, volumes=volumes, containers=containers, other=other,
+                               dedicated_image_fs=dedicated_image_fs)
 
 
 # ------------------------------------------------------------------------------------------------- ranking
@@ -606,12 +631,17 @@ def eviction_grace_period(threshold: Threshold, pod_grace_period: int | None, ma
 
 
 def evicted_status(message: str, *, generation: int = 0, now: datetime.datetime | None = None,
-                   previous_conditions: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+                   previous_conditions: Sequence[Mapping[str, Any]] = (),
+                   disruption_target: bool = True) -> dict[str, Any]:
     """The status fields an evicted pod is given (upstream evictPod's status function): phase Failed, reason
     Evicted, the message, and a DisruptionTarget condition (True, TerminationByKubelet, the same message,
     observedGeneration = metadata.generation as PodObservedGenerationTracking is GA). The condition keeps
     its lastTransitionTime if `previous_conditions` already had it True (upstream UpdatePodCondition).
-    `conditions` holds only that condition: merge it into the pod's other conditions by type."""
+    `conditions` holds only that condition: merge it into the pod's other conditions by type.
+    Without `disruption_target` (upstream's local storage limit evictions pass no condition) only phase,
+    reason and message."""
+    if not disruption_target:
+        return {"phase": "Failed", "reason": REASON, "message": message}
     condition: dict[str, Any] = {"type": DISRUPTION_TARGET, "status": "True", "reason": TERMINATION_BY_KUBELET,
                                  "message": message}
     if generation:

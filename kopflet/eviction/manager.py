@@ -10,8 +10,12 @@ wires it:
     setters.conditions(ready, previous, now, pressure=manager.conditions())   # node status
     rejection = manager.admit(pod)                                             # pod admission
 
-Left out from upstream: the memcg threshold notifiers (kernelMemcgNotification) and the local storage limit
-evictions (emptyDir sizeLimit, ephemeral-storage limits: localStorageCapacityIsolation).
+Each round first enforces the local storage limits (upstream localStorageEviction: emptyDir sizeLimit, the
+pod's and each container's ephemeral-storage limit; `kopflet.eviction.local_storage`), as upstream does with
+localStorageCapacityIsolation on (its default; kopflet has no setting to turn it off): every pod over a limit
+is evicted that round, and the thresholds wait for the next one.
+
+Left out from upstream: the memcg threshold notifiers (kernelMemcgNotification).
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ class EvictionManager:
         self._wall_clock = wall_clock
         self._state = EvictionState()
         self._rank: dict[str, h.RankFunc] | None = None
+        self._dedicated_image_fs = False
         self._node_reclaim: dict[str, tuple[str, ...]] = {}
 
     # ---------------------------------------------------------------------------------------- for the node
@@ -134,6 +139,7 @@ class EvictionManager:
         for warning in warnings:
             logger.warning("Eviction manager: found conflicting containerfs eviction. Ignoring: %s", warning)
         self._rank = h.signal_to_rank(image_fs, split)
+        self._dedicated_image_fs = image_fs
         self._node_reclaim = h.signal_to_node_reclaim(image_fs, split)
         return True
 
@@ -144,43 +150,63 @@ class EvictionManager:
             except Exception as exc:
                 _warn("Eviction manager: failed to record an event", exc)
 
-    async def synchronize(self) -> EvictionCandidate | None:
-        """One round (upstream synchronize): observe, update thresholds and pressure conditions, and if a
-        threshold is met past its grace period, reclaim node-level resources or else evict one pod.
-        Returns the pod evicted, or None."""
-        if not self._thresholds or not await self._ensure_layout():
-            return None
+    async def synchronize(self) -> list[EvictionCandidate]:
+        """One round (upstream synchronize): observe, update thresholds and pressure conditions; evict every pod
+        over a local storage limit, and if there were none, when a threshold is met past its grace period,
+        reclaim node-level resources or else evict one pod. Returns the pods evicted.
+
+        Runs without thresholds too: upstream returns early only when localStorageCapacityIsolation is off."""
+        if not await self._ensure_layout():
+            return []
         assert self._rank is not None
         try:
             pods = list(await self._active_pods())
             observations = await self._observe()
         except Exception as exc:
             _warn("Eviction manager: failed to get summary stats", exc)
-            return None
+            return []
         result = h.evaluate(self._thresholds, observations, self._state, self._clock(),
                             self._config.pressure_transition_period)
         self._state = result.state
+        evicted = await self._local_storage_eviction(pods)
+        if evicted:
+            return evicted
         found = h.reclaimable_threshold(result.act_on)
         if found is None:
-            return None
+            return []
         threshold, resource = found
         logger.info("Eviction manager: attempting to reclaim %s", resource)
         self._event(None, EVICTION_THRESHOLD_MET, f"Attempting to reclaim {resource}")
         if await self._reclaim_node_level(threshold.signal, resource):
             logger.info("Eviction manager: able to reduce %s pressure without evicting pods", resource)
-            return None
+            return []
         rank = self._rank.get(threshold.signal)
         if rank is None:
             logger.error("Eviction manager: no ranking function for signal %s", threshold.signal)
-            return None
+            return []
         if not pods:
             logger.error("Eviction manager: eviction thresholds have been met, but no pods are active to evict")
-            return None
+            return []
         for pod in rank(pods):
             if await self._evict_pod(pod, threshold, resource, result.act_on, observations):
-                return pod
+                return [pod]
         logger.info("Eviction manager: unable to evict any pods from the node")
-        return None
+        return []
+
+    async def _local_storage_eviction(self, pods: Sequence[EvictionCandidate]) -> list[EvictionCandidate]:
+        """upstream localStorageEviction: every pod over its emptyDir sizeLimit, its containers' total
+        ephemeral-storage limit or one container's, evicted at once (grace period 1s, immediateEviction-
+        GracePeriodSeconds) with the message and no DisruptionTarget condition (upstream passes none)."""
+        evicted = []
+        for pod in pods:
+            found = h.local_storage_eviction(pod, dedicated_image_fs=self._dedicated_image_fs)
+            if found is None:
+                continue
+            _signal, message = found
+            status = h.evicted_status(message, disruption_target=False)
+            if await self._kill(pod, message, {}, status, h.IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS):
+                evicted.append(pod)
+        return evicted
 
     async def _reclaim_node_level(self, signal: str, resource: str) -> bool:
         """upstream reclaimNodeLevelResources: run the signal's GC steps, then measure again; True when no
@@ -206,15 +232,20 @@ class EvictionManager:
 
     async def _evict_pod(self, pod: EvictionCandidate, threshold: th.Threshold, resource: str,
                          met: Sequence[th.Threshold], observations: Mapping[str, Observation]) -> bool:
+        """Evict for a threshold: the grace period, message and status (with DisruptionTarget) it calls for."""
+        grace = h.eviction_grace_period(threshold, pod.termination_grace_period_seconds,
+                                        self._config.max_pod_grace_period)
+        message, annotations = h.eviction_message(resource, pod, met, observations)
+        status = h.evicted_status(message, generation=pod.generation, now=self._wall_clock())
+        return await self._kill(pod, message, annotations, status, grace)
+
+    async def _kill(self, pod: EvictionCandidate, message: str, annotations: Mapping[str, str],
+                    status: dict[str, object], grace: int) -> bool:
         """upstream evictPod: never a critical pod (False: try the next); otherwise the event, then the kill
         with the evicted status. A failed kill is logged and still counts (as upstream)."""
         if pod.critical:
             logger.error("Eviction manager: cannot evict a critical pod %s/%s", pod.namespace, pod.name)
             return False
-        grace = h.eviction_grace_period(threshold, pod.termination_grace_period_seconds,
-                                        self._config.max_pod_grace_period)
-        message, annotations = h.eviction_message(resource, pod, met, observations)
-        status = h.evicted_status(message, generation=pod.generation, now=self._wall_clock())
         self._event(pod.uid, h.REASON, message, annotations)
         try:
             await self._evict(pod.uid, status, grace)
@@ -224,29 +255,33 @@ class EvictionManager:
             logger.info("Eviction manager: pod %s/%s is evicted successfully", pod.namespace, pod.name)
         return True
 
-    async def _wait_for_cleanup(self, pod: EvictionCandidate) -> None:
-        """upstream waitForPodsCleanup: poll every second, give up after 30s."""
+    async def _wait_for_cleanup(self, pods: Sequence[EvictionCandidate]) -> None:
+        """upstream waitForPodsCleanup: poll every second until every pod is cleaned up, give up after 30s."""
         if self._pod_cleaned_up is None:
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(POD_CLEANUP_TIMEOUT):
                 while True:
                     await asyncio.sleep(POD_CLEANUP_POLL)
-                    if await self._pod_cleaned_up(pod.uid):
+                    for pod in pods:
+                        if not await self._pod_cleaned_up(pod.uid):
+                            break
+                    else:
                         return
-        logger.info("Eviction manager: timed out waiting for pod %s/%s to be cleaned up", pod.namespace, pod.name)
+        logger.info("Eviction manager: timed out waiting for pods %s to be cleaned up",
+                    ", ".join(f"{p.namespace}/{p.name}" for p in pods))
 
     async def run(self, period: float = MONITORING_PERIOD) -> None:
         """The control loop (upstream Start): a round every `period`; after an eviction, the next round
-        comes as soon as the pod is cleaned up. Runs until cancelled."""
+        comes as soon as the evicted pods are cleaned up. Runs until cancelled."""
         logger.info("Eviction manager: starting control loop")
         while True:
             try:
                 evicted = await self.synchronize()
             except Exception as exc:
                 _warn("Eviction manager: failed to synchronize", exc)
-                evicted = None
-            if evicted is not None:
+                evicted = []
+            if evicted:
                 await self._wait_for_cleanup(evicted)
             else:
                 await asyncio.sleep(period)

@@ -2,7 +2,8 @@
 
 The I/O half of `kopflet.stats.summary`: read /proc and the root cgroup (the machine's CPU and memory), statvfs
 (the kubelet root directory's filesystem and the runtime's image filesystem), the CRI stats calls (the
-pods and containers) and the containers' log directories, then hand it all to the pure builders. Every
+pods and containers), the containers' log directories and the pods' emptyDir/configMap volumes, log files and
+etc-hosts (du), then hand it all to the pure builders. Every
 blocking read runs in a thread; the CRI calls run concurrently.
 
 Usage::
@@ -25,6 +26,7 @@ import dataclasses
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,12 +34,20 @@ from typing import Any, Final
 
 from cri_client import CriClient, CriError
 from cri_client import types as cri
-from kopflet.paths import Layout
+from kopflet.paths import Layout, escape_qualified_name
 from kopflet.stats import summary
+from kopflet.volumes import plugins
 
 logger = logging.getLogger(__name__)
 
 NODE_CPU_KEY: Final = ""  # the node's entry in the CPU sample cache (container and sandbox ids are never empty)
+VOLUME_STATS_PERIOD: Final = 60.0
+"""How long a pod's volume measurement is reused: upstream volumeStatsAggPeriod's default (1m), the period of
+its volume stats calculators (a du of every volume is not cheap)."""
+MEASURED_VOLUME_PLUGINS: Final = (plugins.PLUGIN_NAMES[plugins.KIND_EMPTY_DIR],
+                                  plugins.PLUGIN_NAMES[plugins.KIND_CONFIG_MAP])
+"""The volumes measured: emptyDir (its sizeLimit; on disk, the pod's ephemeral storage) and configMap (on disk:
+ephemeral storage). Secret, projected and downwardAPI volumes are tmpfs that no limit or signal reads."""
 
 
 class StatsUnavailable(RuntimeError):
@@ -136,6 +146,73 @@ def disk_usage(path: Path, timestamp: int) -> cri.FilesystemUsage | None:
     return cri.FilesystemUsage(mountpoint=str(path), timestamp=timestamp, used_bytes=used, inodes_used=inodes)
 
 
+def du(path: str, timestamp: int) -> cri.FilesystemUsage | None:
+    """upstream volume/util/fs DiskUsage (what MetricsDu runs): bytes of allocated blocks (st_blocks * 512) and
+    inodes under `path`, itself included, symlinks not followed, not crossing into other filesystems (a
+    mount inside is skipped whole), hard links counted once; entries vanishing meanwhile are ignored. None
+    when `path` is missing. Blocking: run in a thread."""
+    try:
+        top = os.stat(path)
+    except OSError:
+        return None
+    used = inodes = 0
+    seen: set[int] = set()
+    pending = [path]
+    while pending:
+        current = pending.pop()
+        try:
+            st = os.lstat(current)
+        except OSError:
+            continue
+        if st.st_dev != top.st_dev:
+            continue
+        if st.st_nlink > 1:
+            if st.st_ino in seen:
+                continue
+            seen.add(st.st_ino)
+        used += st.st_blocks * 512
+        inodes += 1
+        if stat.S_ISDIR(st.st_mode):
+            with contextlib.suppress(OSError), os.scandir(current) as entries:
+                pending.extend(entry.path for entry in entries)
+    return cri.FilesystemUsage(mountpoint=path, timestamp=timestamp, used_bytes=used, inodes_used=inodes)
+
+
+def _sum_usage(usages: Iterable[cri.FilesystemUsage | None], path: str, timestamp: int) -> cri.FilesystemUsage:
+    known = [u for u in usages if u is not None]
+    return cri.FilesystemUsage(mountpoint=path, timestamp=timestamp,
+                               used_bytes=sum(u.used_bytes or 0 for u in known),
+                               inodes_used=sum(u.inodes_used or 0 for u in known))
+
+
+def volume_usage(layout: Layout, uid: str, timestamp: int) -> dict[str, cri.FilesystemUsage]:
+    """du of each emptyDir and configMap volume of the pod, by volume name (the directory's name; upstream
+    measures each mounted volume with MetricsDu). Blocking: run in a thread."""
+    result = {}
+    for plugin in MEASURED_VOLUME_PLUGINS:
+        directory = os.path.join(layout.volumes_dir(uid), escape_qualified_name(plugin))
+        try:
+            names = sorted(entry.name for entry in os.scandir(directory) if entry.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+        for name in names:
+            usage = du(os.path.join(directory, name), timestamp)
+            if usage is not None:
+                result[name] = usage
+    return result
+
+
+def pod_log_usage(layout: Layout, pod: summary.PodSample, timestamp: int) -> cri.FilesystemUsage | None:
+    """upstream getPodLogStats: du of each file directly in the pod's log directory (its containers' log
+    directories are theirs); None when the directory is missing."""
+    directory = layout.pod_log_dir(pod.namespace, pod.name, pod.uid)
+    try:
+        files = [e.path for e in os.scandir(directory) if not e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return None
+    return _sum_usage((du(f, timestamp) for f in files), directory, timestamp)
+
+
 def _log_usage(pods: Iterable[summary.PodSample], layout: Layout) -> dict[str, cri.FilesystemUsage]:
     """Log directory usage of every container (upstream hostStatsProvider; blocking: run in a thread)."""
     now = time.time_ns()
@@ -168,6 +245,8 @@ class StatsCollector:
         self.cri, self.node_name, self.layout = cri_client, node_name, layout
         self.proc, self.cgroup_root = Path(proc), Path(cgroup_root)
         self._previous_cpu: dict[str, cri.CpuUsage] = {}
+        self._volumes: dict[str, tuple[float, dict[str, cri.FilesystemUsage]]] = {}
+        """Each pod's last volume measurement (monotonic time, by volume name), by pod UID."""
         self._running: asyncio.Task[summary.StatsSnapshot] | None = None
 
     async def collect(self) -> summary.StatsSnapshot:
@@ -201,6 +280,7 @@ class StatsCollector:
             sandbox_stats = await self._sandbox_stats([p.sandbox_id for p in pods])
             logs = await asyncio.to_thread(_log_usage, pods, self.layout)
             pods = summary.pod_samples(sandboxes, containers, container_stats, sandbox_stats, logs)
+            pods = await asyncio.to_thread(self._with_local_storage, pods)
         except CriError as e:
             error = f"failed to list pod stats: {e}"
             logger.warning(error)
@@ -242,6 +322,21 @@ class StatsCollector:
             filesystems={m: size for m, size in sizes.items() if size is not None},
             error=error,
         )
+
+    def _with_local_storage(self, pods: tuple[summary.PodSample, ...]) -> tuple[summary.PodSample, ...]:
+        """The pods with their volumes (measured again once VOLUME_STATS_PERIOD has passed), log directory
+        files and etc-hosts (upstream getPodEtcHostsStats, each time) measured. Blocking: run in a thread;
+        only one collection runs at a time, so the cache is not shared."""
+        now, monotonic = time.time_ns(), time.monotonic()
+        self._volumes = {p.uid: self._volumes[p.uid] for p in pods if p.uid in self._volumes}
+        result = []
+        for pod in pods:
+            cached = self._volumes.get(pod.uid)
+            if cached is None or monotonic - cached[0] >= VOLUME_STATS_PERIOD:
+                cached = self._volumes[pod.uid] = (monotonic, volume_usage(self.layout, pod.uid, now))
+            result.append(dataclasses.replace(pod, volumes=cached[1], pod_logs=pod_log_usage(self.layout, pod, now),
+                                              etc_hosts=du(self.layout.etc_hosts(pod.uid), now)))
+        return tuple(result)
 
     async def _sandbox_stats(self, sandbox_ids: list[str]) -> dict[str, cri.PodSandboxStats]:
         """Pod-level stats of these sandboxes: one ListPodSandboxStats, else one call per sandbox.

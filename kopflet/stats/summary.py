@@ -99,7 +99,9 @@ class PodSample:
     """One pod: its identity, its sandbox's creation time (the summary's startTime) and what was measured.
 
     `sandbox` is the pod-level CRI stats (None when the runtime could not measure the sandbox);
-    `containers` are its running containers, in name order.
+    `containers` are its running containers, in name order. `volumes` (emptyDir and configMap volumes, by
+    name), `pod_logs` (the files directly in its log directory) and `etc_hosts` are the host's du of them,
+    when the collector measured them.
     """
 
     name: str
@@ -109,6 +111,9 @@ class PodSample:
     sandbox_id: str = ""
     sandbox: cri.PodSandboxStats | None = None
     containers: tuple[ContainerSample, ...] = ()
+    volumes: Mapping[str, cri.FilesystemUsage] = dataclasses.field(default_factory=dict)
+    pod_logs: cri.FilesystemUsage | None = None
+    etc_hosts: cri.FilesystemUsage | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -698,8 +703,9 @@ def _unique(samples: Sequence[_Sample]) -> list[_Sample]:
 
 def eviction_usage(sample: PodSample) -> PodUsage:
     """What the eviction manager ranks a pod by (upstream reads the same numbers from the summary API's PodStats):
-    the pod's memory working set (its sandbox's, else the sum of its containers'), its process count, and each
-    container's working set, writable layer and log usage."""
+    the pod's memory working set (its sandbox's, else the sum of its containers'), its process count, each
+    container's working set, writable layer and log usage, and the host's du of its volumes, log directory
+    files and etc-hosts (the local storage limits and the disk ranking read them)."""
     containers = tuple(
         ContainerUsage(
             name=c.name,
@@ -714,4 +720,11 @@ def eviction_usage(sample: PodSample) -> PodUsage:
         known = [c.memory_working_set for c in containers if c.memory_working_set is not None]
         memory = sum(known) if known else None
     processes = linux.process.process_count if linux is not None and linux.process is not None else None
-    return PodUsage(memory_working_set=memory, process_count=processes, containers=containers)
+    return PodUsage(memory_working_set=memory, process_count=processes, containers=containers,
+                    volumes={name: _fs_usage(v) for name, v in sample.volumes.items()},
+                    pod_logs=_fs_usage(sample.pod_logs) if sample.pod_logs is not None else None,
+                    etc_hosts=_fs_usage(sample.etc_hosts) if sample.etc_hosts is not None else None)
+
+
+def _fs_usage(usage: cri.FilesystemUsage) -> FsUsage:
+    return FsUsage(usage.used_bytes, usage.inodes_used)

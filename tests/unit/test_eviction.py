@@ -553,7 +553,7 @@ async def test_manager_evicts_one_pod_per_round_and_reports_pressure() -> None:
     manager = _manager(node, [_hard("memory.available", "100Mi")], now)
     assert manager.conditions() == {"MemoryPressure": False, "DiskPressure": False, "PIDPressure": False}
     evicted = await manager.synchronize()
-    assert evicted is not None and evicted.name == "hog"  # the critical pod ranks first but is skipped
+    assert [p.name for p in evicted] == ["hog"]  # the critical pod ranks first but is skipped
     uid, status, grace = node.killed[0]
     assert (uid, grace, status["reason"]) == ("hog", 1, "Evicted")
     assert status["message"] == ("The node was low on resource: memory. Threshold quantity: 100Mi, "
@@ -564,7 +564,7 @@ async def test_manager_evicts_one_pod_per_round_and_reports_pressure() -> None:
     assert node.events[1][:2] == ("hog", "Evicted")
     node.available = Gi
     now[0] = 110.0
-    assert await manager.synchronize() is None
+    assert await manager.synchronize() == []
     assert len(node.killed) == 1
     assert manager.is_under_memory_pressure()  # the transition period
     now[0] = 500.0
@@ -576,7 +576,7 @@ async def test_manager_evicts_one_pod_per_round_and_reports_pressure() -> None:
 async def test_manager_reclaims_node_level_resources_before_evicting() -> None:
     node = _Node([_pod("a", disk=Gi)], 5 * Gi, gc_frees=10 * Gi)
     manager = _manager(node, [_percent("nodefs.available", 10)], [0.0])
-    assert await manager.synchronize() is None
+    assert await manager.synchronize() == []
     assert node.gc_calls == ["containers", "images"]
     assert node.killed == []
     assert manager.conditions()["DiskPressure"]
@@ -587,10 +587,10 @@ async def test_manager_evicts_for_disk_when_gc_is_not_enough() -> None:
     soft = dataclasses.replace(_percent("nodefs.available", 10), grace_period=30.0)
     now = [0.0]
     manager = _manager(node, [soft], now)
-    assert await manager.synchronize() is None  # grace period not yet met
+    assert await manager.synchronize() == []  # grace period not yet met
     now[0] = 30.0
     evicted = await manager.synchronize()
-    assert evicted is not None and evicted.name == "b"
+    assert [p.name for p in evicted] == ["b"]
     assert node.killed[0][2] == 20  # soft: evictionMaxPodGracePeriod (the pod has no grace period of its own)
 
 

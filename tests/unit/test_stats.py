@@ -701,3 +701,72 @@ async def test_concurrent_scrapes_share_one_collection(fake_node: dict[str, Path
     collector = make_collector(fake, fake_node)
     first, second = await asyncio.gather(collector.collect(), collector.collect())
     assert first is second and fake.calls == ["ListPodSandboxStats"]
+
+
+# ------------------------------------------------------------------------------ local storage (du, volumes)
+
+
+def _blocks(*paths: Path) -> int:
+    return sum(p.lstat().st_blocks * 512 for p in paths)
+
+
+def test_du_counts_blocks_once_per_inode_without_following_links(tmp_path: Path) -> None:
+    top = tmp_path / "vol"
+    (top / "sub").mkdir(parents=True)
+    (top / "a").write_bytes(b"x" * 10000)
+    (top / "sub" / "b").write_bytes(b"y" * 5000)
+    (top / "hard").hardlink_to(top / "a")  # the same inode: counted once
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"z" * 50000)
+    (top / "link").symlink_to(outside)  # the link itself, not its target
+    usage = agent_stats.du(str(top), 7)
+    assert usage is not None
+    assert usage.used_bytes == _blocks(top, top / "sub", top / "a", top / "sub" / "b", top / "link")
+    assert (usage.inodes_used, usage.timestamp, usage.mountpoint) == (5, 7, str(top))
+    single = agent_stats.du(str(top / "a"), 7)
+    assert single is not None and (single.used_bytes, single.inodes_used) == (_blocks(top / "a"), 1)
+    assert agent_stats.du(str(tmp_path / "missing"), 7) is None
+
+
+def _pod_files(root: Path, uid: str) -> Path:
+    volumes = root / "pods" / uid / "volumes"
+    for plugin, name in (("kubernetes.io~empty-dir", "scratch"), ("kubernetes.io~empty-dir", "shm"),
+                         ("kubernetes.io~configmap", "conf"), ("kubernetes.io~secret", "token")):
+        (volumes / plugin / name).mkdir(parents=True)
+        (volumes / plugin / name / "f").write_bytes(b"d" * 20000)
+    (root / "pods" / uid / "etc-hosts").write_text("127.0.0.1 localhost\n")
+    return volumes
+
+
+def test_volume_usage_measures_empty_dir_and_config_map_volumes(tmp_path: Path) -> None:
+    volumes = _pod_files(tmp_path, "u1")
+    usage = agent_stats.volume_usage(Layout(str(tmp_path)), "u1", 1)
+    assert sorted(usage) == ["conf", "scratch", "shm"]  # secrets are tmpfs no limit reads
+    scratch = volumes / "kubernetes.io~empty-dir" / "scratch"
+    assert usage["scratch"].used_bytes == _blocks(scratch, scratch / "f")
+    assert agent_stats.volume_usage(Layout(str(tmp_path)), "nobody", 1) == {}
+
+
+async def test_collector_measures_volumes_each_minute_and_host_files_each_time(
+        fake_node: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    volumes = _pod_files(fake_node["root"], "uid-web")
+    (fake_node["logs"] / "default_web_uid-web" / "stray.log").write_bytes(b"s" * 9000)
+    collector = make_collector(FakeCri(image_fs=str(fake_node["root"])), fake_node)
+    web = (await collector.collect()).pods[1]
+    scratch = volumes / "kubernetes.io~empty-dir" / "scratch"
+    assert web.volumes["scratch"].used_bytes == _blocks(scratch, scratch / "f")
+    assert web.etc_hosts is not None and web.etc_hosts.inodes_used == 1
+    stray = fake_node["logs"] / "default_web_uid-web" / "stray.log"
+    assert web.pod_logs is not None and web.pod_logs.used_bytes == _blocks(stray)  # not the app/ directory
+    other = (await collector.collect()).pods[0]
+    assert other.volumes == {} and other.etc_hosts is None and other.pod_logs is None
+    usage = summary.eviction_usage(web)
+    assert usage.volumes["scratch"].used_bytes == web.volumes["scratch"].used_bytes
+    assert usage.etc_hosts is not None and usage.pod_logs is not None
+
+    (scratch / "more").write_bytes(b"m" * 100000)
+    again = (await collector.collect()).pods[1]
+    assert again.volumes["scratch"] == web.volumes["scratch"]  # within VOLUME_STATS_PERIOD: reused
+    monkeypatch.setattr(agent_stats, "VOLUME_STATS_PERIOD", 0.0)
+    later = (await collector.collect()).pods[1]
+    assert later.volumes["scratch"].used_bytes == _blocks(scratch, scratch / "f", scratch / "more")
