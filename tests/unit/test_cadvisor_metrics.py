@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from cri_client import types as cri
+from kopflet.paths import Layout
 from kopflet.stats import cadvisor, summary
+from kopflet.stats import collector as agent_stats
 
 # 2021-06-22T21:11:18.302091597Z, the static timestamp of upstream's stats tests.
 T0 = 1_624_396_278_302_091_597
@@ -378,3 +381,78 @@ def test_pod_samples_carry_the_image() -> None:
     pods = summary.pod_samples(sandboxes, containers, [cri.ContainerStats(id="c")])
     assert pods[0].containers[0].image == "docker.io/library/nginx:latest"
 
+
+def _pod(uid: str, *container_ids: str) -> summary.PodSample:
+    return summary.PodSample(name=uid, namespace="ns", uid=uid, containers=tuple(
+        summary.ContainerSample(name=c, stats=cri.ContainerStats(id=c)) for c in container_ids))
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["cgroup-v2", "cgroup-v1"])
+def test_pod_cgroups(tmp_path: Path, v2: bool) -> None:
+    base = tmp_path if v2 else tmp_path / "memory"
+    limit_file = "memory.max" if v2 else "memory.limit_in_bytes"
+    if v2:
+        (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    burstable = base / "kubepods" / "burstable" / "poda"
+    (burstable / "c1").mkdir(parents=True)
+    (burstable / limit_file).write_text("max\n" if v2 else "9223372036854771712\n")
+    (burstable / "c1" / limit_file).write_text("1048576\n")
+    (base / "kubepods" / "podb").mkdir(parents=True)  # Guaranteed: right under kubepods, no limit file
+    pods = agent_stats.pod_cgroups([_pod("a", "c1", "c2"), _pod("b"), _pod("gone", "c3")], tmp_path)
+    assert [(p.cgroup, p.memory_limit, [c.memory_limit for c in p.containers]) for p in pods] == [
+        ("/kubepods/burstable/poda", 0, [1048576, None]),
+        ("/kubepods/podb", None, []),
+        ("", None, [None]),
+    ]
+
+
+def test_read_machine(tmp_path: Path) -> None:
+    proc, sysfs, etc = tmp_path / "proc", tmp_path / "sys", tmp_path / "etc"
+    (proc / "sys" / "kernel" / "random").mkdir(parents=True)
+    (proc / "cpuinfo").write_text("processor\t: 0\n\nprocessor\t: 1\n\nprocessor\t: 2\n")
+    (proc / "meminfo").write_text("MemTotal:        1000 kB\n")
+    (proc / "sys" / "kernel" / "random" / "boot_id").write_text("b-1\n")
+    (sysfs / "class" / "dmi" / "id").mkdir(parents=True)
+    (sysfs / "class" / "dmi" / "id" / "product_uuid").write_text("U-1\n")
+    (tmp_path / "var" / "lib" / "dbus").mkdir(parents=True)
+    (tmp_path / "var" / "lib" / "dbus" / "machine-id").write_text("m-dbus\n")  # no /etc/machine-id: the fallback
+    machine = agent_stats.read_machine(proc, sysfs, etc)
+    assert dataclasses.replace(machine, timestamp=0) == summary.MachineInfo(
+        num_cores=3, memory_capacity=1000 * 1024, machine_id="m-dbus", system_uuid="U-1", boot_id="b-1")
+    assert machine.timestamp > 0
+
+
+def test_filesystems_carry_the_device(tmp_path: Path) -> None:
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "mountinfo").write_text(f"22 1 253:1 / / rw - ext4 /dev/vda1 rw\n"
+                                                 f"40 22 253:2 / {tmp_path} rw - xfs /dev/vdb rw\n")
+    sizes = agent_stats.filesystems([str(tmp_path)], T0, tmp_path)
+    assert sizes[str(tmp_path)].device == "/dev/vdb" and sizes[str(tmp_path)].capacity_bytes > 0
+
+
+async def test_collector_serves_cadvisor_metrics(tmp_path: Path) -> None:
+    """End to end against the fake runtime of test_stats: pods found in a v2 cgroup tree, the machine read once."""
+    from tests.unit.test_stats import MEMINFO_TEXT, PROC_STAT, FakeCri
+
+    proc, cgroup, root = tmp_path / "proc", tmp_path / "cgroup", tmp_path / "root"
+    for directory in (proc, root, cgroup / "kubepods" / "besteffort" / "poduid-web" / "c-1"):
+        directory.mkdir(parents=True)
+    (proc / "stat").write_text(PROC_STAT)
+    (proc / "meminfo").write_text(MEMINFO_TEXT)
+    (cgroup / "cgroup.controllers").write_text("memory\n")
+    (cgroup / "kubepods" / "besteffort" / "poduid-web" / "c-1" / "memory.max").write_text("max\n")
+    client: object = FakeCri(image_fs=str(root))
+    collector = agent_stats.StatsCollector(
+        client,  # type: ignore[arg-type]
+        node_name="node-1", layout=Layout(str(root), str(tmp_path / "logs")), proc=str(proc),
+        cgroup_root=str(cgroup), sysfs=str(tmp_path / "sys"), etc=str(tmp_path / "etc"))
+    exposition = await collector.cadvisor_metrics()
+    web = 'id="/kubepods/besteffort/poduid-web/c-1",image="",name="c-1",namespace="default",pod="web"'
+    assert f'container_spec_memory_limit_bytes{{container="app",{web}}} 0\n' in exposition
+    assert 'container_last_seen{container="main",id="",image="",name="c-2",namespace="default",pod="other"}' \
+        in exposition  # its pod cgroup is not in the tree
+    assert "container_scrape_error 0\n" in exposition
+    assert 'machine_memory_bytes{boot_id="",machine_id="",system_uuid=""} 1.024e+09 ' in exposition
+    first = collector._machine
+    await collector.cadvisor_metrics()
+    assert collector._machine is first  # cached, as the kubelet caches cAdvisor's machine info
