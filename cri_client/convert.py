@@ -552,11 +552,14 @@ def _container_from_pb(m: pb.Container | pb.ContainerStatus) -> dict[str, Any]:
 
 
 def container_to_pb(c: types.Container) -> pb.Container:
-    return _container_to_pb(pb.Container, c, pod_sandbox_id=c.pod_sandbox_id)
+    m = _container_to_pb(pb.Container, c, pod_sandbox_id=c.pod_sandbox_id)
+    m.image.user_specified_image = c.user_specified_image
+    return m
 
 
 def container_from_pb(m: pb.Container) -> types.Container:
-    return types.Container(**_container_from_pb(m), pod_sandbox_id=m.pod_sandbox_id)
+    return types.Container(**_container_from_pb(m), pod_sandbox_id=m.pod_sandbox_id,
+                           user_specified_image=m.image.user_specified_image)
 
 
 def container_status_to_pb(s: types.ContainerStatus) -> pb.ContainerStatus:

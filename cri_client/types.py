@@ -391,12 +391,17 @@ class ContainerConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Container:
-    """`Container`: one item of ListContainers (no exit code, no times but creation: see status)."""
+    """`Container`: one item of ListContainers (no exit code, no times but creation: see status).
+
+    `user_specified_image` is the pod spec's image as the kubelet passed it at creation ("" from runtimes
+    that predate the field); `image` is what the runtime resolved (the kubelet passes the image ref).
+    """
 
     id: str
     pod_sandbox_id: str = ""
     metadata: ContainerMetadata | None = None
     image: str = ""
+    user_specified_image: str = ""
     image_ref: str = ""
     image_id: str = ""
     state: ContainerState = ContainerState.CREATED

@@ -137,5 +137,8 @@ class AgentBackend:
     async def resource_metrics(self) -> str:
         return await self.stats.resource_metrics()
 
+    async def cadvisor_metrics(self) -> str:
+        return await self.stats.cadvisor_metrics()
+
     async def stats_summary(self) -> dict[str, Any]:
         return await self.stats.summary()

@@ -78,6 +78,10 @@ class Backend(Protocol):
         """``GET /metrics/probes``: prober results; "" when there are none."""
         ...
 
+    async def cadvisor_metrics(self) -> str:
+        """``GET /metrics/cadvisor``: per-container usage under cAdvisor's names and the kubelet's labels."""
+        ...
+
     async def stats_summary(self) -> dict[str, Any]:
         """``GET /stats/summary``: the Summary API object."""
         ...
@@ -271,7 +275,7 @@ class Server:
         if head == "metrics" and len(rest) <= 1:
             sources: dict[str, Callable[[], Awaitable[str]]] = {
                 "": self._metrics, "resource": self.backend.resource_metrics,
-                "probes": self.backend.probe_metrics, "cadvisor": self._no_metrics}
+                "probes": self.backend.probe_metrics, "cadvisor": self.backend.cadvisor_metrics}
             source = sources.get(rest[0] if rest else "")
             if source is None:
                 return await self._not_found(connection, request, keep)
@@ -341,9 +345,6 @@ class Server:
 
     async def _metrics(self) -> str:
         return self.backend.metrics()
-
-    async def _no_metrics(self) -> str:
-        return ""  # no cAdvisor here: an empty, valid exposition
 
     # ------------------------------------------------------------------------------------------------- streams
 

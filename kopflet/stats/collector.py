@@ -1,4 +1,5 @@
-"""Gathering the node's and its pods' resource usage for ``/stats/summary`` and ``/metrics/resource``.
+"""Gathering the node's and its pods' resource usage for ``/stats/summary``, ``/metrics/resource`` and
+``/metrics/cadvisor``.
 
 The I/O half of `kopflet.stats.summary`: read /proc and the root cgroup (the machine's CPU and memory), statvfs
 (the kubelet root directory's filesystem and the runtime's image filesystem), the CRI stats calls (the
@@ -11,6 +12,7 @@ Usage::
     collector = StatsCollector(cri, node_name="edge-1", layout=Layout("/var/lib/kubelet"))
     summary = await collector.summary()              # dict for /stats/summary (StatsUnavailable: a 500)
     text = await collector.resource_metrics()        # /metrics/resource, kopflet.metrics.CONTENT_TYPE
+    text = await collector.cadvisor_metrics()        # /metrics/cadvisor, same content type
     # or one snapshot for both: snapshot = await collector.collect(); summary_json(snapshot) ...
 
 A `StatsCollector` lives as long as the agent: it remembers the previous CPU samples, so it can report
@@ -34,8 +36,9 @@ from typing import Any, Final
 
 from cri_client import CriClient, CriError
 from cri_client import types as cri
+from kopflet.cm import helpers as cm_helpers
 from kopflet.paths import Layout, escape_qualified_name
-from kopflet.stats import summary
+from kopflet.stats import cadvisor, summary
 from kopflet.volumes import plugins
 
 logger = logging.getLogger(__name__)
@@ -130,6 +133,70 @@ def read_node(proc: Path, cgroup_root: Path, root_dir: str) -> _NodeReading:
         rlimit=rlimit,
         boot_time=boot_time,
     )
+
+
+def read_machine(proc: Path, sysfs: Path, etc: Path) -> summary.MachineInfo:
+    """cAdvisor's MachineInfo, the part its machine collector prints (blocking: run in a thread).
+
+    machine-id as cAdvisor looks for it (/etc/machine-id, then /var/lib/dbus/machine-id), the DMI product
+    UUID (root-only on most machines: "" otherwise), the boot id; cores from /proc/cpuinfo.
+    """
+    def first(*paths: Path) -> str:
+        for path in paths:
+            text = _read(path)
+            if text and text.strip():
+                return text.strip()
+        return ""
+
+    cores = summary.count_processors(_read(proc / "cpuinfo") or "") or os.cpu_count() or 0
+    return summary.MachineInfo(
+        timestamp=time.time_ns(),
+        num_cores=cores,
+        memory_capacity=summary.parse_meminfo(_read(proc / "meminfo") or "").get("MemTotal", 0),
+        machine_id=first(etc / "machine-id", etc.parent / "var" / "lib" / "dbus" / "machine-id"),
+        system_uuid=first(sysfs / "class" / "dmi" / "id" / "product_uuid"),
+        boot_id=first(proc / "sys" / "kernel" / "random" / "boot_id"),
+    )
+
+
+def pod_cgroups(pods: Iterable[summary.PodSample], cgroup_root: Path) -> tuple[summary.PodSample, ...]:
+    """Each pod with its cgroup's name and the pod's and containers' memory limits (blocking: run in a thread).
+
+    The pod cgroup is where kopflet puts it (cgroupfs driver, `cm.helpers.pod_cgroup_parent`): under the QoS
+    tier, which the stats do not say, so the three places are tried. containerd names a container's cgroup
+    ``<pod cgroup>/<container id>`` (cAdvisor's ``id`` label); the limits are its memory.max (v2) or
+    memory.limit_in_bytes (v1), as cAdvisor's spec reads them.
+    """
+    v2 = (cgroup_root / "cgroup.controllers").exists()
+    base, limit_file = (cgroup_root, "memory.max") if v2 else (cgroup_root / "memory", "memory.limit_in_bytes")
+    root = cm_helpers.CGROUP_ROOT
+    result = []
+    for pod in pods:
+        candidates = [f"{root}{tier}/pod{pod.uid}" for tier in ("", "/burstable", "/besteffort")]
+        cgroup = next((c for c in candidates if (base / c.lstrip("/")).is_dir()), "")
+        if not cgroup:
+            result.append(pod)
+            continue
+        directory = base / cgroup.lstrip("/")
+        containers = tuple(
+            dataclasses.replace(c, memory_limit=summary.memory_limit(_read(directory / c.stats.id / limit_file)))
+            for c in pod.containers
+        )
+        result.append(dataclasses.replace(
+            pod, cgroup=cgroup, memory_limit=summary.memory_limit(_read(directory / limit_file)),
+            containers=containers))
+    return tuple(result)
+
+
+def filesystems(mountpoints: Iterable[str], timestamp: int, proc: Path) -> dict[str, summary.FsInfo]:
+    """statvfs of each mountpoint, with its mount's source device (blocking: run in a thread)."""
+    mountinfo = _read(proc / "self" / "mountinfo") or ""
+    result = {}
+    for mountpoint in mountpoints:
+        size = statvfs(mountpoint, timestamp)
+        if size is not None:
+            result[mountpoint] = dataclasses.replace(size, device=summary.mount_source(mountinfo, mountpoint))
+    return result
 
 
 def disk_usage(path: Path, timestamp: int) -> cri.FilesystemUsage | None:
@@ -230,7 +297,8 @@ class StatsCollector:
     """Collects `kopflet.stats.summary.StatsSnapshot`s for one node.
 
     `layout` says where the kubelet root directory is (its filesystem is the node's ``fs`` and the pods'
-    ephemeral storage) and where the containers' logs live. `proc` and `cgroup_root` exist for tests.
+    ephemeral storage) and where the containers' logs live. `proc`, `cgroup_root`, `sysfs` and `etc` exist
+    for tests. The machine info (cores, memory, ids) is read once, as the kubelet caches cAdvisor's.
     """
 
     def __init__(
@@ -241,9 +309,13 @@ class StatsCollector:
         layout: Layout,
         proc: str = "/proc",
         cgroup_root: str = "/sys/fs/cgroup",
+        sysfs: str = "/sys",
+        etc: str = "/etc",
     ) -> None:
         self.cri, self.node_name, self.layout = cri_client, node_name, layout
         self.proc, self.cgroup_root = Path(proc), Path(cgroup_root)
+        self.sysfs, self.etc = Path(sysfs), Path(etc)
+        self._machine: summary.MachineInfo | None = None
         self._previous_cpu: dict[str, cri.CpuUsage] = {}
         self._volumes: dict[str, tuple[float, dict[str, cri.FilesystemUsage]]] = {}
         """Each pod's last volume measurement (monotonic time, by volume name), by pod UID."""
@@ -266,6 +338,10 @@ class StatsCollector:
         """A fresh ``/metrics/resource`` text (a runtime failure is ``resource_scrape_error 1`` in it)."""
         return summary.resource_metrics(await self.collect())
 
+    async def cadvisor_metrics(self) -> str:
+        """A fresh ``/metrics/cadvisor`` text (a runtime failure is ``container_scrape_error 1`` in it)."""
+        return cadvisor.cadvisor_metrics(await self.collect())
+
     async def _collect(self) -> summary.StatsSnapshot:
         started = time.time_ns()
         node_task = asyncio.create_task(asyncio.to_thread(read_node, self.proc, self.cgroup_root, self.layout.root_dir))
@@ -281,6 +357,7 @@ class StatsCollector:
             logs = await asyncio.to_thread(_log_usage, pods, self.layout)
             pods = summary.pod_samples(sandboxes, containers, container_stats, sandbox_stats, logs)
             pods = await asyncio.to_thread(self._with_local_storage, pods)
+            pods = await asyncio.to_thread(pod_cgroups, pods, self.cgroup_root)
         except CriError as e:
             error = f"failed to list pod stats: {e}"
             logger.warning(error)
@@ -305,7 +382,9 @@ class StatsCollector:
                 layer = container.stats.writable_layer
                 if layer is not None and layer.mountpoint:
                     mountpoints.add(layer.mountpoint)
-        sizes = await asyncio.to_thread(lambda: {m: statvfs(m, started) for m in sorted(mountpoints)})
+        sizes = await asyncio.to_thread(filesystems, sorted(mountpoints), started, self.proc)
+        if self._machine is None:
+            self._machine = await asyncio.to_thread(read_machine, self.proc, self.sysfs, self.etc)
         return summary.StatsSnapshot(
             timestamp=started,
             node=summary.NodeSample(
@@ -317,9 +396,10 @@ class StatsCollector:
                 root_fs=node.root_fs,
                 image_fs=image_fs,
                 rlimit=node.rlimit,
+                machine=self._machine,
             ),
             pods=pods,
-            filesystems={m: size for m, size in sizes.items() if size is not None},
+            filesystems=sizes,
             error=error,
         )
 

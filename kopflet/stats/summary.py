@@ -30,6 +30,7 @@ from kopflet import metrics
 from kopflet.api import times
 from kopflet.container import labels as kubelabels
 from kopflet.eviction.helpers import ContainerUsage, FsUsage, PodUsage
+from kopflet.images import imageref
 
 NANOS: Final = 1_000_000_000
 
@@ -38,9 +39,13 @@ NANOS: Final = 1_000_000_000
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FsInfo:
-    """Size of one filesystem as statvfs reports it (cAdvisor's FsInfo): capacity, free space, inodes."""
+    """Size of one filesystem as statvfs reports it (cAdvisor's FsInfo): capacity, free space, inodes.
+
+    `device` is the mount's source (/proc/self/mountinfo), cAdvisor's ``device`` label; "" when unknown.
+    """
 
     timestamp: int = 0
+    device: str = ""
     capacity_bytes: int = 0
     available_bytes: int = 0
     used_bytes: int = 0
@@ -64,6 +69,22 @@ class Rlimit:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class MachineInfo:
+    """What cAdvisor's machine collector reports (its MachineInfo): read once, as the kubelet caches it.
+
+    `num_cores` is the logical CPUs, `memory_capacity` MemTotal in bytes; the three ids label every
+    ``machine_*`` series (/etc/machine-id, the DMI product UUID, the kernel's boot id), "" when unreadable.
+    """
+
+    timestamp: int = 0
+    num_cores: int = 0
+    memory_capacity: int = 0
+    machine_id: str = ""
+    system_uuid: str = ""
+    boot_id: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class NodeSample:
     """What the node measured: CPU and memory of the whole machine, its filesystems, its task count.
 
@@ -79,19 +100,24 @@ class NodeSample:
     root_fs: FsInfo | None = None
     image_fs: cri.FilesystemUsage | None = None
     rlimit: Rlimit | None = None
+    machine: MachineInfo | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ContainerSample:
     """One running container of a pod: its name, creation time (the summary's startTime) and CRI stats.
 
-    `logs` is the usage of its log directory, when the collector measured it.
+    `logs` is the usage of its log directory, when the collector measured it. `image` is the image as
+    cAdvisor labels it (`image_name`); `memory_limit` the container cgroup's memory limit in bytes (0 for
+    unlimited, None when not read).
     """
 
     name: str
     start_time: int = 0
     stats: cri.ContainerStats
     logs: cri.FilesystemUsage | None = None
+    image: str = ""
+    memory_limit: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -101,7 +127,9 @@ class PodSample:
     `sandbox` is the pod-level CRI stats (None when the runtime could not measure the sandbox);
     `containers` are its running containers, in name order. `volumes` (emptyDir and configMap volumes, by
     name), `pod_logs` (the files directly in its log directory) and `etc_hosts` are the host's du of them,
-    when the collector measured them.
+    when the collector measured them. `cgroup` is the pod cgroup's name as cAdvisor names it
+    (``/kubepods/burstable/pod<uid>``, "" when the collector did not find it); `memory_limit` its memory
+    limit in bytes (0 for unlimited, None when not read).
     """
 
     name: str
@@ -114,6 +142,8 @@ class PodSample:
     volumes: Mapping[str, cri.FilesystemUsage] = dataclasses.field(default_factory=dict)
     pod_logs: cri.FilesystemUsage | None = None
     etc_hosts: cri.FilesystemUsage | None = None
+    cgroup: str = ""
+    memory_limit: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -242,6 +272,53 @@ def node_rlimit(
     return Rlimit(timestamp=timestamp, max_pid=min(limits) if limits else None, running_processes=running)
 
 
+def mount_source(mountinfo: str, path: str) -> str:
+    """The source (device) of the mount holding `path`, from /proc/self/mountinfo; "" when none matches.
+
+    The longest mount point that contains `path` wins, the later of two equal ones (an overmount) too.
+    Fields: id, parent, major:minor, root, mount point, options, optional fields, "-", type, source, ...
+    """
+    best, source = -1, ""
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if "-" not in fields[6:] or len(fields) < 5:
+            continue
+        mountpoint = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+        after = fields[fields.index("-", 6) + 1:]
+        inside = path == mountpoint or mountpoint == "/" or path.startswith(mountpoint.rstrip("/") + "/")
+        if inside and len(mountpoint) >= best and len(after) >= 2:
+            best, source = len(mountpoint), after[1]
+    return source
+
+
+def count_processors(cpuinfo: str) -> int:
+    """Logical CPUs in /proc/cpuinfo (its ``processor`` lines): cAdvisor's NumCores, machine_cpu_cores."""
+    return sum(1 for line in cpuinfo.splitlines() if line.partition(":")[0].strip() == "processor")
+
+
+def memory_limit(text: str | None) -> int | None:
+    """A cgroup's memory limit as cAdvisor's spec reports it (container_spec_memory_limit_bytes): bytes, and 0
+    for unlimited (v2 ``max``, or v1's huge page-counter maximum: cAdvisor zeroes anything above 2^62)."""
+    value = (text or "").strip()
+    if value == "max":
+        return 0
+    if not value.isdigit():
+        return None
+    return 0 if int(value) > 1 << 62 else int(value)
+
+
+def image_name(container: cri.Container) -> str:
+    """The image as cAdvisor labels a containerd container: the name containerd keeps for it, the pulled
+    reference fully qualified (``nginx`` is ``docker.io/library/nginx:latest``). The pod spec's image
+    (user_specified_image) normalized the same way, else what the runtime lists (the image ref)."""
+    if container.user_specified_image:
+        try:
+            return str(imageref.parse_normalized_named(imageref.apply_default_tag(container.user_specified_image)))
+        except ValueError:
+            pass
+    return container.image
+
+
 def usage_nano_cores(previous: cri.CpuUsage | None, current: cri.CpuUsage) -> int | None:
     """The CPU rate between two cumulative samples, in nanocores (upstream's cpuUsageCache arithmetic).
 
@@ -320,7 +397,11 @@ def pod_samples(
             or kubelabels.container_name(stats.labels or container.labels)
         )
         sample = ContainerSample(
-            name=name, start_time=container.created_at, stats=stats, logs=(logs or {}).get(stats.id)
+            name=name,
+            start_time=container.created_at,
+            stats=stats,
+            logs=(logs or {}).get(stats.id),
+            image=image_name(container),
         )
         by_sandbox.setdefault(container.pod_sandbox_id, []).append(sample)
     pods = []
@@ -468,6 +549,12 @@ def _pod_memory(pod: PodSample, now: int) -> cri.MemoryUsage | None:
 
 def _pod_swap(pod: PodSample, now: int) -> cri.SwapUsage | None:
     return _summed(cri.SwapUsage, [_container_swap(c, now) for c in pod.containers], _SWAP_FIELDS)
+
+
+def pod_usage(pod: PodSample, now: int) -> tuple[cri.CpuUsage | None, cri.MemoryUsage | None, cri.SwapUsage | None]:
+    """The pod's CPU, memory and swap as /stats/summary reports them (sandbox stats, else the containers' sums),
+    for the other endpoints to agree with it."""
+    return _pod_cpu(pod, now), _pod_memory(pod, now), _pod_swap(pod, now)
 
 
 _U = TypeVar("_U", cri.CpuUsage, cri.MemoryUsage, cri.SwapUsage)

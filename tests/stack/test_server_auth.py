@@ -120,6 +120,9 @@ class Backend:
     async def probe_metrics(self) -> str:
         return ""
 
+    async def cadvisor_metrics(self) -> str:
+        return ""
+
     async def stats_summary(self) -> dict:
         return {}
 

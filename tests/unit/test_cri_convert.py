@@ -238,6 +238,7 @@ ROUND_TRIPS: dict[str, Case] = {
             pod_sandbox_id="sb1",
             metadata=CONTAINER_MD,
             image="docker.io/library/busybox:1.36",
+            user_specified_image="busybox:1.36",
             image_ref="sha256:abc",
             image_id="sha256:abc",
             state=types.ContainerState.RUNNING,

@@ -125,6 +125,9 @@ class FakeBackend:
     async def probe_metrics(self) -> str:
         return ""
 
+    async def cadvisor_metrics(self) -> str:
+        return "container_scrape_error 0\n"
+
     async def stats_summary(self) -> dict[str, Any]:
         self._maybe_fail()
         return {"node": {"nodeName": NODE}, "pods": []}
@@ -446,7 +449,7 @@ async def test_pods_and_running_pods(h: Harness) -> None:
 async def test_metrics(h: Harness) -> None:
     for path, text in (("/metrics", "kubelet_running_pods 1\n"), ("/metrics/resource", "node_cpu_usage_seconds_total"
                                                                                         " 1\n"),
-                       ("/metrics/probes", ""), ("/metrics/cadvisor", "")):
+                       ("/metrics/probes", ""), ("/metrics/cadvisor", "container_scrape_error 0\n")):
         response = await call(h, "GET", path)
         assert (response.status, response.text) == (200, text), path
         assert response.header("content-type") == "text/plain; version=0.0.4; charset=utf-8"
