@@ -124,3 +124,17 @@ def test_a_system_oom_in_the_kernel_log_becomes_a_node_event(running_agent: Agen
         assert time.monotonic() < deadline, f"no SystemOOM event {expected!r} on the node"
         time.sleep(1)
     assert found[0]["type"] == "Warning"
+
+
+def test_an_empty_dir_over_its_size_limit_is_evicted(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                     namespace: str) -> None:
+    admin.apply(pod_manifest("spill", namespace, layout.node_name, [container(
+        "main", "dd if=/dev/zero of=/scratch/fill bs=1M count=24 && sleep 3600",
+        volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}])],
+        volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": "8Mi"}}]))
+    # Volumes are measured once a minute (upstream volumeStatsAggPeriod), the limits checked every 10 s.
+    pod = wait_pod(admin, namespace, "spill", lambda p: p.get("status", {}).get("phase") == "Failed",
+                   timeout=180, what="evicted for its emptyDir")
+    assert pod["status"]["reason"] == "Evicted"
+    assert pod["status"]["message"] == 'Usage of EmptyDir volume "scratch" exceeds the limit "8Mi". '
+    assert any(e["reason"] == "Evicted" for e in events(admin, namespace, "spill"))

@@ -219,6 +219,23 @@ def test_resource_metrics_and_stats_summary(chatty: str, admin: Kubectl, layout:
     assert pod["containers"][0]["name"] == "main" and pod["containers"][0]["memory"]["workingSetBytes"] > 0
 
 
+def test_cadvisor_metrics_carry_the_series_dashboards_query(chatty: str, admin: Kubectl, layout: Layout) -> None:
+    text = admin.raw(f"/api/v1/nodes/{layout.node_name}/proxy/metrics/cadvisor").stdout
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    mine = [s for s in samples if s.labels.get("pod") == "chatty" and s.labels.get("namespace") == chatty
+            and s.labels.get("container") == "main"]
+    names = {s.name for s in mine}
+    assert {"container_cpu_usage_seconds_total", "container_memory_working_set_bytes", "container_memory_rss",
+            "container_start_time_seconds"} <= names, names
+    working_set = next(s for s in mine if s.name == "container_memory_working_set_bytes")
+    assert working_set.value > 0
+    assert working_set.labels["image"] and working_set.labels["name"] and working_set.labels["id"]
+    # The same container in /stats/summary: its id is the runtime's container id.
+    pod = admin.json("get", "pod", "chatty", "-n", chatty)
+    assert pod["status"]["containerStatuses"][0]["containerID"].endswith(working_set.labels["name"])
+    assert any(s.name == "machine_memory_bytes" and s.value > 0 for s in samples)
+
+
 def test_succeeded_pod_logs_remain_readable(chatty: str, admin: Kubectl, layout: Layout) -> None:
     admin.apply(pod_manifest("done", chatty, layout.node_name, [container("main", "echo finished")],
                              restartPolicy="Never"))

@@ -1,0 +1,102 @@
+"""Image garbage collection on the real image filesystem: with the thresholds set so that this node's disk is
+"too full" and no minimum age, the agent's first collection (upstream runs one as it starts) removes the unused
+images, keeps the one a container uses and the pinned pause image, and reports that it could not free enough
+(the disk holds far more than images) with upstream's FreeDiskSpaceFailed event on the Node.
+
+Every other test pulls its images again on demand (none uses imagePullPolicy Never), so removing unused images
+here costs the next tests a pull from the local registry, nothing more."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cri_client import CriClient
+from devstack.layout import Layout
+from tests.conftest import Kubectl
+from tests.e2e.conftest import Agent
+from tests.e2e.test_pod_lifecycle import BUSYBOX, container, is_ready, pod_manifest, wait_pod
+
+UNUSED = "registry.k8s.io/e2e-test-images/kitten:1.8"
+
+
+def image_present(layout: Layout, image: str) -> bool:
+    async def status() -> bool:
+        async with CriClient(layout.runtime_endpoint) as client:
+            return await client.images.status(image) is not None
+    return asyncio.run(status())
+
+
+def pull(layout: Layout, image: str) -> None:
+    async def pulling() -> None:
+        async with CriClient(layout.runtime_endpoint) as client:
+            await client.images.pull(image)
+    asyncio.run(pulling())
+
+
+def pinned_images(layout: Layout) -> list[str]:
+    async def listing() -> list[str]:
+        async with CriClient(layout.runtime_endpoint) as client:
+            return [i.id for i in await client.images.list() if i.pinned]
+    return asyncio.run(listing())
+
+
+def start_agent(layout: Layout, log: Path, args: str = "") -> Agent:
+    agent = Agent(layout, log, env={"KOPFLET_ARGS": args} if args else None)
+    agent.start()
+    agent.wait_for(r"Activity 'start_agent' succeeded")
+    return agent
+
+
+@pytest.fixture
+def user_pod(layout: Layout, admin: Kubectl, namespace: str, tmp_path: Path) -> Iterator[str]:
+    """A running pod (its image in use), started by a plain agent that is stopped again: pods keep running."""
+    agent = start_agent(layout, tmp_path / "before.log")
+    try:
+        admin.apply(pod_manifest("user", namespace, layout.node_name, [container("main", "sleep 3600")]))
+        wait_pod(admin, namespace, "user", is_ready, what="Ready")
+    finally:
+        agent.stop()
+    yield namespace
+
+
+def test_the_first_collection_frees_unused_images_and_keeps_used_and_pinned(
+        user_pod: str, layout: Layout, admin: Kubectl, tmp_path: Path) -> None:
+    pull(layout, UNUSED)
+    assert image_present(layout, UNUSED) and image_present(layout, BUSYBOX)
+    pinned = pinned_images(layout)
+    assert pinned, "containerd pins the sandbox image"
+    started = time.time()
+    agent = start_agent(layout, tmp_path / "gc.log",
+                        "--image-gc-high-threshold=1 --image-gc-low-threshold=0 --minimum-image-ttl-duration=0s")
+    try:
+        deadline = time.monotonic() + 90
+        while image_present(layout, UNUSED):
+            assert time.monotonic() < deadline, "the unused image was never collected"
+            time.sleep(1)
+        assert image_present(layout, BUSYBOX), "an image in use by a running container was removed"
+        assert all(image_present(layout, image) for image in pinned), "a pinned image was removed"
+        pod = admin.json("get", "pod", "user", "-n", user_pod)
+        assert is_ready(pod) and pod["status"]["containerStatuses"][0]["restartCount"] == 0
+
+        deadline = time.monotonic() + 60
+        while True:
+            items = admin.json("get", "events", "-n", "default", "--field-selector",
+                               f"involvedObject.kind=Node,involvedObject.name={layout.node_name},"
+                               "reason=FreeDiskSpaceFailed")["items"]
+            mine = [e for e in items if (e.get("lastTimestamp") or e.get("eventTime") or "") >=
+                    time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started - 1))]
+            if mine:
+                break
+            assert time.monotonic() < deadline, "no FreeDiskSpaceFailed event on the node"
+            time.sleep(1)
+        event = mine[-1]
+        assert event["type"] == "Warning"
+        assert event["message"].startswith("Insufficient free disk space on the node's image filesystem (")
+        assert "Failed to free sufficient space by deleting unused images (freed " in event["message"]
+    finally:
+        agent.stop()
