@@ -14,6 +14,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Iterable, Mapping, Set
 
@@ -133,6 +134,16 @@ def in_use_image_ids(containers: Iterable[cri.Container]) -> frozenset[str]:
     The ID is toKubeContainer's: ``image_id``, or ``image_ref`` from runtimes older than CRI v1.30; it is what
     ListImages reports as an image's ``id`` (containerd: ``sha256:...``)."""
     return frozenset(c.image_id or c.image_ref for c in containers if c.image_id or c.image_ref)
+
+
+def sandbox_image_from_runtime_info(info: Mapping[str, str]) -> str:
+    """containerd's ``sandboxImage`` from CRI Status(verbose)'s ``config`` (a JSON document); "" when absent."""
+    try:
+        config = json.loads(info.get("config") or "{}")
+    except ValueError:
+        return ""
+    image = config.get("sandboxImage") if isinstance(config, dict) else None
+    return image if isinstance(image, str) else ""
 
 
 def pinned_references(sandbox_image: str) -> frozenset[str]:

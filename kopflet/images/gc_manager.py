@@ -63,6 +63,7 @@ class ImageGCManager:
         self.cri, self.image_cri = cri, image_cri if image_cri is not None else cri
         self.policy, self.recorder, self.node_uid = policy, recorder, node_uid
         self.pinned_refs = gc.pinned_references(sandbox_image)
+        self._asked_runtime = False
         self.period, self.clock, self.statfs = period, clock, statfs
         self.records: dict[str, gc.ImageRecord] = {}
         self._lock = asyncio.Lock()  # upstream imageRecordsLock: one collection at a time
@@ -104,11 +105,28 @@ class ImageGCManager:
         """Update the records from the runtime's images and containers; return the image IDs in use
         (upstream detectImages). CriError when a listing fails, the records then unchanged."""
         now = self.clock() if now is None else now
+        if not self._asked_runtime:
+            await self._add_runtime_sandbox_image()
         images = await self.image_cri.images.list()
         containers = await self.cri.containers.list()  # all states: an exited container still holds its image
         in_use = gc.in_use_image_ids(containers)
         self.records = gc.detect(self.records, images, in_use, now, self.pinned_refs)
         return in_use
+
+    async def _add_runtime_sandbox_image(self) -> None:
+        """The runtime's own sandbox image (containerd's CRI config, in verbose Status) counts as pinned too: a
+        runtime that does not pin it (containerd before 1.7) would otherwise see its pause image collected while
+        no sandbox runs, and every new pod wait for it to be pulled again. Asked once; a runtime that does not say
+        leaves only its pins."""
+        try:
+            info = (await self.cri.status(verbose=True)).info
+        except CriError as exc:
+            logger.debug(f"image GC: the runtime's sandbox image is unknown for now: {exc}")
+            return
+        self._asked_runtime = True
+        image = gc.sandbox_image_from_runtime_info(info)
+        if image:
+            self.pinned_refs = self.pinned_refs | gc.pinned_references(image)
 
     async def garbage_collect(self, began: float | None = None) -> None:
         """One collection (upstream GarbageCollect): remove images unused for longer than the maximum age, then, if

@@ -560,6 +560,13 @@ class PodSyncer:
                 if not exc.not_found:
                     raise
 
+    async def release_volumes(self, uid: str) -> None:
+        """A terminated pod's volumes are torn down before the pod is deleted (upstream's volume manager drops
+        pods whose runtime may be removed from its desired state: tmpfs unmounted, emptyDir contents gone), so a
+        Failed or Succeeded pod holds no disk or memory through its volumes."""
+        await self.volumes.cleanup(uid)
+        await asyncio.to_thread(_remove_tree, Path(self.layout.volumes_dir(uid)))
+
     async def remove_pod(self, runtime: podstate.RuntimePodStatus, uid: str) -> None:
         """Remove a deleted pod's containers, sandboxes, cgroup and directories (upstream: GC and cleanup)."""
         await self.remove([c.id for c in runtime.containers], [s.id for s in runtime.sandboxes])

@@ -97,6 +97,8 @@ class Memory:
     """The previous sync killed the pod."""
     terminal_write_due: bool = False
     """A terminated pod had to be stopped: its final status is still to be written."""
+    volumes_released: bool = False
+    """The terminated pod's volumes were torn down."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +154,8 @@ class Plan:
     status: Mapping[str, Any] | None = None
     """The desired status (None: nothing to write this sync)."""
     teardown: bool = False
+    release_volumes: bool = False
+    """The pod is terminated and nothing of it runs: tear its volumes down (it is not deleted yet)."""
     stop_probes: bool = False
     kill_pod: bool = False
     kill_grace: int | None = None
@@ -348,9 +352,12 @@ def _terminated(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cf
     if write or memory.terminal_write_due:
         status = _status(obs, pod, previous, cfg, memory.resize_conditions or {}, {}, terminal=True)
         memory, observe_start = _after_status(memory, status, previous, more)
-    memory = dataclasses.replace(memory, terminal_write_due=False, kill_sent=False, followup=False)
+    # Volumes go once the terminal phase is written (the status read the termination messages from them).
+    release = (status or previous).get("phase") in TERMINAL_PHASES and not memory.volumes_released
+    memory = dataclasses.replace(memory, terminal_write_due=False, kill_sent=False, followup=False,
+                                 volumes_released=memory.volumes_released or release)
     return Plan(lifecycle=Lifecycle.TERMINATED, pod=pod, memory=memory, events=tuple(more), status=status,
-                stop_probes=True, observe_start=observe_start, wake_after=cfg.resync_period)
+                release_volumes=release, stop_probes=True, observe_start=observe_start, wake_after=cfg.resync_period)
 
 
 def _with_eviction(status: Mapping[str, Any], evicted: Eviction) -> dict[str, Any]:

@@ -293,6 +293,8 @@ class PodWorkers:
                 worker.body = {**worker.body, "status": written}
         if plan.stop_probes:
             self.prober.forget(pod.uid)
+        if plan.release_volumes:
+            await self.executor.release_volumes(pod.uid)
         if plan.teardown:
             await self.teardown.pod(pod.uid, pod.namespace, pod.name)
             self._wake_pending_resizes()  # upstream retries pending resizes when a pod is removed

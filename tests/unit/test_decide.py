@@ -180,6 +180,19 @@ def test_a_terminal_pod_with_something_running_is_stopped_then_its_status_writte
     assert quiet.status is None and quiet.actions is None  # a terminal phase already written stays
 
 
+def test_a_terminated_pods_volumes_are_released_once_nothing_runs() -> None:
+    body = base_body()
+    body["status"]["phase"] = "Succeeded"
+    killing = decide.decide(observe(body), CFG)
+    assert killing.kill_pod and not killing.release_volumes  # not while something still runs
+    done = decide.decide(observe(body, stopped, memory=killing.memory), CFG)
+    assert done.release_volumes and done.memory.volumes_released
+    again = decide.decide(observe(body, stopped, memory=done.memory), CFG)
+    assert not again.release_volumes  # once
+    running = base_body()
+    assert not decide.decide(observe(running), CFG).release_volumes
+
+
 def test_past_its_deadline_a_pod_is_killed_with_one_event_then_failed() -> None:
     body = base_body()
     body["spec"]["activeDeadlineSeconds"] = 10

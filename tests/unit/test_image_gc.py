@@ -4,6 +4,7 @@ cases, table-driven where they are decisions."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -339,6 +340,10 @@ class FakeContainers:
 class FakeCri:
     images: FakeImages
     containers: FakeContainers
+    info: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    async def status(self, verbose: bool = False) -> cri.RuntimeStatus:
+        return cri.RuntimeStatus(info=self.info if verbose else {})
 
 
 class Recorder:
@@ -542,3 +547,24 @@ async def test_node_events_go_to_the_default_namespace_about_the_node() -> None:
          "ImageGCFailed", "boom"),
         ("default", {"kind": "Node", "apiVersion": "v1", "name": "node-1"}, "FreeDiskSpaceFailed", "full"),
     ]
+
+
+@pytest.mark.parametrize(("info", "expected"), [
+    ({"config": '{"sandboxImage": "registry.k8s.io/pause:3.10.1", "enableSelinux": false}'},
+     "registry.k8s.io/pause:3.10.1"),
+    ({"config": "not json"}, ""),
+    ({}, ""),
+])
+def test_the_runtimes_sandbox_image_from_its_verbose_status(info: dict[str, str], expected: str) -> None:
+    assert gc.sandbox_image_from_runtime_info(info) == expected
+
+
+async def test_the_runtimes_sandbox_image_is_kept_even_unpinned() -> None:
+    pause = image(1, size=100, tags=("registry.k8s.io/pause:3.10.1",))
+    other = image(2, size=100, tags=("docker.io/library/nginx:1.27",))
+    m, fake, _, _ = manager([pause, other], policy=ImageGCPolicy(high_threshold_percent=1, low_threshold_percent=0,
+                                                                   minimum_gc_age=0), fs=(1000, 0))
+    fake.info = {"config": '{"sandboxImage": "registry.k8s.io/pause:3.10.1"}'}
+    with contextlib.suppress(gc.ImageGCError):
+        await m.garbage_collect()
+    assert fake.images.removed == ["image-2"]
