@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from bench import cluster, host, report, soak, workload
+from bench import cluster, host, report, run, soak, workload
 from bench.run import Plan
 from cri_client import types
 
@@ -329,3 +331,53 @@ def test_plot_draws_the_soak_curves(tmp_path):
     results["agents"]["kopflet"]["soak"]["series"]["containers"][3] = None  # an unread sample: a gap
     report.plot(results, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------------------------- the phase, faked
+
+class _FakeClient:
+    async def __aenter__(self):
+        return FakeCri()
+
+    async def __aexit__(self, *exc):
+        return None
+
+
+def test_the_soak_phase_cycles_every_pod_and_samples_throughout(monkeypatch, tmp_path):
+    """Run.soak against a fake apiserver (pods finish as soon as they are created, one in four after a
+    restart) and a fake runtime: every cycle runs, the series are sampled, the results summarise."""
+    watcher = cluster.PodWatcher(core=None, namespace="ns")
+
+    def pod_object(manifest, phase, restarts):
+        obj = _pod(phase, (restarts,))
+        obj.metadata.name = manifest["metadata"]["name"]
+        return obj
+
+    def create(_core, _ns, manifest, w):
+        w.record(manifest["metadata"]["name"]).created = 0.0
+        restarts = 1 if manifest["spec"]["restartPolicy"] == "OnFailure" else 0
+        threading.Timer(0.01, w._observe, ("MODIFIED", pod_object(manifest, "Succeeded", restarts))).start()
+
+    def delete(_core, _ns, name, w):
+        threading.Timer(0.01, w._observe, ("DELETED", pod_object({"metadata": {"name": name}}, "Succeeded", 0)))\
+            .start()
+
+    monkeypatch.setattr(cluster, "create_pod", create)
+    monkeypatch.setattr(cluster, "delete_pod", delete)
+    monkeypatch.setattr(host, "CriClient", lambda *a, **k: _FakeClient())
+    monkeypatch.setattr(run, "DEFAULT_POD_LOG_ROOT", str(tmp_path))
+    monkeypatch.setattr(run, "DEFAULT_CONTAINER_LOGS_DIR", str(tmp_path))
+    agent = SimpleNamespace(name="fake", pid=os.getpid(), alive=lambda: True, log=tmp_path / "log")
+    r = run.Run.__new__(run.Run)
+    r.agent, r.core, r.namespace, r.node, r.endpoint, r.watcher = agent, None, "ns", "node", "unix:///x", watcher
+    r.plan = dataclasses.replace(Plan.quick(), soak_cycles=40, soak_sample_seconds=0.02, gc_wait_seconds=0)
+    r.results, r._seq = {}, 0
+    monkeypatch.setattr(run.Run, "_leftovers", lambda self: {"sandboxes": 0})
+    r.soak()
+    raw = r.results["soak"]
+    assert (raw["completed"], raw["failures"], raw["restarts"]) == (40, [], 10)
+    assert raw["series"]["containers"] and set(raw["series"]["containers"]) == {3}
+    assert raw["before"]["exited_containers"] == 2 and raw["after"]["sandboxes"] == 1
+    assert raw["leftovers"] == {"sandboxes": 0}
+    s = soak.summarize(json.loads(json.dumps(raw)))
+    assert s["completed"] == 40 and s["restarts"] == 10
