@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         print("bench: another node agent runs on this node; stop it first:\n  " + "\n  ".join(busy), file=sys.stderr)
         return 2
     plan = Plan.quick() if args.quick else Plan()
+    if args.soak_cycles is not None:
+        plan = dataclasses.replace(plan, soak_cycles=args.soak_cycles)
     workdir = layout.root / "bench"
     available = agents_mod.agents_by_name(layout, workdir)
     chosen = {name: available[name] for name in args.agents.split(",")}
@@ -110,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in (parser, p_run):
         p.add_argument("--quick", action="store_true", help="a few samples of each, to check the harness")
         p.add_argument("--agents", default="kopflet,kubelet", help="which agents, in order (default: both)")
+        p.add_argument("--soak-cycles", type=int, default=None, metavar="N",
+                       help="pod cycles in the soak (default: 2000, 40 with --quick; 0 skips it)")
     p_report = sub.add_parser("report", help="rewrite the markdown and plot of a results file")
     p_report.add_argument("file", type=Path)
     args = parser.parse_args(argv)

@@ -50,6 +50,9 @@ class PodRecord:
         self.created: float | None = None  # just before the create call
         self.running: float | None = None
         self.terminated_wall: float | None = None
+        self.finished: float | None = None  # phase Succeeded or Failed (restarts included: the pod is done)
+        self.phase: str = ""
+        self.restarts: int = 0  # the highest sum of containerStatuses[].restartCount seen
         self.delete_called: float | None = None
         self.gone: float | None = None
         self.uid: str = ""
@@ -118,6 +121,11 @@ class PodWatcher:
                 rec.running = now
             if rec.terminated_wall is None and all_terminated(pod):
                 rec.terminated_wall = wall
+            if pod.status is not None:
+                rec.phase = pod.status.phase or rec.phase
+                rec.restarts = max(rec.restarts, sum(s.restart_count or 0 for s in pod.status.container_statuses or []))
+                if rec.finished is None and rec.phase in ("Succeeded", "Failed"):
+                    rec.finished = now
             if kind == "DELETED" and rec.gone is None:
                 rec.gone = now
             self._cond.notify_all()

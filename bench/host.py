@@ -10,9 +10,11 @@ import asyncio
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from cri_client import CriClient
+from bench import soak
+from cri_client import CriClient, types
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -64,6 +66,102 @@ def idle_window(pid: int, seconds: float) -> dict[str, float]:
     used, elapsed = cpu_seconds(pid) - start, time.monotonic() - t0
     return {"rss_mib": round(rss_bytes(pid) / 2**20, 1), "cpu_seconds": round(used, 3),
             "cpu_percent_of_core": round(100 * used / elapsed, 2), "window_seconds": round(elapsed, 1)}
+
+
+def dir_usage(root: Path) -> int:
+    """Disk used under `root` (as `du` counts it: allocated blocks, symlinks not followed); 0 when absent.
+    Files removed while the walk runs are skipped."""
+    total, stack = 0, [str(root)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return total
+
+
+def entry_count(directory: Path) -> int:
+    try:
+        return len(os.listdir(directory))
+    except OSError:
+        return 0
+
+
+class SoakSampler:
+    """What a long run can pile up, sampled every `interval` seconds in a thread: the bytes under the pod
+    log root and the entries in the container log directory, the image filesystem's used bytes and the
+    containers and sandboxes the runtime holds (through CRI), and the agent's RSS. `progress()` gives the
+    cycles completed so far. Columns in `series` (see bench.soak.SERIES); a source that cannot be read at
+    one sample leaves None there. Sampling stops if the agent process is gone."""
+
+    def __init__(self, pid: int, endpoint: str, pod_logs: Path, container_logs: Path, interval: float,
+                 progress: Callable[[], int]) -> None:
+        self.pid, self.endpoint, self.interval, self.progress = pid, endpoint, interval, progress
+        self.pod_logs, self.container_logs = pod_logs, container_logs
+        self.series: dict[str, list] = {k: [] for k in ("t", "cycles", *soak.SERIES, soak.RSS)}
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="soak-sampler", daemon=True)
+
+    def __enter__(self) -> SoakSampler:
+        self.t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def once(self) -> dict[str, int | None]:
+        """One sample, outside the thread (before and after the run)."""
+        return asyncio.run(self._once_with_client())
+
+    async def _once_with_client(self) -> dict[str, int | None]:
+        async with CriClient(self.endpoint, timeout=30) as cri:
+            return await self._sample(cri)
+
+    async def _sample(self, cri: CriClient) -> dict[str, int | None]:
+        out: dict[str, int | None] = {
+            "pod_log_bytes": await asyncio.to_thread(dir_usage, self.pod_logs),
+            "container_log_links": entry_count(self.container_logs)}
+        try:
+            fs = await cri.images.fs_info()
+            used = [f.used_bytes for f in fs.image_filesystems if f.used_bytes is not None]
+            out["image_fs_bytes"] = sum(used) if used else None
+            containers = await cri.containers.list()
+            out["containers"] = len(containers)
+            out["exited_containers"] = sum(1 for c in containers if c.state == types.ContainerState.EXITED)
+            out["sandboxes"] = len(await cri.sandboxes.list())
+        except Exception:
+            self.errors += 1
+            for key in ("image_fs_bytes", "containers", "exited_containers", "sandboxes"):
+                out.setdefault(key, None)
+        try:
+            out[soak.RSS] = rss_bytes(self.pid)
+        except OSError:
+            out[soak.RSS] = None
+        return out
+
+    async def _run(self) -> None:
+        async with CriClient(self.endpoint, timeout=30) as cri:
+            while not self._stop.is_set():
+                t = time.monotonic() - self.t0
+                sample = await self._sample(cri)
+                if sample[soak.RSS] is None:  # the agent is gone: the run fails on its own
+                    return
+                self.series["t"].append(round(t, 2))
+                self.series["cycles"].append(self.progress())
+                for key, value in sample.items():
+                    self.series[key].append(value)
+                await asyncio.to_thread(self._stop.wait, self.interval)
 
 
 async def _runtime_counts(endpoint: str) -> tuple[int, int]:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bench import soak
 from bench.stats import ratios, summary
 
 REFERENCE = "kubelet"
@@ -35,6 +36,8 @@ def _agent_summary(raw: Mapping[str, Any]) -> dict[str, Any]:
                         "failures": len(c["failures"]), "start": summary(c["start"]), "leftovers": c["leftovers"],
                         "leftovers_at_once": c.get("leftovers_at_once", {}), "rss_after_mib": c["rss_after_mib"],
                         "rss_after_gc_mib": c.get("rss_after_gc_mib", c["rss_after_mib"])}
+    if "soak" in raw:
+        out["soak"] = soak.summarize(raw["soak"])
     footprint: dict[str, Any] = {}
     if "idle" in raw:
         footprint["idle"] = raw["idle"]
@@ -183,11 +186,90 @@ def markdown(results: Mapping[str, Any]) -> str:
                          f"| {_ms(c['start'].get('p50'))} | {_ms(c['start'].get('p99'))} "
                          f"| {_counts(c['leftovers_at_once'])} | {_counts(c['leftovers'])} "
                          f"| {c['rss_after_gc_mib']} ({idle_rss}) |")
+    lines += _soak_markdown(results, agents)
     return "\n".join(lines) + "\n"
 
 
+def _amount(key: str, value: Any) -> str:
+    """A sampled value as the soak tables show it: bytes in MiB, counts as they are."""
+    if not isinstance(value, int | float):
+        return "-"
+    return f"{value / 2**20:.1f}" if key.endswith("_bytes") else f"{value:g}"
+
+
+def _verdict(flag: bool | None, yes: str, no: str) -> str:
+    return "?" if flag is None else (yes if flag else f"**{no}**")
+
+
+def _soak_markdown(results: Mapping[str, Any], agents: Mapping[str, Any]) -> list[str]:
+    soaks = {name: a["soak"] for name, a in agents.items() if "soak" in a}
+    if not soaks:
+        return []
+    plan = results.get("plan", {})
+    images = next((v["images"] for v in soaks.values() if v.get("images")), [])
+    lines = ["", "## Soak (pods that write logs, pull one of several images and exit; sampled over the run)", "",
+             f"Each cycle creates a pod whose init container writes 32 KiB to stderr and whose main container writes "
+             f"{plan.get('soak_log_kib', '?')} KiB to stdout and exits, with the image round-robin from "
+             f"{', '.join(images) or '?'} (the stack's registry serves them; imagePullPolicy Always); every "
+             f"{plan.get('soak_restart_every', '?')}th pod is OnFailure and fails its first run. Each pod is "
+             "deleted once it has Succeeded. Sampled every "
+             f"{plan.get('soak_sample_seconds', '?')} s: disk used under /var/log/pods, entries in "
+             "/var/log/containers, the image filesystem (CRI ImageFsInfo), the runtime's containers (all and "
+             "exited) and sandboxes, and the agent's RSS.", "",
+             "A series levels off when its highest value in the last third of the run is at most 10% plus one "
+             "wave of pods above its highest in the middle third. RSS grows when the median of the last third "
+             "is more than 10% + 4 MiB above the first third's. \"after\" is one GC period after the last pod.",
+             ""]
+    if any(v.get("shorter_than_gc_period") for v in soaks.values()):
+        lines += ["Each third of a run marked * is shorter than upstream's one-minute container GC period: its "
+                  "verdicts cannot show collection keeping up (a --quick run checks the harness, not the agent).",
+                  ""]
+    lines += ["| agent | cycles done (parallel) | seconds | failures | restarts | all series level off "
+              "| RSS MiB first → last third (median) | RSS grows | agent CPU s | leftovers after GC period |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, v in soaks.items():
+        rss = v["rss"]
+        rss_cell = (f"{rss['first_median'] / 2**20:.1f} → {rss['last_median'] / 2**20:.1f} "
+                    f"({rss['growth_percent']:+}%)" if "first_median" in rss else rss.get("reason", "-"))
+        short = "*" if v.get("shorter_than_gc_period") else ""
+        lines.append(f"| {name}{short} | {v['completed']} of {v['cycles']} ({v['parallel']}) | {v['seconds']} "
+                     f"| {v['failures']} | {v['restarts']} | {_verdict(v['all_level_off'], 'yes', 'no')} "
+                     f"| {rss_cell} | {_rss_word(rss)} "
+                     f"| {v.get('cpu_seconds') or '-'} "
+                     f"| {'-' if v.get('leftovers') is None else _counts(v['leftovers'])} |")
+    lines += ["", "| series (MiB for bytes) | agent | before | middle-third max | last-third max | limit "
+              "| after GC period | levels off |", "|---|---|---|---|---|---|---|---|"]
+    for key, what in soak.SERIES.items():
+        for name, v in soaks.items():
+            verdict = v["verdicts"].get(key)
+            if verdict is None:
+                continue
+            word = verdict["reason"] if "reason" in verdict else _verdict(verdict["levels_off"], "yes", "no")
+            lines.append(f"| {what} | {name} | {_amount(key, v['before'].get(key))} "
+                         f"| {_amount(key, verdict.get('middle_max'))} | {_amount(key, verdict.get('last_max'))} "
+                         f"| {_amount(key, verdict.get('limit'))} | {_amount(key, v['after'].get(key))} | {word} |")
+    return lines
+
+
+def _rss_word(rss: Mapping[str, Any]) -> str:
+    grows = rss.get("grows")
+    return "?" if grows is None else ("**yes**" if grows else "no")
+
+
+# The soak's curves, after the latency panels: title, series keys (solid, then dashed), unit.
+SOAK_PANELS: list[tuple[str, tuple[str, ...], str]] = [
+    ("Soak: disk used under /var/log/pods", ("pod_log_bytes",), "MiB"),
+    ("Soak: entries in /var/log/containers", ("container_log_links",), "entries"),
+    ("Soak: image filesystem used (ImageFsInfo)", ("image_fs_bytes",), "MiB"),
+    ("Soak: runtime containers (dashed: exited)", ("containers", "exited_containers"), "containers"),
+    ("Soak: pod sandboxes in the runtime", ("sandboxes",), "sandboxes"),
+    ("Soak: agent RSS", (soak.RSS,), "MiB"),
+]
+
+
 def plot(results: Mapping[str, Any], path: Path) -> None:
-    """Cumulative distributions of the latency sets, one panel per measurement, one line per agent."""
+    """Cumulative distributions of the latency sets, one panel per measurement, one line per agent; then the
+    soak's sampled series over time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -215,8 +297,11 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
 
     names = ["runtime floor", *agents]
     colors = {name: f"C{i}" for i, name in enumerate(names)}  # one colour per series in every panel
+    soaks = {name: raw["soak"]["series"] for name, raw in agents.items() if raw.get("soak", {}).get("series")}
+    soak_panels = SOAK_PANELS if soaks else []
     columns = 3
-    rows = -(-len(panels) // columns)
+    soak_at = -(-len(panels) // columns) * columns  # the soak's curves start on a row of their own
+    rows = -(-(soak_at + len(soak_panels)) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.6 * rows), squeeze=False)
     for ax, (title, series) in zip(axes.flat, panels, strict=False):
         for name, samples in series.items():
@@ -232,8 +317,26 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
         ax.set_ylim(0, 1.02)
         ax.grid(True, alpha=0.3)
         ax.set_ylabel("fraction of pods")
-        ax.legend(fontsize=8, loc="lower right")
-    for ax in list(axes.flat)[len(panels):]:
+        if series:
+            ax.legend(fontsize=8, loc="lower right")
+    for ax in list(axes.flat)[len(panels):soak_at]:
+        ax.set_visible(False)
+    for ax, (title, keys, unit) in zip(list(axes.flat)[soak_at:], soak_panels, strict=False):
+        scale = 2**20 if unit == "MiB" else 1
+        for name, series in soaks.items():
+            for key, style in zip(keys, ("-", "--"), strict=False):
+                if key not in series:
+                    continue
+                values = [float("nan") if v is None else v / scale for v in series[key]]
+                label = name if len(keys) == 1 else f"{name}, {soak.SERIES.get(key, key).split()[0]}"
+                ax.plot(series["t"], values, style, label=label, color=colors[name], linewidth=1.2)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("seconds into the soak")
+        ax.set_ylabel(unit)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    for ax in list(axes.flat)[soak_at + len(soak_panels):]:
         ax.set_visible(False)
     fig.suptitle(f"kopflet benchmark {results.get('date', '')}", fontsize=11)
     fig.tight_layout()

@@ -1,13 +1,15 @@
 """One benchmark run of one agent: the phases, in order, on the real stack.
 
 idle → sequential starts and deletes → exit to status → bursts (with the footprint at full load) →
-churn and leftovers. Each phase's raw samples go into the results; `bench.report` summarises them.
+churn and leftovers → soak (log and image disk, dead containers and RSS sampled over many pod cycles).
+Each phase's raw samples go into the results; `bench.report` summarises them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -15,10 +17,11 @@ from pathlib import Path
 
 import kubernetes
 
-from bench import audit, cluster, host, workload
+from bench import audit, cluster, host, soak, workload
 from bench.agents import Agent, wait_until
 from bench.cluster import PodRecord, PodWatcher
 from cri_client import CriClient, types
+from kopflet.paths import DEFAULT_CONTAINER_LOGS_DIR, DEFAULT_POD_LOG_ROOT
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
 
@@ -37,12 +40,22 @@ class Plan:
     # churn and again after one GC period, so a kubelet that removes dead sandboxes lazily is judged fairly.
     gc_wait_seconds: float = 70
     pod_timeout: float = 180
+    # The soak: pods that write logs (an init container's 32 KiB, the main container's soak_log_kib per run),
+    # pull one of several images and exit, soak_parallel at a time; every soak_restart_every-th restarts
+    # soak_restarts times first. Node disk, runtime containers and RSS are sampled every soak_sample_seconds.
+    soak_cycles: int = 2000
+    soak_parallel: int = 10
+    soak_log_kib: int = 256
+    soak_restart_every: int = 4
+    soak_restarts: int = 1
+    soak_sample_seconds: float = 5
 
     @classmethod
     def quick(cls) -> Plan:
         """A few of each, to check the harness end to end in minutes."""
         return cls(sequential=5, exits=3, bursts=(5, 10), churn=12, churn_parallel=4, idle_seconds=10,
-                   hold_seconds=5, settle_seconds=5, gc_wait_seconds=5)
+                   hold_seconds=5, settle_seconds=5, gc_wait_seconds=5, soak_cycles=40, soak_parallel=4,
+                   soak_sample_seconds=1)
 
 
 class Run:
@@ -182,6 +195,75 @@ class Run:
         self.results["churn"]["leftovers"] = self._leftovers()
         self.results["churn"]["rss_after_gc_mib"] = round(host.rss_bytes(self.agent.pid) / 2**20, 1)
 
+    def soak(self) -> None:
+        """Many short pods that write logs, pull one of several images and exit (some after a restart), each
+        deleted once done; what they leave on the node is sampled throughout (bench.host.SoakSampler) and
+        once more after one GC period. bench.soak judges whether each series levels off."""
+        plan = self.plan
+        cycles = [(self._name("soak"), i) for i in range(plan.soak_cycles)]
+        failures: list[str] = []
+        done = [0]
+        lock = threading.Lock()
+        abort = threading.Event()
+        max_failures = max(5, plan.soak_cycles // 10)
+
+        def cycle(item: tuple[str, int]) -> None:
+            name, index = item
+            if abort.is_set():
+                return
+            created = False
+            try:
+                manifest = workload.soak_pod(name, self.node, index, plan.soak_log_kib, plan.soak_restart_every,
+                                             plan.soak_restarts)
+                cluster.create_pod(self.core, self.namespace, manifest, self.watcher)
+                created = True
+                rec = self._wait_one(name, lambda r: r.finished is not None, "Succeeded or Failed")
+                if rec.phase != "Succeeded":
+                    raise RuntimeError(f"phase {rec.phase}")
+            except Exception as exc:
+                self._soak_failure(failures, lock, abort, max_failures, f"{name}: {exc}")
+            if created:  # deleted whatever happened: a stuck pod must not hold its logs and containers
+                try:
+                    cluster.delete_pod(self.core, self.namespace, name, self.watcher)
+                    self._wait_one(name, lambda r: r.gone is not None, "gone")
+                except Exception as exc:
+                    self._soak_failure(failures, lock, abort, max_failures, f"{name} delete: {exc}")
+            with lock:
+                done[0] += 1
+
+        per_pod_logs = workload.soak_pod_log_bytes(plan.soak_log_kib, plan.soak_restarts)
+        sampler = host.SoakSampler(self.agent.pid, self.endpoint, Path(DEFAULT_POD_LOG_ROOT),
+                                   Path(DEFAULT_CONTAINER_LOGS_DIR), plan.soak_sample_seconds, lambda: done[0])
+        result: dict = {
+            "cycles": plan.soak_cycles, "parallel": plan.soak_parallel, "images": list(workload.SOAK_IMAGES),
+            "log_kib": plan.soak_log_kib, "restart_every": plan.soak_restart_every, "restarts_per_pod":
+            plan.soak_restarts, "interval": plan.soak_sample_seconds,
+            "tolerances": soak.tolerances(plan.soak_parallel, per_pod_logs, 2 + plan.soak_restarts),
+            "before": sampler.once()}
+        self.results["soak"] = result
+        cpu0, t0 = host.cpu_seconds(self.agent.pid), time.monotonic()
+        with sampler:
+            cluster.in_parallel(cycle, cycles, workers=plan.soak_parallel)
+        result.update({
+            "seconds": round(time.monotonic() - t0, 1), "completed": done[0],
+            "cpu_seconds": round(host.cpu_seconds(self.agent.pid) - cpu0, 2),
+            "failures": failures, "restarts": sum(self.watcher.record(n).restarts for n, _ in cycles),
+            "series": sampler.series, "sample_errors": sampler.errors})
+        if abort.is_set():
+            raise RuntimeError(f"soak stopped after {len(failures)} failures, first: {failures[0]}")
+        time.sleep(plan.gc_wait_seconds)
+        result["after"] = sampler.once()
+        result["leftovers"] = self._leftovers()
+
+    def _soak_failure(self, failures: list[str], lock: threading.Lock, abort: threading.Event, limit: int,
+                      what: str) -> None:
+        """Record a failed cycle; stop the soak when the agent is gone or too many fail (each would otherwise
+        wait out pod_timeout)."""
+        with lock:
+            failures.append(what)
+            if len(failures) >= limit or not self.agent.alive():
+                abort.set()
+
     def _leftovers(self) -> dict[str, int]:
         return host.leftovers(self.endpoint, self.agent.pod_dirs, self.agent.layout.cni_data_dir)
 
@@ -211,6 +293,8 @@ class Run:
                 self.exits()
                 self.bursts()
                 self.churn()
+                if self.plan.soak_cycles:
+                    self.soak()
             finally:
                 self.watcher.stop()
                 self._cleanup_namespace()
