@@ -199,7 +199,7 @@ class Node:
             cfg.eviction_config, observe=self._observe_signals, active_pods=self._eviction_candidates,
             evict=self._evict, container_gc=self.container_gc.delete_all_unused,
             image_gc=self.image_gc.delete_unused_images, pod_cleaned_up=self._pod_cleaned_up,
-            record_event=self._eviction_event)
+            record_event=self._eviction_event, disk_layout=self._disk_layout)
         self._image_fs: str | None = None
         self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics, self.stats,
                                     self.probe_metrics)
@@ -210,13 +210,26 @@ class Node:
 
     async def _observe_signals(self) -> Mapping[str, eviction_helpers.Observation]:
         """The node's signals now (the image filesystem's mountpoint is asked of the runtime once)."""
+        mountpoint = await self._image_fs_mountpoint()
+        return await asyncio.to_thread(signals.observe, self.cfg.root_dir, mountpoint or None)
+
+    async def _image_fs_mountpoint(self) -> str:
+        """The image filesystem's mountpoint, asked of the runtime once (CRI ImageFsInfo); "" while unknown."""
         if self._image_fs is None:
             try:
                 filesystems = (await self.runtime.image_cri.images.fs_info()).image_filesystems
                 self._image_fs = filesystems[0].mountpoint if filesystems else ""
             except CriError as exc:
                 logger.warning(f"eviction: the image filesystem is unknown for now: {exc}")
-        return await asyncio.to_thread(signals.observe, self.cfg.root_dir, self._image_fs or None)
+                return ""
+        return self._image_fs
+
+    async def _disk_layout(self) -> tuple[bool, bool]:
+        """(a dedicated image filesystem, containers split from images): the latter never with CRI stats."""
+        mountpoint = await self._image_fs_mountpoint()
+        if not mountpoint:  # asked again next round (the manager asks until it has an answer)
+            raise OSError("the runtime did not tell its image filesystem yet")
+        return await asyncio.to_thread(signals.has_dedicated_image_fs, self.cfg.root_dir, mountpoint), False
 
     async def _eviction_candidates(self) -> list[eviction_helpers.EvictionCandidate]:
         """The admitted, non-terminal pods with their measured usage (a pod the stats missed ranks first)."""

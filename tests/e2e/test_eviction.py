@@ -7,6 +7,7 @@ MiB crosses it; nothing else on the machine is starved."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +19,13 @@ from devstack.layout import Layout
 from kopflet.eviction import signals
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent
-from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, wait_pod
+from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, wait_gone, wait_pod
 
 MiB = 1024 * 1024
 HOG = 600 * MiB  # what the hog pod holds (dd's buffer, blocked on a pipe nobody reads)
 MARGIN = 250 * MiB  # the threshold sits this far under what is free at the start
+PID_MARGIN = 400  # pid.available's threshold sits this far under what is free at the start
+PID_HOG = 1000  # processes the forking pod starts
 
 
 def condition(node: dict[str, Any], kind: str) -> str:
@@ -89,6 +92,89 @@ def test_memory_pressure_evicts_the_best_effort_hog_first(pressured_agent: Agent
     reasons = {e["reason"] for e in node_events}
     assert {"NodeHasInsufficientMemory", "NodeHasSufficientMemory"} <= reasons
 
+
+
+def wait_condition(admin: Kubectl, node: str, kind: str, status: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while condition(admin.json("get", "node", node), kind) != status:
+        assert time.monotonic() < deadline, f"the node's {kind} never became {status}"
+        time.sleep(1)
+
+
+def failed(pod: dict[str, Any]) -> bool:
+    return pod.get("status", {}).get("phase") == "Failed"
+
+
+@pytest.fixture
+def pid_agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
+    available = signals.observe("/")["pid.available"].available
+    args = (f"--eviction-hard=pid.available<{available - PID_MARGIN} --eviction-pressure-transition-period=10s "
+            f"--node-status-update-frequency=2s")
+    agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": args})
+    agent.start()
+    agent.wait_for(r"Activity 'start_agent' succeeded")
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+def test_pid_pressure_evicts_the_pod_that_forks(pid_agent: Agent, admin: Kubectl, layout: Layout,
+                                                namespace: str) -> None:
+    node = layout.node_name
+    admin.apply(pod_manifest("forker", namespace, node, [container(
+        "main", f"for i in $(seq {PID_HOG}); do sleep 3600 & done; wait")]))
+    wait_condition(admin, node, "PIDPressure", "True")
+    pod = wait_pod(admin, namespace, "forker", failed, timeout=120, what="evicted")
+    assert pod["status"]["reason"] == "Evicted"
+    assert pod["status"]["message"].startswith("The node was low on resource: pids. Threshold quantity: ")
+    wait_condition(admin, node, "PIDPressure", "False")
+    reasons = {e["reason"] for e in admin.json("get", "events", "-n", "default", "--field-selector",
+                                               f"involvedObject.kind=Node,involvedObject.name={node}")["items"]}
+    assert {"NodeHasInsufficientPID", "NodeHasSufficientPID"} <= reasons
+
+
+@pytest.fixture
+def small_disk_agent(layout: Layout, tmp_path: Path) -> Iterator[tuple[Agent, Path]]:
+    """The agent's root dir (nodefs: pods' emptyDirs, their files) on a 64 MiB tmpfs."""
+    root = tmp_path / "root"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(root)], check=True)
+    args = (f"--root-dir={root} --eviction-hard=nodefs.available<40% --eviction-pressure-transition-period=10s "
+            "--node-status-update-frequency=2s")
+    agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": args})
+    try:
+        agent.start()
+        agent.wait_for(r"Activity 'start_agent' succeeded")
+        yield agent, root
+    finally:
+        if agent.proc is not None:
+            agent.stop()
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def test_disk_pressure_evicts_the_pod_that_fills_the_node(small_disk_agent: tuple[Agent, Path], admin: Kubectl,
+                                                          layout: Layout, namespace: str) -> None:
+    node = layout.node_name
+    admin.apply(pod_manifest("filler", namespace, node, [container(
+        "main", "dd if=/dev/zero of=/scratch/fill bs=1M count=40 && sleep 3600",
+        volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}])],
+        volumes=[{"name": "scratch", "emptyDir": {}}]))
+    wait_condition(admin, node, "DiskPressure", "True")
+    admin.apply(pod_manifest("late", namespace, node, [container(
+        "main", "sleep 3600", resources={"requests": {"cpu": "10m", "memory": "16Mi"}})]))
+    late = wait_pod(admin, namespace, "late", failed, timeout=60, what="refused under disk pressure")
+    assert (late["status"]["reason"], late["status"]["message"]) == (
+        "Evicted", "Pod was rejected: The node had condition: [DiskPressure]. ")
+    pod = wait_pod(admin, namespace, "filler", failed, timeout=180, what="evicted")
+    assert pod["status"]["reason"] == "Evicted"
+    assert pod["status"]["message"].startswith("The node was low on resource: ephemeral-storage. ")
+    # Its emptyDir goes with it (the terminated pod's volumes are torn down), so the pressure clears.
+    wait_condition(admin, node, "DiskPressure", "False")
+    for name in ("filler", "late"):
+        admin.run("delete", "pod", name, "-n", namespace, "--wait=false")
+    for name in ("filler", "late"):
+        wait_gone(admin, namespace, name, timeout=90)
 
 def test_a_container_over_its_memory_limit_is_oom_killed(running_agent: Agent, admin: Kubectl, layout: Layout,
                                                          namespace: str) -> None:
