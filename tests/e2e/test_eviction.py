@@ -65,6 +65,12 @@ def test_memory_pressure_evicts_the_best_effort_hog_first(pressured_agent: Agent
     admin.apply(pod_manifest("late", namespace, node, [container("main", "sleep 3600")]))
     late = wait_pod(admin, namespace, "late", lambda p: p.get("status", {}).get("phase") == "Failed",
                     timeout=60, what="rejected under memory pressure")
+    # The node lifecycle controller taints the node from the condition (TaintNodesByCondition), as upstream.
+    deadline = time.monotonic() + 60
+    while not any(t.get("key") == "node.kubernetes.io/memory-pressure" and t.get("effect") == "NoSchedule"
+                  for t in admin.json("get", "node", node)["spec"].get("taints") or ()):
+        assert time.monotonic() < deadline, "the node never got the memory-pressure NoSchedule taint"
+        time.sleep(1)
     assert late["status"]["reason"] == "Evicted"
     assert late["status"]["message"] == "Pod was rejected: The node had condition: [MemoryPressure]. "
 
