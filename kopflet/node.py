@@ -180,7 +180,7 @@ class Node:
         self.container_gc = ContainerGC(self.relist, self.executor, gc.GCPolicy(
             min_age=cfg.minimum_container_ttl_duration, max_per_pod_container=cfg.maximum_dead_containers_per_container,
             max_containers=cfg.maximum_dead_containers), terminated=self.workers.terminated)
-        # The sandbox (pause) image is safe through the runtime's pin, as upstream (1.37 has no flag naming it).
+        # The sandbox (pause) image stays: pinned by the runtime, or named in its CRI config (the manager asks).
         self.image_gc = ImageGCManager(cri, image_gc.ImageGCPolicy(
             high_threshold_percent=cfg.image_gc_high_threshold_percent,
             low_threshold_percent=cfg.image_gc_low_threshold_percent, minimum_gc_age=cfg.image_minimum_gc_age,

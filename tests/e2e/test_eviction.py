@@ -26,18 +26,15 @@ HOG = 600 * MiB  # what the hog pod holds (dd's buffer, blocked on a pipe nobody
 MARGIN = 250 * MiB  # the threshold sits this far under what is free at the start
 PID_MARGIN = 400  # pid.available's threshold sits this far under what is free at the start
 PID_HOG = 1000  # processes the forking pod starts
+FAST = "--node-status-update-frequency=2s "  # the node's conditions follow the manager within seconds
 
 
 def condition(node: dict[str, Any], kind: str) -> str:
     return next((c["status"] for c in node["status"].get("conditions", []) if c["type"] == kind), "")
 
 
-@pytest.fixture
-def pressured_agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
-    available = signals.observe("/")["memory.available"].available
-    threshold = max(available - MARGIN, 64 * MiB) // MiB
-    args = (f"--eviction-hard=memory.available<{threshold}Mi --eviction-pressure-transition-period=30s "
-            f"--node-status-update-frequency=2s")
+def agent_with(layout: Layout, tmp_path: Path, args: str) -> Iterator[Agent]:
+    """An agent of its own for one test, with these flags."""
     agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": args})
     agent.start()
     agent.wait_for(r"Activity 'start_agent' succeeded")
@@ -45,6 +42,14 @@ def pressured_agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
         yield agent
     finally:
         agent.stop()
+
+
+@pytest.fixture
+def pressured_agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
+    available = signals.observe("/")["memory.available"].available
+    threshold = max(available - MARGIN, 64 * MiB) // MiB
+    yield from agent_with(layout, tmp_path, f"--eviction-hard=memory.available<{threshold}Mi {FAST}"
+                                            "--eviction-pressure-transition-period=30s")
 
 
 def test_memory_pressure_evicts_the_best_effort_hog_first(pressured_agent: Agent, admin: Kubectl, layout: Layout,
@@ -114,15 +119,8 @@ def failed(pod: dict[str, Any]) -> bool:
 @pytest.fixture
 def pid_agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
     available = signals.observe("/")["pid.available"].available
-    args = (f"--eviction-hard=pid.available<{available - PID_MARGIN} --eviction-pressure-transition-period=10s "
-            f"--node-status-update-frequency=2s")
-    agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": args})
-    agent.start()
-    agent.wait_for(r"Activity 'start_agent' succeeded")
-    try:
-        yield agent
-    finally:
-        agent.stop()
+    yield from agent_with(layout, tmp_path, f"--eviction-hard=pid.available<{available - PID_MARGIN} {FAST}"
+                                            "--eviction-pressure-transition-period=10s")
 
 
 def test_pid_pressure_evicts_the_pod_that_forks(pid_agent: Agent, admin: Kubectl, layout: Layout,
