@@ -22,8 +22,8 @@ from tests.e2e.conftest import Agent
 from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, wait_gone, wait_pod
 
 MiB = 1024 * 1024
-HOG = 600 * MiB  # what the hog pod holds (dd's buffer, blocked on a pipe nobody reads)
-MARGIN = 250 * MiB  # the threshold sits this far under what is free at the start
+HOG = 1000 * MiB  # what the hog pod holds (dd's buffer, blocked on a pipe nobody reads)
+MARGIN = 400 * MiB  # the threshold sits this far under what is free at the start
 PID_MARGIN = 400  # pid.available's threshold sits this far under what is free at the start
 PID_HOG = 1000  # processes the forking pod starts
 FAST = "--node-status-update-frequency=2s "  # the node's conditions follow the manager within seconds
@@ -161,7 +161,7 @@ def test_disk_pressure_evicts_the_pod_that_fills_the_node(small_disk_agent: tupl
                                                           layout: Layout, namespace: str) -> None:
     node = layout.node_name
     admin.apply(pod_manifest("filler", namespace, node, [container(
-        "main", "dd if=/dev/zero of=/scratch/fill bs=1M count=40 && sleep 3600",
+        "main", "dd if=/dev/zero of=/scratch/fill bs=1M count=48 && sleep 3600",
         volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}])],
         volumes=[{"name": "scratch", "emptyDir": {}}]))
     wait_condition(admin, node, "DiskPressure", "True")
