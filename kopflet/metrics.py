@@ -134,6 +134,45 @@ def render_family(
     return family_header(name, help_text, type_, stability) + body
 
 
+Sample = tuple[Mapping[str, str], float, int | None]
+"""A constant sample: its labels, value and timestamp in milliseconds (or None)."""
+AddSample = Callable[[str, Mapping[str, str], float, "int | None"], None]
+"""``add(family, labels, value, timestamp_ns)``, how the stats endpoints' builders hand over a sample."""
+
+
+class Samples:
+    """Constant samples gathered per family for one scrape, rendered once (the stats endpoints' collectors).
+
+    A repeated label set keeps its first sample: a duplicate would make the whole scrape invalid.
+    """
+
+    def __init__(self, families: Mapping[str, tuple[str, ...]]) -> None:
+        """`families`: name -> (type, help) or (type, help, stability)."""
+        self._families = families
+        self._samples: dict[str, list[Sample]] = {name: [] for name in families}
+
+    def add(self, name: str, labels: Mapping[str, str], value: float, timestamp_ns: int | None = None) -> None:
+        self._samples[name].append((labels, value, None if timestamp_ns is None else timestamp_ns // 1_000_000))
+
+    def render(self) -> str:
+        text = []
+        for name in sorted(self._samples):
+            type_, help_text, *stability = self._families[name]
+            text.append(render_family(name, help_text, type_, self._unique(self._samples[name]), *stability))
+        return "".join(text)
+
+    @staticmethod
+    def _unique(samples: Iterable[Sample]) -> list[Sample]:
+        seen: set[tuple[tuple[str, str], ...]] = set()
+        result = []
+        for sample in samples:
+            key = tuple(sorted(sample[0].items()))
+            if key not in seen:
+                seen.add(key)
+                result.append(sample)
+        return result
+
+
 # -------------------------------------------------------------------------------------------- metrics
 
 

@@ -28,7 +28,7 @@ Not reported: cAdvisor's other families (per-CPU usage, CFS, I/O, tasks, process
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 from cri_client import types as cri
@@ -63,14 +63,6 @@ FAMILIES: Final[Mapping[str, tuple[str, str]]] = {
         metrics.GAUGE, "1 if there was an error while getting machine metrics, 0 otherwise."),
 }  # fmt: skip
 
-_Sample = tuple[Mapping[str, str], float, int | None]
-_Add = Callable[[str, Mapping[str, str], float, "int | None"], None]
-
-
-def _ms(ns: int) -> int:
-    return ns // 1_000_000
-
-
 def _unix(ns: int) -> int:
     """Go's ``time.Unix()``: whole seconds, what cAdvisor prints for start times and last-seen."""
     return ns // NANOS
@@ -88,11 +80,8 @@ def cadvisor_metrics(snapshot: StatsSnapshot) -> str:
     With `snapshot.error` set (the runtime could not be listed) cAdvisor's container collector reports
     only ``container_scrape_error 1``; the machine series do not depend on it.
     """
-    samples: dict[str, list[_Sample]] = {name: [] for name in FAMILIES}
-
-    def add(name: str, labelset: Mapping[str, str], value: float, timestamp_ns: int | None) -> None:
-        samples[name].append((labelset, value, None if timestamp_ns is None else _ms(timestamp_ns)))
-
+    samples = metrics.Samples(FAMILIES)
+    add = samples.add
     if not snapshot.error:
         now, node = snapshot.timestamp, snapshot.node
         _usage(labels(cgroup="/"), node.cpu, node.memory, None, now, add)
@@ -106,14 +95,11 @@ def cadvisor_metrics(snapshot: StatsSnapshot) -> str:
         add("machine_cpu_cores", ids, machine.num_cores, stamp)
         add("machine_memory_bytes", ids, machine.memory_capacity, stamp)
     add("machine_scrape_error", {}, 0 if machine is not None else 1, None)
-    return "".join(
-        metrics.render_family(name, FAMILIES[name][1], FAMILIES[name][0], _unique(samples[name]))
-        for name in sorted(samples)
-    )
+    return samples.render()
 
 
 def _usage(labelset: Mapping[str, str], cpu: cri.CpuUsage | None, memory: cri.MemoryUsage | None,
-           swap: cri.SwapUsage | None, now: int, add: _Add) -> None:
+           swap: cri.SwapUsage | None, now: int, add: metrics.AddSample) -> None:
     """One cgroup's CPU, memory and swap, and its last-seen time; unknown numbers are left out.
 
     cAdvisor without per-CPU usage (cgroup v2) reports the total under ``cpu="total"``, and only when above 0.
@@ -132,7 +118,7 @@ def _usage(labelset: Mapping[str, str], cpu: cri.CpuUsage | None, memory: cri.Me
     add("container_last_seen", labelset, _unix(now), now)
 
 
-def _times(labelset: Mapping[str, str], created: int, add: _Add) -> None:
+def _times(labelset: Mapping[str, str], created: int, add: metrics.AddSample) -> None:
     """Creation and start time (cAdvisor's spec series, no sample time): containerd's creation time for both,
     as CRI lists no start time (cAdvisor takes the cgroup's, set the moment the task starts)."""
     if created > 0:
@@ -145,7 +131,7 @@ def _child(pod: PodSample, container_id: str) -> str:
     return f"{pod.cgroup}/{container_id}" if pod.cgroup else ""
 
 
-def _pod(pod: PodSample, snapshot: StatsSnapshot, add: _Add) -> None:
+def _pod(pod: PodSample, snapshot: StatsSnapshot, add: metrics.AddSample) -> None:
     now = snapshot.timestamp
     cpu, memory, swap = pod_usage(pod, now)  # the summary's own numbers: sandbox stats, else the sums
     pod_labels = labels(cgroup=pod.cgroup, pod=pod.name, namespace=pod.namespace)
@@ -158,7 +144,7 @@ def _pod(pod: PodSample, snapshot: StatsSnapshot, add: _Add) -> None:
         _container(pod, container, snapshot, add)
 
 
-def _sandbox(pod: PodSample, now: int, add: _Add) -> None:
+def _sandbox(pod: PodSample, now: int, add: metrics.AddSample) -> None:
     """The pause container: its creation time and the pod's network (cAdvisor's containerd handler keeps
     network metrics for the sandbox only, so each pod's traffic is counted once)."""
     labelset = labels(cgroup=_child(pod, pod.sandbox_id), name=pod.sandbox_id, pod=pod.name, namespace=pod.namespace)
@@ -191,7 +177,7 @@ def _interfaces(network: cri.NetworkUsage) -> Iterable[cri.NetworkInterfaceUsage
             yield interface
 
 
-def _container(pod: PodSample, container: ContainerSample, snapshot: StatsSnapshot, add: _Add) -> None:
+def _container(pod: PodSample, container: ContainerSample, snapshot: StatsSnapshot, add: metrics.AddSample) -> None:
     now, stats = snapshot.timestamp, container.stats
     labelset = labels(cgroup=_child(pod, stats.id), name=stats.id, image=container.image, pod=pod.name,
                       namespace=pod.namespace, container=container.name)
@@ -205,15 +191,3 @@ def _container(pod: PodSample, container: ContainerSample, snapshot: StatsSnapsh
         size = snapshot.filesystems.get(layer.mountpoint)
         device = size.device if size is not None else ""
         add("container_fs_usage_bytes", {**labelset, "device": device}, layer.used_bytes, layer.timestamp or now)
-
-
-def _unique(samples: Iterable[_Sample]) -> list[_Sample]:
-    """The first sample of each label set: a duplicate would make the whole scrape invalid."""
-    seen: set[tuple[tuple[str, str], ...]] = set()
-    result = []
-    for sample in samples:
-        key = tuple(sorted(sample[0].items()))
-        if key not in seen:
-            seen.add(key)
-            result.append(sample)
-    return result

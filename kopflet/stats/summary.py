@@ -22,7 +22,7 @@ Timestamps are nanoseconds since the epoch (ints), as in `cri_client.types`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from cri_client import types as cri
@@ -707,14 +707,6 @@ _RESOURCE_FAMILIES: Final[Mapping[str, tuple[str, str, str]]] = {
         metrics.GAUGE, "1 if there was an error while getting container metrics, 0 otherwise", metrics.STABLE),
 }  # fmt: skip
 
-_Sample = tuple[Mapping[str, str], float, int | None]
-_Add = Callable[[str, Mapping[str, str], float, "int | None"], None]
-
-
-def _ms(ns: int) -> int:
-    return ns // 1_000_000
-
-
 def _seconds(ns: int) -> float:
     """Nanoseconds as float seconds the way Go computes float64(ns)/float64(time.Second): both rounded first."""
     return float(ns) / float(NANOS)
@@ -722,25 +714,18 @@ def _seconds(ns: int) -> float:
 
 def resource_metrics(snapshot: StatsSnapshot) -> str:
     """The ``/metrics/resource`` text: node, container and pod CPU/memory/swap with their sample times."""
-    samples: dict[str, list[_Sample]] = {name: [] for name in _RESOURCE_FAMILIES}
-
-    def add(name: str, labels: Mapping[str, str], value: float, timestamp_ns: int | None) -> None:
-        samples[name].append((labels, value, None if timestamp_ns is None else _ms(timestamp_ns)))
-
+    samples = metrics.Samples(_RESOURCE_FAMILIES)
+    add = samples.add
     if not snapshot.error:
         now, node = snapshot.timestamp, snapshot.node
         _usage_samples("node", {}, node.cpu, node.memory, node.swap, now, add)
         for pod in snapshot.pods:
             _pod_resource_samples(pod, now, add)
-    samples["resource_scrape_error"].append(({}, 1 if snapshot.error else 0, None))
-    text = []
-    for name in sorted(samples):
-        type_, help_text, stability = _RESOURCE_FAMILIES[name]
-        text.append(metrics.render_family(name, help_text, type_, _unique(samples[name]), stability))
-    return "".join(text)
+    add("resource_scrape_error", {}, 1 if snapshot.error else 0, None)
+    return samples.render()
 
 
-def _pod_resource_samples(pod: PodSample, now: int, add: _Add) -> None:
+def _pod_resource_samples(pod: PodSample, now: int, add: metrics.AddSample) -> None:
     """A pod's container and pod samples. Containers read missing numbers as 0, as upstream's resource
     path does (zeroMissingValues); the pod's come from the sandbox or the containers' sums."""
     pod_labels = {"pod": pod.name, "namespace": pod.namespace}
@@ -765,7 +750,7 @@ def _pod_resource_samples(pod: PodSample, now: int, add: _Add) -> None:
 
 
 def _usage_samples(level: str, labels: Mapping[str, str], cpu: cri.CpuUsage | None, memory: cri.MemoryUsage | None,
-                   swap: cri.SwapUsage | None, now: int, add: _Add) -> None:
+                   swap: cri.SwapUsage | None, now: int, add: metrics.AddSample) -> None:
     """The node's or a pod's ``<level>_cpu_usage_seconds_total``, ``_memory_working_set_bytes`` and
     ``_swap_usage_bytes``, each only when the number is known."""
     if cpu is not None and cpu.usage_core_nano_seconds is not None:
@@ -776,16 +761,6 @@ def _usage_samples(level: str, labels: Mapping[str, str], cpu: cri.CpuUsage | No
         add(f"{level}_swap_usage_bytes", labels, swap.swap_usage_bytes, swap.timestamp or now)
 
 
-def _unique(samples: Sequence[_Sample]) -> list[_Sample]:
-    """The first sample of each label set: a duplicate would make the whole scrape invalid."""
-    seen: set[tuple[tuple[str, str], ...]] = set()
-    result = []
-    for sample in samples:
-        key = tuple(sorted(sample[0].items()))
-        if key not in seen:
-            seen.add(key)
-            result.append(sample)
-    return result
 
 
 def eviction_usage(sample: PodSample) -> PodUsage:
