@@ -28,12 +28,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
-from cri_client import CriError
 from kopflet.api import spec
 from kopflet.eviction import helpers as h
 from kopflet.eviction import thresholds as th
 from kopflet.eviction.helpers import EvictionCandidate, EvictionState, Observation
 from kopflet.lifecycle import admission
+from kopflet.rounds import log_failed_round
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class EvictionManager:
             try:
                 image_fs, split = await self._disk_layout()
             except Exception as exc:
-                _warn("Eviction manager: failed to get the image filesystem layout", exc)
+                log_failed_round(logger, "Eviction manager: failed to get the image filesystem layout", exc)
                 return False
         self._thresholds, warnings = th.update_container_fs_thresholds(self._thresholds, image_fs, split)
         for warning in warnings:
@@ -148,7 +148,7 @@ class EvictionManager:
             try:
                 self._record_event(uid, reason, message, annotations)
             except Exception as exc:
-                _warn("Eviction manager: failed to record an event", exc)
+                log_failed_round(logger, "Eviction manager: failed to record an event", exc)
 
     async def synchronize(self) -> list[EvictionCandidate]:
         """One round (upstream synchronize): observe, update thresholds and pressure conditions; evict every pod
@@ -163,7 +163,7 @@ class EvictionManager:
             pods = list(await self._active_pods())
             observations = await self._observe()
         except Exception as exc:
-            _warn("Eviction manager: failed to get summary stats", exc)
+            log_failed_round(logger, "Eviction manager: failed to get summary stats", exc)
             return []
         result = h.evaluate(self._thresholds, observations, self._state, self._clock(),
                             self._config.pressure_transition_period)
@@ -226,7 +226,7 @@ class EvictionManager:
         try:
             observations = await self._observe()
         except Exception as exc:
-            _warn("Eviction manager: failed to get summary stats after resource reclaim", exc)
+            log_failed_round(logger, "Eviction manager: failed to get summary stats after resource reclaim", exc)
             return False
         return not h.thresholds_met(self._thresholds, observations, enforce_min_reclaim=True)
 
@@ -250,7 +250,7 @@ class EvictionManager:
         try:
             await self._evict(pod.uid, status, grace)
         except Exception as exc:
-            _warn(f"Eviction manager: pod {pod.namespace}/{pod.name} failed to evict", exc)
+            log_failed_round(logger, f"Eviction manager: pod {pod.namespace}/{pod.name} failed to evict", exc)
         else:
             logger.info("Eviction manager: pod %s/%s is evicted successfully", pod.namespace, pod.name)
         return True
@@ -279,18 +279,9 @@ class EvictionManager:
             try:
                 evicted = await self.synchronize()
             except Exception as exc:
-                _warn("Eviction manager: failed to synchronize", exc)
+                log_failed_round(logger, "Eviction manager: failed to synchronize", exc)
                 evicted = []
             if evicted:
                 await self._wait_for_cleanup(evicted)
             else:
                 await asyncio.sleep(period)
-
-
-def _warn(message: str, exc: BaseException) -> None:
-    """A failed round is logged, never fatal. Runtime outages and filesystem errors are expected (containerd
-    restarts): one line; anything else is a bug and gets its traceback."""
-    if isinstance(exc, CriError | OSError | TimeoutError):
-        logger.warning(f"{message}: {exc}")
-    else:
-        logger.error(f"{message}: {exc}", exc_info=exc)

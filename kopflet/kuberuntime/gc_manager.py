@@ -13,10 +13,10 @@ import logging
 import time
 from collections.abc import Callable, Collection
 
-from cri_client import CriError
 from kopflet.kuberuntime import gc
 from kopflet.kuberuntime.executor import PodSyncer
 from kopflet.pleg.relist import RuntimeCache
+from kopflet.rounds import log_failed_round
 
 logger = logging.getLogger(__name__)
 
@@ -52,5 +52,5 @@ class ContainerGC:
             await asyncio.sleep(period)
             try:
                 await self.collect()
-            except CriError as exc:
-                logger.warning(f"container garbage collection failed: {exc}")
+            except Exception as exc:
+                log_failed_round(logger, "container garbage collection failed", exc)

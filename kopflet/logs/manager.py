@@ -21,6 +21,7 @@ from cri_client import CriClient, CriError
 from cri_client import types as cri
 from kopflet.logs import rotation
 from kopflet.logs.rotation import COMPRESS_SUFFIX, TMP_SUFFIX, LogRotatePolicy, RotationPlan
+from kopflet.rounds import log_failed_round
 
 logger = logging.getLogger(__name__)
 
@@ -223,7 +224,7 @@ class ContainerLogManager:
             try:
                 await self.rotate_logs()
             except Exception as exc:  # the loop must outlive anything a round does
-                _warn("Failed to rotate container logs", exc)
+                log_failed_round(logger, "Failed to rotate container logs", exc)
             await asyncio.sleep(self.monitor_interval)
 
     async def _sweep_forever(self) -> None:
@@ -232,7 +233,7 @@ class ContainerLogManager:
             try:
                 await sweep_dangling_symlinks(self.cri, self.symlink_dir)
             except Exception as exc:  # as above
-                _warn("Failed to remove dead container log symlinks", exc)
+                log_failed_round(logger, "Failed to remove dead container log symlinks", exc)
             await asyncio.sleep(self.gc_period)
 
     async def rotate_logs(self) -> None:
@@ -248,7 +249,7 @@ class ContainerLogManager:
             try:
                 await self.process_container(container_id)
             except Exception as exc:  # a bug for one container must not leave the round's others running unawaited
-                _warn(f"Failed to rotate the log of container {container_id}", exc)
+                log_failed_round(logger, f"Failed to rotate the log of container {container_id}", exc)
 
     async def process_container(self, container_id: str) -> None:
         """Check one container's log and rotate it when due (upstream processContainer). Never raises (but
@@ -323,12 +324,3 @@ __all__ = [
     "scan_log_files",
     "sweep_dangling_symlinks",
 ]
-
-
-def _warn(message: str, exc: BaseException) -> None:
-    """A failed round is logged, never fatal. Runtime outages and filesystem errors are expected (containerd
-    restarts): one line; anything else is a bug and gets its traceback."""
-    if isinstance(exc, CriError | OSError | TimeoutError):
-        logger.warning(f"{message}: {exc}")
-    else:
-        logger.error(f"{message}: {exc}", exc_info=exc)
