@@ -128,7 +128,8 @@ class HostFacts:
 
     @classmethod
     async def read(cls, cfg: AgentConfig) -> HostFacts:
-        machine = await asyncio.to_thread(read_machine_facts, cfg.root_dir)
+        machine = await asyncio.to_thread(read_machine_facts, cfg.root_dir,
+                                          ephemeral_storage=cfg.local_storage_capacity_isolation)
         resolv_conf = await asyncio.to_thread(read_host_resolv_conf)
         hugepage_sizes, masked_paths = await asyncio.to_thread(read_host_container_facts)
         return cls(machine, resolv_conf, hugepage_sizes, masked_paths)
