@@ -200,7 +200,8 @@ class Node:
             cfg.eviction_config, observe=self._observe_signals, active_pods=self._eviction_candidates,
             evict=self._evict, container_gc=self.container_gc.delete_all_unused,
             image_gc=self.image_gc.delete_unused_images, pod_cleaned_up=self._pod_cleaned_up,
-            record_event=self._eviction_event, disk_layout=self._disk_layout)
+            record_event=self._eviction_event, disk_layout=self._disk_layout,
+            local_storage_capacity_isolation=cfg.local_storage_capacity_isolation)
         self._image_fs: str | None = None
         self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics, self.stats,
                                     self.probe_metrics)
