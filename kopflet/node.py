@@ -128,7 +128,8 @@ class HostFacts:
 
     @classmethod
     async def read(cls, cfg: AgentConfig) -> HostFacts:
-        machine = await asyncio.to_thread(read_machine_facts, cfg.root_dir)
+        machine = await asyncio.to_thread(read_machine_facts, cfg.root_dir,
+                                          ephemeral_storage=cfg.local_storage_capacity_isolation)
         resolv_conf = await asyncio.to_thread(read_host_resolv_conf)
         hugepage_sizes, masked_paths = await asyncio.to_thread(read_host_container_facts)
         return cls(machine, resolv_conf, hugepage_sizes, masked_paths)
@@ -199,7 +200,8 @@ class Node:
             cfg.eviction_config, observe=self._observe_signals, active_pods=self._eviction_candidates,
             evict=self._evict, container_gc=self.container_gc.delete_all_unused,
             image_gc=self.image_gc.delete_unused_images, pod_cleaned_up=self._pod_cleaned_up,
-            record_event=self._eviction_event, disk_layout=self._disk_layout)
+            record_event=self._eviction_event, disk_layout=self._disk_layout,
+            local_storage_capacity_isolation=cfg.local_storage_capacity_isolation)
         self._image_fs: str | None = None
         self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics, self.stats,
                                     self.probe_metrics)

@@ -195,6 +195,10 @@ class AgentConfig:
     """``evictionMaxPodGracePeriod``: the most grace a soft eviction gives a pod, in seconds."""
     merge_default_eviction_settings: bool = False
     """``mergeDefaultEvictionSettings``: the defaults fill in the hard thresholds evictionHard leaves out."""
+    local_storage_capacity_isolation: bool = True
+    """``localStorageCapacityIsolation``: the Node reports ``ephemeral-storage`` capacity and allocatable (so pods
+    requesting it are admitted) and pods over their emptyDir ``sizeLimit`` or ``ephemeral-storage`` limits are
+    evicted. Off, none of that: for hosts where the root filesystem's usage cannot be measured."""
 
     @property
     def effective_eviction_hard(self) -> dict[str, str]:
@@ -827,6 +831,14 @@ SETTINGS: tuple[Setting, ...] = (
             "0", "The most grace (seconds) a soft eviction gives a pod; 0 or negative: the pod's own."),
     Setting("merge_default_eviction_settings", None, "mergeDefaultEvictionSettings", BOOL, "false",
             "The default hard thresholds fill in the signals evictionHard leaves out."),
+    # Local ephemeral storage isolation (upstream kubelet.go supportLocalStorageCapacityIsolation). Upstream's
+    # flag is deprecated in favour of the field, as every KubeletConfiguration flag; kopflet takes both.
+    Setting("local_storage_capacity_isolation", "local-storage-capacity-isolation", "localStorageCapacityIsolation",
+            BOOL, "true",
+            "Local ephemeral storage isolation: the Node reports ephemeral-storage capacity and allocatable (so pods "
+            "requesting it fit), and a pod over an emptyDir sizeLimit or its ephemeral-storage limits is evicted. "
+            "Off: neither, nor does the Ready condition need ephemeral-storage capacity; for hosts where the root "
+            "filesystem's usage cannot be measured (upstream names rootless kind).", zero_is_default=False),
 )
 
 _BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}
@@ -870,7 +882,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "enableSystemLogQuery", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods",
     "shutdownGracePeriodByPodPriority", "crashLoopBackOff", "reservedMemory", "enableProfilingHandler",
     "enableDebugFlagsHandler", "seccompDefault", "memoryThrottlingFactor", "memoryReservationPolicy",
-    "registerNode", "tracing", "localStorageCapacityIsolation", "failCgroupV1", "userNamespaces",
+    "registerNode", "tracing", "failCgroupV1", "userNamespaces",
 })
 
 

@@ -10,10 +10,11 @@ wires it:
     setters.conditions(ready, previous, now, pressure=manager.conditions())   # node status
     rejection = manager.admit(pod)                                             # pod admission
 
-Each round first enforces the local storage limits (upstream localStorageEviction: emptyDir sizeLimit, the
-pod's and each container's ephemeral-storage limit; `kopflet.eviction.local_storage`), as upstream does with
-localStorageCapacityIsolation on (its default; kopflet has no setting to turn it off): every pod over a limit
-is evicted that round, and the thresholds wait for the next one.
+With localStorageCapacityIsolation on (the default), each round first enforces the local storage limits
+(upstream localStorageEviction: emptyDir sizeLimit, the pod's and each container's ephemeral-storage limit;
+`kopflet.eviction.local_storage`): every pod over a limit is evicted that round, and the thresholds wait for
+the next one. With it off, those limits are not enforced, and a manager without thresholds does nothing at all
+(upstream synchronize returns at once: no filesystem layout asked, no stats, no pressure).
 
 Left out from upstream: the memcg threshold notifiers (kernelMemcgNotification).
 """
@@ -73,6 +74,7 @@ class EvictionManager:
                  disk_layout: Callable[[], Awaitable[tuple[bool, bool]]] | None = None,
                  pod_cleaned_up: Callable[[str], Awaitable[bool]] | None = None,
                  record_event: RecordEvent | None = None,
+                 local_storage_capacity_isolation: bool = True,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)) -> None:
         """`observe` measures the signals (`signals.observe` in a thread); `active_pods` lists the pods
@@ -80,7 +82,8 @@ class EvictionManager:
         `container_gc` / `image_gc` remove unused containers / images (node-level reclaim before evicting);
         `disk_layout` answers (dedicated imagefs, containers split from images), asked once (default: one
         filesystem); `pod_cleaned_up` tells when an evicted pod's resources are gone (the loop waits up to
-        30s for it before the next round)."""
+        30s for it before the next round); `local_storage_capacity_isolation` (the KubeletConfiguration
+        field) turns the local storage limit evictions on."""
         self._config = config
         self._thresholds: list[th.Threshold] = list(config.thresholds)
         self._observe = observe
@@ -91,6 +94,7 @@ class EvictionManager:
         self._disk_layout = disk_layout
         self._pod_cleaned_up = pod_cleaned_up
         self._record_event = record_event
+        self._local_storage_capacity_isolation = local_storage_capacity_isolation
         self._clock = clock
         self._wall_clock = wall_clock
         self._state = EvictionState()
@@ -152,10 +156,14 @@ class EvictionManager:
 
     async def synchronize(self) -> list[EvictionCandidate]:
         """One round (upstream synchronize): observe, update thresholds and pressure conditions; evict every pod
-        over a local storage limit, and if there were none, when a threshold is met past its grace period,
-        reclaim node-level resources or else evict one pod. Returns the pods evicted.
+        over a local storage limit (localStorageCapacityIsolation on), and if there were none, when a threshold
+        is met past its grace period, reclaim node-level resources or else evict one pod. Returns the pods
+        evicted.
 
-        Runs without thresholds too: upstream returns early only when localStorageCapacityIsolation is off."""
+        Nothing to do, nothing done: with no thresholds and isolation off upstream returns before it even asks
+        for the filesystem layout; with isolation on it runs without thresholds too (for the limits)."""
+        if not self._thresholds and not self._local_storage_capacity_isolation:
+            return []
         if not await self._ensure_layout():
             return []
         assert self._rank is not None
@@ -168,9 +176,10 @@ class EvictionManager:
         result = h.evaluate(self._thresholds, observations, self._state, self._clock(),
                             self._config.pressure_transition_period)
         self._state = result.state
-        evicted = await self._local_storage_eviction(pods)
-        if evicted:
-            return evicted
+        if self._local_storage_capacity_isolation:
+            evicted = await self._local_storage_eviction(pods)
+            if evicted:
+                return evicted
         found = h.reclaimable_threshold(result.act_on)
         if found is None:
             return []

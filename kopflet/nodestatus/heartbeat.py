@@ -36,22 +36,28 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def read_machine_facts(root_dir: str) -> setters.MachineFacts:
-    """The machine's facts (blocking reads of /proc, /sys, /etc: call in a thread, once)."""
+def read_machine_facts(root_dir: str, *, ephemeral_storage: bool = True) -> setters.MachineFacts:
+    """The machine's facts (blocking reads of /proc, /sys, /etc: call in a thread, once).
+
+    The root dir's filesystem is measured only for `ephemeral_storage` (localStorageCapacityIsolation):
+    upstream's container manager asks cAdvisor's RootFsInfo at start only then, and exits if it fails."""
     memory_kib = 0
     for line in _read("/proc/meminfo").splitlines():
         if line.startswith("MemTotal:"):
             memory_kib = int(line.split()[1])
-    path = root_dir
-    while not os.path.exists(path) and path not in ("", "/"):
-        path = os.path.dirname(path)
-    st = os.statvfs(path or "/")
+    storage_bytes = 0
+    if ephemeral_storage:
+        path = root_dir
+        while not os.path.exists(path) and path not in ("", "/"):
+            path = os.path.dirname(path)
+        st = os.statvfs(path or "/")
+        storage_bytes = st.f_blocks * st.f_frsize
     os_image = "Linux"
     for line in _read("/etc/os-release").splitlines():
         if line.startswith("PRETTY_NAME="):
             os_image = line.split("=", 1)[1].strip('"')
     return setters.MachineFacts(
-        cpus=os.cpu_count() or 1, memory_bytes=memory_kib * 1024, ephemeral_storage_bytes=st.f_blocks * st.f_frsize,
+        cpus=os.cpu_count() or 1, memory_bytes=memory_kib * 1024, ephemeral_storage_bytes=storage_bytes,
         machine=platform.machine(), kernel_version=platform.release(), os_image=os_image,
         machine_id=_read("/etc/machine-id"), system_uuid=_read("/sys/class/dmi/id/product_uuid").lower(),
         boot_id=_read("/proc/sys/kernel/random/boot_id"))
@@ -70,12 +76,20 @@ class NodeAgent:
         self._posted: dict[str, Any] = {}
         self._conditions: list[dict[str, str]] = []
         self._last_report = 0.0
+        self._reported_capacity: Mapping[str, str] = {}
+
+    def capacity(self) -> dict[str, str]:
+        """The Node's capacity: ephemeral-storage per localStorageCapacityIsolation (off, what the Node
+        reported at registration stays, as upstream's setter leaves it)."""
+        return setters.capacity(self.facts, self.cfg.max_pods,
+                                local_storage_capacity_isolation=self.cfg.local_storage_capacity_isolation,
+                                reported=self._reported_capacity)
 
     def allocatable(self) -> dict[str, str]:
         """What the node offers pods (resourceFieldRef defaults unset limits to it, as upstream)."""
-        return setters.allocatable(setters.capacity(self.facts, self.cfg.max_pods),
-                                   system_reserved=self.cfg.system_reserved, kube_reserved=self.cfg.kube_reserved,
-                                   eviction_hard=self.cfg.effective_eviction_hard)
+        return setters.allocatable(self.capacity(), system_reserved=self.cfg.system_reserved,
+                                   kube_reserved=self.cfg.kube_reserved, eviction_hard=self.cfg.effective_eviction_hard,
+                                   local_storage_capacity_isolation=self.cfg.local_storage_capacity_isolation)
 
     async def admission_info(self) -> admission.NodeInfo:
         """This node as admission sees it: its labels, current taints and allocatable resources.
@@ -112,6 +126,7 @@ class NodeAgent:
                                           body={"metadata": {"labels": labels}}, content_type=MERGE)
             logger.info(f"node {self.cfg.node_name} already registered; adopted it")
         self.uid = node["metadata"]["uid"]
+        self._reported_capacity = dict((node.get("status") or {}).get("capacity") or {})
         previous_boot = str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
         rebooted = setters.rebooted_message(self.cfg.node_name, previous_boot, self.facts.boot_id)
         if rebooted and self.recorder is not None:
@@ -170,8 +185,10 @@ class NodeAgent:
             images = setters.images(await self.cri.images.list())
         except CriError:
             images = self._posted.get("images", [])
-        ready = setters.ready_condition(runtime, error)
-        capacity = setters.capacity(self.facts, self.cfg.max_pods)
+        capacity = self.capacity()
+        missing = setters.missing_capacities(
+            capacity, local_storage_capacity_isolation=self.cfg.local_storage_capacity_isolation)
+        ready = setters.ready_condition(runtime, error, missing=missing)
         return {
             "conditions": setters.conditions(ready, self._conditions, _now(), pressure=self.pressure()),
             "capacity": capacity,

@@ -17,6 +17,7 @@ from kopflet.api import qos, times
 # Upstream's default hard eviction thresholds, which allocatable also keeps back.
 DEFAULT_EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%"}
 MAX_IMAGES = 50  # nodeStatusMaxImages
+EPHEMERAL_STORAGE = "ephemeral-storage"
 ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
 
 
@@ -27,6 +28,7 @@ class MachineFacts:
     cpus: int
     memory_bytes: int
     ephemeral_storage_bytes: int
+    """The root dir's filesystem size; 0 when not measured (localStorageCapacityIsolation off)."""
     machine: str = "x86_64"  # uname -m
     kernel_version: str = ""
     os_image: str = ""
@@ -53,17 +55,37 @@ def node_labels(node_name: str, facts: MachineFacts, extra: Mapping[str, str]) -
             "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": arch, **extra}
 
 
-def capacity(facts: MachineFacts, max_pods: int) -> dict[str, str]:
-    return {"cpu": str(facts.cpus), "memory": f"{facts.memory_bytes // 1024}Ki",
-            "ephemeral-storage": f"{facts.ephemeral_storage_bytes // 1024}Ki", "pods": str(max_pods)}
+def capacity(facts: MachineFacts, max_pods: int, *, local_storage_capacity_isolation: bool = True,
+             reported: Mapping[str, str] = {}) -> dict[str, str]:
+    """The Node's capacity (upstream MachineInfo setter with the container manager's GetCapacity).
+
+    ``ephemeral-storage`` (the root dir's filesystem) only with localStorageCapacityIsolation on: upstream's
+    container manager learns it from cAdvisor's RootFsInfo only then. Off, the setter leaves whatever the Node
+    already `reported` for it (it writes into the existing Node's capacity, never clearing it), so a node that
+    had it on keeps showing its old value."""
+    out = {"cpu": str(facts.cpus), "memory": f"{facts.memory_bytes // 1024}Ki"}
+    if local_storage_capacity_isolation:
+        out[EPHEMERAL_STORAGE] = f"{facts.ephemeral_storage_bytes // 1024}Ki"
+    elif EPHEMERAL_STORAGE in reported:
+        out[EPHEMERAL_STORAGE] = reported[EPHEMERAL_STORAGE]
+    out["pods"] = str(max_pods)
+    return out
 
 
 def allocatable(cap: Mapping[str, str], *, system_reserved: Mapping[str, str] = {},
                 kube_reserved: Mapping[str, str] = {},
-                eviction_hard: Mapping[str, str] = DEFAULT_EVICTION_HARD) -> dict[str, str]:
-    """Capacity minus reservations and hard eviction thresholds (upstream GetNodeAllocatableReservation)."""
+                eviction_hard: Mapping[str, str] = DEFAULT_EVICTION_HARD,
+                local_storage_capacity_isolation: bool = True) -> dict[str, str]:
+    """Capacity minus reservations and hard eviction thresholds (upstream GetNodeAllocatableReservation).
+
+    Upstream reserves only for what its container manager's capacity holds, where ephemeral-storage is only
+    with localStorageCapacityIsolation on; off, a stale ephemeral-storage capacity (`capacity`'s `reported`)
+    is copied to allocatable as it is."""
     out: dict[str, str] = {}
     for name, value in cap.items():
+        if name == EPHEMERAL_STORAGE and not local_storage_capacity_isolation:
+            out[name] = value
+            continue
         total = qos.parse_quantity(value)
         reserved = sum((qos.parse_quantity(r[name]) for r in (system_reserved, kube_reserved) if name in r),
                        start=qos.parse_quantity("0"))
@@ -75,11 +97,20 @@ def allocatable(cap: Mapping[str, str], *, system_reserved: Mapping[str, str] = 
         left = max(total - reserved, 0)
         if name == "cpu":
             out[name] = f"{int(left * 1000)}m" if left != int(left) else str(int(left))
-        elif name in ("memory", "ephemeral-storage"):
+        elif name in ("memory", EPHEMERAL_STORAGE):
             out[name] = f"{int(left) // 1024}Ki"
         else:
             out[name] = str(int(left))
     return out
+
+
+def missing_capacities(cap: Mapping[str, str], *, local_storage_capacity_isolation: bool = True) -> list[str]:
+    """The resources the Node must report before it is Ready (upstream ReadyCondition's requiredCapacities):
+    cpu, memory and pods, and ephemeral-storage only with localStorageCapacityIsolation on."""
+    required = [qos.CPU, qos.MEMORY, "pods"]
+    if local_storage_capacity_isolation:
+        required.append(EPHEMERAL_STORAGE)
+    return [name for name in required if name not in cap]
 
 
 def conditions(ready: Condition, previous: Sequence[Mapping[str, Any]], now: datetime.datetime,
@@ -142,17 +173,22 @@ def rebooted_message(node_name: str, previous_boot_id: str, boot_id: str) -> str
     return f"Node {node_name} has been rebooted, boot id: {boot_id}"
 
 
-def ready_condition(runtime: cri.RuntimeStatus | None, error: str = "") -> Condition:
-    """Ready from CRI Status (upstream runtimeState errors): the runtime and its network must be ready."""
-    if runtime is None:
-        return Condition("False", "KubeletNotReady", f"container runtime is down{': ' + error if error else ''}")
-    by_type = {c.type: c for c in runtime.conditions}
+def ready_condition(runtime: cri.RuntimeStatus | None, error: str = "", *, missing: Sequence[str] = ()) -> Condition:
+    """Ready from CRI Status (upstream runtimeState errors): the runtime and its network must be ready, and the
+    Node must report every capacity `missing_capacities` asks for (`missing` lists those it lacks)."""
     problems = []
-    for kind, what in (("RuntimeReady", "container runtime not ready"),
-                       ("NetworkReady", "container runtime network not ready")):
-        c = by_type.get(kind)
-        if c is None or not c.status:
-            problems.append(f"{what}: {kind}=false reason:{c.reason if c else ''} message:{c.message if c else ''}")
+    if runtime is None:
+        problems.append(f"container runtime is down{': ' + error if error else ''}")
+    else:
+        by_type = {c.type: c for c in runtime.conditions}
+        for kind, what in (("RuntimeReady", "container runtime not ready"),
+                           ("NetworkReady", "container runtime network not ready")):
+            c = by_type.get(kind)
+            if c is None or not c.status:
+                problems.append(f"{what}: {kind}=false reason:{c.reason if c else ''} "
+                                f"message:{c.message if c else ''}")
+    if missing:
+        problems.append(f"missing node capacity for resources: {', '.join(missing)}")
     if problems:
         return Condition("False", "KubeletNotReady", problems[0] if len(problems) == 1 else f"[{', '.join(problems)}]")
     return Condition("True", "KubeletReady", "kubelet is posting ready status")

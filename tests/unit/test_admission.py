@@ -11,6 +11,7 @@ import pytest
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.lifecycle import admission
 from kopflet.lifecycle.admission import NodeInfo, Rejection, Taint, admit
+from kopflet.nodestatus import setters
 
 GI = 2**30
 PREFIX = "Pod was rejected: "
@@ -160,6 +161,29 @@ RESOURCE_CASES = [
 @pytest.mark.parametrize(("pod", "node_info", "admitted", "expected"), RESOURCE_CASES)
 def test_resources(pod: Pod, node_info: NodeInfo, admitted: list[Pod], expected: Rejection | None) -> None:
     assert admit(pod, node_info, admitted) == expected
+
+
+FACTS = setters.MachineFacts(cpus=2, memory_bytes=4 * GI, ephemeral_storage_bytes=100 * GI)
+
+
+@pytest.mark.parametrize(("isolation", "reported", "pod", "expected"), [
+    pytest.param(True, {}, make_pod(req(ephemeral_storage="1Gi")), None, id="on: fits"),
+    pytest.param(False, {}, make_pod(req(ephemeral_storage="1Gi")), insufficient("ephemeral-storage", GI, 0, 0),
+                 id="off: no ephemeral-storage on the Node, OutOfephemeral-storage"),
+    pytest.param(False, {}, make_pod(req(cpu="1")), None, id="off: a pod not asking for it fits"),
+    pytest.param(False, {"ephemeral-storage": "2Gi"}, make_pod(req(ephemeral_storage="1Gi")), None,
+                 id="off, stale capacity from before: fits within it"),
+    pytest.param(False, {"ephemeral-storage": "2Gi"}, make_pod(req(ephemeral_storage="3Gi")),
+                 insufficient("ephemeral-storage", 3 * GI, 0, 2 * GI), id="off, stale capacity: and not beyond"),
+])
+def test_ephemeral_storage_requests_with_local_storage_capacity_isolation(
+        isolation: bool, reported: dict[str, str], pod: Pod, expected: Rejection | None) -> None:
+    # Upstream's predicate handler is the same either way; only the Node's allocatable differs
+    # (nodestatus MachineInfo with GetCapacity(localStorageCapacityIsolation)).
+    allocatable = setters.allocatable(
+        setters.capacity(FACTS, 110, local_storage_capacity_isolation=isolation, reported=reported),
+        local_storage_capacity_isolation=isolation)
+    assert admit(pod, node(allocatable=allocatable), []) == expected
 
 
 @pytest.mark.parametrize(("reason", "resource"), [

@@ -56,6 +56,7 @@ def test_defaults_match_the_upstream_kubelet() -> None:
     assert cfg.node_labels == {} and cfg.system_reserved == {} and cfg.kube_reserved == {}
     assert cfg.register_with_taints == () and cfg.allowed_unsafe_sysctls == () and cfg.cluster_dns == ()
     assert cfg.pod_field_selector == "spec.nodeName=node-1"
+    assert cfg.local_storage_capacity_isolation is True  # v1beta1 defaults.go: LocalStorageCapacityIsolation
 
 
 def test_kubelet_api_defaults_are_the_config_files() -> None:
@@ -113,6 +114,9 @@ def test_cert_dir_defaults_under_the_root_dir(argv: list[str], cert_dir: str) ->
      {"healthz_port": 9999, "healthz_bind_address": "0.0.0.0"}),
     (["--serialize-image-pulls=false"], {"serialize_image_pulls": False}),
     (["--serialize-image-pulls"], {"serialize_image_pulls": True}),
+    (["--local-storage-capacity-isolation=false"], {"local_storage_capacity_isolation": False}),
+    (["--local-storage-capacity-isolation=0"], {"local_storage_capacity_isolation": False}),
+    (["--local-storage-capacity-isolation"], {"local_storage_capacity_isolation": True}),
     (["--system-reserved=cpu=100m, memory=200Mi"], {"system_reserved": {"cpu": "100m", "memory": "200Mi"}}),
     (["--kube-reserved=ephemeral-storage=1Gi,pid=100"], {"kube_reserved": {"ephemeral-storage": "1Gi", "pid": "100"}}),
     (["--allowed-unsafe-sysctls=net.core.somaxconn,kernel.msg*"],
@@ -163,6 +167,7 @@ def test_flags(argv: list[str], expected: dict[str, Any]) -> None:
     (["--healthz-port=70000"], "--healthz-port: must be a port number"),
     (["--serialize-image-pulls=maybe"], "--serialize-image-pulls: expected true or false"),
     (["--serialize-image-pulls", "false"], 'unexpected argument "false"'),
+    (["--local-storage-capacity-isolation=off"], "--local-storage-capacity-isolation: expected true or false"),
     (["--runtime-request-timeout=soon"], '--runtime-request-timeout: expected a duration such as "1m30s"'),
     (["--runtime-request-timeout=10"], "--runtime-request-timeout: expected a duration"),
     (["--runtime-request-timeout=0s"], "--runtime-request-timeout: must be a positive duration"),
@@ -452,6 +457,7 @@ evictionMinimumReclaim: {memory.available: 50Mi}
 evictionPressureTransitionPeriod: 1m
 evictionMaxPodGracePeriod: 30
 mergeDefaultEvictionSettings: true
+localStorageCapacityIsolation: false
 """
 
 
@@ -478,6 +484,7 @@ def test_full_config_file() -> None:
         eviction_soft={"memory.available": "500Mi"}, eviction_soft_grace_period={"memory.available": "1m"},
         eviction_minimum_reclaim={"memory.available": "50Mi"}, eviction_pressure_transition_period=60.0,
         eviction_max_pod_grace_period=30, merge_default_eviction_settings=True,
+        local_storage_capacity_isolation=False,
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 
@@ -501,6 +508,10 @@ def test_empty_config_file_body_gives_the_defaults() -> None:
     # ... but pointer fields keep an explicit zero.
     ("healthzPort: 0\n", {"healthz_port": 0, "healthz_endpoint": ""}),
     ("serializeImagePulls: false\n", {"serialize_image_pulls": False}),
+    # localStorageCapacityIsolation is a *bool upstream (defaults.go: nil means true): false is a value.
+    ("localStorageCapacityIsolation: false\n", {"local_storage_capacity_isolation": False}),
+    ("localStorageCapacityIsolation: true\n", {"local_storage_capacity_isolation": True}),
+    ("localStorageCapacityIsolation: null\n", {"local_storage_capacity_isolation": True}),
     # nodeStatusReportFrequency defaults to an explicit nodeStatusUpdateFrequency of the file.
     ("nodeStatusUpdateFrequency: 20s\n", {"node_status_update_frequency": 20.0, "node_status_report_frequency": 20.0}),
     ("nodeStatusUpdateFrequency: 20s\nnodeStatusReportFrequency: 2m\n", {"node_status_report_frequency": 120.0}),
@@ -552,6 +563,9 @@ def test_config_file_defaulting(body: str, expected: dict[str, Any]) -> None:
     ("syncFrequency: soon\n", 'field "syncFrequency": expected a duration'),
     ("syncFrequency: -1s\n", 'field "syncFrequency": must not be a negative duration'),
     ("serializeImagePulls: 'no'\n", 'field "serializeImagePulls": expected true or false, got "no"'),
+    ("localStorageCapacityIsolation: 'false'\n",
+     'field "localStorageCapacityIsolation": expected true or false, got "false"'),
+    ("localStorageCapacityIsolation: 0\n", 'field "localStorageCapacityIsolation": expected true or false, got 0'),
     ("clusterDNS: 10.96.0.10\n", 'field "clusterDNS": expected a list of strings, got "10.96.0.10"'),
     ("clusterDNS: [10.96.0.300]\n", 'field "clusterDNS": "10.96.0.300" is not an IP address'),
     ("clusterDomain: [a]\n", 'field "clusterDomain": expected a string, got a list'),
@@ -653,6 +667,17 @@ def test_precedence_max_pods(argv: list[str], body: str, environ: dict[str, str]
 def test_precedence_runtime_endpoint(argv: list[str], body: str, environ: dict[str, str], expected: str) -> None:
     cfg = run(["--config=/k.yaml", *argv], environ, **{"k.yaml": HEADER + body})
     assert (cfg.runtime_endpoint, cfg.image_endpoint) == (expected, expected)
+
+
+@pytest.mark.parametrize(("argv", "body", "expected"), [
+    ([], "", True),
+    ([], "localStorageCapacityIsolation: false\n", False),
+    (["--local-storage-capacity-isolation=true"], "localStorageCapacityIsolation: false\n", True),
+    (["--local-storage-capacity-isolation=false"], "localStorageCapacityIsolation: true\n", False),
+    (["--local-storage-capacity-isolation=false"], "", False),
+])
+def test_precedence_local_storage_capacity_isolation(argv: list[str], body: str, expected: bool) -> None:
+    assert with_file(body, *argv).local_storage_capacity_isolation is expected
 
 
 def test_precedence_maps_and_lists_from_a_flag_replace_the_file() -> None:

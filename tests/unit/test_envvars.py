@@ -13,6 +13,7 @@ import pytest
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.envvars import container_env
 from kopflet.envvars.container_env import EnvError
+from kopflet.nodestatus import setters
 
 # ------------------------------------------------------------------------------------------------ expansion
 
@@ -178,6 +179,24 @@ def test_unset_cpu_and_memory_limits_default_to_node_allocatable() -> None:
     pod = make_pod(env=[{"name": "CPU", **resource("limits.cpu")}, {"name": "MEM", **resource("limits.memory", "1Gi")}])
     assert resolve(pod, service_env={}) == [("CPU", "4"), ("MEM", "8")]
     assert resolve(pod, service_env={}, node_allocatable={}) == [("CPU", "0"), ("MEM", "0")]
+
+
+@pytest.mark.parametrize(("isolation", "limits", "expected"), [
+    pytest.param(True, {}, "90", id="on: node allocatable (100Gi less nodefs.available 10%)"),
+    pytest.param(False, {}, "0", id="off: the Node has no ephemeral-storage, so 0"),
+    pytest.param(False, {"ephemeral-storage": "2Gi"}, "2", id="off: the container's own limit still reads"),
+])
+def test_unset_ephemeral_storage_limit_follows_local_storage_capacity_isolation(
+        isolation: bool, limits: dict[str, str], expected: str) -> None:
+    # upstream defaultPodLimitsForDownwardAPI merges the Node's allocatable, which has ephemeral-storage only
+    # with localStorageCapacityIsolation on; ExtractContainerResourceValue reads an absent limit as 0.
+    facts = setters.MachineFacts(cpus=4, memory_bytes=8 * 2**30, ephemeral_storage_bytes=100 * 2**30)
+    allocatable = setters.allocatable(
+        setters.capacity(facts, 110, local_storage_capacity_isolation=isolation),
+        local_storage_capacity_isolation=isolation)
+    pod = make_pod(env=[{"name": "DISK", **resource("limits.ephemeral-storage", "1Gi")}],
+                   resources={"limits": limits})
+    assert resolve(pod, service_env={}, node_allocatable=allocatable) == [("DISK", expected)]
 
 
 ERROR_CASES: list[tuple[str, dict[str, Any], str]] = [

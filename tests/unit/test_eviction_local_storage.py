@@ -279,3 +279,56 @@ async def test_run_waits_for_every_evicted_pod(monkeypatch: pytest.MonkeyPatch) 
         await task
     assert [k[0] for k in node.killed] == ["a", "b"]  # one round, then it waited for both
     assert asked[:4] == ["a", "a", "a", "b"]
+
+
+# ------------------------------------------------------------------------ localStorageCapacityIsolation
+
+
+class _CountingNode(_Node):
+    """Also counts what the manager asked for: a round that returns at once asks nothing."""
+
+    def __init__(self, pods: list[EvictionCandidate], available: int = 8 * Gi) -> None:
+        super().__init__(pods, available)
+        self.asked: list[str] = []
+
+    async def observe(self) -> dict[str, Observation]:
+        self.asked.append("observe")
+        return await super().observe()
+
+    async def active_pods(self) -> list[EvictionCandidate]:
+        self.asked.append("pods")
+        return await super().active_pods()
+
+    async def disk_layout(self) -> tuple[bool, bool]:
+        self.asked.append("layout")
+        return await super().disk_layout()
+
+
+MEMORY_HARD = th.Threshold(signal="memory.available",
+                           value=th.ThresholdValue(quantity=Fraction(100 * Mi), fmt=th.BINARY_SI))
+
+
+@pytest.mark.parametrize(("isolation", "thresholds", "available", "evicted", "asked", "pressure"), [
+    pytest.param(True, (), 8 * Gi, ["layer"], ["layout", "pods", "observe"], False,
+                 id="on, no thresholds: the limits are enforced"),
+    pytest.param(False, (), 8 * Gi, [], [], False,
+                 id="off, no thresholds: synchronize returns at once, asking nothing"),
+    pytest.param(False, (MEMORY_HARD,), 8 * Gi, [], ["layout", "pods", "observe"], False,
+                 id="off, a threshold not met: the round runs, the limits are not enforced"),
+    pytest.param(False, (MEMORY_HARD,), 50 * Mi, ["hog"], ["layout", "pods", "observe"], True,
+                 id="off, a threshold met: its eviction (by memory), not the pod over its limit"),
+    pytest.param(True, (MEMORY_HARD,), 50 * Mi, ["layer"], ["layout", "pods", "observe"], True,
+                 id="on, a threshold met: the limits first, the threshold next round"),
+])
+async def test_manager_follows_local_storage_capacity_isolation(
+        isolation: bool, thresholds: tuple[th.Threshold, ...], available: int, evicted: list[str],
+        asked: list[str], pressure: bool) -> None:
+    from kopflet.eviction.manager import EvictionManager
+    node = _CountingNode([_candidate("layer", limit="10Mi", layer=20 * Mi, memory=Mi),
+                          _candidate("hog", memory=4 * Gi)], available=available)
+    manager = EvictionManager(th.EvictionConfig(thresholds=thresholds), observe=node.observe,
+                              active_pods=node.active_pods, evict=node.evict, disk_layout=node.disk_layout,
+                              record_event=node.record, local_storage_capacity_isolation=isolation)
+    assert [p.name for p in await manager.synchronize()] == evicted
+    assert node.asked == asked
+    assert manager.is_under_memory_pressure() is pressure

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kopflet.client.kubeapi import Credentials
 from kopflet.config.settings import AgentConfig
 from kopflet.node import HostFacts, Node, Runtime
@@ -22,10 +24,11 @@ HOST = HostFacts(machine=MachineFacts(cpus=2, memory_bytes=4 << 30, ephemeral_st
                  resolv_conf="nameserver 10.0.0.10\n", hugepage_sizes=("2MB",), masked_paths=("/proc/kcore",))
 
 
-def node(name: str, root: str) -> Node:
+def node(name: str, root: str, **settings: Any) -> Node:
     cri = FakeCri()
     runtime = Runtime(cri, cri, "containerd", "1.7.24", "v1")  # type: ignore[arg-type]
-    cfg = AgentConfig(node_name=name, root_dir=root, pod_log_root=f"{root}/logs", node_ip="10.0.0.9", port=0)
+    cfg = AgentConfig(node_name=name, root_dir=root, pod_log_root=f"{root}/logs", node_ip="10.0.0.9", port=0,
+                      **settings)
     return Node(cfg, credentials=Credentials(server="https://127.0.0.1:6443"), runtime=runtime, host=HOST)
 
 
@@ -52,3 +55,31 @@ def test_two_nodes_in_one_process_share_no_part() -> None:
     assert a.allocations.allocated is not b.allocations.allocated
     assert a.executor.layout.pods_dir != b.executor.layout.pods_dir
 
+
+
+@pytest.mark.parametrize(("isolation", "thresholds", "runtime_asked"), [
+    pytest.param(True, {}, True, id="on: the limits need the disk layout (asked of the runtime)"),
+    pytest.param(False, {}, False, id="off, no thresholds: nothing to do, the runtime is not asked"),
+    pytest.param(False, {"memory.available": "100Mi"}, True, id="off, a threshold: the round runs"),
+])
+async def test_the_eviction_manager_gets_local_storage_capacity_isolation(
+        isolation: bool, thresholds: dict[str, str], runtime_asked: bool, caplog: pytest.LogCaptureFixture) -> None:
+    n = node("node-a", "/var/lib/a", local_storage_capacity_isolation=isolation, eviction_hard=thresholds)
+    assert await n.eviction.synchronize() == []
+    # FakeCri refuses every use; the manager logs the failed layout query and gives up the round.
+    assert ("failed to get the image filesystem layout" in caplog.text) is runtime_asked
+
+
+@pytest.mark.parametrize("isolation", [True, False])
+async def test_host_facts_measure_the_root_filesystem_only_with_isolation(
+        isolation: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopflet import node as node_module
+    calls: list[tuple[str, bool]] = []
+
+    def read(root_dir: str, *, ephemeral_storage: bool = True) -> MachineFacts:
+        calls.append((root_dir, ephemeral_storage))
+        return HOST.machine
+    monkeypatch.setattr(node_module, "read_machine_facts", read)
+    monkeypatch.setattr(node_module, "read_host_container_facts", lambda: ((), ()))
+    await HostFacts.read(AgentConfig(node_name="n", root_dir="/srv/k", local_storage_capacity_isolation=isolation))
+    assert calls == [("/srv/k", isolation)]

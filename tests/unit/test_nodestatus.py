@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import pytest
 
 from cri_client import types as cri
-from kopflet.nodestatus import setters
+from kopflet.client.kubeapi import KubeApiError
+from kopflet.config.settings import AgentConfig
+from kopflet.nodestatus import heartbeat, setters
 from kopflet.nodestatus.setters import Condition, MachineFacts
 
 FACTS = MachineFacts(cpus=2, memory_bytes=24 * 1024**3, ephemeral_storage_bytes=100 * 1024**3, machine="x86_64")
@@ -108,3 +111,137 @@ def test_rebooted_only_when_the_node_reported_another_boot() -> None:
     assert setters.rebooted_message("n1", "aaa", "bbb") == "Node n1 has been rebooted, boot id: bbb"
     assert setters.rebooted_message("n1", "", "bbb") is None
     assert setters.rebooted_message("n1", "bbb", "bbb") is None
+
+
+# --- localStorageCapacityIsolation -----------------------------------------------------------------------------
+# upstream nodestatus.MachineInfo + cm GetCapacity/Start (ephemeral-storage only when on), GetNodeAllocatable-
+# Reservation (reserves only for the container manager's capacity), ReadyCondition (requiredCapacities).
+
+STALE = "52428800Ki"  # what a Node registered with isolation on still reports after a restart with it off
+
+
+@pytest.mark.parametrize(("isolation", "reported", "ephemeral"), [
+    pytest.param(True, {}, "104857600Ki", id="on: the root dir's filesystem"),
+    pytest.param(True, {"ephemeral-storage": STALE}, "104857600Ki", id="on: measured again, not the old value"),
+    pytest.param(False, {}, None, id="off, a new Node: none"),
+    pytest.param(False, {"cpu": "64"}, None, id="off, the Node never had it: none"),
+    pytest.param(False, {"ephemeral-storage": STALE}, STALE, id="off, the Node had it: left as it was"),
+])
+def test_capacity_ephemeral_storage(isolation: bool, reported: dict[str, str], ephemeral: str | None) -> None:
+    cap = setters.capacity(FACTS, 110, local_storage_capacity_isolation=isolation, reported=reported)
+    assert cap.get("ephemeral-storage") == ephemeral
+    assert {k: v for k, v in cap.items() if k != "ephemeral-storage"} == {
+        "cpu": "2", "memory": "25165824Ki", "pods": "110"}
+
+
+@pytest.mark.parametrize(("isolation", "reported", "reserved", "ephemeral"), [
+    pytest.param(True, {}, {}, f"{104857600 - 10485760}Ki", id="on: nodefs.available 10% held back"),
+    pytest.param(True, {}, {"ephemeral-storage": "10Gi"}, f"{104857600 - 10485760 - 10485760}Ki",
+                 id="on: and the reservation"),
+    pytest.param(False, {}, {"ephemeral-storage": "10Gi"}, None, id="off: nothing to offer"),
+    pytest.param(False, {"ephemeral-storage": STALE}, {"ephemeral-storage": "10Gi"}, STALE,
+                 id="off, stale capacity: allocatable whole, nothing reserved"),
+    pytest.param(False, {"ephemeral-storage": "50Gi"}, {}, "50Gi", id="off, stale capacity: copied as written"),
+])
+def test_allocatable_ephemeral_storage(isolation: bool, reported: dict[str, str], reserved: dict[str, str],
+                                       ephemeral: str | None) -> None:
+    cap = setters.capacity(FACTS, 110, local_storage_capacity_isolation=isolation, reported=reported)
+    alloc = setters.allocatable(cap, system_reserved=reserved, local_storage_capacity_isolation=isolation)
+    assert alloc.get("ephemeral-storage") == ephemeral
+    assert alloc["memory"] == f"{25165824 - 102400}Ki"  # the other resources are reserved for either way
+
+
+@pytest.mark.parametrize(("cap", "isolation", "missing"), [
+    pytest.param({"cpu": "2", "memory": "1Ki", "pods": "110", "ephemeral-storage": "1Ki"}, True, [], id="on, all"),
+    pytest.param({"cpu": "2", "memory": "1Ki", "pods": "110"}, True, ["ephemeral-storage"], id="on, no storage"),
+    pytest.param({"cpu": "2", "memory": "1Ki", "pods": "110"}, False, [], id="off: storage not required"),
+    pytest.param({"pods": "110"}, False, ["cpu", "memory"], id="off: the others still are"),
+    pytest.param({}, True, ["cpu", "memory", "pods", "ephemeral-storage"], id="on, nothing"),
+])
+def test_missing_capacities(cap: dict[str, str], isolation: bool, missing: list[str]) -> None:
+    assert setters.missing_capacities(cap, local_storage_capacity_isolation=isolation) == missing
+
+
+RUNTIME_READY = cri.RuntimeStatus(conditions=(cri.RuntimeCondition(type="RuntimeReady", status=True),
+                                              cri.RuntimeCondition(type="NetworkReady", status=True)))
+
+
+@pytest.mark.parametrize(("runtime", "missing", "expected"), [
+    pytest.param(RUNTIME_READY, [], READY, id="nothing missing"),
+    pytest.param(RUNTIME_READY, ["ephemeral-storage"],
+                 Condition("False", "KubeletNotReady", "missing node capacity for resources: ephemeral-storage"),
+                 id="ephemeral-storage missing"),
+    pytest.param(RUNTIME_READY, ["cpu", "ephemeral-storage"],
+                 Condition("False", "KubeletNotReady", "missing node capacity for resources: cpu, ephemeral-storage"),
+                 id="two missing, one message"),
+    pytest.param(None, ["ephemeral-storage"],
+                 Condition("False", "KubeletNotReady", "[container runtime is down: refused, "
+                                                       "missing node capacity for resources: ephemeral-storage]"),
+                 id="after the runtime's errors, aggregated"),
+])
+def test_ready_condition_needs_the_required_capacities(runtime: cri.RuntimeStatus | None, missing: list[str],
+                                                       expected: Condition) -> None:
+    assert setters.ready_condition(runtime, "refused", missing=missing) == expected
+
+
+def test_machine_facts_measure_the_root_filesystem_only_with_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
+    def statvfs(path: str) -> None:
+        raise OSError(5, "Input/output error", path)
+    monkeypatch.setattr(heartbeat.os, "statvfs", statvfs)
+    assert heartbeat.read_machine_facts("/var/lib/kopflet", ephemeral_storage=False).ephemeral_storage_bytes == 0
+    with pytest.raises(OSError):  # upstream: "failed to get rootfs info", the kubelet exits
+        heartbeat.read_machine_facts("/var/lib/kopflet")
+
+
+class FakeApi:
+    """The apiserver as NodeAgent uses it: a Node (None: not registered yet), the Lease, status patches."""
+
+    def __init__(self, existing: dict[str, Any] | None) -> None:
+        self.existing = existing
+        self.patched: list[dict[str, Any]] = []
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "") -> dict[str, Any]:
+        if path == "/api/v1/nodes" and method == "POST":
+            if self.existing is not None:
+                raise KubeApiError(409, "AlreadyExists", "exists", method, path)
+            return {"metadata": {"uid": "u1", "name": "n1"}}
+        if path.endswith("/status"):
+            self.patched.append(body["status"])
+            return {}
+        if path.startswith("/api/v1/nodes/"):
+            return self.existing or {"metadata": {"uid": "u1"}}
+        return {}
+
+
+class FakeCri:
+    def __init__(self) -> None:
+        self.images = self
+
+    async def status(self) -> cri.RuntimeStatus:
+        return RUNTIME_READY
+
+    async def list(self) -> list[cri.Image]:
+        return []
+
+
+@pytest.mark.parametrize(("isolation", "existing", "capacity", "allocatable", "ready"), [
+    pytest.param(True, None, "104857600Ki", f"{104857600 - 10485760}Ki", "True", id="on, new Node"),
+    pytest.param(False, None, None, None, "True", id="off, new Node: none, and still Ready"),
+    pytest.param(False, {"metadata": {"uid": "u1"}, "status": {"capacity": {"ephemeral-storage": STALE}}},
+                 STALE, STALE, "True", id="off, a Node that had it: kept, allocatable whole"),
+    pytest.param(True, {"metadata": {"uid": "u1"}, "status": {"capacity": {"ephemeral-storage": STALE}}},
+                 "104857600Ki", f"{104857600 - 10485760}Ki", "True", id="on, a Node that had it: measured"),
+])
+async def test_node_status_and_admission_follow_isolation(isolation: bool, existing: dict[str, Any] | None,
+                                                          capacity: str | None, allocatable: str | None,
+                                                          ready: str) -> None:
+    cfg = AgentConfig(node_name="n1", local_storage_capacity_isolation=isolation)
+    api = FakeApi(existing)
+    agent = heartbeat.NodeAgent(cfg, api, FakeCri(), "containerd://2", FACTS)  # type: ignore[arg-type]
+    await agent.register()
+    status = api.patched[-1]
+    assert status["capacity"].get("ephemeral-storage") == capacity
+    assert status["allocatable"].get("ephemeral-storage") == allocatable
+    assert next(c for c in status["conditions"] if c["type"] == "Ready")["status"] == ready
+    info = await agent.admission_info()
+    assert info.allocatable.get("ephemeral-storage") == allocatable
