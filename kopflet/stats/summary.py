@@ -22,7 +22,8 @@ Timestamps are nanoseconds since the epoch (ints), as in `cri_client.types`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from cri_client import types as cri
@@ -272,23 +273,46 @@ def node_rlimit(
     return Rlimit(timestamp=timestamp, max_pid=min(limits) if limits else None, running_processes=running)
 
 
+_MOUNTINFO_ESCAPE: Final = re.compile(r"\\([0-7]{3})")
+
+
+def _mounts(mountinfo: str) -> Iterator[tuple[str, str, str]]:
+    """(mount point, filesystem type, source) of each well-formed /proc/self/mountinfo line, in order.
+
+    Fields: id, parent, major:minor, root, mount point, options, optional fields, "-", type, source, ...; the
+    kernel writes a space, tab, newline or backslash in a path as an octal escape (``\\040``).
+    """
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) < 5 or "-" not in fields[6:]:
+            continue
+        after = fields[fields.index("-", 6) + 1:]
+        if len(after) >= 2:
+            yield _MOUNTINFO_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), fields[4]), after[0], after[1]
+
+
 def mount_source(mountinfo: str, path: str) -> str:
     """The source (device) of the mount holding `path`, from /proc/self/mountinfo; "" when none matches.
 
     The longest mount point that contains `path` wins, the later of two equal ones (an overmount) too.
-    Fields: id, parent, major:minor, root, mount point, options, optional fields, "-", type, source, ...
     """
     best, source = -1, ""
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if "-" not in fields[6:] or len(fields) < 5:
-            continue
-        mountpoint = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
-        after = fields[fields.index("-", 6) + 1:]
+    for mountpoint, _, device in _mounts(mountinfo):
         inside = path == mountpoint or mountpoint == "/" or path.startswith(mountpoint.rstrip("/") + "/")
-        if inside and len(mountpoint) >= best and len(after) >= 2:
-            best, source = len(mountpoint), after[1]
+        if inside and len(mountpoint) >= best:
+            best, source = len(mountpoint), device
     return source
+
+
+def mount_fstype(mountinfo: str, path: str) -> str:
+    """The filesystem type of the mount whose mount point is `path` itself (the last one: an overmount hides
+    the others), "" when `path` is not a mount point. `path` must be resolved (no symlinks), as the kernel
+    lists mount points. A memory-medium emptyDir is a tmpfs mounted on its own directory."""
+    fstype = ""
+    for mountpoint, kind, _ in _mounts(mountinfo):
+        if mountpoint == path:
+            fstype = kind
+    return fstype
 
 
 def count_processors(cpuinfo: str) -> int:
