@@ -32,6 +32,7 @@ from kopflet.api import times
 from kopflet.container import labels as kubelabels
 from kopflet.eviction.helpers import ContainerUsage, FsUsage, PodUsage
 from kopflet.images import imageref
+from kopflet.volumes import plugins
 
 NANOS: Final = 1_000_000_000
 
@@ -121,14 +122,47 @@ class ContainerSample:
     memory_limit: int | None = None
 
 
+_GIT_REPO: Final = "gitRepo"
+"""A volume type kopflet has no plugin for (deprecated upstream), named for IsLocalEphemeralVolume's sake."""
+
+
+def is_local_ephemeral(kind: str, medium: str = plugins.MEDIUM_DEFAULT) -> bool:
+    """upstream volume/util IsLocalEphemeralVolume: gitRepo, configMap and emptyDir of the default medium live on
+    the node's disk and count toward the pod's ephemeral storage; a memory-medium emptyDir and the secret,
+    downwardAPI and projected volumes (tmpfs) do not. `kind` is the volume's type as the pod spec names it."""
+    if kind == plugins.KIND_EMPTY_DIR:
+        return medium == plugins.MEDIUM_DEFAULT
+    return kind in (plugins.KIND_CONFIG_MAP, _GIT_REPO)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VolumeSample:
+    """One mounted volume of a pod as upstream's MetricsDu measures it (pkg/volume/metrics_du.go): `usage` is the
+    du of its directory (used bytes, inodes used, when), `fs` the statfs of that directory: the size of the
+    filesystem holding it, a tmpfs volume's own mount or else the kubelet root directory's filesystem.
+
+    `kind` is the volume's type as the pod spec names it (``emptyDir``, ``configMap``, ...) and `medium` an
+    emptyDir's (``""`` on disk, ``Memory`` for tmpfs): whether it is part of the pod's ephemeral storage.
+    """
+
+    kind: str
+    medium: str = plugins.MEDIUM_DEFAULT
+    usage: cri.FilesystemUsage
+    fs: FsInfo
+
+    @property
+    def local_ephemeral(self) -> bool:
+        return is_local_ephemeral(self.kind, self.medium)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PodSample:
     """One pod: its identity, its sandbox's creation time (the summary's startTime) and what was measured.
 
     `sandbox` is the pod-level CRI stats (None when the runtime could not measure the sandbox);
-    `containers` are its running containers, in name order. `volumes` (emptyDir and configMap volumes, by
-    name), `pod_logs` (the files directly in its log directory) and `etc_hosts` are the host's du of them,
-    when the collector measured them. `cgroup` is the pod cgroup's name as cAdvisor names it
+    `containers` are its running containers, in name order. `volumes` are its measured volumes by name (see
+    `VolumeSample`); `pod_logs` (the files directly in its log directory) and `etc_hosts` are the host's du of
+    them, when the collector measured them. `cgroup` is the pod cgroup's name as cAdvisor names it
     (``/kubepods/burstable/pod<uid>``, "" when the collector did not find it); `memory_limit` its memory
     limit in bytes (0 for unlimited, None when not read).
     """
@@ -140,7 +174,7 @@ class PodSample:
     sandbox_id: str = ""
     sandbox: cri.PodSandboxStats | None = None
     containers: tuple[ContainerSample, ...] = ()
-    volumes: Mapping[str, cri.FilesystemUsage] = dataclasses.field(default_factory=dict)
+    volumes: Mapping[str, VolumeSample] = dataclasses.field(default_factory=dict)
     pod_logs: cri.FilesystemUsage | None = None
     etc_hosts: cri.FilesystemUsage | None = None
     cgroup: str = ""
@@ -832,7 +866,7 @@ def eviction_usage(sample: PodSample) -> PodUsage:
         memory = sum(known) if known else None
     processes = linux.process.process_count if linux is not None and linux.process is not None else None
     return PodUsage(memory_working_set=memory, process_count=processes, containers=containers,
-                    volumes={name: _fs_usage(v) for name, v in sample.volumes.items()},
+                    volumes={name: _fs_usage(v.usage) for name, v in sample.volumes.items()},
                     pod_logs=_fs_usage(sample.pod_logs) if sample.pod_logs is not None else None,
                     etc_hosts=_fs_usage(sample.etc_hosts) if sample.etc_hosts is not None else None)
 

@@ -738,13 +738,13 @@ def _pod_files(root: Path, uid: str) -> Path:
     return volumes
 
 
-def test_volume_usage_measures_empty_dir_and_config_map_volumes(tmp_path: Path) -> None:
+def test_pod_volumes_measures_the_volumes_upstream_measures(tmp_path: Path) -> None:
     volumes = _pod_files(tmp_path, "u1")
-    usage = agent_stats.volume_usage(Layout(str(tmp_path)), "u1", 1)
-    assert sorted(usage) == ["conf", "scratch", "shm"]  # secrets are tmpfs no limit reads
+    found = agent_stats.pod_volumes(Layout(str(tmp_path)), "u1", "")
+    assert sorted(found) == ["conf", "scratch", "shm", "token"]  # every MetricsDu plugin, secrets too
     scratch = volumes / "kubernetes.io~empty-dir" / "scratch"
-    assert usage["scratch"].used_bytes == _blocks(scratch, scratch / "f")
-    assert agent_stats.volume_usage(Layout(str(tmp_path)), "nobody", 1) == {}
+    assert found["scratch"].usage.used_bytes == _blocks(scratch, scratch / "f")
+    assert agent_stats.pod_volumes(Layout(str(tmp_path)), "nobody", "") == {}
 
 
 async def test_collector_measures_volumes_each_minute_and_host_files_each_time(
@@ -754,14 +754,14 @@ async def test_collector_measures_volumes_each_minute_and_host_files_each_time(
     collector = make_collector(FakeCri(image_fs=str(fake_node["root"])), fake_node)
     web = (await collector.collect()).pods[1]
     scratch = volumes / "kubernetes.io~empty-dir" / "scratch"
-    assert web.volumes["scratch"].used_bytes == _blocks(scratch, scratch / "f")
+    assert web.volumes["scratch"].usage.used_bytes == _blocks(scratch, scratch / "f")
     assert web.etc_hosts is not None and web.etc_hosts.inodes_used == 1
     stray = fake_node["logs"] / "default_web_uid-web" / "stray.log"
     assert web.pod_logs is not None and web.pod_logs.used_bytes == _blocks(stray)  # not the app/ directory
     other = (await collector.collect()).pods[0]
     assert other.volumes == {} and other.etc_hosts is None and other.pod_logs is None
     usage = summary.eviction_usage(web)
-    assert usage.volumes["scratch"].used_bytes == web.volumes["scratch"].used_bytes
+    assert usage.volumes["scratch"].used_bytes == web.volumes["scratch"].usage.used_bytes
     assert usage.etc_hosts is not None and usage.pod_logs is not None
 
     (scratch / "more").write_bytes(b"m" * 100000)
@@ -769,4 +769,4 @@ async def test_collector_measures_volumes_each_minute_and_host_files_each_time(
     assert again.volumes["scratch"] == web.volumes["scratch"]  # within VOLUME_STATS_PERIOD: reused
     monkeypatch.setattr(agent_stats, "VOLUME_STATS_PERIOD", 0.0)
     later = (await collector.collect()).pods[1]
-    assert later.volumes["scratch"].used_bytes == _blocks(scratch, scratch / "f", scratch / "more")
+    assert later.volumes["scratch"].usage.used_bytes == _blocks(scratch, scratch / "f", scratch / "more")

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from cri_client import types as cri
 from kopflet.stats import summary
 
 # --------------------------------------------------------------------------------------- mount_fstype
@@ -48,3 +49,26 @@ def test_mount_fstype_without_mounts() -> None:
 def test_mount_source_reads_the_same_lines() -> None:
     assert summary.mount_source(MOUNTINFO, f"{POD_VOLUMES}/kubernetes.io~empty-dir/over/x") == "/dev/vde"
     assert summary.mount_source(MOUNTINFO, "/mnt/with space/x") == "tmpfs"
+
+
+# ---------------------------------------------------------------------------------- is_local_ephemeral
+
+# upstream volume/util IsLocalEphemeralVolume, by the volume's type and (for an emptyDir) its medium.
+EPHEMERAL_CASES = {
+    "disk-empty-dir": ("emptyDir", "", True),
+    "memory-empty-dir": ("emptyDir", "Memory", False),
+    "config-map": ("configMap", "", True),
+    "git-repo": ("gitRepo", "", True),
+    "secret": ("secret", "", False),
+    "downward-api": ("downwardAPI", "", False),
+    "projected": ("projected", "", False),
+    "host-path": ("hostPath", "", False),
+}
+
+
+@pytest.mark.parametrize(("kind", "medium", "expected"), EPHEMERAL_CASES.values(), ids=EPHEMERAL_CASES.keys())
+def test_is_local_ephemeral(kind: str, medium: str, expected: bool) -> None:
+    assert summary.is_local_ephemeral(kind, medium) is expected
+    fs = summary.FsInfo(capacity_bytes=1)
+    sample = summary.VolumeSample(kind=kind, medium=medium, usage=cri.FilesystemUsage(used_bytes=1), fs=fs)
+    assert sample.local_ephemeral is expected
