@@ -651,19 +651,45 @@ def _container_summary(sample: ContainerSample, snapshot: StatsSnapshot) -> dict
 
 
 def _ephemeral_storage(pod: PodSample, snapshot: StatsSnapshot) -> dict[str, Any] | None:
-    """Upstream calcEphemeralStorage without volumes: writable layers plus logs, on the root filesystem."""
+    """Upstream calcEphemeralStorage (CRI stats provider): the root filesystem's size with what the pod keeps on
+    it, its containers' writable layers and logs, its local ephemeral volumes (disk emptyDir, configMap), the
+    files of its log directory and its etc-hosts; stamped with the newest of their times."""
     root = snapshot.node.root_fs
     if root is None:
         return None
-    layers = [c.stats.writable_layer for c in pod.containers if c.stats.writable_layer is not None]
-    logs = [c.logs for c in pod.containers if c.logs is not None]
-    times = [root.timestamp] + [u.timestamp for u in (*layers, *logs)]
+    parts = [c.stats.writable_layer for c in pod.containers if c.stats.writable_layer is not None]
+    parts += [c.logs for c in pod.containers if c.logs is not None]
+    parts += [v.usage for _, v in sorted(pod.volumes.items()) if v.local_ephemeral]
+    parts += [u for u in (pod.pod_logs, pod.etc_hosts) if u is not None]
     return _fs(
-        max(times) or snapshot.timestamp,
+        max([root.timestamp] + [u.timestamp for u in parts]) or snapshot.timestamp,
         root,
-        used_bytes=_sum(u.used_bytes for u in (*layers, *logs)),
-        inodes_used=_sum(u.inodes_used for u in (*layers, *logs)),
+        used_bytes=_sum(u.used_bytes for u in parts),
+        inodes_used=_sum(u.inodes_used for u in parts),
     )
+
+
+def _volume(name: str, volume: VolumeSample, now: int) -> dict[str, Any]:
+    """VolumeStats as upstream's parsePodVolumeStats fills it: every number present (0 where MetricsDu had none),
+    the FsStats fields inline (an embedded struct), then the name; no pvcRef (kopflet mounts no claims)."""
+    usage, size = volume.usage, volume.fs
+    return {
+        "time": rfc3339(usage.timestamp or now),
+        "availableBytes": size.available_bytes,
+        "capacityBytes": size.capacity_bytes,
+        "usedBytes": usage.used_bytes or 0,
+        "inodesFree": size.inodes_free or 0,
+        "inodes": size.inodes or 0,
+        "inodesUsed": usage.inodes_used or 0,
+        "name": name,
+    }
+
+
+def _volumes(pod: PodSample, now: int) -> list[dict[str, Any]]:
+    """PodStats.VolumeStats as upstream's makePodStorageStats lists them: the calculator's local ephemeral volumes,
+    then the others (its "persistent" list: tmpfs volumes too); by name within each (upstream: map order)."""
+    ordered = sorted(pod.volumes.items(), key=lambda item: (not item[1].local_ephemeral, item[0]))
+    return [_volume(name, volume, now) for name, volume in ordered]
 
 
 def _pod_summary(pod: PodSample, snapshot: StatsSnapshot) -> dict[str, Any]:
@@ -682,6 +708,8 @@ def _pod_summary(pod: PodSample, snapshot: StatsSnapshot) -> dict[str, Any]:
     linux = pod.sandbox.linux if pod.sandbox else None
     if linux is not None and linux.network is not None:
         obj["network"] = _network(linux.network, linux.cpu.timestamp if linux.cpu and linux.cpu.timestamp else now)
+    if pod.volumes:  # omitempty
+        obj["volume"] = _volumes(pod, now)
     ephemeral = _ephemeral_storage(pod, snapshot)
     if ephemeral is not None:
         obj["ephemeral-storage"] = ephemeral
@@ -724,8 +752,9 @@ def summary(snapshot: StatsSnapshot) -> dict[str, Any]:
     """The Summary API object (stats/v1alpha1 ``Summary``) as JSON-ready dicts and lists.
 
     Field names and nesting follow the Go types; unknown numbers are left out (omitempty pointers),
-    times are RFC 3339 seconds in UTC. Not reported: systemContainers, node network, volumes, PSI/IO,
-    accelerators. With `snapshot.error` set, the node is reported without pods.
+    times are RFC 3339 seconds in UTC. Not reported: systemContainers, node network, PSI/IO, accelerators, and
+    a volume's pvcRef (kopflet mounts no persistentVolumeClaim or ephemeral volumes). With `snapshot.error` set,
+    the node is reported without pods.
     """
     pods = [] if snapshot.error else [_pod_summary(p, snapshot) for p in snapshot.pods]
     return {"node": _node_summary(snapshot), "pods": pods}

@@ -72,3 +72,110 @@ def test_is_local_ephemeral(kind: str, medium: str, expected: bool) -> None:
     fs = summary.FsInfo(capacity_bytes=1)
     sample = summary.VolumeSample(kind=kind, medium=medium, usage=cri.FilesystemUsage(used_bytes=1), fs=fs)
     assert sample.local_ephemeral is expected
+
+
+# ------------------------------------------------------------------- summary: volume, ephemeral-storage
+
+T0 = 1_624_396_278_302_091_597  # 2021-06-22T21:11:18.302091597Z
+SECOND = 1_000_000_000
+MiB = 1 << 20
+
+
+def _text(ns: int) -> str:
+    return summary.rfc3339(ns) or ""
+
+
+ROOT = summary.FsInfo(timestamp=T0, capacity_bytes=1000 * MiB, available_bytes=600 * MiB, inodes=100_000,
+                      inodes_free=70_000)
+TMPFS = summary.FsInfo(timestamp=T0, capacity_bytes=64 * MiB, available_bytes=56 * MiB, inodes=4000,
+                       inodes_free=3990)
+ROOT_JSON = {"availableBytes": 600 * MiB, "capacityBytes": 1000 * MiB, "inodesFree": 70_000, "inodes": 100_000}
+
+
+def _volume(kind: str, used: int | None, inodes: int | None, *, at: int = T0, medium: str = "",
+            fs: summary.FsInfo = ROOT) -> summary.VolumeSample:
+    usage = cri.FilesystemUsage(mountpoint="/v", timestamp=at, used_bytes=used, inodes_used=inodes)
+    return summary.VolumeSample(kind=kind, medium=medium, usage=usage, fs=fs)
+
+
+SCRATCH = _volume("emptyDir", 8 * MiB, 3, at=T0 + 20 * SECOND)  # measured last: the newest time
+SHM = _volume("emptyDir", 2 * MiB, 2, medium="Memory", fs=TMPFS)
+CONF = _volume("configMap", 12288, 5)
+TOKEN = _volume("secret", 8192, 4, fs=TMPFS)
+INFO = _volume("downwardAPI", 4096, 3, fs=TMPFS)
+BUNDLE = _volume("projected", 4096, 3, fs=TMPFS)
+BLANK = _volume("emptyDir", None, None, fs=summary.FsInfo(timestamp=T0, capacity_bytes=10, available_bytes=5))
+
+
+def _volume_json(name: str, volume: summary.VolumeSample) -> dict[str, object]:
+    fs = volume.fs
+    return {"time": _text(volume.usage.timestamp), "availableBytes": fs.available_bytes,
+            "capacityBytes": fs.capacity_bytes, "usedBytes": volume.usage.used_bytes,
+            "inodesFree": fs.inodes_free, "inodes": fs.inodes, "inodesUsed": volume.usage.inodes_used, "name": name}
+
+
+LAYER = cri.FilesystemUsage(mountpoint="/images", timestamp=T0, used_bytes=1 * MiB, inodes_used=10)
+LOGS = cri.FilesystemUsage(timestamp=T0, used_bytes=4096, inodes_used=2)
+POD_LOGS = cri.FilesystemUsage(timestamp=T0 + 30 * SECOND, used_bytes=8192, inodes_used=1)
+ETC_HOSTS = cri.FilesystemUsage(timestamp=T0, used_bytes=4096, inodes_used=1)
+BASE_USED, BASE_INODES = 1 * MiB + 4096, 12  # the writable layer and the container's logs
+
+# id: (volumes, pod log files, etc-hosts, the "volume" list expected, the ephemeral-storage used bytes, inodes
+# used and time expected)
+SUMMARY_CASES = {
+    "no-volumes-no-list": ({}, None, None, None, BASE_USED, BASE_INODES, T0),
+    "disk-empty-dir-counts-and-its-time": (
+        {"scratch": SCRATCH}, None, None, [_volume_json("scratch", SCRATCH)],
+        BASE_USED + 8 * MiB, BASE_INODES + 3, T0 + 20 * SECOND),
+    "memory-empty-dir-listed-not-counted": (
+        {"shm": SHM}, None, None, [_volume_json("shm", SHM)], BASE_USED, BASE_INODES, T0),
+    "config-map-counted": (
+        {"conf": CONF}, None, None, [_volume_json("conf", CONF)], BASE_USED + 12288, BASE_INODES + 5, T0),
+    "tmpfs-volumes-listed-not-counted": (
+        {"token": TOKEN, "info": INFO, "bundle": BUNDLE}, None, None,
+        [_volume_json("bundle", BUNDLE), _volume_json("info", INFO), _volume_json("token", TOKEN)],
+        BASE_USED, BASE_INODES, T0),
+    "local-ephemeral-first-then-the-others": (
+        {"token": TOKEN, "shm": SHM, "scratch": SCRATCH, "conf": CONF}, None, None,
+        [_volume_json("conf", CONF), _volume_json("scratch", SCRATCH), _volume_json("shm", SHM),
+         _volume_json("token", TOKEN)],
+        BASE_USED + 8 * MiB + 12288, BASE_INODES + 3 + 5, T0 + 20 * SECOND),
+    "pod-log-files-and-etc-hosts-counted": (
+        {}, POD_LOGS, ETC_HOSTS, None, BASE_USED + 8192 + 4096, BASE_INODES + 2, T0 + 30 * SECOND),
+    "unknown-numbers-are-zero-in-the-list-and-add-nothing": (
+        {"blank": BLANK}, None, None,
+        [{"time": _text(T0), "availableBytes": 5, "capacityBytes": 10, "usedBytes": 0, "inodesFree": 0,
+          "inodes": 0, "inodesUsed": 0, "name": "blank"}],
+        BASE_USED, BASE_INODES, T0),
+}
+
+
+def _pod(volumes: dict[str, summary.VolumeSample], pod_logs: cri.FilesystemUsage | None,
+         etc_hosts: cri.FilesystemUsage | None) -> summary.PodSample:
+    stats = cri.ContainerStats(id="c-1", writable_layer=LAYER)
+    app = summary.ContainerSample(name="app", start_time=T0, stats=stats, logs=LOGS)
+    return summary.PodSample(name="web", namespace="default", uid="uid-web", start_time=T0, containers=(app,),
+                             volumes=volumes, pod_logs=pod_logs, etc_hosts=etc_hosts)
+
+
+@pytest.mark.parametrize(("volumes", "pod_logs", "etc_hosts", "listed", "used", "inodes_used", "at"),
+                         SUMMARY_CASES.values(), ids=SUMMARY_CASES.keys())
+def test_summary_volumes_and_ephemeral_storage(
+        volumes: dict[str, summary.VolumeSample], pod_logs: cri.FilesystemUsage | None,
+        etc_hosts: cri.FilesystemUsage | None, listed: list[dict[str, object]] | None, used: int, inodes_used: int,
+        at: int) -> None:
+    node = summary.NodeSample(node_name="node-1", root_fs=ROOT)
+    snapshot = summary.StatsSnapshot(timestamp=T0 + 60 * SECOND, node=node, pods=(_pod(volumes, pod_logs, etc_hosts),),
+                                     filesystems={"/images": ROOT})
+    (pod,) = summary.summary(snapshot)["pods"]
+    assert pod.get("volume") == listed
+    assert pod["ephemeral-storage"] == {"time": _text(at), **ROOT_JSON, "usedBytes": used, "inodesUsed": inodes_used}
+    if listed:  # the Go struct's order: network, volume, ephemeral-storage
+        assert list(pod).index("volume") + 1 == list(pod).index("ephemeral-storage")
+
+
+def test_eviction_usage_passes_every_volume_on() -> None:
+    """The eviction manager filters by the spec (localVolumeNames, IsLocalEphemeralVolume, sizeLimit) itself."""
+    usage = summary.eviction_usage(_pod({"scratch": SCRATCH, "shm": SHM, "token": TOKEN}, None, None))
+    assert {name: (v.used_bytes, v.inodes_used) for name, v in usage.volumes.items()} == {
+        "scratch": (8 * MiB, 3), "shm": (2 * MiB, 2), "token": (8192, 4)}
