@@ -47,6 +47,10 @@ NODE_CPU_KEY: Final = ""  # the node's entry in the CPU sample cache (container 
 VOLUME_STATS_PERIOD: Final = 60.0
 """How long a pod's volume measurement is reused: upstream volumeStatsAggPeriod's default (1m), the period of
 its volume stats calculators (a du of every volume is not cheap)."""
+VOLUME_STATS_WAIT: Final = 5.0
+"""How long a collection waits for a volume measurement in progress before it reports what it has (the previous
+measurement; none yet for a new pod). Upstream's calculators run in the background and the summary never waits
+on them: a du of a large volume must hold up neither /stats/summary nor the eviction manager's rounds."""
 MEASURED_VOLUME_KINDS: Final = (plugins.KIND_EMPTY_DIR, plugins.KIND_CONFIG_MAP, plugins.KIND_SECRET,
                                 plugins.KIND_DOWNWARD_API, plugins.KIND_PROJECTED)
 """The volume types measured: those whose upstream plugin measures with MetricsDu (emptyDir of either medium, and
@@ -336,7 +340,9 @@ class StatsCollector:
         self._machine: summary.MachineInfo | None = None
         self._previous_cpu: dict[str, cri.CpuUsage] = {}
         self._volumes: dict[str, tuple[float, dict[str, summary.VolumeSample]]] = {}
-        """Each pod's last volume measurement (monotonic time, by volume name), by pod UID."""
+        """Each pod's last volume measurement (monotonic time it ended, by volume name), by pod UID."""
+        self._measuring: asyncio.Task[None] | None = None
+        """The volume measurement in progress, if any: one at a time, outliving the collection that started it."""
         self._running: asyncio.Task[summary.StatsSnapshot] | None = None
 
     async def collect(self) -> summary.StatsSnapshot:
@@ -374,7 +380,8 @@ class StatsCollector:
             sandbox_stats = await self._sandbox_stats([p.sandbox_id for p in pods])
             logs = await asyncio.to_thread(_log_usage, pods, self.layout)
             pods = summary.pod_samples(sandboxes, containers, container_stats, sandbox_stats, logs)
-            pods = await asyncio.to_thread(self._with_local_storage, pods)
+            pods = await asyncio.to_thread(self._with_host_files, pods)
+            pods = await self._with_volumes(pods)
             pods = await asyncio.to_thread(pod_cgroups, pods, self.cgroup_root)
         except CriError as e:
             error = f"failed to list pod stats: {e}"
@@ -421,23 +428,48 @@ class StatsCollector:
             error=error,
         )
 
-    def _with_local_storage(self, pods: tuple[summary.PodSample, ...]) -> tuple[summary.PodSample, ...]:
-        """The pods with their volumes (measured again once VOLUME_STATS_PERIOD has passed), log directory
-        files and etc-hosts (upstream getPodEtcHostsStats, each time) measured. Blocking: run in a thread;
-        only one collection runs at a time, so the cache is not shared."""
-        now, monotonic = time.time_ns(), time.monotonic()
-        self._volumes = {p.uid: self._volumes[p.uid] for p in pods if p.uid in self._volumes}
-        mountinfo: str | None = None
-        result = []
-        for pod in pods:
-            cached = self._volumes.get(pod.uid)
-            if cached is None or monotonic - cached[0] >= VOLUME_STATS_PERIOD:
-                if mountinfo is None:
-                    mountinfo = _read(self.proc / "self" / "mountinfo") or ""
-                cached = self._volumes[pod.uid] = (monotonic, pod_volumes(self.layout, pod.uid, mountinfo))
-            result.append(dataclasses.replace(pod, volumes=cached[1], pod_logs=pod_log_usage(self.layout, pod, now),
-                                              etc_hosts=du(self.layout.etc_hosts(pod.uid), now)))
-        return tuple(result)
+    def _with_host_files(self, pods: tuple[summary.PodSample, ...]) -> tuple[summary.PodSample, ...]:
+        """The pods with their log directory files (upstream getPodLogStats) and etc-hosts (getPodEtcHostsStats)
+        measured, each time as upstream does. Blocking: run in a thread."""
+        now = time.time_ns()
+        return tuple(dataclasses.replace(pod, pod_logs=pod_log_usage(self.layout, pod, now),
+                                         etc_hosts=du(self.layout.etc_hosts(pod.uid), now)) for pod in pods)
+
+    async def _with_volumes(self, pods: tuple[summary.PodSample, ...]) -> tuple[summary.PodSample, ...]:
+        """The pods with their volumes' last measurement (upstream fsResourceAnalyzer: a cache the summary reads).
+
+        The pods not measured within VOLUME_STATS_PERIOD (volumeStatsAggPeriod) are measured again off the event
+        loop, one measurement at a time, which this collection waits for up to VOLUME_STATS_WAIT; a slower one
+        goes on and is reported by the collections after it. The cache forgets the pods no longer running.
+        """
+        running = {p.uid for p in pods}
+        self._volumes = {uid: cached for uid, cached in self._volumes.items() if uid in running}
+        if self._measuring is None or self._measuring.done():
+            now = time.monotonic()
+            stale = [p.uid for p in pods
+                     if p.uid not in self._volumes or now - self._volumes[p.uid][0] >= VOLUME_STATS_PERIOD]
+            if stale:
+                self._measuring = asyncio.create_task(self._measure_volumes(stale))
+        if self._measuring is not None and not self._measuring.done():
+            await asyncio.wait([self._measuring], timeout=VOLUME_STATS_WAIT)  # never cancels it
+        return tuple(dataclasses.replace(p, volumes=self._volumes[p.uid][1]) if p.uid in self._volumes else p
+                     for p in pods)
+
+    async def _measure_volumes(self, uids: list[str]) -> None:
+        """Measure these pods' volumes in a thread and cache the result (an unexpected error is logged: nobody
+        may be waiting for this task)."""
+        try:
+            measured = await asyncio.to_thread(self._measure_pod_volumes, uids)
+        except Exception:
+            logger.exception("failed to measure the pods' volumes")
+            return
+        done = time.monotonic()
+        self._volumes.update({uid: (done, volumes) for uid, volumes in measured.items()})
+
+    def _measure_pod_volumes(self, uids: list[str]) -> dict[str, dict[str, summary.VolumeSample]]:
+        """`pod_volumes` of each pod, reading the mount table once. Blocking: run in a thread."""
+        mountinfo = _read(self.proc / "self" / "mountinfo") or ""
+        return {uid: pod_volumes(self.layout, uid, mountinfo) for uid in uids}
 
     async def _sandbox_stats(self, sandbox_ids: list[str]) -> dict[str, cri.PodSandboxStats]:
         """Pod-level stats of these sandboxes: one ListPodSandboxStats, else one call per sandbox.

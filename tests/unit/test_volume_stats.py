@@ -6,12 +6,15 @@ against a real temporary directory (real files, real statvfs).
 
 from __future__ import annotations
 
+import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from cri_client import types as cri
-from kopflet.stats import summary
+from kopflet.paths import Layout
+from kopflet.stats import collector, summary
 
 # --------------------------------------------------------------------------------------- mount_fstype
 
@@ -179,3 +182,69 @@ def test_eviction_usage_passes_every_volume_on() -> None:
     usage = summary.eviction_usage(_pod({"scratch": SCRATCH, "shm": SHM, "token": TOKEN}, None, None))
     assert {name: (v.used_bytes, v.inodes_used) for name, v in usage.volumes.items()} == {
         "scratch": (8 * MiB, 3), "shm": (2 * MiB, 2), "token": (8192, 4)}
+
+
+# ------------------------------------------------------- the collector's measurement, on a real directory
+
+
+def _write(path: Path, size: int) -> None:
+    """A file of `size` bytes on disk (fsynced: its blocks are allocated when du looks)."""
+    with path.open("wb") as f:
+        f.write(b"k" * size)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _pod_tree(root: Path, uid: str) -> Path:
+    """A pod's volumes directory as the volume manager lays it out, with data in each volume."""
+    volumes = root / "pods" / uid / "volumes"
+    for plugin, name, size in (("kubernetes.io~empty-dir", "scratch", 3 * MiB), ("kubernetes.io~empty-dir", "shm", 0),
+                               ("kubernetes.io~configmap", "conf", 100), ("kubernetes.io~secret", "token", 900),
+                               ("kubernetes.io~projected", "kube-api-access", 1200),
+                               ("kubernetes.io~downward-api", "info", 10)):
+        (volumes / plugin / name).mkdir(parents=True)
+        _write(volumes / plugin / name / "data", size)
+    (volumes / "kubernetes.io~empty-dir" / "stray-file").write_text("not a volume\n")
+    (volumes / "kubernetes.io~empty-dir" / "link").symlink_to(volumes / "kubernetes.io~configmap" / "conf")
+    (volumes / "kubernetes.io~unknown-plugin" / "other").mkdir(parents=True)  # no MetricsDu: not measured
+    return volumes
+
+
+def _blocks(*paths: Path) -> int:
+    return sum(p.lstat().st_blocks * 512 for p in paths)
+
+
+def test_pod_volumes_on_a_real_directory(tmp_path: Path) -> None:
+    volumes = _pod_tree(tmp_path, "u1")
+    real_mountinfo = Path("/proc/self/mountinfo").read_text()  # the test directory holds no mount points
+    found = collector.pod_volumes(Layout(str(tmp_path)), "u1", real_mountinfo)
+    assert {name: (v.kind, v.medium, v.local_ephemeral) for name, v in found.items()} == {
+        "scratch": ("emptyDir", "", True), "shm": ("emptyDir", "", True), "conf": ("configMap", "", True),
+        "token": ("secret", "", False), "kube-api-access": ("projected", "", False),
+        "info": ("downwardAPI", "", False)}
+    scratch = volumes / "kubernetes.io~empty-dir" / "scratch"
+    usage = found["scratch"].usage
+    assert usage.used_bytes == _blocks(scratch, scratch / "data") and usage.used_bytes >= 3 * MiB
+    assert usage.inodes_used == 2 and usage.mountpoint == str(scratch) and usage.timestamp > 0
+    # Capacity and inodes are the filesystem's (statfs of the volume's directory), as upstream's MetricsDu.
+    st = os.statvfs(scratch)
+    size = found["scratch"].fs
+    assert (size.capacity_bytes, size.inodes) == (st.f_blocks * st.f_frsize, st.f_files)
+    assert 0 < size.available_bytes <= size.capacity_bytes and size.inodes_free is not None
+    assert collector.pod_volumes(Layout(str(tmp_path)), "nobody", real_mountinfo) == {}
+
+
+def test_a_tmpfs_mounted_on_an_empty_dir_is_the_memory_medium(tmp_path: Path) -> None:
+    volumes = _pod_tree(tmp_path, "u1")
+    shm = os.path.realpath(volumes / "kubernetes.io~empty-dir" / "shm")
+    token = os.path.realpath(volumes / "kubernetes.io~secret" / "token")
+    mountinfo = (f"22 1 253:1 / / rw - ext4 /dev/vda1 rw\n"
+                 f"50 22 0:40 / {shm} rw - tmpfs tmpfs rw,size=65536k\n"
+                 f"51 22 0:41 / {token} rw - tmpfs tmpfs rw\n")
+    found = collector.pod_volumes(Layout(str(tmp_path)), "u1", mountinfo)
+    assert (found["shm"].medium, found["shm"].local_ephemeral) == ("Memory", False)
+    assert (found["scratch"].medium, found["token"].medium) == ("", "")  # a medium is an emptyDir's only
+
+
+def test_measure_volume_of_a_missing_directory(tmp_path: Path) -> None:
+    assert collector.measure_volume(str(tmp_path / "gone"), "emptyDir", "") is None
