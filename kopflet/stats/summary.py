@@ -13,8 +13,11 @@ It follows upstream's CRI stats provider (pkg/kubelet/stats/cri_stats_provider.g
 a pod is reported when it has a running container with stats; a container's numbers come from
 ListContainerStats; the pod's CPU, memory, network and process count come from the pod sandbox's stats
 (the pod cgroup and network namespace, what upstream reads through cAdvisor), else the containers' CPU and
-memory are summed as upstream does without cAdvisor. The parsers of /proc and cgroup files live here too,
-so the arithmetic is testable; `kopflet.stats.collector` only reads the files.
+memory are summed as upstream does without cAdvisor. A pod's volumes are what its volume stats calculator
+reports (volume_stat_calculator.go, MetricsDu: du of the volume, statfs of its filesystem), and its ephemeral
+storage adds the local ephemeral ones to its layers and logs (helper.go calcEphemeralStorage). The parsers of
+/proc, cgroup files and the mount table live here too, so the arithmetic is testable;
+`kopflet.stats.collector` only reads the files.
 
 Timestamps are nanoseconds since the epoch (ints), as in `cri_client.types`.
 """
