@@ -300,7 +300,8 @@ class PodUsage:
     process_count: int | None = None
     containers: tuple[ContainerUsage, ...] = ()
     volumes: Mapping[str, FsUsage] = dataclasses.field(default_factory=dict)
-    """By volume name: the emptyDir and configMap volumes measured (upstream VolumeStats, du of each)."""
+    """By volume name: every volume measured (upstream VolumeStats, du of each: emptyDir, configMap, secret,
+    downwardAPI, projected); the checks pick theirs by the pod's spec."""
     pod_logs: FsUsage | None = None
     """The files directly in the pod's log directory (upstream getPodLogStats; not the containers' logs)."""
     etc_hosts: FsUsage | None = None

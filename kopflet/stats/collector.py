@@ -3,7 +3,7 @@
 
 The I/O half of `kopflet.stats.summary`: read /proc and the root cgroup (the machine's CPU and memory), statvfs
 (the kubelet root directory's filesystem and the runtime's image filesystem), the CRI stats calls (the
-pods and containers), the containers' log directories and the pods' emptyDir/configMap volumes, log files and
+pods and containers), the containers' log directories and the pods' volumes (du and statvfs), log files and
 etc-hosts (du), then hand it all to the pure builders. Every
 blocking read runs in a thread; the CRI calls run concurrently.
 
@@ -47,10 +47,15 @@ NODE_CPU_KEY: Final = ""  # the node's entry in the CPU sample cache (container 
 VOLUME_STATS_PERIOD: Final = 60.0
 """How long a pod's volume measurement is reused: upstream volumeStatsAggPeriod's default (1m), the period of
 its volume stats calculators (a du of every volume is not cheap)."""
-MEASURED_VOLUME_PLUGINS: Final = (plugins.PLUGIN_NAMES[plugins.KIND_EMPTY_DIR],
-                                  plugins.PLUGIN_NAMES[plugins.KIND_CONFIG_MAP])
-"""The volumes measured: emptyDir (its sizeLimit; on disk, the pod's ephemeral storage) and configMap (on disk:
-ephemeral storage). Secret, projected and downwardAPI volumes are tmpfs that no limit or signal reads."""
+VOLUME_STATS_WAIT: Final = 5.0
+"""How long a collection waits for a volume measurement in progress before it reports what it has (the previous
+measurement; none yet for a new pod). Upstream's calculators run in the background and the summary never waits
+on them: a du of a large volume must hold up neither /stats/summary nor the eviction manager's rounds."""
+MEASURED_VOLUME_KINDS: Final = (plugins.KIND_EMPTY_DIR, plugins.KIND_CONFIG_MAP, plugins.KIND_SECRET,
+                                plugins.KIND_DOWNWARD_API, plugins.KIND_PROJECTED)
+"""The volume types measured: those whose upstream plugin measures with MetricsDu (emptyDir of either medium, and
+the configMap, secret, downwardAPI and projected volumes that wrap one). hostPath's plugin has MetricsNil: upstream
+never reports it, nor does kopflet (it lives outside the pod's volumes directory anyway)."""
 
 
 class StatsUnavailable(RuntimeError):
@@ -74,10 +79,11 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def statvfs(path: str, timestamp: int) -> summary.FsInfo | None:
-    """Size of the filesystem holding `path` (its nearest existing ancestor); None if unreadable."""
+def statvfs(path: str, timestamp: int, *, nearest: bool = True) -> summary.FsInfo | None:
+    """Size of the filesystem holding `path` (with `nearest`, of its nearest existing ancestor when `path` is
+    missing); None if unreadable."""
     probe = path
-    while probe not in ("", "/") and not os.path.exists(probe):
+    while nearest and probe not in ("", "/") and not os.path.exists(probe):
         probe = os.path.dirname(probe)
     try:
         st = os.statvfs(probe or "/")
@@ -252,20 +258,36 @@ def _sum_usage(usages: Iterable[cri.FilesystemUsage | None], path: str, timestam
                                inodes_used=sum(u.inodes_used or 0 for u in known))
 
 
-def volume_usage(layout: Layout, uid: str, timestamp: int) -> dict[str, cri.FilesystemUsage]:
-    """du of each emptyDir and configMap volume of the pod, by volume name (the directory's name; upstream
-    measures each mounted volume with MetricsDu). Blocking: run in a thread."""
+def measure_volume(path: str, kind: str, mountinfo: str) -> summary.VolumeSample | None:
+    """upstream MetricsDu.GetMetrics for one volume directory: used bytes and inodes from du, capacity, available
+    and inodes from statfs of the directory itself (a tmpfs volume reports its own mount's size). None when
+    either fails: upstream then leaves the volume out. An emptyDir with a tmpfs mounted on its directory is of
+    the Memory medium (kopflet mounts tmpfs there for that medium only). Blocking: run in a thread."""
+    timestamp = time.time_ns()
+    usage = du(path, timestamp)
+    size = statvfs(path, timestamp, nearest=False) if usage is not None else None
+    if usage is None or size is None:
+        return None
+    memory = kind == plugins.KIND_EMPTY_DIR and summary.mount_fstype(mountinfo, os.path.realpath(path)) == "tmpfs"
+    return summary.VolumeSample(kind=kind, medium=plugins.MEDIUM_MEMORY if memory else plugins.MEDIUM_DEFAULT,
+                                usage=usage, fs=size)
+
+
+def pod_volumes(layout: Layout, uid: str, mountinfo: str) -> dict[str, summary.VolumeSample]:
+    """Each volume of the pod that upstream measures (MEASURED_VOLUME_KINDS), by name: the directories under the
+    pod's volumes directory, as upstream's calculator asks the volume manager for the pod's mounted volumes.
+    `mountinfo` is /proc/self/mountinfo's text. Blocking: run in a thread."""
     result = {}
-    for plugin in MEASURED_VOLUME_PLUGINS:
-        directory = os.path.join(layout.volumes_dir(uid), escape_qualified_name(plugin))
+    for kind in MEASURED_VOLUME_KINDS:
+        directory = os.path.join(layout.volumes_dir(uid), escape_qualified_name(plugins.PLUGIN_NAMES[kind]))
         try:
             names = sorted(entry.name for entry in os.scandir(directory) if entry.is_dir(follow_symlinks=False))
         except OSError:
             continue
         for name in names:
-            usage = du(os.path.join(directory, name), timestamp)
-            if usage is not None:
-                result[name] = usage
+            sample = measure_volume(os.path.join(directory, name), kind, mountinfo)
+            if sample is not None:
+                result[name] = sample
     return result
 
 
@@ -317,8 +339,10 @@ class StatsCollector:
         self.sysfs, self.etc = Path(sysfs), Path(etc)
         self._machine: summary.MachineInfo | None = None
         self._previous_cpu: dict[str, cri.CpuUsage] = {}
-        self._volumes: dict[str, tuple[float, dict[str, cri.FilesystemUsage]]] = {}
-        """Each pod's last volume measurement (monotonic time, by volume name), by pod UID."""
+        self._volumes: dict[str, tuple[float, dict[str, summary.VolumeSample]]] = {}
+        """Each pod's last volume measurement (monotonic time it ended, by volume name), by pod UID."""
+        self._measuring: asyncio.Task[None] | None = None
+        """The volume measurement in progress, if any: one at a time, outliving the collection that started it."""
         self._running: asyncio.Task[summary.StatsSnapshot] | None = None
 
     async def collect(self) -> summary.StatsSnapshot:
@@ -356,7 +380,8 @@ class StatsCollector:
             sandbox_stats = await self._sandbox_stats([p.sandbox_id for p in pods])
             logs = await asyncio.to_thread(_log_usage, pods, self.layout)
             pods = summary.pod_samples(sandboxes, containers, container_stats, sandbox_stats, logs)
-            pods = await asyncio.to_thread(self._with_local_storage, pods)
+            pods = await asyncio.to_thread(self._with_host_files, pods)
+            pods = await self._with_volumes(pods)
             pods = await asyncio.to_thread(pod_cgroups, pods, self.cgroup_root)
         except CriError as e:
             error = f"failed to list pod stats: {e}"
@@ -403,20 +428,48 @@ class StatsCollector:
             error=error,
         )
 
-    def _with_local_storage(self, pods: tuple[summary.PodSample, ...]) -> tuple[summary.PodSample, ...]:
-        """The pods with their volumes (measured again once VOLUME_STATS_PERIOD has passed), log directory
-        files and etc-hosts (upstream getPodEtcHostsStats, each time) measured. Blocking: run in a thread;
-        only one collection runs at a time, so the cache is not shared."""
-        now, monotonic = time.time_ns(), time.monotonic()
-        self._volumes = {p.uid: self._volumes[p.uid] for p in pods if p.uid in self._volumes}
-        result = []
-        for pod in pods:
-            cached = self._volumes.get(pod.uid)
-            if cached is None or monotonic - cached[0] >= VOLUME_STATS_PERIOD:
-                cached = self._volumes[pod.uid] = (monotonic, volume_usage(self.layout, pod.uid, now))
-            result.append(dataclasses.replace(pod, volumes=cached[1], pod_logs=pod_log_usage(self.layout, pod, now),
-                                              etc_hosts=du(self.layout.etc_hosts(pod.uid), now)))
-        return tuple(result)
+    def _with_host_files(self, pods: tuple[summary.PodSample, ...]) -> tuple[summary.PodSample, ...]:
+        """The pods with their log directory files (upstream getPodLogStats) and etc-hosts (getPodEtcHostsStats)
+        measured, each time as upstream does. Blocking: run in a thread."""
+        now = time.time_ns()
+        return tuple(dataclasses.replace(pod, pod_logs=pod_log_usage(self.layout, pod, now),
+                                         etc_hosts=du(self.layout.etc_hosts(pod.uid), now)) for pod in pods)
+
+    async def _with_volumes(self, pods: tuple[summary.PodSample, ...]) -> tuple[summary.PodSample, ...]:
+        """The pods with their volumes' last measurement (upstream fsResourceAnalyzer: a cache the summary reads).
+
+        The pods not measured within VOLUME_STATS_PERIOD (volumeStatsAggPeriod) are measured again off the event
+        loop, one measurement at a time, which this collection waits for up to VOLUME_STATS_WAIT; a slower one
+        goes on and is reported by the collections after it. The cache forgets the pods no longer running.
+        """
+        running = {p.uid for p in pods}
+        self._volumes = {uid: cached for uid, cached in self._volumes.items() if uid in running}
+        if self._measuring is None or self._measuring.done():
+            now = time.monotonic()
+            stale = [p.uid for p in pods
+                     if p.uid not in self._volumes or now - self._volumes[p.uid][0] >= VOLUME_STATS_PERIOD]
+            if stale:
+                self._measuring = asyncio.create_task(self._measure_volumes(stale))
+        if self._measuring is not None and not self._measuring.done():
+            await asyncio.wait([self._measuring], timeout=VOLUME_STATS_WAIT)  # never cancels it
+        return tuple(dataclasses.replace(p, volumes=self._volumes[p.uid][1]) if p.uid in self._volumes else p
+                     for p in pods)
+
+    async def _measure_volumes(self, uids: list[str]) -> None:
+        """Measure these pods' volumes in a thread and cache the result (an unexpected error is logged: nobody
+        may be waiting for this task)."""
+        try:
+            measured = await asyncio.to_thread(self._measure_pod_volumes, uids)
+        except Exception:
+            logger.exception("failed to measure the pods' volumes")
+            return
+        done = time.monotonic()
+        self._volumes.update({uid: (done, volumes) for uid, volumes in measured.items()})
+
+    def _measure_pod_volumes(self, uids: list[str]) -> dict[str, dict[str, summary.VolumeSample]]:
+        """`pod_volumes` of each pod, reading the mount table once. Blocking: run in a thread."""
+        mountinfo = _read(self.proc / "self" / "mountinfo") or ""
+        return {uid: pod_volumes(self.layout, uid, mountinfo) for uid in uids}
 
     async def _sandbox_stats(self, sandbox_ids: list[str]) -> dict[str, cri.PodSandboxStats]:
         """Pod-level stats of these sandboxes: one ListPodSandboxStats, else one call per sandbox.

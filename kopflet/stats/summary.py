@@ -13,8 +13,11 @@ It follows upstream's CRI stats provider (pkg/kubelet/stats/cri_stats_provider.g
 a pod is reported when it has a running container with stats; a container's numbers come from
 ListContainerStats; the pod's CPU, memory, network and process count come from the pod sandbox's stats
 (the pod cgroup and network namespace, what upstream reads through cAdvisor), else the containers' CPU and
-memory are summed as upstream does without cAdvisor. The parsers of /proc and cgroup files live here too,
-so the arithmetic is testable; `kopflet.stats.collector` only reads the files.
+memory are summed as upstream does without cAdvisor. A pod's volumes are what its volume stats calculator
+reports (volume_stat_calculator.go, MetricsDu: du of the volume, statfs of its filesystem), and its ephemeral
+storage adds the local ephemeral ones to its layers and logs (helper.go calcEphemeralStorage). The parsers of
+/proc, cgroup files and the mount table live here too, so the arithmetic is testable;
+`kopflet.stats.collector` only reads the files.
 
 Timestamps are nanoseconds since the epoch (ints), as in `cri_client.types`.
 """
@@ -22,7 +25,8 @@ Timestamps are nanoseconds since the epoch (ints), as in `cri_client.types`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from cri_client import types as cri
@@ -31,6 +35,7 @@ from kopflet.api import times
 from kopflet.container import labels as kubelabels
 from kopflet.eviction.helpers import ContainerUsage, FsUsage, PodUsage
 from kopflet.images import imageref
+from kopflet.volumes import plugins
 
 NANOS: Final = 1_000_000_000
 
@@ -120,14 +125,47 @@ class ContainerSample:
     memory_limit: int | None = None
 
 
+_GIT_REPO: Final = "gitRepo"
+"""A volume type kopflet has no plugin for (deprecated upstream), named for IsLocalEphemeralVolume's sake."""
+
+
+def is_local_ephemeral(kind: str, medium: str = plugins.MEDIUM_DEFAULT) -> bool:
+    """upstream volume/util IsLocalEphemeralVolume: gitRepo, configMap and emptyDir of the default medium live on
+    the node's disk and count toward the pod's ephemeral storage; a memory-medium emptyDir and the secret,
+    downwardAPI and projected volumes (tmpfs) do not. `kind` is the volume's type as the pod spec names it."""
+    if kind == plugins.KIND_EMPTY_DIR:
+        return medium == plugins.MEDIUM_DEFAULT
+    return kind in (plugins.KIND_CONFIG_MAP, _GIT_REPO)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VolumeSample:
+    """One mounted volume of a pod as upstream's MetricsDu measures it (pkg/volume/metrics_du.go): `usage` is the
+    du of its directory (used bytes, inodes used, when), `fs` the statfs of that directory: the size of the
+    filesystem holding it, a tmpfs volume's own mount or else the kubelet root directory's filesystem.
+
+    `kind` is the volume's type as the pod spec names it (``emptyDir``, ``configMap``, ...) and `medium` an
+    emptyDir's (``""`` on disk, ``Memory`` for tmpfs): whether it is part of the pod's ephemeral storage.
+    """
+
+    kind: str
+    medium: str = plugins.MEDIUM_DEFAULT
+    usage: cri.FilesystemUsage
+    fs: FsInfo
+
+    @property
+    def local_ephemeral(self) -> bool:
+        return is_local_ephemeral(self.kind, self.medium)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PodSample:
     """One pod: its identity, its sandbox's creation time (the summary's startTime) and what was measured.
 
     `sandbox` is the pod-level CRI stats (None when the runtime could not measure the sandbox);
-    `containers` are its running containers, in name order. `volumes` (emptyDir and configMap volumes, by
-    name), `pod_logs` (the files directly in its log directory) and `etc_hosts` are the host's du of them,
-    when the collector measured them. `cgroup` is the pod cgroup's name as cAdvisor names it
+    `containers` are its running containers, in name order. `volumes` are its measured volumes by name (see
+    `VolumeSample`); `pod_logs` (the files directly in its log directory) and `etc_hosts` are the host's du of
+    them, when the collector measured them. `cgroup` is the pod cgroup's name as cAdvisor names it
     (``/kubepods/burstable/pod<uid>``, "" when the collector did not find it); `memory_limit` its memory
     limit in bytes (0 for unlimited, None when not read).
     """
@@ -139,7 +177,7 @@ class PodSample:
     sandbox_id: str = ""
     sandbox: cri.PodSandboxStats | None = None
     containers: tuple[ContainerSample, ...] = ()
-    volumes: Mapping[str, cri.FilesystemUsage] = dataclasses.field(default_factory=dict)
+    volumes: Mapping[str, VolumeSample] = dataclasses.field(default_factory=dict)
     pod_logs: cri.FilesystemUsage | None = None
     etc_hosts: cri.FilesystemUsage | None = None
     cgroup: str = ""
@@ -272,23 +310,46 @@ def node_rlimit(
     return Rlimit(timestamp=timestamp, max_pid=min(limits) if limits else None, running_processes=running)
 
 
+_MOUNTINFO_ESCAPE: Final = re.compile(r"\\([0-7]{3})")
+
+
+def _mounts(mountinfo: str) -> Iterator[tuple[str, str, str]]:
+    """(mount point, filesystem type, source) of each well-formed /proc/self/mountinfo line, in order.
+
+    Fields: id, parent, major:minor, root, mount point, options, optional fields, "-", type, source, ...; the
+    kernel writes a space, tab, newline or backslash in a path as an octal escape (``\\040``).
+    """
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) < 5 or "-" not in fields[6:]:
+            continue
+        after = fields[fields.index("-", 6) + 1:]
+        if len(after) >= 2:
+            yield _MOUNTINFO_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), fields[4]), after[0], after[1]
+
+
 def mount_source(mountinfo: str, path: str) -> str:
     """The source (device) of the mount holding `path`, from /proc/self/mountinfo; "" when none matches.
 
     The longest mount point that contains `path` wins, the later of two equal ones (an overmount) too.
-    Fields: id, parent, major:minor, root, mount point, options, optional fields, "-", type, source, ...
     """
     best, source = -1, ""
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if "-" not in fields[6:] or len(fields) < 5:
-            continue
-        mountpoint = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
-        after = fields[fields.index("-", 6) + 1:]
+    for mountpoint, _, device in _mounts(mountinfo):
         inside = path == mountpoint or mountpoint == "/" or path.startswith(mountpoint.rstrip("/") + "/")
-        if inside and len(mountpoint) >= best and len(after) >= 2:
-            best, source = len(mountpoint), after[1]
+        if inside and len(mountpoint) >= best:
+            best, source = len(mountpoint), device
     return source
+
+
+def mount_fstype(mountinfo: str, path: str) -> str:
+    """The filesystem type of the mount whose mount point is `path` itself (the last one: an overmount hides
+    the others), "" when `path` is not a mount point. `path` must be resolved (no symlinks), as the kernel
+    lists mount points. A memory-medium emptyDir is a tmpfs mounted on its own directory."""
+    fstype = ""
+    for mountpoint, kind, _ in _mounts(mountinfo):
+        if mountpoint == path:
+            fstype = kind
+    return fstype
 
 
 def count_processors(cpuinfo: str) -> int:
@@ -593,19 +654,45 @@ def _container_summary(sample: ContainerSample, snapshot: StatsSnapshot) -> dict
 
 
 def _ephemeral_storage(pod: PodSample, snapshot: StatsSnapshot) -> dict[str, Any] | None:
-    """Upstream calcEphemeralStorage without volumes: writable layers plus logs, on the root filesystem."""
+    """Upstream calcEphemeralStorage (CRI stats provider): the root filesystem's size with what the pod keeps on
+    it, its containers' writable layers and logs, its local ephemeral volumes (disk emptyDir, configMap), the
+    files of its log directory and its etc-hosts; stamped with the newest of their times."""
     root = snapshot.node.root_fs
     if root is None:
         return None
-    layers = [c.stats.writable_layer for c in pod.containers if c.stats.writable_layer is not None]
-    logs = [c.logs for c in pod.containers if c.logs is not None]
-    times = [root.timestamp] + [u.timestamp for u in (*layers, *logs)]
+    parts = [c.stats.writable_layer for c in pod.containers if c.stats.writable_layer is not None]
+    parts += [c.logs for c in pod.containers if c.logs is not None]
+    parts += [v.usage for _, v in sorted(pod.volumes.items()) if v.local_ephemeral]
+    parts += [u for u in (pod.pod_logs, pod.etc_hosts) if u is not None]
     return _fs(
-        max(times) or snapshot.timestamp,
+        max([root.timestamp] + [u.timestamp for u in parts]) or snapshot.timestamp,
         root,
-        used_bytes=_sum(u.used_bytes for u in (*layers, *logs)),
-        inodes_used=_sum(u.inodes_used for u in (*layers, *logs)),
+        used_bytes=_sum(u.used_bytes for u in parts),
+        inodes_used=_sum(u.inodes_used for u in parts),
     )
+
+
+def _volume(name: str, volume: VolumeSample, now: int) -> dict[str, Any]:
+    """VolumeStats as upstream's parsePodVolumeStats fills it: every number present (0 where MetricsDu had none),
+    the FsStats fields inline (an embedded struct), then the name; no pvcRef (kopflet mounts no claims)."""
+    usage, size = volume.usage, volume.fs
+    return {
+        "time": rfc3339(usage.timestamp or now),
+        "availableBytes": size.available_bytes,
+        "capacityBytes": size.capacity_bytes,
+        "usedBytes": usage.used_bytes or 0,
+        "inodesFree": size.inodes_free or 0,
+        "inodes": size.inodes or 0,
+        "inodesUsed": usage.inodes_used or 0,
+        "name": name,
+    }
+
+
+def _volumes(pod: PodSample, now: int) -> list[dict[str, Any]]:
+    """PodStats.VolumeStats as upstream's makePodStorageStats lists them: the calculator's local ephemeral volumes,
+    then the others (its "persistent" list: tmpfs volumes too); by name within each (upstream: map order)."""
+    ordered = sorted(pod.volumes.items(), key=lambda item: (not item[1].local_ephemeral, item[0]))
+    return [_volume(name, volume, now) for name, volume in ordered]
 
 
 def _pod_summary(pod: PodSample, snapshot: StatsSnapshot) -> dict[str, Any]:
@@ -624,6 +711,8 @@ def _pod_summary(pod: PodSample, snapshot: StatsSnapshot) -> dict[str, Any]:
     linux = pod.sandbox.linux if pod.sandbox else None
     if linux is not None and linux.network is not None:
         obj["network"] = _network(linux.network, linux.cpu.timestamp if linux.cpu and linux.cpu.timestamp else now)
+    if pod.volumes:  # omitempty
+        obj["volume"] = _volumes(pod, now)
     ephemeral = _ephemeral_storage(pod, snapshot)
     if ephemeral is not None:
         obj["ephemeral-storage"] = ephemeral
@@ -666,8 +755,9 @@ def summary(snapshot: StatsSnapshot) -> dict[str, Any]:
     """The Summary API object (stats/v1alpha1 ``Summary``) as JSON-ready dicts and lists.
 
     Field names and nesting follow the Go types; unknown numbers are left out (omitempty pointers),
-    times are RFC 3339 seconds in UTC. Not reported: systemContainers, node network, volumes, PSI/IO,
-    accelerators. With `snapshot.error` set, the node is reported without pods.
+    times are RFC 3339 seconds in UTC. Not reported: systemContainers, node network, PSI/IO, accelerators, and
+    a volume's pvcRef (kopflet mounts no persistentVolumeClaim or ephemeral volumes). With `snapshot.error` set,
+    the node is reported without pods.
     """
     pods = [] if snapshot.error else [_pod_summary(p, snapshot) for p in snapshot.pods]
     return {"node": _node_summary(snapshot), "pods": pods}
@@ -783,7 +873,7 @@ def eviction_usage(sample: PodSample) -> PodUsage:
         memory = sum(known) if known else None
     processes = linux.process.process_count if linux is not None and linux.process is not None else None
     return PodUsage(memory_working_set=memory, process_count=processes, containers=containers,
-                    volumes={name: _fs_usage(v) for name, v in sample.volumes.items()},
+                    volumes={name: _fs_usage(v.usage) for name, v in sample.volumes.items()},
                     pod_logs=_fs_usage(sample.pod_logs) if sample.pod_logs is not None else None,
                     etc_hosts=_fs_usage(sample.etc_hosts) if sample.etc_hosts is not None else None)
 

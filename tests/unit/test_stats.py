@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -738,13 +739,13 @@ def _pod_files(root: Path, uid: str) -> Path:
     return volumes
 
 
-def test_volume_usage_measures_empty_dir_and_config_map_volumes(tmp_path: Path) -> None:
+def test_pod_volumes_measures_the_volumes_upstream_measures(tmp_path: Path) -> None:
     volumes = _pod_files(tmp_path, "u1")
-    usage = agent_stats.volume_usage(Layout(str(tmp_path)), "u1", 1)
-    assert sorted(usage) == ["conf", "scratch", "shm"]  # secrets are tmpfs no limit reads
+    found = agent_stats.pod_volumes(Layout(str(tmp_path)), "u1", "")
+    assert sorted(found) == ["conf", "scratch", "shm", "token"]  # every MetricsDu plugin, secrets too
     scratch = volumes / "kubernetes.io~empty-dir" / "scratch"
-    assert usage["scratch"].used_bytes == _blocks(scratch, scratch / "f")
-    assert agent_stats.volume_usage(Layout(str(tmp_path)), "nobody", 1) == {}
+    assert found["scratch"].usage.used_bytes == _blocks(scratch, scratch / "f")
+    assert agent_stats.pod_volumes(Layout(str(tmp_path)), "nobody", "") == {}
 
 
 async def test_collector_measures_volumes_each_minute_and_host_files_each_time(
@@ -754,14 +755,14 @@ async def test_collector_measures_volumes_each_minute_and_host_files_each_time(
     collector = make_collector(FakeCri(image_fs=str(fake_node["root"])), fake_node)
     web = (await collector.collect()).pods[1]
     scratch = volumes / "kubernetes.io~empty-dir" / "scratch"
-    assert web.volumes["scratch"].used_bytes == _blocks(scratch, scratch / "f")
+    assert web.volumes["scratch"].usage.used_bytes == _blocks(scratch, scratch / "f")
     assert web.etc_hosts is not None and web.etc_hosts.inodes_used == 1
     stray = fake_node["logs"] / "default_web_uid-web" / "stray.log"
     assert web.pod_logs is not None and web.pod_logs.used_bytes == _blocks(stray)  # not the app/ directory
     other = (await collector.collect()).pods[0]
     assert other.volumes == {} and other.etc_hosts is None and other.pod_logs is None
     usage = summary.eviction_usage(web)
-    assert usage.volumes["scratch"].used_bytes == web.volumes["scratch"].used_bytes
+    assert usage.volumes["scratch"].used_bytes == web.volumes["scratch"].usage.used_bytes
     assert usage.etc_hosts is not None and usage.pod_logs is not None
 
     (scratch / "more").write_bytes(b"m" * 100000)
@@ -769,4 +770,52 @@ async def test_collector_measures_volumes_each_minute_and_host_files_each_time(
     assert again.volumes["scratch"] == web.volumes["scratch"]  # within VOLUME_STATS_PERIOD: reused
     monkeypatch.setattr(agent_stats, "VOLUME_STATS_PERIOD", 0.0)
     later = (await collector.collect()).pods[1]
-    assert later.volumes["scratch"].used_bytes == _blocks(scratch, scratch / "f", scratch / "more")
+    assert later.volumes["scratch"].usage.used_bytes == _blocks(scratch, scratch / "f", scratch / "more")
+
+
+async def test_collector_reports_the_volumes_in_the_summary(fake_node: dict[str, Path]) -> None:
+    volumes = _pod_files(fake_node["root"], "uid-web")
+    scratch = volumes / "kubernetes.io~empty-dir" / "scratch"
+    (scratch / "big").write_bytes(b"b" * (2 << 20))
+    collector = make_collector(FakeCri(image_fs=str(fake_node["root"])), fake_node)
+    other, web = (await collector.summary())["pods"]
+    assert "volume" not in other  # no volumes directory: the list is left out (omitempty)
+    listed = {v["name"]: v for v in web["volume"]}
+    assert [v["name"] for v in web["volume"]] == ["conf", "scratch", "shm", "token"]  # local ephemeral first
+    assert listed["scratch"]["usedBytes"] == _blocks(scratch, scratch / "f", scratch / "big") >= 2 << 20
+    assert listed["scratch"]["inodesUsed"] == 3
+    assert set(listed["scratch"]) == {"time", "availableBytes", "capacityBytes", "usedBytes", "inodesFree", "inodes",
+                                      "inodesUsed", "name"}
+    # ephemeral-storage: the container's logs, the disk volumes (conf, scratch, shm: no tmpfs here), etc-hosts.
+    etc_hosts = fake_node["root"] / "pods" / "uid-web" / "etc-hosts"
+    logs = fake_node["logs"] / "default_web_uid-web" / "app"
+    disk = sum(listed[name]["usedBytes"] for name in ("conf", "scratch", "shm"))
+    assert web["ephemeral-storage"]["usedBytes"] == disk + _blocks(etc_hosts, logs, logs / "0.log")
+
+
+async def test_a_slow_volume_measurement_does_not_hold_up_the_collection(
+        fake_node: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    _pod_files(fake_node["root"], "uid-web")
+    release, calls = threading.Event(), []
+    measure = agent_stats.pod_volumes
+
+    def slow(layout: Layout, uid: str, mountinfo: str) -> dict[str, summary.VolumeSample]:
+        calls.append(uid)
+        release.wait(10)
+        return measure(layout, uid, mountinfo)
+
+    monkeypatch.setattr(agent_stats, "pod_volumes", slow)
+    monkeypatch.setattr(agent_stats, "VOLUME_STATS_WAIT", 0.05)
+    collector = make_collector(FakeCri(image_fs=str(fake_node["root"])), fake_node)
+    first = await collector.collect()
+    assert [p.volumes for p in first.pods] == [{}, {}]  # not measured yet: reported without volumes
+    assert all(p.etc_hosts is not None for p in first.pods[1:])  # the rest of the pod is measured as before
+    second = await collector.collect()  # still measuring: no second measurement is started
+    assert [p.volumes for p in second.pods] == [{}, {}] and calls == ["uid-other"]  # one pod after the other
+    release.set()
+    measuring = collector._measuring
+    assert measuring is not None
+    await measuring
+    third = await collector.collect()  # the finished measurement is fresh: reported, not measured again
+    assert sorted(third.pods[1].volumes) == ["conf", "scratch", "shm", "token"]
+    assert sorted(calls) == ["uid-other", "uid-web"]
