@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from devstack import processes, stack
 from devstack.layout import Layout
 from tests.conftest import REPO, Kubectl
 
@@ -63,6 +64,25 @@ class Agent:
                 self.proc.wait()
                 raise AssertionError(f"agent ignored SIGTERM for {timeout}s") from None
         return self.proc.returncode
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stack_survives(layout: Layout) -> Iterator[None]:
+    """Every daemon of the stack still runs when a module ends (tests that stop one start it again). One that
+    died is reported with the end of its log and the kernel's, and started again so the next modules do not
+    all fail behind it."""
+    yield
+    died = []
+    for comp in stack.components(layout):
+        if processes.read_pid(layout.pids / f"{comp.name}.pid") is None:
+            log = processes.tail(layout.logs / f"{comp.name}.log", 60)
+            kernel = subprocess.run(["dmesg", "--ctime"], capture_output=True, text=True, check=False).stdout
+            died.append(f"{comp.name} died; its log ends:\n{log}\nthe kernel log ends:\n"
+                        + "\n".join(kernel.splitlines()[-20:]))
+            processes.start(comp.name, comp.argv, pids=layout.pids, logs=layout.logs, healthy=comp.healthy,
+                            timeout=comp.timeout)
+    if died:
+        pytest.fail("\n\n".join(died), pytrace=False)
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from pathlib import Path
 
 from devstack.layout import Layout
 from tests.conftest import Kubectl
@@ -31,3 +33,31 @@ def test_agent_runs_as_the_node_and_sees_its_pods(agent: Agent, admin: Kubectl, 
     assert agent.stop() == 0
     refused = re.findall(r".*(?:Forbidden|status=403|code.: 403).*", agent.output())
     assert not refused, "\n".join(refused)
+
+
+def test_a_new_boot_id_is_a_rebooted_event(admin: Kubectl, layout: Layout, tmp_path: Path) -> None:
+    """The Node last reported another boot id (upstream MachineInfo setter): one Warning Rebooted event, then
+    the Node carries this boot's id."""
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    stale = "00000000-0000-4000-8000-000000000000"
+    admin.run("patch", "node", layout.node_name, "--subresource=status", "--type=merge",
+              "-p", json.dumps({"status": {"nodeInfo": {"bootID": stale}}}))
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
+    agent = Agent(layout, tmp_path / "agent.log")
+    agent.start()
+    try:
+        agent.wait_for(r"Activity 'start_agent' succeeded")
+        selector = f"involvedObject.kind=Node,involvedObject.name={layout.node_name},reason=Rebooted"
+        deadline = time.monotonic() + 30
+        mine: list[dict] = []
+        while not mine:
+            assert time.monotonic() < deadline, "no Rebooted event on the node"
+            time.sleep(1)
+            items = admin.json("get", "events", "-n", "default", "--field-selector", selector)["items"]
+            mine = [e for e in items if (e.get("lastTimestamp") or "") >= since]
+        assert len(mine) == 1 and mine[0]["count"] == 1, mine
+        assert (mine[0]["type"], mine[0]["message"]) == (
+            "Warning", f"Node {layout.node_name} has been rebooted, boot id: {boot_id}")
+        assert admin.json("get", "node", layout.node_name)["status"]["nodeInfo"]["bootID"] == boot_id
+    finally:
+        agent.stop()

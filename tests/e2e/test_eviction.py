@@ -7,6 +7,7 @@ MiB crosses it; nothing else on the machine is starved."""
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ MARGIN = 400 * MiB  # the threshold sits this far under what is free at the star
 PID_MARGIN = 400  # pid.available's threshold sits this far under what is free at the start
 PID_HOG = 1000  # processes the forking pod starts
 FAST = "--node-status-update-frequency=2s "  # the node's conditions follow the manager within seconds
+SOFT_GRACE = 40  # seconds a soft threshold must hold before a pod is evicted
 
 
 def condition(node: dict[str, Any], kind: str) -> str:
@@ -180,6 +182,66 @@ def test_disk_pressure_evicts_the_pod_that_fills_the_node(small_disk_agent: tupl
     for name in ("filler", "late"):
         wait_gone(admin, namespace, name, timeout=90)
 
+@pytest.fixture
+def soft_agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
+    available = signals.observe("/")["memory.available"].available
+    threshold = max(available - MARGIN, 64 * MiB) // MiB
+    yield from agent_with(layout, tmp_path, f"--eviction-soft=memory.available<{threshold}Mi "
+                                            f"--eviction-soft-grace-period=memory.available={SOFT_GRACE}s "
+                                            f"--eviction-max-pod-grace-period=3 {FAST}"
+                                            "--eviction-pressure-transition-period=30s")
+
+
+def test_a_soft_threshold_evicts_after_its_grace_period_with_the_max_pod_grace(
+        soft_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
+    """Upstream: the condition follows the soft threshold at once, the eviction waits for the threshold's grace
+    period, and the pod is killed with min(evictionMaxPodGracePeriod, its terminationGracePeriodSeconds)."""
+    node = layout.node_name
+    admin.apply(pod_manifest("hog", namespace, node, [container(
+        "main", f"trap '' TERM; dd if=/dev/zero bs={HOG // MiB}M count=1 | sleep 3600")],
+        terminationGracePeriodSeconds=120))
+    wait_condition(admin, node, "MemoryPressure", "True")
+    pressured = time.time()
+    pod = wait_pod(admin, namespace, "hog", failed, timeout=SOFT_GRACE + 120, what="evicted")
+    evicted = next(e for e in events(admin, namespace, "hog") if e["reason"] == "Evicted")
+    stamp = dt.datetime.fromisoformat(evicted["firstTimestamp"]).timestamp()
+    # The pressure was seen at most a status update and a manager round before `pressured`.
+    assert stamp >= pressured + SOFT_GRACE - 15, "evicted before the soft threshold's grace period"
+    assert pod["status"]["reason"] == "Evicted"
+    assert pod["status"]["message"].startswith("The node was low on resource: memory. Threshold quantity: ")
+    # TERM is ignored, so the container died of the KILL after the 3 s override, not the pod's 120 s.
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 137
+    killed = dt.datetime.fromisoformat(terminated["finishedAt"]).timestamp()
+    assert killed - stamp < 60, f"killed {killed - stamp:.0f}s after the eviction: the pod's own grace was used"
+
+
+def test_without_local_storage_isolation_nothing_is_evicted_for_local_storage(
+        layout: Layout, admin: Kubectl, namespace: str, tmp_path: Path) -> None:
+    """localStorageCapacityIsolation off (upstream): no local storage limit is enforced, and nothing of the node's
+    ephemeral storage is reserved (allocatable equals the capacity the Node already reports)."""
+    agents = agent_with(layout, tmp_path, "--local-storage-capacity-isolation=false")
+    next(agents)
+    try:
+        admin.apply(pod_manifest("spill", namespace, layout.node_name, [container(
+            "main", "dd if=/dev/zero of=/scratch/fill bs=1M count=24 && touch /tmp/ready && sleep 3600",
+            volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}],
+            readinessProbe={"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1})],
+            volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": "8Mi"}}]))
+        wait_pod(admin, namespace, "spill", is_ready, what="Ready")
+        # With isolation on the same pod is evicted within a volume measurement and a round (the test below).
+        deadline = time.monotonic() + 100
+        while time.monotonic() < deadline:
+            pod = admin.json("get", "pod", "spill", "-n", namespace)
+            assert pod["status"]["phase"] == "Running", pod["status"]
+            time.sleep(5)
+        status = admin.json("get", "node", layout.node_name)["status"]
+        if "ephemeral-storage" in status["capacity"]:
+            assert status["allocatable"]["ephemeral-storage"] == status["capacity"]["ephemeral-storage"]
+    finally:
+        next(agents, None)
+
+
 def test_a_container_over_its_memory_limit_is_oom_killed(running_agent: Agent, admin: Kubectl, layout: Layout,
                                                          namespace: str) -> None:
     admin.apply(pod_manifest("oom", namespace, layout.node_name, [container(
@@ -228,3 +290,16 @@ def test_an_empty_dir_over_its_size_limit_is_evicted(running_agent: Agent, admin
     assert pod["status"]["reason"] == "Evicted"
     assert pod["status"]["message"] == 'Usage of EmptyDir volume "scratch" exceeds the limit "8Mi". '
     assert any(e["reason"] == "Evicted" for e in events(admin, namespace, "spill"))
+
+
+def test_a_container_over_its_ephemeral_storage_limit_is_evicted(running_agent: Agent, admin: Kubectl,
+                                                                 layout: Layout, namespace: str) -> None:
+    """Its writable layer (what it wrote outside volumes) and logs count against its own limit (upstream
+    containerEphemeralStorageLimitEviction)."""
+    admin.apply(pod_manifest("writer", namespace, layout.node_name, [container(
+        "main", "dd if=/dev/zero of=/fill bs=1M count=24 && sleep 3600",
+        resources={"limits": {"ephemeral-storage": "8Mi"}})]))
+    pod = wait_pod(admin, namespace, "writer", failed, timeout=180, what="evicted for its writable layer")
+    assert pod["status"]["reason"] == "Evicted"
+    assert pod["status"]["message"] == 'Container main exceeded its local ephemeral storage limit "8Mi". '
+    assert any(e["reason"] == "Evicted" for e in events(admin, namespace, "writer"))

@@ -219,6 +219,46 @@ def test_resource_metrics_and_stats_summary(chatty: str, admin: Kubectl, layout:
     assert pod["containers"][0]["name"] == "main" and pod["containers"][0]["memory"]["workingSetBytes"] > 0
 
 
+def test_stats_summary_reports_each_volume(chatty: str, admin: Kubectl, layout: Layout) -> None:
+    """Upstream's volume stats (MetricsDu): used bytes and inodes from du, capacity from the volume's filesystem;
+    a Memory emptyDir is its own tmpfs, and hostPath has no metrics."""
+    mib = 1 << 20
+    admin.run("create", "configmap", "settings", "-n", chatty, "--from-literal=key=value")
+    admin.apply(pod_manifest("volumes", chatty, layout.node_name, [container(
+        "main", "dd if=/dev/zero of=/scratch/data bs=1M count=20 && dd if=/dev/zero of=/ram/data bs=1M count=8 "
+                "&& sync && touch /tmp/ready && sleep 3600",
+        volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}, {"name": "ram", "mountPath": "/ram"},
+                      {"name": "settings", "mountPath": "/settings"}, {"name": "host", "mountPath": "/host"}],
+        readinessProbe={"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1})],
+        volumes=[{"name": "scratch", "emptyDir": {}},
+                 {"name": "ram", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+                 {"name": "settings", "configMap": {"name": "settings"}},
+                 {"name": "host", "hostPath": {"path": "/tmp"}}]))
+    wait_pod(admin, chatty, "volumes", is_ready, what="Ready")
+    deadline = time.monotonic() + 150  # measured in the background and reused for a minute, as upstream's cache
+    while True:
+        summary = json.loads(admin.raw(f"/api/v1/nodes/{layout.node_name}/proxy/stats/summary").stdout)
+        pod = next(p for p in summary["pods"] if p["podRef"]["name"] == "volumes")
+        volumes = {v["name"]: v for v in pod.get("volume", [])}
+        if volumes.get("scratch", {}).get("usedBytes", 0) >= 20 * mib and \
+                volumes.get("ram", {}).get("usedBytes", 0) >= 8 * mib:
+            break
+        assert time.monotonic() < deadline, f"volume stats never showed the written data: {pod.get('volume')}"
+        time.sleep(5)
+    assert set(volumes) == {"scratch", "ram", "settings"}, "hostPath has no metrics upstream"
+    scratch, ram = volumes["scratch"], volumes["ram"]
+    assert set(scratch) == {"time", "availableBytes", "capacityBytes", "usedBytes", "inodesFree", "inodes",
+                            "inodesUsed", "name"}, scratch
+    assert scratch["capacityBytes"] == summary["node"]["fs"]["capacityBytes"]
+    assert 0 < scratch["availableBytes"] <= scratch["capacityBytes"] and scratch["inodesUsed"] >= 2
+    assert ram["capacityBytes"] == 64 * mib, "a Memory emptyDir is its own tmpfs of sizeLimit"
+    assert volumes["settings"]["usedBytes"] > 0
+    # Local ephemeral volumes first (upstream makePodStorageStats): the disk emptyDir and the configMap.
+    assert {v["name"] for v in pod["volume"][:2]} == {"scratch", "settings"}
+    # The pod's ephemeral storage counts the disk emptyDir, never the tmpfs.
+    assert 20 * mib <= pod["ephemeral-storage"]["usedBytes"] < 28 * mib
+
+
 def test_cadvisor_metrics_carry_the_series_dashboards_query(chatty: str, admin: Kubectl, layout: Layout) -> None:
     text = admin.raw(f"/api/v1/nodes/{layout.node_name}/proxy/metrics/cadvisor").stdout
     samples = [s for f in text_string_to_metric_families(text) for s in f.samples]

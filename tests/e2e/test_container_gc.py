@@ -1,0 +1,68 @@
+"""Container GC's node-wide cap (upstream's deprecated --maximum-dead-containers): with more dead containers than
+the cap, each pod's container keeps its newest dead instance and the oldest go first, node-wide, until the cap
+holds (upstream containerGC.evictContainers)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cri_client import CriClient
+from cri_client import types as cri
+from devstack.layout import Layout
+from tests.conftest import Kubectl
+from tests.e2e.conftest import Agent
+from tests.e2e.test_pod_lifecycle import container, pod_manifest, statuses, wait_pod
+
+CAP = 2
+PODS = 3
+
+
+@pytest.fixture
+def capped_agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
+    agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": (
+        f"--maximum-dead-containers={CAP} --maximum-dead-containers-per-container=5 "
+        "--minimum-container-ttl-duration=0s")})
+    agent.start()
+    agent.wait_for(r"Activity 'start_agent' succeeded")
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+def dead_containers(layout: Layout, uids: set[str]) -> list[cri.Container]:
+    async def listing() -> list[cri.Container]:
+        async with CriClient(layout.runtime_endpoint) as client:
+            return [c for c in await client.containers.list()
+                    if c.state == cri.ContainerState.EXITED and c.labels.get("io.kubernetes.pod.uid") in uids]
+    return asyncio.run(listing())
+
+
+def test_the_node_wide_cap_on_dead_containers_holds(capped_agent: Agent, admin: Kubectl, layout: Layout,
+                                                     namespace: str) -> None:
+    for i in range(PODS):
+        admin.apply(pod_manifest(f"crash-{i}", namespace, layout.node_name,
+                                 [container("main", "sleep 2; exit 1")]))
+    # Each has crashed at least three times: up to 5 dead instances each are allowed per container, 2 node-wide.
+    uids = set()
+    for i in range(PODS):
+        pod = wait_pod(admin, namespace, f"crash-{i}",
+                       lambda p: statuses(p).get("main", {}).get("restartCount", 0) >= 3, timeout=240,
+                       what="restarted three times")
+        uids.add(pod["metadata"]["uid"])
+    # Container GC runs every minute (upstream ContainerGCPeriod); the pods keep crashing meanwhile.
+    deadline = time.monotonic() + 150
+    dead: list[cri.Container] = []
+    while time.monotonic() < deadline:
+        dead = dead_containers(layout, uids)
+        if len(dead) <= CAP:
+            break
+        time.sleep(2)
+    assert len(dead) <= CAP, f"{len(dead)} dead containers of these pods with a node-wide cap of {CAP}"
+    for i in range(PODS):
+        admin.run("delete", "pod", f"crash-{i}", "-n", namespace, "--wait=false")
