@@ -113,14 +113,18 @@ def cmd_dev(layout: Layout) -> int:
     try:
         with dev_lock(layout):
             started: list[str] = []
+            supervisor = stack.Supervisor(layout)
             try:
                 started = stack.up(layout)
+                supervisor.start()
                 with contextlib.suppress(OSError):
                     print(usage_text(layout), file=sys.stderr, flush=True)
                 env = stack_env(layout)
                 env["KUBECONFIG"] = str(layout.node_kubeconfig)  # the agent is a node, never admin
                 return run_foreground(agent_argv(), env)
             finally:
+                if supervisor.is_alive():
+                    supervisor.stop()
                 with contextlib.suppress(KeyboardInterrupt):
                     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not half-stop
                     stack.down(layout, only=started)
@@ -138,10 +142,14 @@ def cmd_run(layout: Layout, argv: Sequence[str]) -> int:
               f"agents of their own for node {layout.node_name}.", file=sys.stderr)
         return 1
     started: list[str] = []
+    supervisor = stack.Supervisor(layout)
     try:
         started = stack.up(layout)
+        supervisor.start()
         return run_foreground(argv, stack_env(layout))
     finally:
+        if supervisor.is_alive():
+            supervisor.stop()
         stack.down(layout, only=started)
 
 

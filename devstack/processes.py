@@ -115,13 +115,14 @@ def stop(name: str, *, pids: Path, timeout: float = 20.0) -> bool:
     if pid is None:
         pidfile.unlink(missing_ok=True)
         return False
+    # The pid file goes first: a process that is gone while its pid file stays has crashed (`Supervisor`).
+    pidfile.unlink(missing_ok=True)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     if not wait_gone(pid, timeout):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         wait_gone(pid, 5)
-    pidfile.unlink(missing_ok=True)
     return True
 
 

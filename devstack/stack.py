@@ -16,6 +16,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -282,6 +284,67 @@ def unroute_kubernetes_service() -> None:
             pass
     _iptables("-F", SERVICE_CHAIN, check=False)
     _iptables("-X", SERVICE_CHAIN, check=False)
+
+
+class Supervisor(threading.Thread):
+    """Starts a daemon again when it dies on its own, as systemd's ``Restart=always`` in the units the Debian
+    packages ship does on a real node (containerd.service among them): the agent must ride out a runtime crash,
+    and one crash of a daemon must not fail every test after it. A daemon stopped on purpose
+    (`processes.stop`, which removes its pid file first) stays stopped.
+
+    Each crash is reported on stderr with the end of the daemon's log and recorded in ``crashes.log`` beside the
+    logs, where the tests look for crashes during their module."""
+
+    def __init__(self, layout: Layout, period: float = 2.0,
+                 daemons: Callable[[Layout], Sequence[Component]] | None = None) -> None:
+        super().__init__(name="devstack-supervisor", daemon=True)
+        self.layout, self.period = layout, period
+        self.daemons = daemons or components
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.period):
+            for comp in self.daemons(self.layout):
+                if self.stopping.is_set():
+                    return
+                with contextlib.suppress(Exception):  # never let a check end the supervision
+                    self._check(comp)
+
+    def _check(self, comp: Component) -> None:
+        pidfile = self.layout.pids / f"{comp.name}.pid"
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return  # not running, or stopped on purpose
+        if processes.alive(pid):
+            return
+        status = ""
+        with contextlib.suppress(ChildProcessError, OSError):  # our own child: reap it, learn how it ended
+            _, raw = os.waitpid(pid, os.WNOHANG)
+            status = f" ({_exit_status(raw)})" if raw else ""
+        if not pidfile.exists() or self.stopping.is_set():
+            return  # stopped on purpose meanwhile
+        tail = processes.tail(self.layout.logs / f"{comp.name}.log", 40)
+        report = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {comp.name} (pid {pid}) exited on its own{status}"
+        _log(f"{report}; starting it again. Its log ends:\n{tail}")
+        with contextlib.suppress(OSError), (self.layout.logs / "crashes.log").open("a") as out:
+            out.write(f"{report}\n{tail}\n\n")
+        pidfile.unlink(missing_ok=True)
+        try:
+            processes.start(comp.name, comp.argv, pids=self.layout.pids, logs=self.layout.logs,
+                            healthy=comp.healthy, timeout=comp.timeout)
+        except processes.StackError as exc:
+            _log(f"could not start {comp.name} again: {exc}")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=120)
+
+
+def _exit_status(raw: int) -> str:
+    if os.WIFSIGNALED(raw):
+        return f"killed by {signal.Signals(os.WTERMSIG(raw)).name}"
+    return f"exit status {os.WEXITSTATUS(raw)}" if os.WIFEXITED(raw) else f"wait status {raw}"
 
 
 def down(layout: Layout, only: Sequence[str] | None = None) -> None:

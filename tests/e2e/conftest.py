@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,23 +67,33 @@ class Agent:
         return self.proc.returncode
 
 
+class DaemonCrashed(UserWarning):
+    """A daemon of the stack died on its own during a module and the dev stack's supervisor started it again."""
+
+
 @pytest.fixture(scope="module", autouse=True)
 def stack_survives(layout: Layout) -> Iterator[None]:
-    """Every daemon of the stack still runs when a module ends (tests that stop one start it again). One that
-    died is reported with the end of its log and the kernel's, and started again so the next modules do not
-    all fail behind it."""
+    """Every daemon of the stack runs when a module ends (tests that stop one start it again). A crash the dev
+    stack's supervisor recovered from (`devstack.stack.Supervisor`, like systemd's Restart=always) is a warning
+    with the daemon's log; one still down fails the module, with its log and the kernel's."""
+    crashes = layout.logs / "crashes.log"
+    seen = crashes.stat().st_size if crashes.exists() else 0
     yield
-    died = []
+    if crashes.exists() and crashes.stat().st_size > seen:
+        with crashes.open() as log:
+            log.seek(seen)
+            warnings.warn(DaemonCrashed(log.read()), stacklevel=1)
+    down = []
     for comp in stack.components(layout):
         if processes.read_pid(layout.pids / f"{comp.name}.pid") is None:
             log = processes.tail(layout.logs / f"{comp.name}.log", 60)
             kernel = subprocess.run(["dmesg", "--ctime"], capture_output=True, text=True, check=False).stdout
-            died.append(f"{comp.name} died; its log ends:\n{log}\nthe kernel log ends:\n"
+            down.append(f"{comp.name} is down; its log ends:\n{log}\nthe kernel log ends:\n"
                         + "\n".join(kernel.splitlines()[-20:]))
             processes.start(comp.name, comp.argv, pids=layout.pids, logs=layout.logs, healthy=comp.healthy,
                             timeout=comp.timeout)
-    if died:
-        pytest.fail("\n\n".join(died), pytrace=False)
+    if down:
+        pytest.fail("\n\n".join(down), pytrace=False)
 
 
 @pytest.fixture
