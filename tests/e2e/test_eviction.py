@@ -292,14 +292,20 @@ def test_an_empty_dir_over_its_size_limit_is_evicted(running_agent: Agent, admin
     assert any(e["reason"] == "Evicted" for e in events(admin, namespace, "spill"))
 
 
-def test_a_container_over_its_ephemeral_storage_limit_is_evicted(running_agent: Agent, admin: Kubectl,
-                                                                 layout: Layout, namespace: str) -> None:
-    """Its writable layer (what it wrote outside volumes) and logs count against its own limit (upstream
-    containerEphemeralStorageLimitEviction)."""
-    admin.apply(pod_manifest("writer", namespace, layout.node_name, [container(
-        "main", "dd if=/dev/zero of=/fill bs=1M count=24 && sleep 3600",
-        resources={"limits": {"ephemeral-storage": "8Mi"}})]))
-    pod = wait_pod(admin, namespace, "writer", failed, timeout=180, what="evicted for its writable layer")
-    assert pod["status"]["reason"] == "Evicted"
-    assert pod["status"]["message"] == 'Container main exceeded its local ephemeral storage limit "8Mi". '
-    assert any(e["reason"] == "Evicted" for e in events(admin, namespace, "writer"))
+def test_pods_and_containers_over_their_ephemeral_storage_limits_are_evicted(
+        running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
+    """What a container writes outside volumes (its writable layer) and its logs count against its limit, and
+    the pod's usage against the sum of its containers' limits, checked first (upstream localStorageEviction:
+    podEphemeralStorageLimitEviction, then containerEphemeralStorageLimitEviction)."""
+    writer = container("main", "dd if=/dev/zero of=/fill bs=1M count=24 && sleep 3600",
+                       resources={"limits": {"ephemeral-storage": "8Mi"}})
+    admin.apply(pod_manifest("alone", namespace, layout.node_name, [writer]))
+    admin.apply(pod_manifest("pair", namespace, layout.node_name, [writer, container(
+        "roomy", "sleep 3600", resources={"limits": {"ephemeral-storage": "1Gi"}})]))
+    alone = wait_pod(admin, namespace, "alone", failed, timeout=180, what="evicted for the pod's total")
+    pair = wait_pod(admin, namespace, "pair", failed, timeout=60, what="evicted for its container")
+    assert (alone["status"]["reason"], alone["status"]["message"]) == (
+        "Evicted", "Pod ephemeral local storage usage exceeds the total limit of containers 8Mi. ")
+    assert (pair["status"]["reason"], pair["status"]["message"]) == (
+        "Evicted", 'Container main exceeded its local ephemeral storage limit "8Mi". ')
+    assert any(e["reason"] == "Evicted" for e in events(admin, namespace, "pair"))
