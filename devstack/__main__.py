@@ -123,10 +123,10 @@ def cmd_dev(layout: Layout) -> int:
                 env["KUBECONFIG"] = str(layout.node_kubeconfig)  # the agent is a node, never admin
                 return run_foreground(agent_argv(), env)
             finally:
-                if supervisor.is_alive():
-                    supervisor.stop()
                 with contextlib.suppress(KeyboardInterrupt):
                     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not half-stop
+                    if supervisor.is_alive():
+                        supervisor.stop()
                     stack.down(layout, only=started)
     except AlreadyRunning as exc:
         print(f"devstack: `make dev` is already running here (pid {exc}); it owns this stack.\n"

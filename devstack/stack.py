@@ -304,11 +304,18 @@ class Supervisor(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.wait(self.period):
-            for comp in self.daemons(self.layout):
+            try:
+                daemons = self.daemons(self.layout)
+            except Exception as exc:  # never let a round end the supervision
+                _log(f"supervisor: cannot list the daemons: {exc}")
+                continue
+            for comp in daemons:
                 if self.stopping.is_set():
                     return
-                with contextlib.suppress(Exception):  # never let a check end the supervision
+                try:
                     self._check(comp)
+                except Exception as exc:
+                    _log(f"supervisor: checking {comp.name} failed: {exc}")
 
     def _check(self, comp: Component) -> None:
         pidfile = self.layout.pids / f"{comp.name}.pid"
@@ -318,10 +325,10 @@ class Supervisor(threading.Thread):
             return  # not running, or stopped on purpose
         if processes.alive(pid):
             return
-        status = ""
+        status, pid_done, raw = "", 0, 0
         with contextlib.suppress(ChildProcessError, OSError):  # our own child: reap it, learn how it ended
-            _, raw = os.waitpid(pid, os.WNOHANG)
-            status = f" ({_exit_status(raw)})" if raw else ""
+            pid_done, raw = os.waitpid(pid, os.WNOHANG)
+            status = f" ({_exit_status(raw)})" if pid_done else ""
         if not pidfile.exists() or self.stopping.is_set():
             return  # stopped on purpose meanwhile
         tail = processes.tail(self.layout.logs / f"{comp.name}.log", 40)

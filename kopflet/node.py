@@ -308,6 +308,7 @@ class Node:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.stats.close()
         await self.workers.stop()
         await self.prober.close()
         await self.recorder.flush()

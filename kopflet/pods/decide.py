@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -301,8 +302,16 @@ def _syncing(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg: 
     return Plan(lifecycle=Lifecycle.SYNCING, pod=pod, memory=dataclasses.replace(memory, followup=steps),
                 allocate=allocate, admitted=True, events=tuple(events), status=status,
                 actions=actions if run else None, resize=resizing if run else None,
-                evict=gc.evictable(runtime), observe_start=observe_start,
+                evict=gc.evictable(runtime, _dead_kept(cfg)), observe_start=observe_start,
                 wake_after=wake, log=actions.reason if run else "")
+
+
+def _dead_kept(cfg: AgentConfig) -> int:
+    """Dead instances of each container a sync leaves for the node's container GC: its per-container maximum
+    (--maximum-dead-containers-per-container; negative, no limit), so pruning at sync time never keeps fewer
+    than upstream's containerGC would."""
+    limit = cfg.maximum_dead_containers_per_container
+    return limit if limit >= 0 else sys.maxsize
 
 
 def _delay(obs: Observation, pod: spec.Pod, cfg: AgentConfig, actions: reconciler.PodActions,

@@ -471,6 +471,14 @@ class StatsCollector:
         mountinfo = _read(self.proc / "self" / "mountinfo") or ""
         return {uid: pod_volumes(self.layout, uid, mountinfo) for uid in uids}
 
+    async def close(self) -> None:
+        """Cancel the collection and the volume measurement in progress (a du already running in its thread
+        finishes there; nothing waits for it)."""
+        tasks = [t for t in (self._running, self._measuring) if t is not None and not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _sandbox_stats(self, sandbox_ids: list[str]) -> dict[str, cri.PodSandboxStats]:
         """Pod-level stats of these sandboxes: one ListPodSandboxStats, else one call per sandbox.
 

@@ -660,8 +660,9 @@ def _ephemeral_storage(pod: PodSample, snapshot: StatsSnapshot) -> dict[str, Any
     root = snapshot.node.root_fs
     if root is None:
         return None
-    parts = [c.stats.writable_layer for c in pod.containers if c.stats.writable_layer is not None]
-    parts += [c.logs for c in pod.containers if c.logs is not None]
+    # Upstream addContainerUsage counts a container's logs with its writable layer, only when it has one.
+    parts = [u for c in pod.containers if c.stats.writable_layer is not None
+             for u in (c.stats.writable_layer, c.logs) if u is not None]
     parts += [v.usage for _, v in sorted(pod.volumes.items()) if v.local_ephemeral]
     parts += [u for u in (pod.pod_logs, pod.etc_hosts) if u is not None]
     return _fs(

@@ -75,25 +75,28 @@ class DaemonCrashed(UserWarning):
 def stack_survives(layout: Layout) -> Iterator[None]:
     """Every daemon of the stack runs when a module ends (tests that stop one start it again). A crash the dev
     stack's supervisor recovered from (`devstack.stack.Supervisor`, like systemd's Restart=always) is a warning
-    with the daemon's log; one still down fails the module, with its log and the kernel's."""
+    with the daemon's log; one still down (not started again, or stopped by a test and left so) fails the module,
+    with its log and the kernel's."""
     crashes = layout.logs / "crashes.log"
     seen = crashes.stat().st_size if crashes.exists() else 0
     yield
+    # A daemon that just crashed is the supervisor's to start again (it checks every 2 s, and waits for health).
+    deadline = time.monotonic() + 120
+    while (down := [c for c in stack.components(layout)
+                    if processes.read_pid(layout.pids / f"{c.name}.pid") is None]) and time.monotonic() < deadline:
+        time.sleep(1)
     if crashes.exists() and crashes.stat().st_size > seen:
         with crashes.open() as log:
             log.seek(seen)
             warnings.warn(DaemonCrashed(log.read()), stacklevel=1)
-    down = []
-    for comp in stack.components(layout):
-        if processes.read_pid(layout.pids / f"{comp.name}.pid") is None:
-            log = processes.tail(layout.logs / f"{comp.name}.log", 60)
-            kernel = subprocess.run(["dmesg", "--ctime"], capture_output=True, text=True, check=False).stdout
-            down.append(f"{comp.name} is down; its log ends:\n{log}\nthe kernel log ends:\n"
-                        + "\n".join(kernel.splitlines()[-20:]))
+    if down:
+        kernel = subprocess.run(["dmesg", "--ctime"], capture_output=True, text=True, check=False).stdout
+        report = "\n\n".join(f"{c.name} is down; its log ends:\n{processes.tail(layout.logs / f'{c.name}.log', 60)}"
+                             for c in down) + "\nthe kernel log ends:\n" + "\n".join(kernel.splitlines()[-20:])
+        for comp in down:  # so the modules after this one do not all fail behind it
             processes.start(comp.name, comp.argv, pids=layout.pids, logs=layout.logs, healthy=comp.healthy,
                             timeout=comp.timeout)
-    if down:
-        pytest.fail("\n\n".join(down), pytrace=False)
+        pytest.fail(report, pytrace=False)
 
 
 @pytest.fixture

@@ -319,3 +319,23 @@ def test_admission_under_node_pressure_is_the_eviction_managers(pressure: tuple[
         assert plan.lifecycle is Lifecycle.REJECTED and plan.status is not None
         assert plan.status["reason"] == reason
         assert plan.status["message"] == f"Pod was rejected: The node had condition: [{pressure[0]}]. "
+
+
+def dead_instances(body: dict[str, Any]) -> RuntimePodStatus:
+    """The web container restarted four times: the running instance and four dead ones, newest first."""
+    view = running(body)
+    dead = tuple(dataclasses.replace(view.containers[0], id=f"d{i}", state=State.EXITED, exit_code=1,
+                                     finished_at=int((NOW.timestamp() - 10 * i) * S)) for i in range(1, 5))
+    return dataclasses.replace(view, containers=(view.containers[0], *dead))
+
+
+@pytest.mark.parametrize(("per_container", "removed"), [
+    (1, ("d2", "d3", "d4")),  # upstream's default: the newest dead instance stays (kubectl logs --previous)
+    (3, ("d4",)),
+    (0, ("d1", "d2", "d3", "d4")),
+    (-1, ()),  # no per-container limit: left to the node-wide pass
+])
+def test_a_sync_keeps_as_many_dead_instances_as_the_gc_policy(per_container: int, removed: tuple[str, ...]) -> None:
+    cfg = dataclasses.replace(CFG, maximum_dead_containers_per_container=per_container)
+    plan = decide.decide(observe(base_body(), dead_instances), cfg)
+    assert plan.evict.containers == removed

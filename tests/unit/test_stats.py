@@ -786,11 +786,11 @@ async def test_collector_reports_the_volumes_in_the_summary(fake_node: dict[str,
     assert listed["scratch"]["inodesUsed"] == 3
     assert set(listed["scratch"]) == {"time", "availableBytes", "capacityBytes", "usedBytes", "inodesFree", "inodes",
                                       "inodesUsed", "name"}
-    # ephemeral-storage: the container's logs, the disk volumes (conf, scratch, shm: no tmpfs here), etc-hosts.
+    # ephemeral-storage: the disk volumes (conf, scratch, shm: no tmpfs here) and etc-hosts. The container's logs
+    # count only with its writable layer (upstream addContainerUsage), which this runtime did not report.
     etc_hosts = fake_node["root"] / "pods" / "uid-web" / "etc-hosts"
-    logs = fake_node["logs"] / "default_web_uid-web" / "app"
     disk = sum(listed[name]["usedBytes"] for name in ("conf", "scratch", "shm"))
-    assert web["ephemeral-storage"]["usedBytes"] == disk + _blocks(etc_hosts, logs, logs / "0.log")
+    assert web["ephemeral-storage"]["usedBytes"] == disk + _blocks(etc_hosts)
 
 
 async def test_a_slow_volume_measurement_does_not_hold_up_the_collection(
@@ -819,3 +819,24 @@ async def test_a_slow_volume_measurement_does_not_hold_up_the_collection(
     third = await collector.collect()  # the finished measurement is fresh: reported, not measured again
     assert sorted(third.pods[1].volumes) == ["conf", "scratch", "shm", "token"]
     assert sorted(calls) == ["uid-other", "uid-web"]
+
+
+async def test_close_leaves_no_volume_measurement_pending(fake_node: dict[str, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    _pod_files(fake_node["root"], "uid-web")
+    release = threading.Event()
+    measure = agent_stats.pod_volumes
+
+    def slow(layout: Layout, uid: str, mountinfo: str) -> dict[str, summary.VolumeSample]:
+        release.wait(10)
+        return measure(layout, uid, mountinfo)
+
+    monkeypatch.setattr(agent_stats, "pod_volumes", slow)
+    monkeypatch.setattr(agent_stats, "VOLUME_STATS_WAIT", 0.05)
+    collector = make_collector(FakeCri(image_fs=str(fake_node["root"])), fake_node)
+    await collector.collect()
+    measuring = collector._measuring
+    assert measuring is not None and not measuring.done()
+    await collector.close()
+    assert measuring.cancelled()
+    release.set()
