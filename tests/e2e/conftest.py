@@ -111,6 +111,17 @@ def agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
             a.proc.wait()
 
 
+def agent_with(layout: Layout, tmp_path: Path, args: str) -> Iterator[Agent]:
+    """An agent of its own for one test, with these flags (the KOPFLET_ARGS string); stopped afterwards."""
+    agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": args})
+    agent.start()
+    agent.wait_for(r"Activity 'start_agent' succeeded")
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
 @pytest.fixture(scope="module")
 def running_agent(layout: Layout, tmp_path_factory: pytest.TempPathFactory,
                   request: pytest.FixtureRequest) -> Iterator[Agent]:

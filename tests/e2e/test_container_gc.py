@@ -15,7 +15,7 @@ from cri_client import CriClient
 from cri_client import types as cri
 from devstack.layout import Layout
 from tests.conftest import Kubectl
-from tests.e2e.conftest import Agent
+from tests.e2e.conftest import Agent, agent_with
 from tests.e2e.test_pod_lifecycle import container, pod_manifest, statuses, wait_pod
 
 CAP = 2
@@ -24,15 +24,9 @@ PODS = 3
 
 @pytest.fixture
 def capped_agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:
-    agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": (
-        f"--maximum-dead-containers={CAP} --maximum-dead-containers-per-container=5 "
-        "--minimum-container-ttl-duration=0s")})
-    agent.start()
-    agent.wait_for(r"Activity 'start_agent' succeeded")
-    try:
-        yield agent
-    finally:
-        agent.stop()
+    args = (f"--maximum-dead-containers={CAP} --maximum-dead-containers-per-container=5 "
+            "--minimum-container-ttl-duration=0s")
+    yield from agent_with(layout, tmp_path, args)
 
 
 def dead_containers(layout: Layout, uids: set[str]) -> list[cri.Container]:

@@ -19,7 +19,7 @@ import pytest
 from devstack.layout import Layout
 from kopflet.eviction import signals
 from tests.conftest import Kubectl
-from tests.e2e.conftest import Agent
+from tests.e2e.conftest import Agent, agent_with
 from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, wait_gone, wait_pod
 
 MiB = 1024 * 1024
@@ -33,17 +33,6 @@ SOFT_GRACE = 40  # seconds a soft threshold must hold before a pod is evicted
 
 def condition(node: dict[str, Any], kind: str) -> str:
     return next((c["status"] for c in node["status"].get("conditions", []) if c["type"] == kind), "")
-
-
-def agent_with(layout: Layout, tmp_path: Path, args: str) -> Iterator[Agent]:
-    """An agent of its own for one test, with these flags."""
-    agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": args})
-    agent.start()
-    agent.wait_for(r"Activity 'start_agent' succeeded")
-    try:
-        yield agent
-    finally:
-        agent.stop()
 
 
 @pytest.fixture
