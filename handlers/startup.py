@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import signal
 import socket
 import ssl
 from typing import Any
@@ -23,6 +24,7 @@ from cri_client import CriError
 from handlers import configuring
 from kopflet.client.kubeapi import Credentials
 from kopflet.config import settings as configuration
+from kopflet.lockfile import ContentionWatch, LockFile, LockFileError
 from kopflet.metrics import KubeletMetrics
 from kopflet.node import HostFacts, Node, Runtime, detect_node_ip
 
@@ -52,6 +54,38 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     settings.scanning.disabled = True  # a node may not list CRDs or namespaces; pods are all it watches
     memo.config = cfg
     logger.info(f"kopflet for node {cfg.node_name!r}: watching pods with {cfg.pod_field_selector!r}")
+
+
+def stop_operator() -> None:
+    """Stop as SIGTERM does (systemctl stop, a pod's deletion): Kopf's signal handler sets its stop flag, the
+    cleanup handler stops the agent's own tasks, and pods and the Node are left as they are."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@kopf.on.startup()
+async def take_lock_file(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    """--lock-file: before anything touches the runtime or the node, wait for the node's lock (upstream server.go
+    run: flock.Acquire, then watchForLockfileContention with --exit-on-lock-contention)."""
+    cfg = _config(memo)
+    if not cfg.lock_file:
+        return
+    if memo.get("lock_file") is None:
+        try:
+            memo.lock_file = await LockFile.acquire(cfg.lock_file)
+        except LockFileError as exc:
+            raise kopf.PermanentError(str(exc)) from exc
+    if cfg.exit_on_lock_contention and memo.get("lock_watch") is None:
+        watch = ContentionWatch(cfg.lock_file, on_contention=lambda: _lock_contended(cfg.lock_file, logger))
+        try:
+            await watch.start()
+        except OSError as exc:
+            raise kopf.PermanentError(str(exc)) from exc
+        memo.lock_watch = watch
+
+
+def _lock_contended(path: str, logger: logging.Logger) -> None:
+    logger.info(f"another process opened the lock file {path}: stopping (--exit-on-lock-contention)")
+    stop_operator()
 
 
 @kopf.on.startup()
@@ -96,6 +130,9 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
 @kopf.on.cleanup()
 async def stop_agent(memo: kopf.Memo, **_: Any) -> None:
     """Stop the agent's own tasks only: running pods are left as they are for the next start."""
+    watch: ContentionWatch | None = memo.get("lock_watch")
+    if watch is not None:
+        watch.close()  # the lock itself is held until the process exits, as upstream
     node: Node | None = memo.get("node")
     if node is not None:
         await node.stop()

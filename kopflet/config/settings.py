@@ -199,6 +199,11 @@ class AgentConfig:
     """``localStorageCapacityIsolation``: the Node reports ``ephemeral-storage`` capacity and allocatable (so pods
     requesting it are admitted) and pods over their emptyDir ``sizeLimit`` or ``ephemeral-storage`` limits are
     evicted. Off, none of that: for hosts where the root filesystem's usage cannot be measured."""
+    lock_file: str = ""
+    """``--lock-file`` (flag only, as upstream): an exclusive flock on it is held for the agent's life; a second
+    agent with the same file waits for it. Empty: no lock."""
+    exit_on_lock_contention: bool = False
+    """``--exit-on-lock-contention`` (needs ``lock_file``): the agent stops when another process opens the file."""
 
     @property
     def effective_eviction_hard(self) -> dict[str, str]:
@@ -839,6 +844,13 @@ SETTINGS: tuple[Setting, ...] = (
             "requesting it fit), and a pod over an emptyDir sizeLimit or its ephemeral-storage limits is evicted. "
             "Off: neither, nor does the Ready condition need ephemeral-storage capacity; for hosts where the root "
             "filesystem's usage cannot be measured (upstream names rootless kind).", zero_is_default=False),
+    # One agent per node (upstream's flags only, no config-file field: cmd/kubelet/app/options KubeletFlags).
+    Setting("lock_file", "lock-file", None, STRING, '""',
+            "A file the agent holds an exclusive lock (flock) on while it runs; a second agent given the same file "
+            "waits until the first is gone. Empty: no lock."),
+    Setting("exit_on_lock_contention", "exit-on-lock-contention", None, BOOL, "false",
+            "Stop (leaving pods running) when another process opens --lock-file, e.g. a new agent starting; "
+            "needs --lock-file."),
 )
 
 _BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}
@@ -858,6 +870,8 @@ LEGACY_ENV: Mapping[str, tuple[str, Callable[[str], Any]]] = MappingProxyType({
     "KOPFLET_CLUSTER_DOMAIN": ("cluster_domain", _domain),
 })
 LEGACY_NODE_NAME_ENV = "KOPFLET_NODE_NAME"
+# upstream's error for --exit-on-lock-contention without --lock-file (cmd/kubelet/app/server.go run).
+LOCK_CONTENTION_WITHOUT_FILE = "cannot exit on lock file contention: no lock file specified"
 CONFIG_ENV = "KOPFLET_CONFIG"  # the config file when --config is not given (the dev stack sets it)
 
 # Every field of the upstream KubeletConfiguration v1beta1 (staging/src/k8s.io/kubelet/config/v1beta1/types.go)
@@ -1104,6 +1118,8 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     if bool(values.get("tls_cert_file")) != bool(values.get("tls_private_key_file")):
         raise ConfigError("--tls-cert-file (tlsCertFile) and --tls-private-key-file (tlsPrivateKeyFile) must be "
                           "given together, or neither for a self-signed certificate in --cert-dir")
+    if values.get("exit_on_lock_contention") and not values.get("lock_file"):
+        raise ConfigError(LOCK_CONTENTION_WITHOUT_FILE)  # upstream server.go run, before it takes the lock
     return AgentConfig(**values)
 
 
