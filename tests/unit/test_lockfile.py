@@ -283,6 +283,15 @@ def memo_with(cfg: AgentConfig) -> kopf.Memo:
     return memo
 
 
+def test_the_lock_is_taken_before_the_runtime_and_the_node() -> None:
+    """Kopf runs startup handlers in registration order: the lock comes right after the config is read."""
+    from kopf._core.intents import causes
+    handlers = kopf.get_default_registry()._activities.get_handlers(activity=causes.Activity.STARTUP)
+    ids = [h.id for h in handlers]
+    assert ids.index("configure") < ids.index("take_lock_file") < ids.index("connect_runtime") \
+        < ids.index("start_agent")
+
+
 async def test_the_handler_without_a_lock_file_does_nothing() -> None:
     memo = memo_with(AgentConfig(node_name="n"))
     await startup.take_lock_file(memo=memo, logger=LOGGER)
