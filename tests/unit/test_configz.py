@@ -68,7 +68,8 @@ def test_defaults_in_the_struct_order() -> None:
      {"authentication": {"x509": {"clientCAFile": "/ca"}, "webhook": {"enabled": False, "cacheTTL": "2m0s"},
                          "anonymous": {"enabled": True}}}),
     ({"authorization_mode": "AlwaysAllow", "authorization_webhook_cache_authorized_ttl": 0.0},
-     {"authorization": {"mode": "AlwaysAllow", "webhook": {"cacheAuthorizedTTL": "0s", "cacheUnauthorizedTTL": "30s"}}}),
+     {"authorization": {"mode": "AlwaysAllow",
+                        "webhook": {"cacheAuthorizedTTL": "0s", "cacheUnauthorizedTTL": "30s"}}}),
     # Lists, taints (value omitempty) and eviction.
     ({"cluster_dns": ("10.96.0.10",), "allowed_unsafe_sysctls": ("kernel.shm*",), "pod_manifest_path": "/m"},
      {"clusterDNS": ["10.96.0.10"], "allowedUnsafeSysctls": ["kernel.shm*"], "staticPodPath": "/m"}),

@@ -68,8 +68,8 @@ def test_known_versions(name: str) -> None:
     assert tls_options.parse_min_version(name) == name
 
 
-@pytest.mark.parametrize("name", ["ECDHE-RSA-AES128-GCM-SHA256", "tls_aes_128_gcm_sha256", "", " TLS_AES_128_GCM_SHA256",
-                                  "TLS_FALLBACK_SCSV", "TLS_EMPTY_RENEGOTIATION_INFO_SCSV"])
+@pytest.mark.parametrize("name", ["ECDHE-RSA-AES128-GCM-SHA256", "tls_aes_128_gcm_sha256", "",
+                                  " TLS_AES_128_GCM_SHA256", "TLS_FALLBACK_SCSV", "TLS_EMPTY_RENEGOTIATION_INFO_SCSV"])
 def test_unknown_cipher_suites(name: str) -> None:
     with pytest.raises(ValueError) as info:
         tls_options.parse_cipher_suite(name)
