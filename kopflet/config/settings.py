@@ -30,6 +30,7 @@ import yaml
 
 from kopflet import gotext, paths
 from kopflet.api import qos, validation
+from kopflet.config import tls_options
 from kopflet.eviction import thresholds
 from kopflet.lifecycle import admission
 
@@ -142,6 +143,10 @@ class AgentConfig:
     """``--tls-cert-file``: the API's serving certificate (intermediates after it); empty: self-signed."""
     tls_private_key_file: str = ""
     """``--tls-private-key-file``: the key of ``tls_cert_file``."""
+    tls_cipher_suites: tuple[str, ...] = ()
+    """``tlsCipherSuites``: Go's IANA suite names the API offers to TLS 1.0-1.2 clients; empty: the default list."""
+    tls_min_version: str = ""
+    """``tlsMinVersion``: ``VersionTLS10`` .. ``VersionTLS13``; empty: TLS 1.2, upstream's default."""
     cert_dir: str = ""
     """``--cert-dir``: where the self-signed ``kubelet.crt``/``kubelet.key`` live; empty: ``<root_dir>/pki``."""
     client_ca_file: str = ""
@@ -562,6 +567,25 @@ def _log_monitor_interval(text: str) -> float:
     return seconds
 
 
+def _tls_min_version(text: str) -> str:
+    try:
+        return tls_options.parse_min_version(text)
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+
+
+def _cipher_suite(name: str) -> str:
+    try:
+        return tls_options.parse_cipher_suite(name)
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+
+
+def _cipher_suites(text: str) -> tuple[str, ...]:
+    """pflag's StringSlice: comma-separated, nothing trimmed (upstream refuses " TLS_..." as unknown)."""
+    return tuple(_cipher_suite(name) for name in text.split(",")) if text else ()
+
+
 def _verbosity(text: str) -> int:
     return _non_negative(text)
 
@@ -684,6 +708,9 @@ PERCENT = _Kind("int", _percent, lambda v: _percent(str(_yaml_integer(v))))
 LOG_MAX_SIZE = _Kind("string", _log_max_size, _text_then(_log_max_size), empty_is_unset=True)
 LOG_MAX_FILES = _Kind("int", _log_max_files, lambda v: _log_max_files(str(_yaml_integer(v))))
 LOG_MAX_WORKERS = _Kind("int", _log_max_workers, lambda v: _log_max_workers(str(_yaml_integer(v))))
+TLS_VERSION = _Kind("string", _tls_min_version, _text_then(_tls_min_version), empty_is_unset=True)
+CIPHER_SUITES = _Kind("strings", _cipher_suites, lambda v: tuple(_cipher_suite(s) for s in _yaml_strings(v)),
+                      accumulate=_append)
 LOG_MONITOR_INTERVAL = _Kind("duration", _log_monitor_interval, _text_then(_log_monitor_interval))
 
 
@@ -770,6 +797,15 @@ SETTINGS: tuple[Setting, ...] = (
             "--tls-private-key-file, a self-signed certificate and key are made once in --cert-dir."),
     Setting("tls_private_key_file", "tls-private-key-file", "tlsPrivateKeyFile", STRING, '""',
             "The private key of --tls-cert-file."),
+    Setting("tls_cipher_suites", "tls-cipher-suites", "tlsCipherSuites", CIPHER_SUITES, "none",
+            "Comma-separated cipher suites (Go's IANA names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) the kubelet "
+            "API offers to TLS 1.2 and older clients; upstream's insecure ones too, if the host's OpenSSL has them "
+            "(else the API refuses to start). TLS 1.3 suites are accepted but cannot be restricted (as upstream); "
+            "naming only those refuses TLS 1.2 clients. Empty: Python's default list (ECDHE with AES-GCM or "
+            "ChaCha20)."),
+    Setting("tls_min_version", "tls-min-version", "tlsMinVersion", TLS_VERSION, "VersionTLS12",
+            "The oldest TLS version the kubelet API accepts: VersionTLS10, VersionTLS11, VersionTLS12 or "
+            "VersionTLS13. TLS 1.0 and 1.1 lower OpenSSL's security level to 0 for them to work."),
     Setting("cert_dir", "cert-dir", None, STRING, "<root-dir>/pki",
             "Where the self-signed kubelet.crt and kubelet.key are kept; ignored with --tls-cert-file."),
     Setting("client_ca_file", "client-ca-file", "authentication.x509.clientCAFile", STRING, '""',
@@ -878,7 +914,7 @@ CONFIG_ENV = "KOPFLET_CONFIG"  # the config file when --config is not given (the
 # that kopflet does not honour: setting one is an error, not a silent no-op.
 UNSUPPORTED_FIELDS = frozenset({
     "enableServer", "httpCheckFrequency", "staticPodURL", "staticPodURLHeader", "readOnlyPort",
-    "tlsCipherSuites", "tlsCurvePreferences", "tlsMinVersion",
+    "tlsCurvePreferences",
     "rotateCertificates", "serverTLSBootstrap", "registryPullQPS",
     "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
     "eventRecordQPS", "eventBurst", "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",

@@ -23,12 +23,14 @@ import logging
 import os
 import ssl
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from kopflet import gotext
+from kopflet.config import configz, tls_options
 from kopflet.config.settings import AgentConfig
 from kopflet.server import auth_rules
 from kopflet.server.auth_rules import Attributes, Subject, UserInfo, is_upgrade_request, is_websocket_request
@@ -141,8 +143,10 @@ class Server:
     """The listening kubelet API; :meth:`close` stops it gracefully."""
 
     def __init__(self, node_name: str, backend: Backend, authenticator: Authenticating,
-                 authorizer: Authorizing) -> None:
+                 authorizer: Authorizing, *, configz_body: str = "{}") -> None:
         self.node_name, self.backend = node_name, backend
+        # GET /configz: fixed at start, as upstream registers the configuration once. "{}": none registered.
+        self.configz_body = configz_body
         self.authenticator, self.authorizer = authenticator, authorizer
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], _Connection] = {}
@@ -262,6 +266,11 @@ class Server:
         head, rest = segments[0], segments[1:]
         if "" in rest and not (head in ("pods", "runningpods") and rest == [""]):
             return await self._not_found(connection, request, keep)
+        if request.path == configz.CONFIGZ_PATH:
+            # configz.InstallHandler: a plain handler on the exact path, any method.
+            await connection.respond(200, self.configz_body, content_type=JSON, close=not keep,
+                                     headers=[("X-Content-Type-Options", "nosniff")])
+            return keep
         if head == "healthz" and (not rest or rest[0] in ("ping", "log", "syncloop")) and len(rest) <= 1:
             await connection.respond(200, "ok", close=not keep)
             return keep
@@ -554,11 +563,17 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def tls_context(cert_file: str, key_file: str, client_ca_file: str = "") -> ssl.SSLContext:
-    """TLS 1.2+, HTTP/1.1 only; a client certificate is asked for (not required: tokens work too) and verified
-    against the client CA when there is one. Blocking (reads files): call it in a thread."""
+def tls_context(cert_file: str, key_file: str, client_ca_file: str = "", *, min_version: str = "",
+                cipher_suites: Sequence[str] = ()) -> ssl.SSLContext:
+    """HTTP/1.1 only; a client certificate is asked for (not required: tokens work too) and verified against the
+    client CA when there is one. Blocking (reads files): call it in a thread.
+
+    ``min_version`` and ``cipher_suites`` are ``tlsMinVersion`` and ``tlsCipherSuites`` (checked names); by
+    default TLS 1.2+ with Python's suites. ValueError when the host's OpenSSL lacks a named suite: serving
+    without a suite the configuration names would be a silent difference.
+    """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    apply_tls_options(context, min_version, cipher_suites)
     context.load_cert_chain(cert_file, key_file)
     if client_ca_file:
         context.load_verify_locations(cafile=client_ca_file)
@@ -567,12 +582,39 @@ def tls_context(cert_file: str, key_file: str, client_ca_file: str = "") -> ssl.
     return context
 
 
+def apply_tls_options(context: ssl.SSLContext, min_version: str = "", cipher_suites: Sequence[str] = ()) -> None:
+    """Set ``tlsMinVersion`` and ``tlsCipherSuites`` on a server context as :func:`tls_options.plan` says, and log
+    what upstream logs at start (InitializeTLS: insecure suites, ignored TLS 1.3 suites)."""
+    plan = tls_options.plan(min_version, cipher_suites)
+    for note in plan.notes:
+        logger.warning(note)
+    with warnings.catch_warnings():  # TLS 1.0 and 1.1 are deprecated in Python: asked for here, on purpose
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context.minimum_version = ssl.TLSVersion[plan.minimum_version]
+    if plan.ciphers is None:
+        return
+    try:
+        context.set_ciphers(plan.ciphers)
+    except ssl.SSLError:
+        enabled: set[str] = set()
+    else:
+        enabled = {cipher["name"] for cipher in context.get_ciphers()}
+    missing = [name for name in plan.openssl_names if name not in enabled]
+    if missing and cipher_suites:
+        by_openssl = {suite.openssl: name for name, suite in tls_options.CIPHER_SUITES.items()}
+        raise ValueError(f"tlsCipherSuites: {', '.join(by_openssl[m] for m in missing)} not available in this "
+                         f"host's {ssl.OPENSSL_VERSION}; remove them")
+    if not enabled:  # pragma: no cover - Go's default suites are in every OpenSSL with TLS 1.2
+        raise ValueError(f"{ssl.OPENSSL_VERSION} has none of Go's default cipher suites for TLS 1.0/1.1")
+
+
 async def serving_tls(config: AgentConfig, addresses: Sequence[str] = ()) -> ssl.SSLContext:
     """The TLS of ``--tls-cert-file``/``--tls-private-key-file``, else of the self-signed pair in ``--cert-dir``."""
     cert, key = config.tls_cert_file, config.tls_private_key_file
     if not cert:
         cert, key = await ensure_self_signed(config.cert_directory, config.node_name, addresses)
-    return await asyncio.to_thread(tls_context, cert, key, config.client_ca_file)
+    return await asyncio.to_thread(tls_context, cert, key, config.client_ca_file,
+                                   min_version=config.tls_min_version, cipher_suites=config.tls_cipher_suites)
 
 
 async def serve(config: AgentConfig, backend: Backend, authenticator: Authenticating, authorizer: Authorizing, *,
@@ -583,7 +625,8 @@ async def serve(config: AgentConfig, backend: Backend, authenticator: Authentica
     """
     if tls is None:
         tls = await serving_tls(config, addresses)
-    server = Server(config.node_name, backend, authenticator, authorizer)
+    server = Server(config.node_name, backend, authenticator, authorizer,
+                    configz_body=configz.configz_body(config))
     await server.start(config.address, config.port, tls)
     logger.info(f"Serving the kubelet API on https://{config.address}:{server.port}")
     return server

@@ -429,6 +429,8 @@ address: 10.0.0.5
 port: 10350
 tlsCertFile: /etc/kopflet/pki/serving.crt
 tlsPrivateKeyFile: /etc/kopflet/pki/serving.key
+tlsMinVersion: VersionTLS13
+tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_AES_128_GCM_SHA256]
 authentication:
   x509:
     clientCAFile: /etc/kubernetes/pki/ca.crt
@@ -474,7 +476,9 @@ def test_full_config_file() -> None:
                               Taint("example.com/spot", "", "PreferNoSchedule")),
         runtime_endpoint="unix:///run/containerd/other.sock", image_endpoint="unix:///run/images.sock",
         address="10.0.0.5", port=10350, tls_cert_file="/etc/kopflet/pki/serving.crt",
-        tls_private_key_file="/etc/kopflet/pki/serving.key", client_ca_file="/etc/kubernetes/pki/ca.crt",
+        tls_private_key_file="/etc/kopflet/pki/serving.key", tls_min_version="VersionTLS13",
+        tls_cipher_suites=("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_AES_128_GCM_SHA256"),
+        client_ca_file="/etc/kubernetes/pki/ca.crt",
         anonymous_auth=True, authentication_token_webhook=False, authentication_token_webhook_cache_ttl=10.0,
         authorization_mode="AlwaysAllow", authorization_webhook_cache_authorized_ttl=60.0,
         authorization_webhook_cache_unauthorized_ttl=5.0, container_log_max_size=50 * 1024 * 1024,
@@ -762,3 +766,54 @@ def test_eviction_settings_parse_as_upstream() -> None:
 def test_bad_eviction_settings_are_refused(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         run(argv)
+
+
+# --- tlsMinVersion, tlsCipherSuites (k8s.io/component-base/cli/flag: TLSVersion, TLSCipherSuites) --------------
+
+@pytest.mark.parametrize(("argv", "body", "expected"), [
+    ([], "", ("", ())),
+    (["--tls-min-version=VersionTLS10"], "", ("VersionTLS10", ())),
+    (["--tls-min-version", "VersionTLS11"], "", ("VersionTLS11", ())),
+    ([], "tlsMinVersion: VersionTLS13\n", ("VersionTLS13", ())),
+    (["--tls-min-version=VersionTLS12"], "tlsMinVersion: VersionTLS13\n", ("VersionTLS12", ())),
+    (["--tls-min-version="], "tlsMinVersion: VersionTLS13\n", ("VersionTLS13", ())),  # empty flag: unset
+    ([], "tlsMinVersion: ''\n", ("", ())),
+    (["--tls-cipher-suites=TLS_RSA_WITH_RC4_128_SHA,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305"], "",
+     ("", ("TLS_RSA_WITH_RC4_128_SHA", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305"))),
+    # pflag StringSlice: a repeated flag appends; the flag replaces the file's list.
+    (["--tls-cipher-suites=TLS_AES_128_GCM_SHA256", "--tls-cipher-suites=TLS_RSA_WITH_AES_128_GCM_SHA256"],
+     "tlsCipherSuites: [TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA]\n",
+     ("", ("TLS_AES_128_GCM_SHA256", "TLS_RSA_WITH_AES_128_GCM_SHA256"))),
+    ([], "tlsCipherSuites: [TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA]\n", ("", ("TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",))),
+    (["--tls-cipher-suites="], "", ("", ())),
+    ([], "tlsCipherSuites: []\n", ("", ())),
+])
+def test_tls_options(argv: list[str], body: str, expected: tuple[str, tuple[str, ...]]) -> None:
+    cfg = with_file(body, *argv)
+    assert (cfg.tls_min_version, cfg.tls_cipher_suites) == expected
+
+
+@pytest.mark.parametrize(("argv", "body", "message"), [
+    (["--tls-min-version=VersionTLS14"], "", '--tls-min-version: unknown tls version "VersionTLS14"'),
+    (["--tls-min-version=TLSv1.2"], "", '--tls-min-version: unknown tls version "TLSv1.2"'),
+    (["--tls-min-version=versiontls12"], "", 'unknown tls version "versiontls12"'),
+    ([], "tlsMinVersion: VersionTLS9\n", 'field "tlsMinVersion": unknown tls version "VersionTLS9"'),
+    ([], "tlsMinVersion: 12\n", 'field "tlsMinVersion": expected a string, got 12'),
+    (["--tls-cipher-suites=ECDHE-RSA-AES128-GCM-SHA256"], "",
+     "--tls-cipher-suites: Cipher suite ECDHE-RSA-AES128-GCM-SHA256 not supported or doesn't exist"),
+    (["--tls-cipher-suites=TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384"], "",
+     "Cipher suite  TLS_AES_256_GCM_SHA384 not supported or doesn't exist"),
+    (["--tls-cipher-suites=TLS_AES_128_GCM_SHA256,"], "", "Cipher suite  not supported or doesn't exist"),
+    ([], "tlsCipherSuites: [TLS_FALLBACK_SCSV]\n",
+     "field \"tlsCipherSuites\": Cipher suite TLS_FALLBACK_SCSV not supported or doesn't exist"),
+    ([], "tlsCipherSuites: TLS_AES_128_GCM_SHA256\n", 'field "tlsCipherSuites": expected a list of strings'),
+])
+def test_tls_option_errors(argv: list[str], body: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        with_file(body, *argv)
+    assert message in str(info.value)
+
+
+def test_tls_curve_preferences_are_still_refused() -> None:
+    with pytest.raises(ConfigError, match='field "tlsCurvePreferences" is not supported by kopflet'):
+        with_file("tlsCurvePreferences: [23]\n")

@@ -1,0 +1,171 @@
+"""``GET /configz``: the agent's effective configuration as upstream's kubelet serves it.
+
+Upstream registers the defaulted ``KubeletConfiguration``, converted to ``kubelet.config.k8s.io/v1beta1`` with its
+kind and apiVersion stamped (cmd/kubelet/app/server.go: initConfigz, convertToVersionedKubeletConfig), under the
+name ``kubeletconfig`` (k8s.io/component-base/configz), whose handler writes every registered config as one JSON
+object: ``{"kubeletconfig": {...}}``, Go's ``encoding/json`` of the struct.
+
+Here that object is built from :class:`AgentConfig` with the same field names, in the struct's order
+(staging/src/k8s.io/kubelet/config/v1beta1/types.go) and with its ``omitempty`` rules: an empty string, zero
+integer, empty map or list is left out; a duration (a struct to ``encoding/json``) and a defaulted pointer
+(``healthzPort``, ``serializeImagePulls`` ...) are always there. Only fields kopflet has appear; flags without a
+field (``--hostname-override``, ``--node-ip`` ...) are not in the upstream object either. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from fractions import Fraction
+from typing import Any
+
+from kopflet import gotext
+from kopflet.config.settings import CONFIG_API_VERSION, CONFIG_KIND, AgentConfig
+
+CONFIGZ_PATH = "/configz"  # configz.DefaultConfigzPath
+CONFIGZ_NAME = "kubeletconfig"  # configz.New("kubeletconfig") in cmd/kubelet/app/server.go
+
+_BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+_DECIMAL = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
+
+
+def quantity(amount: int | Fraction) -> str:
+    """A byte count as a quantity string (``10Mi``): the largest binary suffix that divides it, else decimal.
+
+    Upstream keeps the text the user wrote; kopflet keeps the number, so ``1000Ki`` written as ``1024000`` comes
+    back as ``1000Ki``: the same quantity."""
+    whole = int(amount)
+    if whole:
+        for table in (_BINARY, _DECIMAL):
+            for suffix, size in table:
+                if whole % size == 0:
+                    return f"{whole // size}{suffix}"
+    return str(whole)
+
+
+def _duration(seconds: float) -> str:
+    return gotext.go_duration(seconds)  # metav1.Duration marshals as time.Duration.String()
+
+
+def _map(mapping: Mapping[str, str] | None) -> dict[str, str]:
+    return {key: str(mapping[key]) for key in sorted(mapping or {})}  # encoding/json sorts a map's keys
+
+
+def _put(body: dict[str, Any], name: str, value: Any, *, omitempty: bool = True) -> None:
+    """One struct field, left out when ``omitempty`` and the value is Go's zero ("", 0, false, empty)."""
+    if omitempty and (value is None or value == "" or value is False or value == 0 or value in ({}, [])):
+        return
+    body[name] = value
+
+
+def _taints(config: AgentConfig) -> list[dict[str, str]]:
+    """``[]v1.Taint``: key, value (omitempty), effect."""
+    out = []
+    for taint in config.register_with_taints:
+        item = {"key": taint.key}
+        _put(item, "value", taint.value)
+        item["effect"] = taint.effect
+        out.append(item)
+    return out
+
+
+def _authentication(config: AgentConfig) -> dict[str, Any]:
+    x509: dict[str, Any] = {}
+    _put(x509, "clientCAFile", config.client_ca_file)
+    return {
+        "x509": x509,
+        "webhook": {"enabled": config.authentication_token_webhook,
+                    "cacheTTL": _duration(config.authentication_token_webhook_cache_ttl)},
+        "anonymous": {"enabled": config.anonymous_auth},
+    }
+
+
+def _authorization(config: AgentConfig) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    _put(body, "mode", config.authorization_mode)
+    body["webhook"] = {
+        "cacheAuthorizedTTL": _duration(config.authorization_webhook_cache_authorized_ttl),
+        "cacheUnauthorizedTTL": _duration(config.authorization_webhook_cache_unauthorized_ttl),
+    }
+    return body
+
+
+# (field, value of the config, omitempty) in the v1beta1 struct's order. Pointers upstream defaults are always
+# set, so they are written even when zero or false (omitempty=False), as are durations and the two auth structs.
+_FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
+    ("staticPodPath", lambda c: c.pod_manifest_path, True),
+    ("podLogsDir", lambda c: c.pod_log_root, True),
+    ("syncFrequency", lambda c: _duration(c.resync_period), False),
+    ("fileCheckFrequency", lambda c: _duration(c.file_check_frequency), False),
+    ("address", lambda c: c.address, True),
+    ("port", lambda c: c.port, True),
+    ("tlsCertFile", lambda c: c.tls_cert_file, True),
+    ("tlsPrivateKeyFile", lambda c: c.tls_private_key_file, True),
+    ("tlsCipherSuites", lambda c: list(c.tls_cipher_suites), True),
+    ("tlsMinVersion", lambda c: c.tls_min_version, True),
+    ("authentication", _authentication, False),
+    ("authorization", _authorization, False),
+    ("healthzPort", lambda c: c.healthz_port, False),
+    ("healthzBindAddress", lambda c: c.healthz_bind_address, True),
+    ("clusterDomain", lambda c: c.cluster_domain, True),
+    ("clusterDNS", lambda c: list(c.cluster_dns), True),
+    ("nodeStatusUpdateFrequency", lambda c: _duration(c.node_status_update_frequency), False),
+    ("nodeStatusReportFrequency", lambda c: _duration(c.node_status_report_frequency), False),
+    ("imageMinimumGCAge", lambda c: _duration(c.image_minimum_gc_age), False),
+    ("imageMaximumGCAge", lambda c: _duration(c.image_maximum_gc_age), False),
+    ("imageGCHighThresholdPercent", lambda c: c.image_gc_high_threshold_percent, False),
+    ("imageGCLowThresholdPercent", lambda c: c.image_gc_low_threshold_percent, False),
+    ("runtimeRequestTimeout", lambda c: _duration(c.runtime_request_timeout), False),
+    ("maxPods", lambda c: c.max_pods, True),
+    ("serializeImagePulls", lambda c: c.serialize_image_pulls, False),
+    ("evictionHard", lambda c: _map(c.effective_eviction_hard), True),
+    ("evictionSoft", lambda c: _map(c.eviction_soft), True),
+    ("evictionSoftGracePeriod", lambda c: _map(c.eviction_soft_grace_period), True),
+    ("evictionPressureTransitionPeriod", lambda c: _duration(c.eviction_pressure_transition_period), False),
+    ("evictionMaxPodGracePeriod", lambda c: c.eviction_max_pod_grace_period, True),
+    ("evictionMinimumReclaim", lambda c: _map(c.eviction_minimum_reclaim), True),
+    ("mergeDefaultEvictionSettings", lambda c: c.merge_default_eviction_settings, False),
+    ("containerLogMaxSize", lambda c: quantity(c.container_log_max_size), True),
+    ("containerLogMaxFiles", lambda c: c.container_log_max_files, False),
+    ("containerLogMaxWorkers", lambda c: c.container_log_max_workers, False),
+    ("containerLogMonitorInterval", lambda c: _duration(c.container_log_monitor_interval), False),
+    ("systemReserved", lambda c: _map(c.system_reserved), True),
+    ("kubeReserved", lambda c: _map(c.kube_reserved), True),
+    ("allowedUnsafeSysctls", lambda c: list(c.allowed_unsafe_sysctls), True),
+    ("registerWithTaints", _taints, True),
+    ("localStorageCapacityIsolation", lambda c: c.local_storage_capacity_isolation, False),
+    ("containerRuntimeEndpoint", lambda c: c.runtime_endpoint, False),  # no omitempty upstream
+    ("imageServiceEndpoint", lambda c: c.image_endpoint, True),
+)
+
+
+def kubelet_configuration(config: AgentConfig) -> dict[str, Any]:
+    """The v1beta1 ``KubeletConfiguration`` of ``config``, fields in the Go struct's order (kind, apiVersion
+    first: the inlined TypeMeta)."""
+    body: dict[str, Any] = {"kind": CONFIG_KIND, "apiVersion": CONFIG_API_VERSION}
+    for name, get, omitempty in _FIELDS:
+        _put(body, name, get(config), omitempty=omitempty)
+    return body
+
+
+# The nested structs of the object (the rest of its mappings are Go maps).
+_STRUCTS = frozenset({"authentication", "authentication.x509", "authentication.webhook", "authentication.anonymous",
+                      "authorization", "authorization.webhook"})
+
+
+def field_paths(body: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
+    """The dotted paths of a rendered configuration's leaves (``authentication.webhook.cacheTTL``); maps count
+    as leaves."""
+    for key, value in body.items():
+        path = f"{prefix}{key}"
+        if path in _STRUCTS:
+            yield from field_paths(value, f"{path}.")
+        else:
+            yield path
+
+
+def configz_body(config: AgentConfig) -> str:
+    """The bytes of ``GET /configz``: ``encoding/json`` of the registered configs (one, ``kubeletconfig``)."""
+    return gotext.go_json({CONFIGZ_NAME: kubelet_configuration(config)})
+
+
+__all__ = ["CONFIGZ_NAME", "CONFIGZ_PATH", "configz_body", "field_paths", "kubelet_configuration", "quantity"]
