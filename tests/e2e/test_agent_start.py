@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import time
 from pathlib import Path
 
 from devstack.layout import Layout
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent
+from tests.e2e.test_kubelet_api import handshake
 
 
 def test_agent_runs_as_the_node_and_sees_its_pods(agent: Agent, admin: Kubectl, layout: Layout,
@@ -59,5 +61,17 @@ def test_a_new_boot_id_is_a_rebooted_event(admin: Kubectl, layout: Layout, tmp_p
         assert (mine[0]["type"], mine[0]["message"]) == (
             "Warning", f"Node {layout.node_name} has been rebooted, boot id: {boot_id}")
         assert admin.json("get", "node", layout.node_name)["status"]["nodeInfo"]["bootID"] == boot_id
+    finally:
+        agent.stop()
+
+
+def test_tls_min_version_is_honoured(admin: Kubectl, layout: Layout, tmp_path: Path) -> None:
+    agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": "--tls-min-version=VersionTLS13"})
+    agent.start()
+    try:
+        agent.wait_for(r"Activity 'start_agent' succeeded")
+        assert not handshake(ssl.TLSVersion.TLSv1_2) and handshake(ssl.TLSVersion.TLSv1_3)
+        config = json.loads(admin.raw(f"/api/v1/nodes/{layout.node_name}/proxy/configz").stdout)["kubeletconfig"]
+        assert config["tlsMinVersion"] == "VersionTLS13"
     finally:
         agent.stop()

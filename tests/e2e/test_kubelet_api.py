@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import ssl
 import subprocess
 import time
@@ -257,6 +258,31 @@ def test_stats_summary_reports_each_volume(chatty: str, admin: Kubectl, layout: 
     assert {v["name"] for v in pod["volume"][:2]} == {"scratch", "settings"}
     # The pod's ephemeral storage counts the disk emptyDir, never the tmpfs.
     assert 20 * mib <= pod["ephemeral-storage"]["usedBytes"] < 28 * mib
+
+
+def test_configz_shows_the_effective_configuration(chatty: str, admin: Kubectl, layout: Layout) -> None:
+    body = json.loads(admin.raw(f"/api/v1/nodes/{layout.node_name}/proxy/configz").stdout)
+    config = body["kubeletconfig"]
+    assert (config["kind"], config["apiVersion"]) == ("KubeletConfiguration", "kubelet.config.k8s.io/v1beta1")
+    assert config["containerRuntimeEndpoint"] == layout.runtime_endpoint
+    assert config["authentication"]["webhook"]["enabled"] is True
+    assert config["evictionHard"]["memory.available"] == "100Mi"
+
+
+def handshake(version: ssl.TLSVersion) -> bool:
+    """Whether the kubelet API completes a TLS handshake offering only `version`."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    ctx.minimum_version = ctx.maximum_version = version
+    try:
+        with socket.create_connection(("127.0.0.1", 10250), timeout=10) as raw, ctx.wrap_socket(raw):
+            return True
+    except ssl.SSLError:
+        return False
+
+
+def test_the_api_speaks_tls_1_2_and_up_by_default(chatty: str) -> None:
+    assert handshake(ssl.TLSVersion.TLSv1_2) and handshake(ssl.TLSVersion.TLSv1_3)
 
 
 def test_cadvisor_metrics_carry_the_series_dashboards_query(chatty: str, admin: Kubectl, layout: Layout) -> None:
