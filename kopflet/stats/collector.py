@@ -494,13 +494,15 @@ class StatsCollector:
         except CriError as e:
             if e.unimplemented or e.unavailable:
                 return {}
-        results = await asyncio.gather(*(self.cri.sandboxes.stats(i) for i in sandbox_ids), return_exceptions=True)
+        # One call at a time: containerd 1.6 writes its sandbox map under a read lock when it records a sandbox's
+        # stats (sandboxstore UpdateContainerStats), and concurrent PodSandboxStats calls crashed it with "fatal
+        # error: concurrent map read and map write".
         found = {}
-        for sandbox_id, result in zip(sandbox_ids, results, strict=True):
-            if isinstance(result, cri.PodSandboxStats):
-                found[sandbox_id] = result
-            elif not isinstance(result, CriError):
-                raise result
+        for sandbox_id in sandbox_ids:
+            try:
+                found[sandbox_id] = await self.cri.sandboxes.stats(sandbox_id)
+            except CriError:
+                continue
         return found
 
     def _with_nano_cores(self, pods: tuple[summary.PodSample, ...]) -> tuple[summary.PodSample, ...]:
