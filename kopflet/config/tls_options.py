@@ -20,6 +20,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
+from kopflet import gotext
+
 # ssl.TLSVersion member names, by upstream's version names (ciphersuites_flag.go `versions`).
 VERSIONS: Mapping[str, str] = MappingProxyType({
     "VersionTLS10": "TLSv1",
@@ -90,7 +92,7 @@ GO_DEFAULT_LEGACY_SUITES: tuple[str, ...] = tuple(
 def parse_min_version(name: str) -> str:
     """A ``tlsMinVersion`` name, checked; "" is the default. ValueError with upstream's text otherwise."""
     if name and name not in VERSIONS:
-        raise ValueError(f"unknown tls version {_go_quote(name)}")
+        raise ValueError(f"unknown tls version {gotext.go_quote(name)}")
     return name
 
 
@@ -99,10 +101,6 @@ def parse_cipher_suite(name: str) -> str:
     if name not in CIPHER_SUITES:
         raise ValueError(f"Cipher suite {name} not supported or doesn't exist")
     return name
-
-
-def _go_quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +129,7 @@ def plan(min_version: str = "", cipher_suites: Sequence[str] = ()) -> Plan:
     """
     version = min_version or DEFAULT_MIN_VERSION
     minimum = VERSIONS[version]
-    notes = [f"Use of insecure cipher detected. cipher={_go_quote(name)}"
+    notes = [f"Use of insecure cipher detected. cipher={gotext.go_quote(name)}"
              for name in dict.fromkeys(cipher_suites) if CIPHER_SUITES[name].insecure]
     legacy = version in ("VersionTLS10", "VersionTLS11")
     if version == "VersionTLS13" and cipher_suites:
