@@ -3,9 +3,9 @@
 
 The I/O half of `kopflet.stats.summary`: read /proc and the root cgroup (the machine's CPU and memory), statvfs
 (the kubelet root directory's filesystem and the runtime's image filesystem), the CRI stats calls (the
-pods and containers), the containers' log directories and the pods' volumes (du and statvfs), log files and
-etc-hosts (du), then hand it all to the pure builders. Every
-blocking read runs in a thread; the CRI calls run concurrently.
+containers), the pod cgroups (the pods' own numbers), the containers' log directories and the pods' volumes (du
+and statvfs), log files and etc-hosts (du), then hand it all to the pure builders. Every blocking read runs in a
+thread; the CRI calls run concurrently.
 
 Usage::
 
@@ -38,7 +38,7 @@ from cri_client import CriClient, CriError
 from cri_client import types as cri
 from kopflet.cm import helpers as cm_helpers
 from kopflet.paths import Layout, escape_qualified_name
-from kopflet.stats import cadvisor, summary
+from kopflet.stats import cadvisor, cgroup_stats, summary
 from kopflet.volumes import plugins
 
 logger = logging.getLogger(__name__)
@@ -165,32 +165,93 @@ def read_machine(proc: Path, sysfs: Path, etc: Path) -> summary.MachineInfo:
     )
 
 
-def pod_cgroups(pods: Iterable[summary.PodSample], cgroup_root: Path) -> tuple[summary.PodSample, ...]:
-    """Each pod with its cgroup's name and the pod's and containers' memory limits (blocking: run in a thread).
+def _find_pod_cgroup(base: Path, uid: str) -> str:
+    """The pod's cgroup name under `base` (a hierarchy's root), "" when it has none.
 
-    The pod cgroup is where kopflet puts it (cgroupfs driver, `cm.helpers.pod_cgroup_parent`): under the QoS
-    tier, which the stats do not say, so the three places are tried. containerd names a container's cgroup
-    ``<pod cgroup>/<container id>`` (cAdvisor's ``id`` label); the limits are its memory.max (v2) or
-    memory.limit_in_bytes (v1), as cAdvisor's spec reads them.
+    The pod cgroup is where kopflet puts it (cgroupfs driver, `cm.helpers.pod_cgroup_parent`): under the QoS tier,
+    which the stats do not say, so the three places are tried.
+    """
+    root = cm_helpers.CGROUP_ROOT
+    candidates = [f"{root}{tier}/pod{uid}" for tier in ("", "/burstable", "/besteffort")]
+    return next((c for c in candidates if (base / c.lstrip("/")).is_dir()), "")
+
+
+def _count_processes(directory: Path) -> int | None:
+    """The processes in this cgroup and the ones below it (cgroup.procs lists each process once)."""
+    if not directory.is_dir():
+        return None
+    count = 0
+    for dirpath, _dirs, files in os.walk(directory):
+        if "cgroup.procs" in files:
+            count += len((_read(Path(dirpath) / "cgroup.procs") or "").split())
+    return count
+
+
+def _netns_inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _infra_net_dev(procs_dir: Path, sandbox_id: str, proc: Path) -> str | None:
+    """/proc/<pid>/net/dev of the infra container's first process, as cAdvisor reads a container's network; None
+    when the pod shares the agent's (the host's) network namespace, as a hostNetwork pod does."""
+    if not sandbox_id:
+        return None
+    pids = (_read(procs_dir / sandbox_id / "cgroup.procs") or "").split()
+    if not pids:
+        return None
+    netns = _netns_inode(proc / pids[0] / "ns" / "net")
+    if netns is None or netns == _netns_inode(proc / "self" / "ns" / "net"):
+        return None
+    return _read(proc / pids[0] / "net" / "dev")
+
+
+def pod_cgroups(pods: Iterable[summary.PodSample], cgroup_root: Path, proc: Path = Path("/proc"),
+                ) -> tuple[summary.PodSample, ...]:
+    """Each pod with its cgroup's name, its own CPU, memory, process and network numbers, and the pod's and
+    containers' memory limits (blocking: run in a thread).
+
+    The pod's numbers come from its cgroup as cAdvisor reads them (`cgroup_stats`), not from the runtime's sandbox
+    stats. containerd names a container's cgroup ``<pod cgroup>/<container id>`` (cAdvisor's ``id`` label); the
+    limits are its memory.max (v2) or memory.limit_in_bytes (v1), as cAdvisor's spec reads them.
     """
     v2 = (cgroup_root / "cgroup.controllers").exists()
-    base, limit_file = (cgroup_root, "memory.max") if v2 else (cgroup_root / "memory", "memory.limit_in_bytes")
-    root = cm_helpers.CGROUP_ROOT
+    memory_base = cgroup_root if v2 else cgroup_root / "memory"
+    limit_file = "memory.max" if v2 else "memory.limit_in_bytes"
+    now = time.time_ns()
     result = []
     for pod in pods:
-        candidates = [f"{root}{tier}/pod{pod.uid}" for tier in ("", "/burstable", "/besteffort")]
-        cgroup = next((c for c in candidates if (base / c.lstrip("/")).is_dir()), "")
+        cgroup = _find_pod_cgroup(memory_base, pod.uid)
         if not cgroup:
             result.append(pod)
             continue
-        directory = base / cgroup.lstrip("/")
+        relative = cgroup.lstrip("/")
+        directory = memory_base / relative
         containers = tuple(
             dataclasses.replace(c, memory_limit=summary.memory_limit(_read(directory / c.stats.id / limit_file)))
             for c in pod.containers
         )
+        if v2:
+            cpu, procs_dir = _read(directory / "cpu.stat"), directory
+        else:
+            cpu = _read(cgroup_root / "cpuacct" / relative / "cpuacct.usage")
+            procs_dir = next((d for d in (cgroup_root / c / relative for c in ("pids", "cpu")) if d.is_dir()),
+                             cgroup_root / "pids" / relative)
+        files = cgroup_stats.PodCgroupFiles(
+            v2=v2,
+            cpu=cpu,
+            memory_usage=_read(directory / ("memory.current" if v2 else "memory.usage_in_bytes")),
+            memory_limit=_read(directory / limit_file),
+            memory_stat=_read(directory / "memory.stat"),
+            process_count=_count_processes(procs_dir),
+            net_dev=_infra_net_dev(procs_dir, pod.sandbox_id, proc),
+        )
         result.append(dataclasses.replace(
-            pod, cgroup=cgroup, memory_limit=summary.memory_limit(_read(directory / limit_file)),
-            containers=containers))
+            pod, cgroup=cgroup, memory_limit=summary.memory_limit(files.memory_limit), containers=containers,
+            sandbox=cgroup_stats.pod_sandbox_stats(pod.sandbox_id, files, now)))
     return tuple(result)
 
 
@@ -377,12 +438,11 @@ class StatsCollector:
                 self.cri.sandboxes.list(), self.cri.containers.list(), self.cri.containers.list_stats()
             )
             pods = summary.pod_samples(sandboxes, containers, container_stats)
-            sandbox_stats = await self._sandbox_stats([p.sandbox_id for p in pods])
             logs = await asyncio.to_thread(_log_usage, pods, self.layout)
-            pods = summary.pod_samples(sandboxes, containers, container_stats, sandbox_stats, logs)
+            pods = summary.pod_samples(sandboxes, containers, container_stats, logs=logs)
             pods = await asyncio.to_thread(self._with_host_files, pods)
             pods = await self._with_volumes(pods)
-            pods = await asyncio.to_thread(pod_cgroups, pods, self.cgroup_root)
+            pods = await asyncio.to_thread(pod_cgroups, pods, self.cgroup_root, self.proc)
         except CriError as e:
             error = f"failed to list pod stats: {e}"
             logger.warning(error)
@@ -478,32 +538,6 @@ class StatsCollector:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _sandbox_stats(self, sandbox_ids: list[str]) -> dict[str, cri.PodSandboxStats]:
-        """Pod-level stats of these sandboxes: one ListPodSandboxStats, else one call per sandbox.
-
-        containerd 1.6 fails the whole list when any sandbox on the node has no cgroup (one created
-        without a cgroup parent); asking per sandbox then still measures the others. Pod-level stats are
-        optional: without them the containers' numbers are summed.
-        """
-        if not sandbox_ids:
-            return {}
-        wanted = set(sandbox_ids)
-        try:
-            return {s.id: s for s in await self.cri.sandboxes.list_stats() if s.id in wanted}
-        except CriError as e:
-            if e.unimplemented or e.unavailable:
-                return {}
-        # One call at a time: containerd 1.6 writes its sandbox map under a read lock when it records a sandbox's
-        # stats (sandboxstore UpdateContainerStats), and concurrent PodSandboxStats calls crashed it with "fatal
-        # error: concurrent map read and map write".
-        found = {}
-        for sandbox_id in sandbox_ids:
-            try:
-                found[sandbox_id] = await self.cri.sandboxes.stats(sandbox_id)
-            except CriError:
-                continue
-        return found
 
     def _with_nano_cores(self, pods: tuple[summary.PodSample, ...]) -> tuple[summary.PodSample, ...]:
         """Fill usageNanoCores the runtime left unset from the previous samples; remember these ones."""

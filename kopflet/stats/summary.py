@@ -11,13 +11,13 @@ read into
 
 It follows upstream's CRI stats provider (pkg/kubelet/stats/cri_stats_provider.go) in its default mode:
 a pod is reported when it has a running container with stats; a container's numbers come from
-ListContainerStats; the pod's CPU, memory, network and process count come from the pod sandbox's stats
-(the pod cgroup and network namespace, what upstream reads through cAdvisor), else the containers' CPU and
-memory are summed as upstream does without cAdvisor. A pod's volumes are what its volume stats calculator
-reports (volume_stat_calculator.go, MetricsDu: du of the volume, statfs of its filesystem), and its ephemeral
-storage adds the local ephemeral ones to its layers and logs (helper.go calcEphemeralStorage). The parsers of
-/proc, cgroup files and the mount table live here too, so the arithmetic is testable;
-`kopflet.stats.collector` only reads the files.
+ListContainerStats; the pod's CPU, memory, network and process count come from its pod cgroup and its infra
+container's network namespace, as upstream reads them through cAdvisor (`kopflet.stats.cgroup_stats`, in the shape
+of the CRI's sandbox stats), else the containers' CPU and memory are summed as upstream does without cAdvisor. A
+pod's volumes are what its volume stats calculator reports (volume_stat_calculator.go, MetricsDu: du of the
+volume, statfs of its filesystem), and its ephemeral storage adds the local ephemeral ones to its layers and logs
+(helper.go calcEphemeralStorage). The parsers of /proc, cgroup files and the mount table live here too, so the
+arithmetic is testable; `kopflet.stats.collector` only reads the files.
 
 Timestamps are nanoseconds since the epoch (ints), as in `cri_client.types`.
 """
@@ -162,7 +162,7 @@ class VolumeSample:
 class PodSample:
     """One pod: its identity, its sandbox's creation time (the summary's startTime) and what was measured.
 
-    `sandbox` is the pod-level CRI stats (None when the runtime could not measure the sandbox);
+    `sandbox` is the pod-level stats, in the CRI's shape (None when the pod cgroup was not found);
     `containers` are its running containers, in name order. `volumes` are its measured volumes by name (see
     `VolumeSample`); `pod_logs` (the files directly in its log directory) and `etc_hosts` are the host's du of
     them, when the collector measured them. `cgroup` is the pod cgroup's name as cAdvisor names it

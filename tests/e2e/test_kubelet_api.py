@@ -218,6 +218,12 @@ def test_resource_metrics_and_stats_summary(chatty: str, admin: Kubectl, layout:
     assert summary["node"]["cpu"]["usageCoreNanoSeconds"] > 0 and summary["node"]["memory"]["workingSetBytes"] > 0
     pod = next(p for p in summary["pods"] if p["podRef"]["name"] == "chatty" and p["podRef"]["namespace"] == chatty)
     assert pod["containers"][0]["name"] == "main" and pod["containers"][0]["memory"]["workingSetBytes"] > 0
+    # The pod's own numbers, from its pod cgroup and its pause container's network namespace, as cAdvisor reads them
+    assert pod["cpu"]["usageCoreNanoSeconds"] > 0 and pod["memory"]["workingSetBytes"] > 0, pod
+    assert pod["memory"]["workingSetBytes"] >= pod["containers"][0]["memory"]["workingSetBytes"], pod
+    assert pod["network"]["name"] == "eth0" and pod["network"]["rxBytes"] >= 0, pod
+    assert [i["name"] for i in pod["network"]["interfaces"]] == ["eth0"], pod
+    assert pod["process_stats"]["process_count"] >= 2, pod  # pause and main, at least
 
 
 def test_stats_summary_reports_each_volume(chatty: str, admin: Kubectl, layout: Layout) -> None:
