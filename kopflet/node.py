@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import socket
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from cri_client import CriClient, CriError
@@ -22,7 +23,10 @@ from kopflet import backoff as backoffs
 from kopflet.allocation.state import AllocationManager
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import Credentials, KubeClient
+from kopflet.cm import helpers as cm_helpers
+from kopflet.cm import node_allocatable
 from kopflet.cm.cgroups import PodCgroups
+from kopflet.cm.container_manager import ContainerManager
 from kopflet.config import static_pods
 from kopflet.config.file_source import StaticPodSource
 from kopflet.config.settings import AgentConfig
@@ -125,6 +129,8 @@ class HostFacts:
     resolv_conf: str
     hugepage_sizes: tuple[str, ...]
     masked_paths: tuple[str, ...]
+    max_pid: int | None = None
+    """min(kernel.pid_max, kernel.threads-max): the pids capacity ``kubepods`` is sized from; None if unknown."""
 
     @classmethod
     async def read(cls, cfg: AgentConfig) -> HostFacts:
@@ -132,7 +138,7 @@ class HostFacts:
                                           ephemeral_storage=cfg.local_storage_capacity_isolation)
         resolv_conf = await asyncio.to_thread(read_host_resolv_conf)
         hugepage_sizes, masked_paths = await asyncio.to_thread(read_host_container_facts)
-        return cls(machine, resolv_conf, hugepage_sizes, masked_paths)
+        return cls(machine, resolv_conf, hugepage_sizes, masked_paths, await asyncio.to_thread(signals.max_pid))
 
 
 class Node:
@@ -157,6 +163,13 @@ class Node:
         self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api)
         self.allocations = AllocationManager(self.layout)
         self.cgroups = PodCgroups()
+        self.container_manager = ContainerManager(
+            self.cgroups, capacity=node_allocatable.internal_capacity(
+                host.machine.cpus, host.machine.memory_bytes, host.max_pid),
+            system_reserved=cfg.system_reserved, kube_reserved=cfg.kube_reserved,
+            enforcement=cfg.enforce_node_allocatable, hugepage_sizes=host.hugepage_sizes,
+            active_pods=lambda: [pod for pod, _ in self.workers.active_pods()],
+            node_event=lambda type_, reason, message: self.recorder.node_event(type_, reason, message))
         servers, searches, options = sandbox_config.parse_resolv_conf(host.resolv_conf)
         dns = sandbox_config.DnsSettings(cluster_dns=cfg.cluster_dns, cluster_domain=cfg.cluster_domain,
                                          host_servers=servers, host_searches=searches, host_options=options)
@@ -166,7 +179,8 @@ class Node:
             node_allocatable=self.heartbeat.allocatable, allocations=self.allocations, cgroups=self.cgroups,
             layout=self.layout, hooks=HookRunner(cri),
             volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout),
-            hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths)
+            hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths,
+            before_pod_cgroup=self.container_manager.update_qos)
         self.relist = RuntimeCache(cri, on_relist=self.metrics.observe_pleg_relist)
         self.prober = ProbeManager(cri, self.recorder, self._wake, metrics=self.probe_metrics)
         self.status = StatusManager(self.api)
@@ -213,7 +227,11 @@ class Node:
     async def _observe_signals(self) -> Mapping[str, eviction_helpers.Observation]:
         """The node's signals now (the image filesystem's mountpoint is asked of the runtime once)."""
         mountpoint = await self._image_fs_mountpoint()
-        return await asyncio.to_thread(signals.observe, self.cfg.root_dir, mountpoint or None)
+        allocatable = self.container_manager.allocatable_memory
+        return await asyncio.to_thread(
+            signals.observe, self.cfg.root_dir, mountpoint or None,
+            pods_cgroup=None if allocatable is None else Path(cm_helpers.CGROUP_ROOT.lstrip("/")),
+            allocatable_memory=allocatable)
 
     async def _image_fs_mountpoint(self) -> str:
         """The image filesystem's mountpoint, asked of the runtime once (CRI ImageFsInfo); "" while unknown."""
@@ -271,6 +289,7 @@ class Node:
         await self.api.open()
         await self.heartbeat.register()
         self.recorder.node_event("Normal", "Starting", "Starting kubelet.", self.heartbeat.uid)
+        await self.container_manager.start()
         cfg = self.cfg
         if cfg.port:
             self.server = await serve(cfg, self.backend, authenticator_for(cfg, self.api),
@@ -289,6 +308,7 @@ class Node:
             asyncio.create_task(self.log_manager.run(), name="container-log-manager"),
             asyncio.create_task(self.eviction.run(), name="eviction-manager"),
             asyncio.create_task(self.oom.run(), name="oom-watcher"),
+            asyncio.create_task(self.container_manager.run(), name="qos-cgroups"),
         ]
 
     def pod_event(self, kind: str | None, body: Mapping[str, Any]) -> None:
@@ -309,6 +329,7 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.stats.close()
+        await self.container_manager.close()
         await self.workers.stop()
         await self.prober.close()
         await self.recorder.flush()

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import errno
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kopflet.cm import helpers
@@ -42,12 +42,16 @@ class PodCgroups:
         relative = name.strip("/")
         return self.fs_root / relative if self.v2 else self.fs_root / subsystem / relative
 
-    def apply(self, name: str, config: helpers.ResourceConfig) -> None:
-        """Make the cgroup `name` (``/kubepods/burstable/pod<uid>``) exist with `config`'s values."""
-        files = {"": helpers.cgroup_v2_files(config)} if self.v2 else helpers.cgroup_v1_files(config)
+    def apply(self, name: str, config: helpers.ResourceConfig, *, hugepage_sizes: Sequence[str] | None = None) -> None:
+        """Make the cgroup `name` (``/kubepods/burstable/pod<uid>``) exist with `config`'s values; with the node's
+        `hugepage_sizes`, its hugetlb limits are written too (each size `config` leaves out as 0)."""
+        files = {"": helpers.cgroup_v2_files(config, hugepage_sizes=hugepage_sizes)} if self.v2 else \
+            helpers.cgroup_v1_files(config, hugepage_sizes=hugepage_sizes)
         if self.v2:
             self._ensure_v2(name)
         for subsystem, values in files.items():
+            if not self.v2 and not (self.fs_root / subsystem).is_dir():
+                continue  # a controller not mounted here (libcontainer skips it too): no directory in cgroupfs' tmpfs
             directory = self._dir(name, subsystem)
             directory.mkdir(parents=True, exist_ok=True)
             self._write_all(directory, values)

@@ -130,6 +130,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("containerLogMonitorInterval", lambda c: _duration(c.container_log_monitor_interval), False),
     ("systemReserved", lambda c: _map(c.system_reserved), True),
     ("kubeReserved", lambda c: _map(c.kube_reserved), True),
+    ("enforceNodeAllocatable", lambda c: list(c.enforce_node_allocatable), True),
     ("allowedUnsafeSysctls", lambda c: list(c.allowed_unsafe_sysctls), True),
     ("registerWithTaints", _taints, True),
     ("localStorageCapacityIsolation", lambda c: c.local_storage_capacity_isolation, False),

@@ -30,6 +30,7 @@ import yaml
 
 from kopflet import gotext, paths
 from kopflet.api import qos, validation
+from kopflet.cm import node_allocatable
 from kopflet.config import tls_options
 from kopflet.eviction import thresholds
 from kopflet.lifecycle import admission
@@ -204,6 +205,10 @@ class AgentConfig:
     """``localStorageCapacityIsolation``: the Node reports ``ephemeral-storage`` capacity and allocatable (so pods
     requesting it are admitted) and pods over their emptyDir ``sizeLimit`` or ``ephemeral-storage`` limits are
     evicted. Off, none of that: for hosts where the root filesystem's usage cannot be measured."""
+    enforce_node_allocatable: tuple[str, ...] = node_allocatable.DEFAULT_ENFORCEMENT
+    """``enforceNodeAllocatable``: with ``pods``, all pods together are held to the node's allocatable (capacity less
+    systemReserved and kubeReserved) by the limits on ``kubepods``, and eviction watches
+    allocatableMemory.available. Empty or ``none``: ``kubepods`` is sized to the whole node."""
     lock_file: str = ""
     """``--lock-file`` (flag only, as upstream): an exclusive flock on it is held for the agent's life; a second
     agent with the same file waits for it. Empty: no lock."""
@@ -220,8 +225,8 @@ class AgentConfig:
         """The eviction manager's configuration (`load` has checked that it parses)."""
         return thresholds.EvictionConfig(
             thresholds=tuple(thresholds.parse_threshold_config(
-                (), self.effective_eviction_hard, self.eviction_soft, self.eviction_soft_grace_period,
-                self.eviction_minimum_reclaim)),
+                self.enforce_node_allocatable, self.effective_eviction_hard, self.eviction_soft,
+                self.eviction_soft_grace_period, self.eviction_minimum_reclaim)),
             pressure_transition_period=self.eviction_pressure_transition_period,
             max_pod_grace_period=self.eviction_max_pod_grace_period)
 
@@ -711,6 +716,7 @@ LOG_MAX_WORKERS = _Kind("int", _log_max_workers, lambda v: _log_max_workers(str(
 TLS_VERSION = _Kind("string", _tls_min_version, _text_then(_tls_min_version), empty_is_unset=True)
 CIPHER_SUITES = _Kind("strings", _cipher_suites, lambda v: tuple(_cipher_suite(s) for s in _yaml_strings(v)),
                       accumulate=_append)
+ENFORCEMENTS = _Kind("strings", lambda t: tuple(_csv(t)), lambda v: tuple(_yaml_strings(v)), accumulate=_append)
 LOG_MONITOR_INTERVAL = _Kind("duration", _log_monitor_interval, _text_then(_log_monitor_interval))
 
 
@@ -880,6 +886,11 @@ SETTINGS: tuple[Setting, ...] = (
             "requesting it fit), and a pod over an emptyDir sizeLimit or its ephemeral-storage limits is evicted. "
             "Off: neither, nor does the Ready condition need ephemeral-storage capacity; for hosts where the root "
             "filesystem's usage cannot be measured (upstream names rootless kind).", zero_is_default=False),
+    Setting("enforce_node_allocatable", "enforce-node-allocatable", "enforceNodeAllocatable", ENFORCEMENTS, "[pods]",
+            "Comma-separated levels at which node allocatable is enforced: 'pods' holds every pod together to "
+            "capacity less --system-reserved and --kube-reserved (the limits on the kubepods cgroup, and the "
+            "allocatableMemory.available eviction signal); 'none' or empty: no enforcement. 'system-reserved' and "
+            "'kube-reserved' need their cgroups, which kopflet does not manage."),
     # One agent per node (upstream's flags only, no config-file field: cmd/kubelet/app/options KubeletFlags).
     Setting("lock_file", "lock-file", None, STRING, '""',
             "A file the agent holds an exclusive lock (flock) on while it runs; a second agent given the same file "
@@ -927,7 +938,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "podsPerCore", "enableControllerAttachDetach",
     "protectKernelDefaults", "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit", "featureGates",
     "failSwapOn", "memorySwap",     "configMapAndSecretChangeDetectionStrategy", "reservedSystemCPUs",
-    "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup", "enforceNodeAllocatable",
+    "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup",
     "volumePluginDir", "providerID", "kernelMemcgNotification", "logging", "enableSystemLogHandler",
     "enableSystemLogQuery", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods",
     "shutdownGracePeriodByPodPriority", "crashLoopBackOff", "reservedMemory", "enableProfilingHandler",
@@ -1154,6 +1165,11 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     if bool(values.get("tls_cert_file")) != bool(values.get("tls_private_key_file")):
         raise ConfigError("--tls-cert-file (tlsCertFile) and --tls-private-key-file (tlsPrivateKeyFile) must be "
                           "given together, or neither for a self-signed certificate in --cert-dir")
+    enforcement_errors = node_allocatable.validate_enforcement(
+        values.get("enforce_node_allocatable", AgentConfig.enforce_node_allocatable))
+    if enforcement_errors:
+        raise ConfigError(enforcement_errors[0] if len(enforcement_errors) == 1 else
+                          "[" + ", ".join(enforcement_errors) + "]")  # upstream's aggregate error
     if values.get("exit_on_lock_contention") and not values.get("lock_file"):
         raise ConfigError(LOCK_CONTENTION_WITHOUT_FILE)  # upstream server.go run, before it takes the lock
     return AgentConfig(**values)

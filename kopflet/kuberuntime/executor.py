@@ -66,9 +66,12 @@ class PodSyncer:
                  allocations: AllocationManager | None = None, cgroups: PodCgroups | None = None, *,
                  layout: paths.Layout | None = None, hooks: HookRunner | None = None,
                  volumes: VolumeManager | None = None, hugepage_sizes: Sequence[str] = (),
-                 masked_paths: Sequence[str] = container_config.DEFAULT_MASKED_PATHS) -> None:
+                 masked_paths: Sequence[str] = container_config.DEFAULT_MASKED_PATHS,
+                 before_pod_cgroup: Callable[[], Awaitable[None]] | None = None) -> None:
         """The parts default to ones of its own; the node's composition root (`kopflet.node`) passes its own.
-        `hugepage_sizes` and `masked_paths` are the host's (`read_host_container_facts`)."""
+        `hugepage_sizes` and `masked_paths` are the host's (`read_host_container_facts`); `before_pod_cgroup` brings
+        the QoS tiers up to date before a new pod cgroup is made (the container manager's `update_qos`)."""
+        self.before_pod_cgroup = before_pod_cgroup
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
         self.layout = layout if layout is not None else cfg.layout
         self.allocations = allocations if allocations is not None else AllocationManager(self.layout)
@@ -167,6 +170,8 @@ class PodSyncer:
         name = helpers.pod_cgroup_parent(pod)
         if await asyncio.to_thread(self.cgroups.exists, name):
             return True
+        if self.before_pod_cgroup is not None:
+            await self.before_pod_cgroup()  # upstream SyncPod: UpdateQOSCgroups when the pod cgroup does not exist
         try:
             await asyncio.to_thread(self.cgroups.apply, name, self.pod_cgroup_config(pod))
         except (CgroupError, OSError) as exc:

@@ -117,6 +117,9 @@ def test_cert_dir_defaults_under_the_root_dir(argv: list[str], cert_dir: str) ->
     (["--local-storage-capacity-isolation=false"], {"local_storage_capacity_isolation": False}),
     (["--local-storage-capacity-isolation=0"], {"local_storage_capacity_isolation": False}),
     (["--local-storage-capacity-isolation"], {"local_storage_capacity_isolation": True}),
+    (["--enforce-node-allocatable=none"], {"enforce_node_allocatable": ("none",)}),
+    (["--enforce-node-allocatable="], {"enforce_node_allocatable": ()}),
+    (["--enforce-node-allocatable=pods"], {"enforce_node_allocatable": ("pods",)}),
     (["--system-reserved=cpu=100m, memory=200Mi"], {"system_reserved": {"cpu": "100m", "memory": "200Mi"}}),
     (["--kube-reserved=ephemeral-storage=1Gi,pid=100"], {"kube_reserved": {"ephemeral-storage": "1Gi", "pid": "100"}}),
     (["--allowed-unsafe-sysctls=net.core.somaxconn,kernel.msg*"],
@@ -460,6 +463,7 @@ evictionPressureTransitionPeriod: 1m
 evictionMaxPodGracePeriod: 30
 mergeDefaultEvictionSettings: true
 localStorageCapacityIsolation: false
+enforceNodeAllocatable: [none]
 """
 
 
@@ -488,7 +492,7 @@ def test_full_config_file() -> None:
         eviction_soft={"memory.available": "500Mi"}, eviction_soft_grace_period={"memory.available": "1m"},
         eviction_minimum_reclaim={"memory.available": "50Mi"}, eviction_pressure_transition_period=60.0,
         eviction_max_pod_grace_period=30, merge_default_eviction_settings=True,
-        local_storage_capacity_isolation=False,
+        local_storage_capacity_isolation=False, enforce_node_allocatable=("none",),
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 
@@ -736,6 +740,16 @@ def test_usage_lists_every_flag() -> None:
     ([], "containerLogMonitorInterval: 1s\n", r"containerLogMonitorInterval must be .* greater than or equal to 3s"),
     (["--container-log-max-size=ten"], "", r"failed to parse container log max size \"ten\""),
     (["--container-log-max-size=0"], "", r"container log max size must be positive"),
+    (["--enforce-node-allocatable=pods,none"], "", r"^invalid configuration: enforceNodeAllocatable "
+     r"\(--enforce-node-allocatable\) may not contain additional enforcements when \"none\" is specified$"),
+    (["--enforce-node-allocatable=system-reserved"], "", r"^invalid configuration: systemReservedCgroup "
+     r"\(--system-reserved-cgroup\) must be specified when \"system-reserved\" or \"system-reserved-compressible\" "
+     r"included in enforceNodeAllocatable \(--enforce-node-allocatable\)$"),
+    ([], "enforceNodeAllocatable: [pods, pods, cpu]\n",
+     r"^\[invalid configuration: duplicated enforcements \"pods\" in enforceNodeAllocatable "
+     r"\(--enforce-node-allocatable\), invalid configuration: option \"cpu\" specified for enforceNodeAllocatable "
+     r"\(--enforce-node-allocatable\)\. Valid options are \"pods\", \"system-reserved\", "
+     r"\"system-reserved-compressible\", \"kube-reserved\", \"kube-reserved-compressible\" or \"none\"\]$"),
 ])
 def test_log_rotation_and_image_gc_settings_are_checked_as_upstream(argv: list[str], text: str,
                                                                      message: str) -> None:
@@ -751,7 +765,11 @@ def test_eviction_settings_parse_as_upstream() -> None:
                "--eviction-soft-grace-period=memory.available=1m30s"])
     assert cfg.effective_eviction_hard == {"memory.available": "1Gi", "nodefs.available": "5%"}
     signals = [(t.signal, t.grace_period) for t in cfg.eviction_config.thresholds]
-    assert signals == [("memory.available", 0.0), ("nodefs.available", 0.0), ("memory.available", 90.0)]
+    # with "pods" enforced (the default), the hard memory threshold again for allocatableMemory.available
+    assert signals == [("memory.available", 0.0), ("nodefs.available", 0.0), ("memory.available", 90.0),
+                       ("allocatableMemory.available", 0.0)]
+    unenforced = run(["--eviction-hard=memory.available<1Gi", "--enforce-node-allocatable=none"])
+    assert [t.signal for t in unenforced.eviction_config.thresholds] == ["memory.available"]
     assert run().effective_eviction_hard["imagefs.available"] == "15%"  # the Linux defaults
     merged = with_file("evictionHard: {memory.available: 1Gi}\nmergeDefaultEvictionSettings: true\n")
     assert merged.effective_eviction_hard["nodefs.available"] == "10%"

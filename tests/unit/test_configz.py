@@ -26,7 +26,7 @@ DEFAULTS = {
                      "nodefs.available": "10%", "nodefs.inodesFree": "5%"},
     "evictionPressureTransitionPeriod": "5m0s", "mergeDefaultEvictionSettings": False,
     "containerLogMaxSize": "10Mi", "containerLogMaxFiles": 5, "containerLogMaxWorkers": 1,
-    "containerLogMonitorInterval": "10s", "localStorageCapacityIsolation": True,
+    "containerLogMonitorInterval": "10s", "enforceNodeAllocatable": ["pods"], "localStorageCapacityIsolation": True,
     "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
     "imageServiceEndpoint": "unix:///run/containerd/containerd.sock",
 }
