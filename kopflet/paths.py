@@ -39,6 +39,12 @@ def escape_qualified_name(name: str) -> str:
     return name.replace("/", "~")
 
 
+def pod_uid_from_log_dir(name: str) -> str:
+    """The pod UID in a pod log directory's name, ``<namespace>_<name>_<uid>`` (upstream
+    parsePodUIDFromLogsDirectory: the last ``_``-separated part)."""
+    return name.rsplit(LOG_PATH_DELIMITER, 1)[-1]
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """The node's kubelet directories: `root_dir` (``--root-dir``) holds the pods' files and the checkpoints,
@@ -123,4 +129,5 @@ __all__ = [
     "DEFAULT_POD_LOG_ROOT",
     "Layout",
     "escape_qualified_name",
+    "pod_uid_from_log_dir",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import glob
 import logging
 import os
 import secrets
@@ -385,15 +386,18 @@ class PodSyncer:
             self.layout.container_logs_dir, pod.name, pod.namespace, name, container_id,
             self.layout.container_log_path(pod.namespace, pod.name, pod.uid, name, restart_count))
 
-    async def _remove_container(self, container_id: str) -> None:
-        """Upstream removeContainer: the container's symlink goes first (named from its labels, which
-        ContainerStatus gives, as upstream removeContainerLog), then RemoveContainer; already gone is fine."""
+    async def _remove_container(self, container_id: str, *, keep_logs: bool = False) -> None:
+        """Upstream removeContainer: the container's log files (its log and the rotated ones, unless `keep_logs`)
+        and its symlink go first (found from ContainerStatus, as upstream removeContainerLog), then
+        RemoveContainer; already gone is fine."""
         try:
             status = await self.cri.containers.status(container_id)
         except CriError as exc:
             if not exc.not_found:
                 raise
         else:
+            if status.log_path and not keep_logs:
+                await asyncio.to_thread(_remove_log_files, status.log_path)
             pod = labels.pod_identity(status.labels)
             if pod.name:
                 await log_manager.remove_container_symlink(self.layout.container_logs_dir, pod.name, pod.namespace,
@@ -519,7 +523,7 @@ class PodSyncer:
             is_init = any(c.name == reset.name for c in pod.spec.init_containers)
             if reset.kill:
                 await self._stop(pod, reset.container_id, reset.name, is_init, "killing", MINIMUM_GRACE_PERIOD)
-            await self._remove_container(reset.container_id)
+            await self._remove_container(reset.container_id, keep_logs=True)
 
     async def kill_pod(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, grace: int | None) -> None:
         """Stop every running container concurrently, then every sandbox (upstream killPodWithSyncResult).
@@ -573,14 +577,17 @@ class PodSyncer:
         await asyncio.to_thread(_remove_tree, Path(self.layout.volumes_dir(uid)))
 
     async def remove_pod(self, runtime: podstate.RuntimePodStatus, uid: str) -> None:
-        """Remove a deleted pod's containers, sandboxes, cgroup and directories (upstream: GC and cleanup)."""
+        """Remove a deleted pod's containers, sandboxes, cgroup and directories (upstream: GC and cleanup).
+
+        Every log directory of the UID goes, whatever namespace and name it carries (upstream
+        evictPodLogsDirectories goes by the UID alone): the runtime may have nothing left to name the pod by."""
         await self.remove([c.id for c in runtime.containers], [s.id for s in runtime.sandboxes])
         await asyncio.to_thread(self.cgroups.remove, uid)
         await asyncio.to_thread(self.allocations.remove, uid)  # the checkpoint file is written and fsynced
         await self.volumes.cleanup(uid)
+        for directory in await asyncio.to_thread(pod_log_dirs, self.layout.pod_log_root, uid):
+            await asyncio.to_thread(_remove_tree, directory)
         await asyncio.to_thread(_remove_tree, Path(self.layout.pod_dir(uid)))
-        if runtime.namespace and runtime.name:
-            await asyncio.to_thread(_remove_tree, Path(self.layout.pod_log_dir(runtime.namespace, runtime.name, uid)))
 
     def _grace(self, pod: spec.Pod, grace: int | None) -> int:
         if grace is None:
@@ -647,6 +654,23 @@ def _restart_count_from_logs(folder: Path) -> int:
 
 def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def pod_log_dirs(pod_log_root: str, uid: str | None = None) -> list[Path]:
+    """The pod log directories under `pod_log_root`, those of pod `uid` only when given (blocking)."""
+    try:
+        entries = list(os.scandir(pod_log_root))
+    except FileNotFoundError:
+        return []
+    return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)
+            and (uid is None or paths.pod_uid_from_log_dir(e.name) == uid)]
+
+
+def _remove_log_files(log_path: str) -> None:
+    """A removed container's log and its rotated files, ``<path>*`` (upstream logManager.Clean's glob)."""
+    for path in glob.glob(glob.escape(log_path) + "*"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def _text(data: Mapping[str, bytes] | None) -> dict[str, str] | None:

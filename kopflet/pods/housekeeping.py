@@ -14,6 +14,7 @@ import os
 from cri_client import CriError
 from kopflet import paths
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
+from kopflet.kuberuntime.executor import pod_log_dirs
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pods.teardown import Teardown
 from kopflet.pods.workers import PodWorkers
@@ -30,9 +31,15 @@ class Housekeeping:
         self.layout, self.field_selector = layout, field_selector
 
     async def cleanup_orphans(self) -> int:
-        """Tear down the runtime pods and pod directories no worker has and the apiserver does not list."""
+        """Tear down the runtime pods, pod directories and pod log directories no worker has and the apiserver does
+        not list."""
         await self.relist.synced.wait()
         dirs = await asyncio.to_thread(pod_dirs, self.layout)
+        # Log directories outlive everything else of a pod removed while the agent was down (its sandboxes gone,
+        # nothing names it any more): upstream's container GC removes them by UID (evictPodLogsDirectories).
+        log_dirs = {paths.pod_uid_from_log_dir(d.name)
+                    for d in await asyncio.to_thread(pod_log_dirs, self.layout.pod_log_root)}
+        dirs += sorted(log_dirs - set(dirs))
         candidates = [uid for uid in (*self.relist.pods, *dirs) if uid not in self.workers]
         if not candidates:
             return 0  # every runtime pod and directory has a worker: nothing to confirm with the apiserver

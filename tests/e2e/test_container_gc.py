@@ -37,6 +37,19 @@ def dead_containers(layout: Layout, uids: set[str]) -> list[cri.Container]:
     return asyncio.run(listing())
 
 
+def container_logs(layout: Layout, uids: set[str]) -> dict[str, set[str]]:
+    """The log paths of each pod's containers, as the runtime has them now."""
+    async def listing() -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        async with CriClient(layout.runtime_endpoint) as client:
+            for c in await client.containers.list():
+                uid = c.labels.get("io.kubernetes.pod.uid", "")
+                if uid in uids:
+                    found.setdefault(uid, set()).add((await client.containers.status(c.id)).log_path)
+        return found
+    return asyncio.run(listing())
+
+
 def test_the_node_wide_cap_on_dead_containers_holds(capped_agent: Agent, admin: Kubectl, layout: Layout,
                                                      namespace: str) -> None:
     for i in range(PODS):
@@ -58,5 +71,13 @@ def test_the_node_wide_cap_on_dead_containers_holds(capped_agent: Agent, admin: 
             break
         time.sleep(2)
     assert len(dead) <= CAP, f"{len(dead)} dead containers of these pods with a node-wide cap of {CAP}"
+    # A removed container's log files go with it (upstream removeContainerLog: logManager.Clean): each log file left
+    # belongs to a container the runtime still has (a file newer than the listing is a restart since).
+    for uid, kept in container_logs(layout, uids).items():
+        directory = Path(next(iter(kept))).parent
+        numbers = {int(Path(k).name.split(".")[0]) for k in kept}
+        files = {str(f) for f in directory.glob("*.log*")}
+        stale = sorted(f for f in files - kept if int(Path(f).name.split(".")[0]) <= max(numbers))
+        assert not stale, f"log files of removed containers of pod {uid}: {stale}"
     for i in range(PODS):
         admin.run("delete", "pod", f"crash-{i}", "-n", namespace, "--wait=false")

@@ -302,3 +302,23 @@ def test_dead_containers_are_collected_but_the_previous_one_kept(running_agent: 
     assert len(ids) <= 2, f"{len(ids)} instances of a container that restarted {restarts} times"
     # What is kept: the newest instance and the one `kubectl logs --previous` reads (both may be dead by now).
     assert previous in ids and ids <= {current, previous}, (ids, current, previous)
+
+
+def test_log_directories_of_pods_gone_while_the_agent_was_down_are_removed(running_agent: Agent) -> None:
+    """What a pod removed with its sandbox while the agent was down leaves: its log directory, a log file and the
+    link in /var/log/containers. Nothing in the runtime names the pod any more; upstream's container GC removes the
+    directory by UID (evictPodLogsDirectories) and then the link whose log is gone."""
+    uid = f"gone-{os.getpid()}-{int(time.time())}"
+    directory = POD_LOG_ROOT / f"vanished_web_{uid}"
+    (directory / "main").mkdir(parents=True)
+    (directory / "main" / "0.log").write_text("2026-11-27T00:00:00.000000000Z stdout F bye\n")
+    link = CONTAINER_LOGS_DIR / f"web_vanished_main-{'ab' * 32}.log"
+    link.symlink_to(directory / "main" / "0.log")
+    deadline = time.monotonic() + 45  # housekeeping runs every 30s
+    while directory.exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not directory.exists(), "the orphaned pod log directory is still there"
+    deadline = time.monotonic() + 90  # the dangling-link sweep runs with container GC, every minute
+    while os.path.lexists(link) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not os.path.lexists(link), "the link to the removed log is still there"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kopflet.paths import DEFAULT_POD_LOG_ROOT, Layout, escape_qualified_name
+from kopflet.paths import DEFAULT_POD_LOG_ROOT, Layout, escape_qualified_name, pod_uid_from_log_dir
 
 LAYOUT = Layout("/var/lib/kubelet")
 
@@ -53,3 +53,12 @@ def test_defaults() -> None:
 def test_escape_qualified_name() -> None:
     assert escape_qualified_name("kubernetes.io/downward-api") == "kubernetes.io~downward-api"
     assert escape_qualified_name("plain") == "plain"
+
+
+@pytest.mark.parametrize(("name", "uid"), [
+    ("default_web_0d3c-11ef", "0d3c-11ef"),
+    ("my-ns_web_with_underscores_uid-9", "uid-9"),  # upstream takes the last part: names cannot hold "_"
+    ("no-delimiter", "no-delimiter"),
+])
+def test_pod_uid_from_log_dir(name: str, uid: str) -> None:
+    assert pod_uid_from_log_dir(name) == uid

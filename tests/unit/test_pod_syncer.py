@@ -31,6 +31,7 @@ class FakeContainers:
         self.done: list[str] = []
         self.log: list[tuple[str, str]] = []  # ("stop" | "remove", id), in call order
         self.gone: set[str] = set()
+        self.log_paths: dict[str, str] = {}
 
     async def status(self, container_id: str) -> cri.ContainerStatus:
         """Labelled as kopflet labels its containers (c-<name> in pod ns/p), NOT_FOUND for `gone` ones."""
@@ -38,7 +39,8 @@ class FakeContainers:
             raise CriError("NOT_FOUND", "not found")
         name = container_id.removeprefix("c-")
         return cri.ContainerStatus(id=container_id, labels={labels.POD_NAME: "p", labels.POD_NAMESPACE: "ns",
-                                                            labels.POD_UID: "u", labels.CONTAINER_NAME: name})
+                                                            labels.POD_UID: "u", labels.CONTAINER_NAME: name},
+                                   log_path=self.log_paths.get(container_id, ""))
 
     async def remove(self, container_id: str) -> None:
         self.log.append(("remove", container_id))
@@ -167,3 +169,19 @@ async def test_container_log_symlinks_are_made_after_start_and_removed_before_th
     await syncer.remove(["c-app", "c-gone"], [])
     assert not any((tmp_path / "containers").iterdir())
     assert cri_fake.containers.log == [("remove", "c-app"), ("remove", "c-gone")]
+
+
+async def test_a_removed_container_takes_its_log_files_a_reset_one_keeps_them(tmp_path: Path) -> None:
+    """Upstream removeContainerLog: logManager.Clean removes ``<log path>*`` (the log and its rotated files); the
+    RestartAllContainers reset removes with logs kept (kept until the pod goes)."""
+    syncer, cri_fake, _ = make_syncer({})
+    directory = tmp_path / "pods" / "ns_p_u" / "app"
+    names = ("1.log", "1.log.20261127-101010.gz", "1.log.20261127-111111", "11.log", "2.log")
+    directory.mkdir(parents=True)
+    for name in names:
+        (directory / name).write_bytes(b"x")
+    cri_fake.containers.log_paths = {"c-app": str(directory / "1.log"), "c-app2": str(directory / "2.log")}
+    await syncer.remove(["c-app"], [])
+    assert sorted(p.name for p in directory.iterdir()) == ["11.log", "2.log"]
+    await syncer.reset_containers(make_pod(), (reconciler.ResetInfo(container_id="c-app2", name="app"),))
+    assert sorted(p.name for p in directory.iterdir()) == ["11.log", "2.log"]
