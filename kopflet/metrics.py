@@ -580,6 +580,12 @@ class KubeletMetrics:
             ("container_type", "code"),
             stability=ALPHA,
         )
+        self.image_garbage_collected = r.counter(
+            "kubelet_image_garbage_collected_total",
+            "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+            ("reason",),
+            stability=ALPHA,
+        )
         self._container_states: set[str] = set()
         if node_name:
             self.set_node_name(node_name)

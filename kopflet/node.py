@@ -200,7 +200,8 @@ class Node:
             high_threshold_percent=cfg.image_gc_high_threshold_percent,
             low_threshold_percent=cfg.image_gc_low_threshold_percent, minimum_gc_age=cfg.image_minimum_gc_age,
             maximum_gc_age=cfg.image_maximum_gc_age), self.recorder, node_uid=lambda: self.heartbeat.uid,
-            image_cri=runtime.image_cri)
+            image_cri=runtime.image_cri,
+            collected=lambda reason: self.metrics.image_garbage_collected.labels(reason).inc())
         self.log_manager = ContainerLogManager(
             cri, LogRotatePolicy(max_size=cfg.container_log_max_size, max_files=cfg.container_log_max_files),
             monitor_interval=cfg.container_log_monitor_interval, max_workers=cfg.container_log_max_workers,

@@ -54,11 +54,14 @@ class ImageGCManager:
                  node_uid: Callable[[], str] = lambda: "", sandbox_image: str = "",
                  period: float = gc.IMAGE_GC_PERIOD, image_cri: CriClient | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 statfs: Callable[[str], tuple[int, int]] = filesystem_size) -> None:
+                 statfs: Callable[[str], tuple[int, int]] = filesystem_size,
+                 collected: Callable[[str], None] = lambda reason: None) -> None:
         """`cri` lists containers; `image_cri` (default: `cri`) lists, sizes and removes images (an
         --image-service-endpoint of its own). `node_uid` gives the Node's UID for the events' reference once
-        registered. `sandbox_image` is treated as pinned whatever the runtime says. InvalidPolicyError as
+        registered. `sandbox_image` is treated as pinned whatever the runtime says. `collected` counts each image
+        removed by its reason, "age" or "space" (kubelet_image_garbage_collected_total). InvalidPolicyError as
         NewImageGCManager."""
+        self.collected = collected
         policy.validate()
         self.cri, self.image_cri = cri, image_cri if image_cri is not None else cri
         self.policy, self.recorder, self.node_uid = policy, recorder, node_uid
@@ -234,6 +237,7 @@ class ImageGCManager:
             logger.error(f"Failed to remove image {candidate.id}: {exc}")
             raise
         self.records.pop(candidate.id, None)
+        self.collected(reason)
 
     def _event(self, reason: str, message: str) -> None:
         """A Warning event on this Node, best effort."""

@@ -7,6 +7,7 @@ MiB crosses it; nothing else on the machine is starved."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import subprocess
 import time
@@ -170,6 +171,60 @@ def test_disk_pressure_evicts_the_pod_that_fills_the_node(small_disk_agent: tupl
         admin.run("delete", "pod", name, "-n", namespace, "--wait=false")
     for name in ("filler", "late"):
         wait_gone(admin, namespace, name, timeout=90)
+
+@pytest.fixture
+def tmpfs_root(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs for the agent's root dir (nodefs: the pods' emptyDirs)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(root)], check=True)
+    try:
+        yield root
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+@pytest.mark.parametrize("minimum_reclaim", [0, 24], ids=["no-minimum-reclaim", "minimum-reclaim-24Mi"])
+def test_minimum_reclaim_keeps_evicting_until_that_much_is_free(tmpfs_root: Path, minimum_reclaim: int,
+                                                                 admin: Kubectl, layout: Layout, namespace: str,
+                                                                 tmp_path: Path) -> None:
+    """evictionMinimumReclaim: once a threshold is met, the pressure lasts until the signal is that far above it
+    (upstream thresholdsMet with enforceMinReclaim for the thresholds met in the last round), so the manager goes
+    on evicting. 40 MiB in two pods on a 64 MiB nodefs with nodefs.available<40% (25.6 MiB): evicting the bigger
+    one leaves about 45 MiB free, enough without a minimum reclaim, not with 24 MiB more to reclaim."""
+    args = (f"--root-dir={tmpfs_root} --eviction-hard=nodefs.available<40% "
+            "--eviction-pressure-transition-period=10s --node-status-update-frequency=2s")
+    if minimum_reclaim:
+        args += f" --eviction-minimum-reclaim=nodefs.available={minimum_reclaim}Mi"
+    node = layout.node_name
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
+    with contextlib.contextmanager(agent_with)(layout, tmp_path, args):
+        for name, size in (("big", 21), ("small", 19)):
+            admin.apply(pod_manifest(name, namespace, node, [container(
+                "main", f"dd if=/dev/zero of=/scratch/fill bs=1M count={size} && sleep 3600",
+                volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}])],
+                volumes=[{"name": "scratch", "emptyDir": {}}], terminationGracePeriodSeconds=0))
+            wait_pod(admin, namespace, name, is_ready, what="Ready")
+        wait_condition(admin, node, "DiskPressure", "True")
+        big = wait_pod(admin, namespace, "big", failed, timeout=120, what="evicted")
+        assert big["status"]["message"].startswith("The node was low on resource: ephemeral-storage. ")
+        met = admin.json("get", "events", "-n", "default", "--field-selector",
+                         f"involvedObject.kind=Node,involvedObject.name={node},reason=EvictionThresholdMet")
+        assert any(e["message"] == "Attempting to reclaim ephemeral-storage" and (e.get("lastTimestamp") or "") >=
+                   since for e in met["items"]), met["items"]
+        if minimum_reclaim:
+            small = wait_pod(admin, namespace, "small", failed, timeout=120, what="evicted for the minimum reclaim")
+            assert small["status"]["reason"] == "Evicted"
+            wait_condition(admin, node, "DiskPressure", "False")
+        else:
+            wait_condition(admin, node, "DiskPressure", "False")
+            time.sleep(15)  # a few more rounds of the manager (every 10 s): nothing else goes
+            assert admin.json("get", "pod", "small", "-n", namespace)["status"]["phase"] == "Running"
+        for name in ("big", "small"):
+            admin.run("delete", "pod", name, "-n", namespace, "--wait=false")
+        for name in ("big", "small"):
+            wait_gone(admin, namespace, name, timeout=90)
+
 
 @pytest.fixture
 def soft_agent(layout: Layout, tmp_path: Path) -> Iterator[Agent]:

@@ -103,3 +103,52 @@ def test_the_first_collection_frees_unused_images_and_keeps_used_and_pinned(
         assert "Failed to free sufficient space by deleting unused images (freed " in event["message"]
     finally:
         agent.stop()
+
+
+def node_events_since(admin: Kubectl, layout: Layout, reason: str, since: float) -> list[dict]:
+    items = admin.json("get", "events", "-n", "default", "--field-selector",
+                       f"involvedObject.kind=Node,involvedObject.name={layout.node_name},reason={reason}")["items"]
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since - 1))
+    return [e for e in items if (e.get("lastTimestamp") or e.get("eventTime") or "") >= stamp]
+
+
+def test_the_maximum_age_removes_an_unused_image_and_repeated_failures_are_image_gc_failed(
+        user_pod: str, layout: Layout, admin: Kubectl, tmp_path: Path) -> None:
+    """imageMaximumGCAge (config file only, as upstream): an image unused that long goes at the next collection
+    once the agent itself has run that long, counted as reason "age". The disk thresholds are set so that every
+    collection fails to free enough: at start every image is new to the agent and imageMinimumGCAge keeps it from
+    the disk-usage path, a failure that is FreeDiskSpaceFailed only; the second failure in a row is also
+    ImageGCFailed (upstream StartGarbageCollection). Collections run at start and every 5 minutes (upstream
+    ImageGCPeriod), so this test takes one period."""
+    pull(layout, UNUSED)
+    config = tmp_path / "config.yaml"
+    config.write_text(layout.kubelet_config.read_text() +
+                      "imageMaximumGCAge: 3m\nimageMinimumGCAge: 2m\n"
+                      "imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\n")
+    started = time.time()
+    agent = start_agent(layout, tmp_path / "gc.log", f"--config={config}")
+    try:
+        deadline = time.monotonic() + 60
+        while not node_events_since(admin, layout, "FreeDiskSpaceFailed", started):
+            assert time.monotonic() < deadline, "no FreeDiskSpaceFailed event from the first collection"
+            time.sleep(1)
+        assert image_present(layout, UNUSED), "imageMinimumGCAge did not protect a newly seen image"
+        assert not node_events_since(admin, layout, "ImageGCFailed", started)  # one failure is not an event
+
+        deadline = time.monotonic() + gc.IMAGE_GC_PERIOD + 60
+        while image_present(layout, UNUSED):
+            assert time.monotonic() < deadline, "the image unused for longer than imageMaximumGCAge stayed"
+            time.sleep(2)
+        assert image_present(layout, BUSYBOX), "an image in use was removed"
+        metrics = admin.raw(f"/api/v1/nodes/{layout.node_name}/proxy/metrics").stdout
+        aged = [line for line in metrics.splitlines()
+                if line.startswith('kubelet_image_garbage_collected_total{reason="age"}')]
+        assert aged and float(aged[0].split()[-1]) >= 1, aged
+        deadline = time.monotonic() + 30
+        while not (failed := node_events_since(admin, layout, "ImageGCFailed", started)):
+            assert time.monotonic() < deadline, "no ImageGCFailed event after two failed collections in a row"
+            time.sleep(1)
+        assert failed[0]["type"] == "Warning"
+        assert failed[0]["message"].startswith("Insufficient free disk space on the node's image filesystem (")
+    finally:
+        agent.stop()

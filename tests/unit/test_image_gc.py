@@ -349,6 +349,7 @@ class FakeCri:
 class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str, str]] = []
+        self.collected: list[str] = []  # the reasons of the images removed
 
     def node_event(self, type_: str, reason: str, message: str, uid: str = "") -> None:
         self.events.append((type_, reason, message, uid))
@@ -369,7 +370,8 @@ def manager(images: list[cri.Image], containers: list[cri.Container] = (), *, fs
     recorder, clock = Recorder(), clock or Clock()
     policy = policy or ImageGCPolicy(high_threshold_percent=90, low_threshold_percent=80, minimum_gc_age=0)
     m = ImageGCManager(fake, policy, recorder, node_uid=lambda: "node-uid",  # type: ignore[arg-type]
-                       sandbox_image=sandbox_image, period=0.0, clock=clock, statfs=statfs or (lambda path: fs))
+                       sandbox_image=sandbox_image, period=0.0, clock=clock, statfs=statfs or (lambda path: fs),
+                       collected=recorder.collected.append)
     return m, fake, recorder, clock
 
 
@@ -401,6 +403,7 @@ async def test_over_the_threshold_unused_images_go_least_recently_used_first() -
     fake.images.refuse = set()
     await m.garbage_collect()
     assert fake.images.removed == ["image-1", "image-0"]
+    assert recorder.collected == ["space", "space"]  # kubelet_image_garbage_collected_total{reason="space"}
     # image 2 is held by an exited container, image 3 pinned by the runtime, image 4 is the sandbox image
     assert {i.id for i in fake.images.images} == {"image-2", "image-3", "image-4"}
     assert set(m.records) == {"image-2", "image-3", "image-4"}
@@ -472,7 +475,7 @@ async def test_an_unreadable_image_filesystem_is_an_error() -> None:
 async def test_maximum_age_removes_long_unused_images_whatever_the_disk() -> None:
     policy = ImageGCPolicy(high_threshold_percent=90, low_threshold_percent=80, minimum_gc_age=0,
                            maximum_gc_age=60)
-    m, fake, _, clock = manager([image(0), image(1)], [container(1)], fs=(1000, 900), policy=policy)
+    m, fake, recorder, clock = manager([image(0), image(1)], [container(1)], fs=(1000, 900), policy=policy)
     began = clock.now
     await m.garbage_collect(began)
     clock.now += 30
@@ -482,6 +485,7 @@ async def test_maximum_age_removes_long_unused_images_whatever_the_disk() -> Non
     clock.now += 31
     await m.garbage_collect(began)
     assert fake.images.removed == ["image-0"]  # never used; image 1 was used 31 s ago
+    assert recorder.collected == ["age"]
     clock.now += 30
     fake.images.refuse = {"image-1"}
     with pytest.raises(gc.ImageGCError, match=r"^wanted to free images older than 1m0s, encountered errors"):

@@ -259,6 +259,10 @@ KUBELET_FAMILIES = {
         "counter",
         "[ALPHA] Cumulative number of errors when starting containers",
     ),
+    "kubelet_image_garbage_collected_total": (
+        "counter",
+        "[ALPHA] Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+    ),
 }
 
 
@@ -271,6 +275,7 @@ def _exercised() -> KubeletMetrics:
     m.observe_runtime_operation("RunPodSandbox", 0.3, error=True)
     m.started_containers.labels(metrics.CONTAINER).inc()
     m.started_containers_errors.labels(metrics.INIT_CONTAINER, "CreateContainerError").inc()
+    m.image_garbage_collected.labels("age").inc()
     return m
 
 
@@ -288,6 +293,7 @@ def test_kubelet_family_set_and_labels() -> None:
     assert families["kubelet_node_name"].label_names == ("node",)
     assert families["kubelet_running_containers"].label_names == ("container_state",)
     assert families["kubelet_started_containers_errors_total"].label_names == ("container_type", "code")
+    assert families["kubelet_image_garbage_collected_total"].label_names == ("reason",)
     for name in ("kubelet_runtime_operations_total", "kubelet_runtime_operations_errors_total",
                  "kubelet_runtime_operations_duration_seconds", "kubelet_pod_worker_duration_seconds"):  # fmt: skip
         assert families[name].label_names == ("operation_type",)
