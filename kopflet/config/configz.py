@@ -131,6 +131,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("systemReserved", lambda c: _map(c.system_reserved), True),
     ("kubeReserved", lambda c: _map(c.kube_reserved), True),
     ("allowedUnsafeSysctls", lambda c: list(c.allowed_unsafe_sysctls), True),
+    ("seccompDefault", lambda c: c.seccomp_default, False),  # the file's value: --seccomp-default is not in it
     ("registerWithTaints", _taints, True),
     ("localStorageCapacityIsolation", lambda c: c.local_storage_capacity_isolation, False),
     ("containerRuntimeEndpoint", lambda c: c.runtime_endpoint, False),  # no omitempty upstream
