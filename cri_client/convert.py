@@ -128,13 +128,32 @@ def runtime_status_from_pb(m: pb.StatusResponse) -> types.RuntimeStatus:
 # ----------------------------------------------------------------------------------- shared sub-parts
 
 
+def _id_mappings_to_pb(mappings: tuple[types.IDMapping, ...]) -> list[pb.IDMapping]:
+    return [pb.IDMapping(host_id=i.host_id, container_id=i.container_id, length=i.length) for i in mappings]
+
+
+def _id_mappings_from_pb(mappings: Iterable[pb.IDMapping]) -> tuple[types.IDMapping, ...]:
+    return tuple(types.IDMapping(host_id=i.host_id, container_id=i.container_id, length=i.length) for i in mappings)
+
+
+def user_namespace_to_pb(u: types.UserNamespace) -> pb.UserNamespace:
+    return pb.UserNamespace(mode=int(u.mode), uids=_id_mappings_to_pb(u.uids), gids=_id_mappings_to_pb(u.gids))
+
+
+def user_namespace_from_pb(m: pb.UserNamespace) -> types.UserNamespace:
+    return types.UserNamespace(mode=_enum(types.NamespaceMode, m.mode, types.NamespaceMode.POD),
+                               uids=_id_mappings_from_pb(m.uids), gids=_id_mappings_from_pb(m.gids))
+
+
 def namespace_options_to_pb(o: types.NamespaceOptions) -> pb.NamespaceOption:
-    return pb.NamespaceOption(
+    m = pb.NamespaceOption(
         network=int(o.network),
         pid=int(o.pid),
         ipc=int(o.ipc),
         target_id=o.target_id,
     )
+    _put(m, "userns_options", o.userns_options, user_namespace_to_pb)
+    return m
 
 
 def namespace_options_from_pb(m: pb.NamespaceOption) -> types.NamespaceOptions:
@@ -144,6 +163,7 @@ def namespace_options_from_pb(m: pb.NamespaceOption) -> types.NamespaceOptions:
         pid=_enum(mode, m.pid, mode.POD),
         ipc=_enum(mode, m.ipc, mode.POD),
         target_id=m.target_id,
+        userns_options=_get(m, "userns_options", user_namespace_from_pb),
     )
 
 
@@ -443,6 +463,7 @@ def container_security_context_to_pb(sc: types.ContainerSecurityContext) -> pb.L
         no_new_privs=sc.no_new_privs,
         masked_paths=list(sc.masked_paths),
         readonly_paths=list(sc.readonly_paths),
+        apparmor_profile=sc.apparmor_profile,
     )
     _put_linux_security(m, sc)
     _put(m, "capabilities", sc.capabilities, capabilities_to_pb)
@@ -457,6 +478,7 @@ def container_security_context_from_pb(m: pb.LinuxContainerSecurityContext) -> t
         no_new_privs=m.no_new_privs,
         masked_paths=_tuple(m.masked_paths),
         readonly_paths=_tuple(m.readonly_paths),
+        apparmor_profile=m.apparmor_profile,
     )
 
 

@@ -136,13 +136,33 @@ class RuntimeStatus:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class IDMapping:
+    """`IDMapping`: `length` IDs from `container_id` in the user namespace map to `host_id` on the host."""
+
+    host_id: int = 0
+    container_id: int = 0
+    length: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UserNamespace:
+    """`UserNamespace`: NODE (the host's user namespace) or POD (a new one with these UID and GID mappings)."""
+
+    mode: NamespaceMode = NamespaceMode.POD
+    uids: tuple[IDMapping, ...] = ()
+    gids: tuple[IDMapping, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class NamespaceOptions:
-    """`NamespaceOption`; defaults are the proto zero values (all POD), not kubelet's pod defaults."""
+    """`NamespaceOption`; defaults are the proto zero values (all POD), not kubelet's pod defaults.
+    `userns_options` None leaves the user namespace unset (the runtime's default: the host's)."""
 
     network: NamespaceMode = NamespaceMode.POD
     pid: NamespaceMode = NamespaceMode.POD
     ipc: NamespaceMode = NamespaceMode.POD
     target_id: str = ""
+    userns_options: UserNamespace | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -353,6 +373,9 @@ class ContainerSecurityContext:
     readonly_paths: tuple[str, ...] = ()
     seccomp: SecurityProfile | None = None
     apparmor: SecurityProfile | None = None
+    apparmor_profile: str = ""
+    """The deprecated string form of `apparmor` (``runtime/default``, ``unconfined``, ``localhost/<name>``),
+    which upstream still sends for runtimes that only read it."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -649,6 +672,7 @@ __all__ = [
     "ExecSyncResult",
     "FilesystemUsage",
     "HugepageLimit",
+    "IDMapping",
     "Image",
     "ImageFsInfo",
     "LinuxContainerConfig",
@@ -680,5 +704,6 @@ __all__ = [
     "SandboxSecurityContext",
     "SecurityProfile",
     "SwapUsage",
+    "UserNamespace",
     "Version",
 ]

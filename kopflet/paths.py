@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
+DEFAULT_ROOT_DIR = "/var/lib/kopflet"
+"""``--root-dir``'s default: upstream's ``/var/lib/kubelet``, renamed so the two agents can share a machine."""
 DEFAULT_POD_LOG_ROOT = "/var/log/pods"
 """``podLogsDir``'s default (apis/config/v1beta1 `DefaultPodLogsDir`): log collectors expect it."""
 DEFAULT_CONTAINER_LOGS_DIR = "/var/log/containers"
@@ -30,6 +32,7 @@ ETC_HOSTS_FILE_NAME = "etc-hosts"  # kubelet_pods.go getEtcHostsPath
 ALLOCATED_PODS_STATE = "allocated_pods_state"  # allocation_manager.go allocatedPodsStateFile
 ACTUATED_PODS_STATE = "actuated_pods_state"  # kuberuntime_manager.go actuatedPodsStateFile
 CERT_DIR_NAME = "pki"  # cmd/kubelet/app/options: CertDirectory "/var/lib/kubelet/pki"
+SECCOMP_DIR_NAME = "seccomp"  # kuberuntime_manager.go: seccompProfileRoot = filepath.Join(rootDirectory, "seccomp")
 LOG_PATH_DELIMITER = "_"  # kuberuntime/helpers.go logPathDelimiter
 
 
@@ -99,6 +102,12 @@ class Layout:
         """``<root>/pki``: ``--cert-dir``'s default, where the self-signed serving certificate lives."""
         return posixpath.join(self.root_dir, CERT_DIR_NAME)
 
+    @property
+    def seccomp_dir(self) -> str:
+        """``<root>/seccomp`` (upstream `seccompProfileRoot`): a ``Localhost`` seccomp profile's
+        ``localhostProfile`` is a path under it."""
+        return posixpath.join(self.root_dir, SECCOMP_DIR_NAME)
+
     # ------------------------------------------------------------------ <pod-log-root> (kuberuntime/helpers.go)
 
     def pod_log_dir(self, namespace: str, name: str, uid: str) -> str:
@@ -127,6 +136,7 @@ __all__ = [
     "ALLOCATED_PODS_STATE",
     "DEFAULT_CONTAINER_LOGS_DIR",
     "DEFAULT_POD_LOG_ROOT",
+    "DEFAULT_ROOT_DIR",
     "Layout",
     "escape_qualified_name",
     "pod_uid_from_log_dir",

@@ -447,7 +447,8 @@ def infeasible_message(pod: spec.Pod, allocation: PodAllocation, *, cpu_manager_
 
 
 def decide(pod: spec.Pod, allocation: PodAllocation, node: admission.NodeInfo, others: Sequence[spec.Pod], *,
-           cpu_manager_policy: str = "none", memory_manager_policy: str = "None") -> ResizeDecision:
+           cpu_manager_policy: str = "none", memory_manager_policy: str = "None",
+           pending: bool = False) -> ResizeDecision:
     """May the desired resources of `pod` be allocated now? (upstream `handlePodResourcesResize`).
 
     `pod` is the pod as the API has it (desired resources), `allocation` what is allocated to it. `others` are
@@ -456,8 +457,9 @@ def decide(pod: spec.Pod, allocation: PodAllocation, node: admission.NodeInfo, o
 
     First the resize handler (Infeasible, see `infeasible_message`), then every ordinary admit handler with
     the desired pod (`admission.admit`: sysctls, OS, resources, node affinity, node name, host ports, NoExecute
-    taints); whatever they refuse is Deferred, with the handler's message without the "Pod was rejected: "
-    prefix, e.g. ``Node didn't have enough resource: cpu, requested: 5000, used: 2000, capacity: 4000``.
+    taints, and AppArmor when the pod's phase is still Pending: `pending`); whatever they refuse is Deferred, with
+    the handler's message without the "Pod was rejected: " prefix, e.g. ``Node didn't have enough resource: cpu,
+    requested: 5000, used: 2000, capacity: 4000``.
     """
     if not resize_pending_differs(pod, allocation):
         return ResizeDecision(UNCHANGED, allocation)
@@ -465,7 +467,7 @@ def decide(pod: spec.Pod, allocation: PodAllocation, node: admission.NodeInfo, o
                                  memory_manager_policy=memory_manager_policy)
     if message is not None:
         return ResizeDecision(INFEASIBLE, allocation, REASON_INFEASIBLE, message, REASON_INFEASIBLE)
-    rejection = admission.admit(pod, node, [p for p in others if p.uid != pod.uid])
+    rejection = admission.admit(pod, node, [p for p in others if p.uid != pod.uid], pending=pending)
     if rejection is not None:
         reason = REASON_INFEASIBLE if rejection.reason == REASON_INFEASIBLE else REASON_DEFERRED
         return ResizeDecision(reason, allocation, reason, rejection.event_message, rejection.reason)

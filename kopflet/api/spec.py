@@ -184,6 +184,8 @@ class PodSpec:
     host_pid: bool = False
     host_ipc: bool = False
     share_process_namespace: bool = False
+    host_users: bool | None = None
+    """spec.hostUsers: False asks for a user namespace of the pod's own; None (unset) and True: the host's."""
     node_name: str = ""
     service_account_name: str = ""
     automount_service_account_token: bool | None = None
@@ -397,6 +399,7 @@ def _pod_spec(spec: Mapping[str, Any]) -> PodSpec:
         host_pid=_bool(spec.get("hostPID"), "spec.hostPID"),
         host_ipc=_bool(spec.get("hostIPC"), "spec.hostIPC"),
         share_process_namespace=_bool(spec.get("shareProcessNamespace"), "spec.shareProcessNamespace"),
+        host_users=_optional_bool(spec.get("hostUsers"), "spec.hostUsers"),
         node_name=_str(spec.get("nodeName"), "spec.nodeName"),
         service_account_name=_str(spec.get("serviceAccountName"), "spec.serviceAccountName"),
         automount_service_account_token=_optional_bool(spec.get("automountServiceAccountToken"),

@@ -132,6 +132,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("kubeReserved", lambda c: _map(c.kube_reserved), True),
     ("enforceNodeAllocatable", lambda c: list(c.enforce_node_allocatable), True),
     ("allowedUnsafeSysctls", lambda c: list(c.allowed_unsafe_sysctls), True),
+    ("seccompDefault", lambda c: c.seccomp_default, False),  # the file's value: --seccomp-default is not in it
     ("registerWithTaints", _taints, True),
     ("localStorageCapacityIsolation", lambda c: c.local_storage_capacity_isolation, False),
     ("containerRuntimeEndpoint", lambda c: c.runtime_endpoint, False),  # no omitempty upstream

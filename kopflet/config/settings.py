@@ -96,7 +96,7 @@ class AgentConfig:
     """Deadline for every CRI call except image pulls, which get their own."""
     node_ip: str = ""
     """The node's InternalIP (``--node-ip``): hostIP of its pods. Empty: detected at start."""
-    root_dir: str = "/var/lib/kopflet"
+    root_dir: str = paths.DEFAULT_ROOT_DIR
     """Per-pod files (termination-log files, later volumes), as ``/var/lib/kubelet`` upstream."""
     pod_log_root: str = paths.DEFAULT_POD_LOG_ROOT
     """``podLogsDir``: where CRI container logs go; log collectors expect the default."""
@@ -214,6 +214,16 @@ class AgentConfig:
     agent with the same file waits for it. Empty: no lock."""
     exit_on_lock_contention: bool = False
     """``--exit-on-lock-contention`` (needs ``lock_file``): the agent stops when another process opens the file."""
+    seccomp_default: bool = False
+    """``seccompDefault``: containers that set no seccomp profile get RuntimeDefault instead of Unconfined."""
+    seccomp_default_flag: bool = False
+    """``--seccomp-default``: the same, as upstream's separate kubelet flag (either one turns it on)."""
+
+    @property
+    def effective_seccomp_default(self) -> bool:
+        """Upstream server.go hands the runtime manager ``KubeletFlags.SeccompDefault ||
+        KubeletConfiguration.SeccompDefault``: the flag cannot turn off what the file turns on."""
+        return self.seccomp_default or self.seccomp_default_flag
 
     @property
     def effective_eviction_hard(self) -> dict[str, str]:
@@ -766,7 +776,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("register_with_taints", "register-with-taints", "registerWithTaints", TAINTS, "none",
             "Taints for the Node at its first registration: key=value:Effect or key:Effect, comma separated; "
             "effects NoSchedule, PreferNoSchedule, NoExecute."),
-    Setting("root_dir", "root-dir", None, ABSOLUTE_PATH, "/var/lib/kopflet",
+    Setting("root_dir", "root-dir", None, ABSOLUTE_PATH, paths.DEFAULT_ROOT_DIR,
             "Directory for the agent's per-pod files."),
     Setting("pod_log_root", None, "podLogsDir", ABSOLUTE_PATH, paths.DEFAULT_POD_LOG_ROOT,
             "Directory of the containers' log files."),
@@ -898,6 +908,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("exit_on_lock_contention", "exit-on-lock-contention", None, BOOL, "false",
             "Stop (leaving pods running) when another process opens --lock-file, e.g. a new agent starting; "
             "needs --lock-file."),
+    # seccomp (upstream: the flag is a KubeletFlags field apart from the config file's, and either turns it on).
+    Setting("seccomp_default", None, "seccompDefault", BOOL, "false",
+            "Containers that set no seccomp profile (nor their pod) run with the runtime's default profile "
+            "(RuntimeDefault) instead of Unconfined. --seccomp-default does the same; either one turns it on.",
+            zero_is_default=False),
+    Setting("seccomp_default_flag", "seccomp-default", None, BOOL, "false",
+            "The same as the config file's seccompDefault (upstream keeps the flag apart from the file's field: "
+            "with either one true, RuntimeDefault is the default seccomp profile)."),
 )
 
 _BY_FLAG = {s.flag: s for s in SETTINGS if s.flag}
@@ -942,7 +960,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "volumePluginDir", "providerID", "kernelMemcgNotification", "logging", "enableSystemLogHandler",
     "enableSystemLogQuery", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods",
     "shutdownGracePeriodByPodPriority", "crashLoopBackOff", "reservedMemory", "enableProfilingHandler",
-    "enableDebugFlagsHandler", "seccompDefault", "memoryThrottlingFactor", "memoryReservationPolicy",
+    "enableDebugFlagsHandler", "memoryThrottlingFactor", "memoryReservationPolicy",
     "registerNode", "tracing", "failCgroupV1", "userNamespaces",
 })
 

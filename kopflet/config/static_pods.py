@@ -73,8 +73,26 @@ def _check_expansion(doc: Any, path: str) -> None:
             stack.extend(node)
 
 
+def _proc_mount_errors(pod_spec: Mapping[str, Any]) -> list[str]:
+    """Upstream ValidateSecurityContext's procMount rule, which the kubelet applies to a manifest (ValidatePodCreate
+    in tryDecodeSinglePod): ``Unmasked`` needs ``hostUsers: false``, so an unmasked /proc is never in the host's
+    user namespace. Containers, then init containers, as ValidatePodSpec walks them; field.Error's text."""
+    if pod_spec.get("hostUsers") is False:
+        return []
+    errors = []
+    for kind in ("containers", "initContainers"):
+        items = pod_spec.get(kind)
+        for i, container in enumerate(items if isinstance(items, list) else ()):
+            context = container.get("securityContext") if isinstance(container, dict) else None
+            if isinstance(context, dict) and context.get("procMount") == "Unmasked":
+                errors.append(f'spec.{kind}[{i}].securityContext.procMount: Invalid value: "Unmasked": '
+                              "`hostUsers` must be false to use `Unmasked`")
+    return errors
+
+
 def static_pod(path: str, text: str, node_name: str, seen: str) -> StaticPod:
-    """Parse and default one manifest (upstream applyDefaults in config/common.go)."""
+    """Parse and default one manifest (upstream applyDefaults in config/common.go); of upstream's validation
+    (ValidatePodCreate) the security-relevant procMount rule (`_proc_mount_errors`)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -90,6 +108,8 @@ def static_pod(path: str, text: str, node_name: str, seen: str) -> StaticPod:
         raise ManifestError(f"{path}: metadata.name: Required value")
     if not isinstance(doc.get("spec"), dict):
         raise ManifestError(f"{path}: spec: Required value")
+    if errors := _proc_mount_errors(doc["spec"]):
+        raise ManifestError(f"{path}: invalid pod: [{' '.join(errors)}]")  # Go's %v of the field.ErrorList
     uid = hashlib.md5(json.dumps(doc, sort_keys=True).encode() + node_name.encode()
                       + f"file:{path}".encode()).hexdigest()
     body = copy.deepcopy(doc)

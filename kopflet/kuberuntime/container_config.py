@@ -4,8 +4,8 @@ The CRI `ContainerConfig` of one container instance: what CreateContainer gets.
 Mirrors upstream `generateContainerConfig` (pkg/kubelet/kuberuntime/kuberuntime_container.go),
 `generateLinuxContainerResources` / `calculateLinuxResources` (kuberuntime_container_linux.go),
 `MilliCPUToShares` / `milliCPUToQuota` (cm/helpers_linux.go, kuberuntime/helpers_linux.go),
-`ExpandContainerCommandAndArgs` and the basics of
-`determineEffectiveSecurityContext` (security_context.go).
+`ExpandContainerCommandAndArgs`, `determineEffectiveSecurityContext` (security_context.go) with its seccomp
+(`getSeccompProfile` / `fieldSeccompProfile`) and AppArmor (`getAppArmorProfile`) profiles (helpers.go).
 
 Pure: the environment (`container_env.resolve_env`), the pulled image reference, the mounts and the node's memory
 capacity are passed in.
@@ -23,13 +23,14 @@ resolv.conf is written by the runtime from the sandbox's DNS config.
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cri_client import types as cri
 from kopflet import gotext, paths
-from kopflet.api import qos, spec
+from kopflet.api import apparmor, qos, spec
 from kopflet.cm import helpers
 from kopflet.container import labels
 from kopflet.envvars import container_env
@@ -38,6 +39,13 @@ from kopflet.kuberuntime import sandbox_config
 ETC_HOSTS_PATH = "/etc/hosts"
 MAX_TERMINATION_MESSAGE_LENGTH = 4096
 """Bytes of the termination-log file the kubelet reads back (kubecontainer.MaxContainerTerminationMessageLength)."""
+DEFAULT_SECCOMP_PROFILE_ROOT = paths.Layout(paths.DEFAULT_ROOT_DIR).seccomp_dir
+"""``<root-dir>/seccomp`` for the default root dir; the agent passes its own (`paths.Layout.seccomp_dir`)."""
+
+
+class ContainerConfigError(ValueError):
+    """No ContainerConfig can be made for the container (upstream generateContainerConfig's errors); the caller
+    reports it as CreateContainerConfigError."""
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -183,23 +191,68 @@ def proc_mount_paths(proc_mount: Any, defaults: Sequence[str]) -> tuple[str, ...
     """The masked or read-only paths for a procMount (upstream `ConvertToRuntimeMaskedPaths` /
     `ConvertToRuntimeReadonlyPaths`): none for ``Unmasked``, else the defaults.
 
-    Upstream sends them for privileged containers too (the runtime drops them there), and leaves the rule that
-    ``Unmasked`` needs ``hostUsers: false`` to the apiserver's validation: the kubelet does not check it.
+    Upstream sends them for privileged containers too (the runtime drops them there). That ``Unmasked`` needs
+    ``hostUsers: false`` is validation's rule (the apiserver's, and the kubelet's own for static pods:
+    `kopflet.config.static_pods`); a pod with ``hostUsers: false`` gets no sandbox on a runtime without user
+    namespaces (`sandbox_config.user_namespace`), so an unmasked /proc never meets the host's user namespace.
     """
     return () if proc_mount == PROC_MOUNT_UNMASKED else tuple(defaults)
 
 
-def _seccomp(context: Mapping[str, Any]) -> cri.SecurityProfile | None:
-    profile = context.get("seccompProfile")
-    if not isinstance(profile, Mapping):
-        return None
+_RUNTIME_DEFAULT = cri.SecurityProfile(profile_type=cri.ProfileType.RUNTIME_DEFAULT)
+_UNCONFINED = cri.SecurityProfile(profile_type=cri.ProfileType.UNCONFINED)
+
+
+def _field_seccomp_profile(profile: Mapping[str, Any], profile_root: str) -> cri.SecurityProfile:
+    """Upstream `fieldSeccompProfile` of a set ``seccompProfile``: a Localhost profile's ``localhostProfile`` is a
+    path under the kubelet's seccomp directory (Go's ``filepath.Join``: joined, then cleaned)."""
     kind = profile.get("type")
     if kind == "RuntimeDefault":
-        return cri.SecurityProfile(profile_type=cri.ProfileType.RUNTIME_DEFAULT)
+        return _RUNTIME_DEFAULT
     if kind == "Localhost":
+        name = profile.get("localhostProfile")
+        if not isinstance(name, str) or not name:
+            raise ContainerConfigError("localhostProfile must be set if seccompProfile type is Localhost.")
         return cri.SecurityProfile(profile_type=cri.ProfileType.LOCALHOST,
-                                   localhost_ref=str(profile.get("localhostProfile") or ""))
-    return cri.SecurityProfile(profile_type=cri.ProfileType.UNCONFINED)
+                                   localhost_ref=posixpath.normpath(f"{profile_root}/{name}"))
+    return _UNCONFINED
+
+
+def seccomp_profile(pod: spec.Pod, container: spec.ContainerSpec, *, profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT,
+                    seccomp_default: bool = False) -> cri.SecurityProfile:
+    """The container's seccomp profile (upstream `getSeccompProfile`): the container's ``seccompProfile``, else the
+    pod's; with neither, RuntimeDefault under the kubelet's ``seccompDefault``, else Unconfined. `profile_root` is
+    ``<root-dir>/seccomp`` (`paths.Layout.seccomp_dir`). ContainerConfigError for a Localhost profile without a
+    name (the apiserver refuses those)."""
+    for context in (container.security_context or {}, pod.spec.security_context):
+        profile = context.get("seccompProfile")
+        if isinstance(profile, Mapping):
+            return _field_seccomp_profile(profile, profile_root)
+    return _RUNTIME_DEFAULT if seccomp_default else _UNCONFINED
+
+
+def apparmor_profile(pod: spec.Pod, container: spec.ContainerSpec) -> tuple[cri.SecurityProfile | None, str]:
+    """The container's AppArmor profile for the CRI and its deprecated string form, which upstream still sends for
+    older runtimes (upstream `getAppArmorProfile`); (None, "") when none is asked for. ContainerConfigError for a
+    Localhost profile without a name, or an unknown type.
+
+    Whether the host can enforce it is admission's question (`lifecycle.admission`: a pod asking for a profile on a
+    host without AppArmor never gets this far)."""
+    profile = apparmor.profile_for(pod, container)
+    if profile is None:
+        return None, ""
+    kind = profile.get("type")
+    if kind == apparmor.RUNTIME_DEFAULT:
+        return _RUNTIME_DEFAULT, apparmor.BETA_RUNTIME_DEFAULT
+    if kind == apparmor.UNCONFINED:
+        return _UNCONFINED, apparmor.BETA_UNCONFINED
+    if kind == apparmor.LOCALHOST:
+        name = profile.get("localhostProfile")
+        if not isinstance(name, str):
+            raise ContainerConfigError("missing localhost apparmor profile name")
+        return (cri.SecurityProfile(profile_type=cri.ProfileType.LOCALHOST, localhost_ref=name),
+                apparmor.BETA_LOCALHOST_PREFIX + name)
+    raise ContainerConfigError(f"unknown apparmor profile type: {gotext.go_quote(str(kind or ''))}")
 
 
 def possible_cpus(text: str) -> list[int] | None:
@@ -254,29 +307,38 @@ def verify_run_as_non_root(pod: spec.Pod, container: spec.ContainerSpec, image_u
 
 
 def container_security_context(pod: spec.Pod, container: spec.ContainerSpec, *,
-                               masked_paths: Sequence[str] = DEFAULT_MASKED_PATHS) -> cri.ContainerSecurityContext:
-    """The basics of upstream `determineEffectiveSecurityContext`: container settings over the pod's.
+                               masked_paths: Sequence[str] = DEFAULT_MASKED_PATHS,
+                               seccomp_profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT,
+                               seccomp_default: bool = False,
+                               userns: cri.UserNamespace | None = None) -> cri.ContainerSecurityContext:
+    """Upstream `determineEffectiveSecurityContext`: container settings over the pod's.
 
-    Namespaces as the sandbox (PID per container unless shared); privileged; capabilities; runAsUser/Group;
-    readOnlyRootFilesystem; no_new_privs when allowPrivilegeEscalation is false; fsGroup and
-    supplementalGroups; SELinux; seccomp (Unconfined unless a profile is set: the kubelet's default without
-    ``seccompDefault``); masked and read-only /proc and /sys paths by procMount (`proc_mount_paths`; the node's
-    defaults are `masked_paths`). Not covered: AppArmor, the image's user as runAsUser/runAsUsername;
-    runAsNonRoot is checked apart (`verify_run_as_non_root`).
+    Namespaces as the sandbox (PID per container unless shared; `userns` the sandbox's user namespace, the host's
+    when not given); privileged; capabilities; runAsUser/Group; readOnlyRootFilesystem; no_new_privs when
+    allowPrivilegeEscalation is false; fsGroup and supplementalGroups; SELinux; seccomp (`seccomp_profile`, with
+    `seccomp_profile_root` and `seccomp_default`); AppArmor (`apparmor_profile`); masked and read-only /proc and
+    /sys paths by procMount (`proc_mount_paths`; the node's defaults are `masked_paths`). Not covered: the image's
+    user as runAsUser/runAsUsername; runAsNonRoot is checked apart (`verify_run_as_non_root`). Raises
+    ContainerConfigError.
     """
     pod_context = pod.spec.security_context
     context = container.security_context or {}
     capabilities = context.get("capabilities")
     run_as_user = _int_or_none(context.get("runAsUser"))
     run_as_group = _int_or_none(context.get("runAsGroup"))
-    seccomp = _seccomp(context) or _seccomp(pod_context) or cri.SecurityProfile(profile_type=cri.ProfileType.UNCONFINED)
+    seccomp = seccomp_profile(pod, container, profile_root=seccomp_profile_root, seccomp_default=seccomp_default)
+    armor, armor_name = apparmor_profile(pod, container)
+    try:
+        namespaces = sandbox_config.namespace_options(pod, userns)
+    except sandbox_config.SandboxConfigError as exc:  # hostUsers: false without the sandbox's user namespace
+        raise ContainerConfigError(str(exc)) from None
     caps = None
     if isinstance(capabilities, Mapping):
         caps = cri.Capabilities(add=tuple(capabilities.get("add") or ()), drop=tuple(capabilities.get("drop") or ()))
     return cri.ContainerSecurityContext(
         capabilities=caps,
         privileged=context.get("privileged") is True,
-        namespace_options=sandbox_config.namespace_options(pod),
+        namespace_options=namespaces,
         selinux_options=sandbox_config.selinux_options(context) or sandbox_config.selinux_options(pod_context),
         run_as_user=run_as_user if run_as_user is not None else _int_or_none(pod_context.get("runAsUser")),
         run_as_group=run_as_group if run_as_group is not None else _int_or_none(pod_context.get("runAsGroup")),
@@ -286,6 +348,8 @@ def container_security_context(pod: spec.Pod, container: spec.ContainerSpec, *,
         masked_paths=proc_mount_paths(context.get("procMount"), masked_paths),
         readonly_paths=proc_mount_paths(context.get("procMount"), DEFAULT_READONLY_PATHS),
         seccomp=seccomp,
+        apparmor=armor,
+        apparmor_profile=armor_name,
     )
 
 
@@ -322,15 +386,20 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
                            memory_oom_group: bool = False,
                            pid_target_id: str = "",
                            masked_paths: Sequence[str] = DEFAULT_MASKED_PATHS,
-                           hugepage_sizes: Sequence[str] = ()) -> cri.ContainerConfig:
+                           hugepage_sizes: Sequence[str] = (),
+                           seccomp_profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT,
+                           seccomp_default: bool = False,
+                           userns: cri.UserNamespace | None = None) -> cri.ContainerConfig:
     """The ContainerConfig for CreateContainer (upstream `generateContainerConfig`).
 
     `restart_count` is the new instance's (the previous instance's count + 1, 0 for the first): it becomes
     the metadata attempt, the restartCount annotation and the log file name. `image_ref` is the pulled
     image (ID or digest ref), the spec's image goes into user_specified_image. `pid_target_id` is, for an
     ephemeral container with a targetContainerName, the target's container id (`target_pid_namespace`).
-    `masked_paths` are the node's default masked paths (`container_security_context`), `hugepage_sizes` its
-    hugepage sizes (`linux_resources`). runAsNonRoot is the caller's check first (`verify_run_as_non_root`).
+    `masked_paths` are the node's default masked paths, `seccomp_profile_root` its ``<root-dir>/seccomp``,
+    `seccomp_default` the kubelet's ``seccompDefault`` and `userns` the sandbox's user namespace
+    (`container_security_context`); `hugepage_sizes` its hugepage sizes (`linux_resources`). runAsNonRoot is the
+    caller's check first (`verify_run_as_non_root`). Raises ContainerConfigError.
     """
     command, args = expand_command_and_args(container, env)
     return cri.ContainerConfig(
@@ -352,12 +421,17 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
             resources=linux_resources(pod, container, memory_capacity=memory_capacity, cpu_cfs_quota=cpu_cfs_quota,
                                       memory_oom_group=memory_oom_group, hugepage_sizes=hugepage_sizes),
             security_context=target_pid_namespace(
-                container_security_context(pod, container, masked_paths=masked_paths), pid_target_id),
+                container_security_context(pod, container, masked_paths=masked_paths,
+                                           seccomp_profile_root=seccomp_profile_root,
+                                           seccomp_default=seccomp_default, userns=userns), pid_target_id),
         ),
     )
 
 
 __all__ = [
+    "DEFAULT_SECCOMP_PROFILE_ROOT",
+    "ContainerConfigError",
+    "apparmor_profile",
     "build_container_config",
     "container_security_context",
     "etc_hosts_mount",
@@ -370,6 +444,7 @@ __all__ = [
     "possible_cpus",
     "proc_mount_paths",
     "restart_count_from_log_names",
+    "seccomp_profile",
     "should_mount_etc_hosts",
     "target_pid_namespace",
     "termination_message_mount",

@@ -114,9 +114,13 @@ class PodSyncer:
 
         sandbox_id = actions.sandbox_id
         try:
+            handler, handlers = await self.user_namespace_facts(pod)
             config = sandbox_config.build_sandbox_config(pod, actions.attempt, dns=self.dns, layout=self.layout,
-                                                         cgroup_parent=helpers.pod_cgroup_parent(pod))
-        except sandbox_config.SandboxConfigError as exc:
+                                                         cgroup_parent=helpers.pod_cgroup_parent(pod),
+                                                         runtime_handler=handler, runtime_handlers=handlers)
+        except (sandbox_config.SandboxConfigError, LookupError) as exc:
+            # Upstream createPodSandbox: generatePodSandboxConfig's error (a hostUsers: false pod on a runtime
+            # without user namespaces among them) becomes the FailedCreatePodSandBox event, and SyncPod retries.
             result.sandbox_error = f"Failed to create pod sandbox: {exc}"
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
             return result
@@ -280,6 +284,21 @@ class PodSyncer:
             logger.warning(f"{pod.namespace}/{pod.name}: {message}")
             return ""
 
+    async def user_namespace_facts(self, pod: spec.Pod) -> tuple[str, tuple[cri.RuntimeHandler, ...]]:
+        """The pod's runtime handler and the runtime's handlers with their features, which decide
+        ``hostUsers: false`` (upstream NamespacesForPod asks the RuntimeClass manager, and HandlerSupportsUserNamespaces
+        the runtime state from the last Status). Asked only for such pods; a Status that fails lists no handlers,
+        which refuses the user namespace. LookupError when the RuntimeClass cannot be found."""
+        if pod.spec.host_users is not False:
+            return "", ()
+        handler = await self.runtime_handler(pod)
+        try:
+            handlers = (await self.cri.status()).handlers
+        except CriError as exc:
+            logger.warning(f"{pod.namespace}/{pod.name}: the runtime's handlers are unknown: {exc}")
+            handlers = ()
+        return handler, handlers
+
     async def runtime_handler(self, pod: spec.Pod) -> str:
         """The CRI runtime handler of the pod's RuntimeClass ("" for none); LookupError with the upstream text
         when it cannot be found (upstream runtimeClassManager.LookupRuntimeHandler)."""
@@ -353,8 +372,12 @@ class PodSyncer:
             ccfg = container_config.build_container_config(
                 pod, container, restart_count=restart_count, env=env, image_ref=image_ref, mounts=mounts,
                 memory_capacity=self.node_memory_capacity, pid_target_id=target_id,
-                masked_paths=self.masked_paths, hugepage_sizes=self.hugepage_sizes)
+                masked_paths=self.masked_paths, hugepage_sizes=self.hugepage_sizes,
+                seccomp_profile_root=self.layout.seccomp_dir, seccomp_default=self.cfg.effective_seccomp_default,
+                userns=_sandbox_user_namespace(config))
             container_id = await self.cri.containers.create(sandbox_id, ccfg, config)
+        except container_config.ContainerConfigError as exc:  # upstream generateContainerConfig's errors
+            return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         except (CriError, OSError) as exc:
             return failed(CREATE_CONTAINER_ERROR, _details(exc))
         # What this container now runs with is what a later resize compares against (upstream SetActuatedResources).
@@ -611,6 +634,14 @@ def read_host_container_facts(sys_root: str = "/sys") -> tuple[tuple[str, ...], 
     throttles = [p for p in container_config.thermal_throttle_paths(cpus)
                  if os.path.exists(p.replace("/sys", sys_root, 1))]
     return sizes, (*container_config.DEFAULT_MASKED_PATHS, *throttles)
+
+
+def _sandbox_user_namespace(config: cri.PodSandboxConfig) -> cri.UserNamespace | None:
+    """The user namespace the sandbox was given: its containers share it (upstream asks the user namespace
+    manager again, which answers the same)."""
+    context = config.linux.security_context if config.linux is not None else None
+    options = context.namespace_options if context is not None else None
+    return options.userns_options if options is not None else None
 
 
 def _kill_grace(pod: spec.Pod, info: reconciler.KillInfo) -> int | None:

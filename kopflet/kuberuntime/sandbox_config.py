@@ -4,7 +4,8 @@ The CRI `PodSandboxConfig` of a pod: what RunPodSandbox (and every CreateContain
 Mirrors upstream `generatePodSandboxConfig` / `generatePodSandboxLinuxConfig`
 (pkg/kubelet/kuberuntime/kuberuntime_sandbox.go), `GeneratePodHostNameAndDomain` /
 `truncatePodHostnameIfNeeded` (pkg/kubelet/kubelet_pods.go), `GetNodenameForKernel`, `MakePortMappings`,
-`NamespacesForPod` and the DNS configurer `GetPodDNS` (pkg/kubelet/network/dns/dns.go).
+`NamespacesForPod` with the user namespace manager's `GetOrCreateUserNamespaceMappings`
+(pkg/kubelet/userns/userns_manager.go) and the DNS configurer `GetPodDNS` (pkg/kubelet/network/dns/dns.go).
 
 Pure: the node's DNS settings (cluster DNS, cluster domain, the host's resolv.conf contents) are passed in
 as `DnsSettings`; `parse_resolv_conf` turns the text of a resolv.conf into them. Problems the kubelet
@@ -21,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cri_client import types as cri
-from kopflet import paths
+from kopflet import gotext, paths
 from kopflet.api import spec, validation
 from kopflet.container import labels
 
@@ -304,9 +305,55 @@ def port_mappings(pod: spec.Pod) -> tuple[cri.PortMapping, ...]:
     return tuple(result)
 
 
-def namespace_options(pod: spec.Pod) -> cri.NamespaceOptions:
+# -------------------------------------------------------------------------------------- user namespaces
+
+USERNS_NOT_SUPPORTED = "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+"""Upstream `GetOrCreateUserNamespaceMappings`'s refusal when the runtime handler lacks user namespaces."""
+USERNS_NOT_IMPLEMENTED = ("can't set `spec.hostUsers: false`: kopflet does not allocate user namespace ID mappings "
+                          "(upstream's user namespace manager) yet")
+"""kopflet's own refusal when the runtime could do it: never the host's user namespace in its place."""
+HOST_USER_NAMESPACE = cri.UserNamespace(mode=cri.NamespaceMode.NODE)
+
+
+def handler_supports_user_namespaces(handler: str, handlers: Sequence[cri.RuntimeHandler]) -> tuple[bool, str]:
+    """Whether the runtime handler supports user namespaces, and the error when the handler is not listed
+    (upstream `HandlerSupportsUserNamespaces`: a runtime that lists no handlers at all, as containerd 1.6's
+    Status, supports none)."""
+    if not handlers:
+        return False, ""
+    for known in handlers:
+        if known.name == handler:
+            return known.user_namespaces, ""
+    return False, f"the handler {gotext.go_quote(handler)} is not known"
+
+
+def user_namespace(pod: spec.Pod, *, runtime_handler: str = "",
+                   runtime_handlers: Sequence[cri.RuntimeHandler] = ()) -> cri.UserNamespace:
+    """The pod's user namespace (upstream `GetOrCreateUserNamespaceMappings`, UserNamespacesSupport being GA
+    and locked on): the host's (mode NODE) unless ``hostUsers: false``.
+
+    ``hostUsers: false`` raises SandboxConfigError: with upstream's message when the runtime handler
+    (`runtime_handler`, "" for the default; `runtime_handlers` as the runtime's Status lists them) does not
+    support user namespaces, else with kopflet's own (the ID mapping allocator is not built). Either way the pod
+    never runs in the host's user namespace; the caller reports ``FailedCreatePodSandBox`` and retries.
+    """
+    if pod.spec.host_users is not False:
+        return HOST_USER_NAMESPACE
+    supported, error = handler_supports_user_namespaces(runtime_handler, runtime_handlers)
+    if supported:
+        raise SandboxConfigError(USERNS_NOT_IMPLEMENTED)
+    message = USERNS_NOT_SUPPORTED if not runtime_handler else (
+        f"can't set `spec.hostUsers: false`, RuntimeClass handler {gotext.go_quote(runtime_handler)} does not "
+        f"support user namespaces")
+    raise SandboxConfigError(f"{message}: {error}" if error else message)
+
+
+def namespace_options(pod: spec.Pod, userns: cri.UserNamespace | None = None) -> cri.NamespaceOptions:
     """Upstream `NamespacesForPod`: NODE for hostNetwork/hostPID/hostIPC, else POD; without hostPID the
-    PID namespace is per CONTAINER unless shareProcessNamespace."""
+    PID namespace is per CONTAINER unless shareProcessNamespace. `userns` is the pod's user namespace
+    (`user_namespace`, which this calls when it is not given: SandboxConfigError for ``hostUsers: false``)."""
+    if userns is None:
+        userns = user_namespace(pod)
     if pod.spec.host_pid:
         pid = cri.NamespaceMode.NODE
     elif pod.spec.share_process_namespace:
@@ -317,6 +364,7 @@ def namespace_options(pod: spec.Pod) -> cri.NamespaceOptions:
         network=cri.NamespaceMode.NODE if pod.spec.host_network else cri.NamespaceMode.POD,
         pid=pid,
         ipc=cri.NamespaceMode.NODE if pod.spec.host_ipc else cri.NamespaceMode.POD,
+        userns_options=userns,
     )
 
 
@@ -375,9 +423,16 @@ def sort_pod_ips(ips: Sequence[str], node_ips: Sequence[str] = ()) -> list[str]:
     return result
 
 
-def linux_sandbox_config(pod: spec.Pod, cgroup_parent: str = "") -> cri.LinuxSandboxConfig:
+def linux_sandbox_config(pod: spec.Pod, cgroup_parent: str = "",
+                         userns: cri.UserNamespace | None = None) -> cri.LinuxSandboxConfig:
     """Upstream `generatePodSandboxLinuxConfig`: cgroup parent, sysctls and the sandbox security context
-    (namespaces, runAsUser/Group, groups, SELinux, privileged if any container is, seccomp RuntimeDefault)."""
+    (namespaces with `userns`, runAsUser/Group, groups, SELinux, privileged if any container is, seccomp
+    RuntimeDefault).
+
+    The sandbox's seccomp profile is RuntimeDefault whatever the pod asks (upstream forces it, issue #84623: the
+    pause container needs nothing more, and a pod-level profile then cannot keep the sandbox from starting); the
+    pod's ``seccompProfile`` applies to its containers (`container_config.container_security_context`). No AppArmor
+    profile for the sandbox either, as upstream."""
     context = pod.spec.security_context
     sysctls = {s["name"]: str(s.get("value", "")) for s in context.get("sysctls") or ()
                if isinstance(s, Mapping) and isinstance(s.get("name"), str)}
@@ -387,7 +442,7 @@ def linux_sandbox_config(pod: spec.Pod, cgroup_parent: str = "") -> cri.LinuxSan
         cgroup_parent=cgroup_parent,
         sysctls=sysctls,
         security_context=cri.SandboxSecurityContext(
-            namespace_options=namespace_options(pod),
+            namespace_options=namespace_options(pod, userns),
             selinux_options=selinux_options(context),
             run_as_user=run_as_user if isinstance(run_as_user, int) else None,
             run_as_group=run_as_group if isinstance(run_as_group, int) else None,
@@ -399,12 +454,14 @@ def linux_sandbox_config(pod: spec.Pod, cgroup_parent: str = "") -> cri.LinuxSan
 
 
 def build_sandbox_config(pod: spec.Pod, attempt: int, *, dns: DnsSettings, layout: paths.Layout,
-                         cgroup_parent: str = "") -> cri.PodSandboxConfig:
+                         cgroup_parent: str = "", runtime_handler: str = "",
+                         runtime_handlers: Sequence[cri.RuntimeHandler] = ()) -> cri.PodSandboxConfig:
     """The PodSandboxConfig for RunPodSandbox (upstream `generatePodSandboxConfig`).
 
     The log directory is the pod's under `layout`'s log root (`BuildPodLogsDirectory`). Hostname only off the
     host network (the runtime uses the node's otherwise). DNS warnings are dropped here: call `pod_dns_config`
-    to get them for events. Raises SandboxConfigError.
+    to get them for events. `runtime_handler` and `runtime_handlers` decide ``hostUsers: false``
+    (`user_namespace`). Raises SandboxConfigError.
     """
     hostname = ""
     if not pod.spec.host_network:
@@ -418,17 +475,22 @@ def build_sandbox_config(pod: spec.Pod, attempt: int, *, dns: DnsSettings, layou
         port_mappings=port_mappings(pod),
         labels=labels.sandbox_labels(pod),
         annotations=labels.sandbox_annotations(pod),
-        linux=linux_sandbox_config(pod, cgroup_parent),
+        linux=linux_sandbox_config(pod, cgroup_parent, user_namespace(
+            pod, runtime_handler=runtime_handler, runtime_handlers=runtime_handlers)),
     )
 
 
 __all__ = [
+    "HOST_USER_NAMESPACE",
+    "USERNS_NOT_IMPLEMENTED",
+    "USERNS_NOT_SUPPORTED",
     "DnsResult",
     "DnsSettings",
     "SandboxConfigError",
     "SandboxWarning",
     "build_sandbox_config",
     "effective_pod_ips",
+    "handler_supports_user_namespaces",
     "kernel_hostname",
     "linux_sandbox_config",
     "namespace_options",
@@ -438,4 +500,5 @@ __all__ = [
     "port_mappings",
     "sort_pod_ips",
     "truncate_hostname",
+    "user_namespace",
 ]

@@ -11,7 +11,10 @@ them in turn and the first rejection wins):
    the pod's ``kubernetes.io/os`` label and ``spec.os.name`` against the node's OS, then `generalFilter`:
    resources (`noderesources.Fits`: pod count, cpu, memory, ephemeral-storage, then scalar resources),
    required node affinity and nodeSelector, ``spec.nodeName``, host ports, and last the NoExecute taints
-   (static pods exempt).
+   (static pods exempt);
+3. AppArmor (`pkg/kubelet/lifecycle/handlers.go` appArmorAdmitHandler with pkg/security/apparmor's validator,
+   reason ``AppArmor``): a pod asking for a profile other than Unconfined is refused on a host without AppArmor
+   (`NodeInfo.apparmor_enabled`), and a Localhost profile without a name anywhere.
 
 A rejection carries the reason and message the kubelet writes on the pod (`rejectPod`: phase Failed,
 ``status.reason``, ``status.message = "Pod was rejected: " + message``) and in the Warning event (reason and
@@ -27,7 +30,7 @@ from fractions import Fraction
 from typing import Any
 
 from kopflet import gotext
-from kopflet.api import qos, spec, validation
+from kopflet.api import apparmor, qos, spec, validation
 
 REJECTED_PREFIX = "Pod was rejected: "
 
@@ -44,6 +47,8 @@ NODE_AFFINITY = "NodeAffinity"
 NODE_NAME = "NodeName"
 NODE_PORTS = "NodePorts"
 TAINT_TOLERATION = "TaintToleration"
+APPARMOR = "AppArmor"  # lifecycle.AppArmorNotAdmittedReason
+APPARMOR_NOT_ENABLED = "AppArmor is not enabled on the host"  # apparmor validateHost
 
 # Failure descriptions of the scheduler plugins the kubelet reuses (`ErrReason*` constants).
 _NODE_AFFINITY_DESC = "node(s) didn't match Pod's node affinity/selector"
@@ -104,6 +109,8 @@ class NodeInfo:
     kernel_version: str = ""
     pressure: tuple[str, ...] = ()
     """The node's pressure conditions now (MemoryPressure, DiskPressure, PIDPressure): the eviction admit."""
+    apparmor_enabled: bool = False
+    """The kernel enforces AppArmor (read once at start, as upstream's validator checks the host once)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "taints", tuple(self.taints))
@@ -139,13 +146,15 @@ def _predicate_failed(name: str, desc: str) -> Rejection:
 # ------------------------------------------------------------------------------------------------ admit
 
 
-def admit(pod: spec.Pod, node: NodeInfo, admitted: Sequence[spec.Pod], *, static: bool = False) -> Rejection | None:
+def admit(pod: spec.Pod, node: NodeInfo, admitted: Sequence[spec.Pod], *, static: bool = False,
+          pending: bool = True) -> Rejection | None:
     """None when `node` can run `pod`, else the first failed check's `Rejection`, in upstream's order.
 
     `admitted` are the pods already admitted on the node and not terminal (not including `pod`): they count
     towards the pod limit, their requests are the node's used resources and their host ports are taken.
     `static` (or a ``kubernetes.io/config.source`` annotation other than ``api``) marks a static pod, which
-    is exempt from the taint check.
+    is exempt from the taint check. `pending` False (a resize of a pod past phase Pending) skips the AppArmor
+    check, as upstream's handler admits such pods.
     """
     for check in (_check_sysctls, _check_os):
         rejection = check(pod, node)
@@ -162,7 +171,19 @@ def admit(pod: spec.Pod, node: NodeInfo, admitted: Sequence[spec.Pod], *, static
         return _predicate_failed(NODE_PORTS, _NODE_PORTS_DESC)
     if not (static or spec.is_static(pod)) and untolerated_taint(pod, node.taints, effect=NO_EXECUTE) is not None:
         return _predicate_failed(TAINT_TOLERATION, _TAINT_TOLERATION_DESC)
-    return None
+    return _check_apparmor(pod, node) if pending else None
+
+
+# ----------------------------------------------------------------------------------------------- AppArmor
+
+
+def _check_apparmor(pod: spec.Pod, node: NodeInfo) -> Rejection | None:
+    """Upstream appArmorAdmitHandler.Admit (for Pending pods only, see `admit`): a pod that needs
+    AppArmor (`apparmor.is_required`) on a host without it, or with an unnamed Localhost profile, is refused."""
+    if not apparmor.is_required(pod):
+        return None
+    error = APPARMOR_NOT_ENABLED if not node.apparmor_enabled else apparmor.pod_error(pod)
+    return _reject(APPARMOR, f"Cannot enforce AppArmor: {error}") if error else None
 
 
 # ----------------------------------------------------------------------------------------------- sysctls
@@ -579,6 +600,8 @@ def untolerated_taint(pod: spec.Pod, taints: Iterable[Taint], *, effect: str | N
 
 
 __all__ = [
+    "APPARMOR",
+    "APPARMOR_NOT_ENABLED",
     "NODE_AFFINITY",
     "NODE_NAME",
     "NODE_PORTS",

@@ -18,6 +18,7 @@ from typing import Any
 
 from cri_client import CriClient, CriError
 from kopflet import __version__
+from kopflet.api import apparmor
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS, MERGE, STRATEGIC_MERGE, KubeApiError, KubeClient, q
 from kopflet.config.settings import AgentConfig
@@ -60,7 +61,17 @@ def read_machine_facts(root_dir: str, *, ephemeral_storage: bool = True) -> sett
         cpus=os.cpu_count() or 1, memory_bytes=memory_kib * 1024, ephemeral_storage_bytes=storage_bytes,
         machine=platform.machine(), kernel_version=platform.release(), os_image=os_image,
         machine_id=_read("/etc/machine-id"), system_uuid=_read("/sys/class/dmi/id/product_uuid").lower(),
-        boot_id=_read("/proc/sys/kernel/random/boot_id"))
+        boot_id=_read("/proc/sys/kernel/random/boot_id"), apparmor_enabled=read_apparmor_enabled())
+
+
+def read_apparmor_enabled(sys_root: str = "/sys") -> bool:
+    """Whether the kernel enforces AppArmor, read once at start as upstream's validator reads it (blocking)."""
+    try:
+        with open(f"{sys_root}/module/apparmor/parameters/enabled", "rb") as f:
+            parameter: bytes | None = f.read()
+    except OSError:
+        parameter = None
+    return apparmor.host_enabled(os.path.isdir(f"{sys_root}/kernel/security/apparmor"), parameter)
 
 
 class NodeAgent:
@@ -105,7 +116,8 @@ class NodeAgent:
             labels=setters.node_labels(self.cfg.node_name, self.facts, self.cfg.node_labels),
             taints=self.taints, os="linux", kernel_version=self.facts.kernel_version,
             allowed_unsafe_sysctls=self.cfg.allowed_unsafe_sysctls, allocatable=self.allocatable(),
-            pressure=tuple(kind for kind, on in self.pressure().items() if on))
+            pressure=tuple(kind for kind, on in self.pressure().items() if on),
+            apparmor_enabled=self.facts.apparmor_enabled)
 
     async def register(self) -> None:
         """Create the Node with its taints, or adopt the existing one and reconcile its labels

@@ -35,6 +35,8 @@ class MachineFacts:
     machine_id: str = ""
     system_uuid: str = ""
     boot_id: str = ""
+    apparmor_enabled: bool = False
+    """The kernel enforces AppArmor: pods asking for a profile are admitted (upstream's AppArmor validator)."""
 
     @property
     def architecture(self) -> str:

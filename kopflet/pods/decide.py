@@ -458,7 +458,9 @@ def _allocate(obs: Observation, pod: spec.Pod, conditions: dict[str, dict[str, A
     if not policy.resize_pending_differs(pod, granted):
         conditions.pop(policy.POD_RESIZE_PENDING, None)
         return None, pod
-    decision = policy.decide(pod, granted, _node(obs), [policy.held_pod(p, status) for p, status in obs.others])
+    phase = (obs.body.get("status") or {}).get("phase", generate.PENDING)
+    decision = policy.decide(pod, granted, _node(obs), [policy.held_pod(p, status) for p, status in obs.others],
+                             pending=phase == generate.PENDING)
     event = decision.event(pod, generation)
     if decision.outcome == policy.ACCEPTED:
         conditions.pop(policy.POD_RESIZE_PENDING, None)

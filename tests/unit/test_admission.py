@@ -504,6 +504,9 @@ ORDER_CASES = [
                  id="affinity before node name"),
     pytest.param(make_pod(PORT, nodeName="node-2"), TAINTED, NODE_NAME, id="node name before ports"),
     pytest.param(make_pod(PORT), TAINTED, NODE_PORTS, id="ports before taints"),
+    pytest.param(make_pod(securityContext={"appArmorProfile": {"type": "RuntimeDefault"}}), TAINTED,
+                 rejected("TaintToleration", "Predicate TaintToleration failed: node(s) had taints that the pod "
+                                             "didn't tolerate"), id="taints before AppArmor"),
 ]
 
 
@@ -519,3 +522,72 @@ def test_event_message_is_the_bare_message() -> None:
     assert rejection is not None
     assert rejection.message.startswith("Pod was rejected: ")
     assert rejection.event_message == "Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000"
+
+
+# ---------------------------------------------------------------------------------------------------- AppArmor
+
+AA = "container.apparmor.security.beta.kubernetes.io/"
+NO_APPARMOR = rejected("AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host")
+
+
+def aa(kind: str, name: str | None = None) -> dict[str, Any]:
+    """A securityContext with an appArmorProfile."""
+    return {"appArmorProfile": {"type": kind, **({} if name is None else {"localhostProfile": name})}}
+
+
+def empty_name(profile: str) -> Rejection:
+    return rejected("AppArmor", f"Cannot enforce AppArmor: invalid empty AppArmor profile name: {profile}")
+
+
+# (pod, AppArmor enabled on the host, the rejection), as upstream's TestValidateBadHost / TestValidateValidHost
+# (pkg/security/apparmor/validate_test.go) and the admit handler's reason and message (lifecycle/handlers.go).
+APPARMOR_CASES: list[tuple[str, Pod, bool, Rejection | None]] = [
+    ("nothing asked, no AppArmor", make_pod(), False, None),
+    ("pod Unconfined, no AppArmor", make_pod(securityContext=aa("Unconfined")), False, None),
+    ("container Unconfined, no AppArmor", make_pod({"securityContext": aa("Unconfined")}), False, None),
+    ("annotation unconfined, no AppArmor", make_pod(annotations={AA + "c0": "unconfined"}), False, None),
+    ("pod RuntimeDefault, no AppArmor", make_pod(securityContext=aa("RuntimeDefault")), False, NO_APPARMOR),
+    ("pod Localhost, no AppArmor", make_pod(securityContext=aa("Localhost", "k8s-deny")), False, NO_APPARMOR),
+    ("container RuntimeDefault, no AppArmor", make_pod({}, {"securityContext": aa("RuntimeDefault")}), False,
+     NO_APPARMOR),
+    ("init container Localhost, no AppArmor", make_pod(init=({"securityContext": aa("Localhost", "p")},)), False,
+     NO_APPARMOR),
+    ("ephemeral container, no AppArmor", make_pod(ephemeralContainers=[
+        {"name": "dbg", "image": "busybox", "securityContext": aa("RuntimeDefault")}]), False, NO_APPARMOR),
+    ("annotation runtime/default, no AppArmor", make_pod(annotations={AA + "c0": "runtime/default"}), False,
+     NO_APPARMOR),
+    ("annotation localhost/, no AppArmor", make_pod(annotations={AA + "c0": "localhost/k8s-deny"}), False,
+     NO_APPARMOR),
+    ("an unknown annotation value counts, no AppArmor", make_pod(annotations={AA + "c0": "enforce"}), False,
+     NO_APPARMOR),
+    ("one annotation not unconfined among others, no AppArmor",
+     make_pod({}, {}, annotations={AA + "c0": "unconfined", AA + "c1": "runtime/default"}), False, NO_APPARMOR),
+    ("pod RuntimeDefault, AppArmor", make_pod(securityContext=aa("RuntimeDefault")), True, None),
+    ("container Localhost, AppArmor", make_pod({"securityContext": aa("Localhost", "k8s-deny")}), True, None),
+    ("annotation localhost/ without a name, AppArmor", make_pod(annotations={AA + "c0": "localhost/"}), True,
+     empty_name('&{"Localhost" %!q(*string="")}')),
+    ("blank Localhost name, AppArmor", make_pod({"securityContext": aa("Localhost", "  ")}), True,
+     empty_name('&{"Localhost" %!q(*string="  ")}')),
+    ("Localhost without a name, AppArmor", make_pod(securityContext=aa("Localhost")), True,
+     empty_name('&{"Localhost" %!q(*string=<nil>)}')),
+]
+
+
+@pytest.mark.parametrize(("pod", "enabled", "expected"), [case[1:] for case in APPARMOR_CASES],
+                         ids=[case[0] for case in APPARMOR_CASES])
+def test_apparmor(pod: Pod, enabled: bool, expected: Rejection | None) -> None:
+    assert admit(pod, node(apparmor_enabled=enabled), []) == expected
+
+
+def test_apparmor_rejection_event() -> None:
+    rejection = admit(make_pod(securityContext=aa("RuntimeDefault")), node(), [])
+    assert rejection is not None
+    assert (rejection.reason, rejection.event_message) == (
+        "AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host")
+
+
+def test_apparmor_is_not_rechecked_past_pending() -> None:
+    """Upstream appArmorAdmitHandler admits a pod whose phase is no longer Pending (a resize's admission)."""
+    pod = make_pod(securityContext=aa("RuntimeDefault"))
+    assert admit(pod, node(), [], pending=False) is None
+    assert admit(pod, node(), []) == NO_APPARMOR

@@ -247,6 +247,14 @@ DECIDE_CASES: list[tuple[str, Pod, PodAllocation, NodeInfo, list[Pod], dict[str,
     ("burstable-under-static-cpu-manager", make_pod({"c1": res({"cpu": "2"})}), alloc({"c1": res({"cpu": "1"})}),
      node(), [], {"cpu_manager_policy": "static", "memory_manager_policy": "Static"},
      (policy.ACCEPTED, "", "", "")),
+    # Upstream's AppArmor handler admits a pod past Pending (lifecycle/handlers.go:200-203) and checks a Pending one.
+    ("apparmor-not-rechecked-once-running",
+     make_pod({"c1": res({"cpu": "2"})}, securityContext={"appArmorProfile": {"type": "RuntimeDefault"}}),
+     alloc({"c1": res({"cpu": "1"})}), node(), [], {}, (policy.ACCEPTED, "", "", "")),
+    ("apparmor-checked-while-pending",
+     make_pod({"c1": res({"cpu": "2"})}, securityContext={"appArmorProfile": {"type": "RuntimeDefault"}}),
+     alloc({"c1": res({"cpu": "1"})}), node(), [], {"pending": True},
+     (policy.DEFERRED, "Deferred", "Cannot enforce AppArmor: AppArmor is not enabled on the host", "AppArmor")),
 ]
 
 

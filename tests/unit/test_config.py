@@ -462,6 +462,7 @@ evictionMinimumReclaim: {memory.available: 50Mi}
 evictionPressureTransitionPeriod: 1m
 evictionMaxPodGracePeriod: 30
 mergeDefaultEvictionSettings: true
+seccompDefault: true
 localStorageCapacityIsolation: false
 enforceNodeAllocatable: [none]
 """
@@ -492,9 +493,23 @@ def test_full_config_file() -> None:
         eviction_soft={"memory.available": "500Mi"}, eviction_soft_grace_period={"memory.available": "1m"},
         eviction_minimum_reclaim={"memory.available": "50Mi"}, eviction_pressure_transition_period=60.0,
         eviction_max_pod_grace_period=30, merge_default_eviction_settings=True,
-        local_storage_capacity_isolation=False, enforce_node_allocatable=("none",),
+        seccomp_default=True, local_storage_capacity_isolation=False, enforce_node_allocatable=("none",),
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
+
+
+@pytest.mark.parametrize(("argv", "body", "flag", "field", "effective"), [
+    ((), "", False, False, False),
+    (("--seccomp-default",), "", True, False, True),
+    (("--seccomp-default=false",), "seccompDefault: true\n", False, True, True),  # the flag cannot turn it off
+    ((), "seccompDefault: false\n", False, False, False),
+    (("--seccomp-default=true",), "seccompDefault: false\n", True, False, True),
+], ids=["unset", "flag", "file over a false flag", "file false", "flag over a false file"])
+def test_seccomp_default_is_the_flag_or_the_field(argv: tuple[str, ...], body: str, flag: bool, field: bool,
+                                                 effective: bool) -> None:
+    """Upstream server.go: KubeletFlags.SeccompDefault || KubeletConfiguration.SeccompDefault."""
+    cfg = with_file(body, *argv)
+    assert (cfg.seccomp_default_flag, cfg.seccomp_default, cfg.effective_seccomp_default) == (flag, field, effective)
 
 
 def test_json_config_file() -> None:

@@ -26,7 +26,8 @@ DEFAULTS = {
                      "nodefs.available": "10%", "nodefs.inodesFree": "5%"},
     "evictionPressureTransitionPeriod": "5m0s", "mergeDefaultEvictionSettings": False,
     "containerLogMaxSize": "10Mi", "containerLogMaxFiles": 5, "containerLogMaxWorkers": 1,
-    "containerLogMonitorInterval": "10s", "enforceNodeAllocatable": ["pods"], "localStorageCapacityIsolation": True,
+    "containerLogMonitorInterval": "10s", "enforceNodeAllocatable": ["pods"], "seccompDefault": False,
+    "localStorageCapacityIsolation": True,
     "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
     "imageServiceEndpoint": "unix:///run/containerd/containerd.sock",
 }
@@ -83,6 +84,9 @@ def test_defaults_in_the_struct_order() -> None:
       "evictionMaxPodGracePeriod": 30, "evictionMinimumReclaim": {"memory.available": "0.5Gi"},
       "mergeDefaultEvictionSettings": True}),
     ({"image_endpoint": "unix:///run/i.sock"}, {"imageServiceEndpoint": "unix:///run/i.sock"}),
+    # seccompDefault is the file's (upstream's KubeletConfiguration); --seccomp-default is a KubeletFlags field.
+    ({"seccomp_default": True}, {"seccompDefault": True}),
+    ({"seccomp_default_flag": True}, {}),
 ])
 def test_fields(overrides: dict[str, Any], changed: dict[str, Any]) -> None:
     expected = {**DEFAULTS, **changed}

@@ -5,6 +5,7 @@ One base pod; resource cases give requests/limits and state shares, quota and me
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -17,6 +18,10 @@ from kopflet.paths import Layout
 
 GI = 2**30
 CAPACITY = 8 * GI
+HOST_USERNS = cri.UserNamespace(mode=cri.NamespaceMode.NODE)
+POD_USERNS = cri.UserNamespace(mode=cri.NamespaceMode.POD,
+                               uids=(cri.IDMapping(host_id=65536, container_id=0, length=65536),),
+                               gids=(cri.IDMapping(host_id=65536, container_id=0, length=65536),))
 
 
 def make_pod(container: dict[str, Any] | None = None, **spec: Any) -> Pod:
@@ -62,7 +67,7 @@ def test_build_container_config_for_the_base_pod() -> None:
                                                   memory_limit_in_bytes=128 * 2**20,
                                                   oom_score_adj=1000 - 1000 * 64 * 2**20 // CAPACITY),
             security_context=cri.ContainerSecurityContext(
-                namespace_options=cri.NamespaceOptions(pid=cri.NamespaceMode.CONTAINER),
+                namespace_options=cri.NamespaceOptions(pid=cri.NamespaceMode.CONTAINER, userns_options=HOST_USERNS),
                 masked_paths=container_config.DEFAULT_MASKED_PATHS,
                 readonly_paths=container_config.DEFAULT_READONLY_PATHS,
                 seccomp=cri.SecurityProfile(profile_type=cri.ProfileType.UNCONFINED)),
@@ -130,7 +135,8 @@ def test_security_context() -> None:
     assert container_config.container_security_context(pod, pod.spec.containers[0]) == cri.ContainerSecurityContext(
         capabilities=cri.Capabilities(add=("NET_ADMIN",), drop=("ALL",)),
         privileged=True,
-        namespace_options=cri.NamespaceOptions(network=cri.NamespaceMode.NODE, pid=cri.NamespaceMode.NODE),
+        namespace_options=cri.NamespaceOptions(network=cri.NamespaceMode.NODE, pid=cri.NamespaceMode.NODE,
+                                               userns_options=HOST_USERNS),
         run_as_user=1001,
         run_as_group=3000,
         readonly_rootfs=True,
@@ -142,7 +148,8 @@ def test_security_context() -> None:
     )
     plain = make_pod(securityContext={"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}})
     seccomp = container_config.container_security_context(plain, plain.spec.containers[0]).seccomp
-    assert seccomp == cri.SecurityProfile(profile_type=cri.ProfileType.LOCALHOST, localhost_ref="p.json")
+    assert seccomp == cri.SecurityProfile(profile_type=cri.ProfileType.LOCALHOST,
+                                          localhost_ref="/var/lib/kopflet/seccomp/p.json")
 
 
 def test_log_paths() -> None:
@@ -239,8 +246,8 @@ DEFAULTS = container_config.DEFAULT_MASKED_PATHS, container_config.DEFAULT_READO
     ({"privileged": True}, DEFAULTS),  # upstream sends them; the runtime ignores them for privileged containers
 ], ids=["unset", "Default", "Unmasked", "privileged"])
 def test_proc_mount_paths(security_context: dict[str, Any], expected: tuple[tuple[str, ...], ...]) -> None:
-    pod = make_pod({"securityContext": security_context}, hostUsers=False)
-    context = container_config.container_security_context(pod, pod.spec.containers[0])
+    pod = make_pod({"securityContext": security_context}, hostUsers=False)  # as a runtime with user namespaces
+    context = container_config.container_security_context(pod, pod.spec.containers[0], userns=POD_USERNS)
     assert (context.masked_paths, context.readonly_paths) == expected
 
 
@@ -261,6 +268,146 @@ def test_node_masked_paths_reach_the_config() -> None:
                                                      masked_paths=node_paths)
     assert config.linux is not None and config.linux.security_context is not None
     assert config.linux.security_context.masked_paths[-1] == "/sys/devices/system/cpu/cpu0/thermal_throttle"
+
+
+# ---------------------------------------------------------------------------------------------------- seccomp
+
+RD = cri.SecurityProfile(profile_type=cri.ProfileType.RUNTIME_DEFAULT)
+UNCONFINED = cri.SecurityProfile(profile_type=cri.ProfileType.UNCONFINED)
+ROOT = "/var/lib/kubelet/seccomp"
+
+
+def localhost(path: str) -> cri.SecurityProfile:
+    return cri.SecurityProfile(profile_type=cri.ProfileType.LOCALHOST, localhost_ref=path)
+
+
+# (container seccompProfile, pod seccompProfile, seccompDefault, expected profile or error), as upstream
+# TestGetSeccompProfile / TestGetSeccompProfileDefaultSeccomp (helpers_test.go).
+SECCOMP_CASES: list[tuple[str, Any, Any, bool, cri.SecurityProfile | str]] = [
+    ("nothing: Unconfined", None, None, False, UNCONFINED),
+    ("nothing, seccompDefault: RuntimeDefault", None, None, True, RD),
+    ("pod RuntimeDefault", None, {"type": "RuntimeDefault"}, False, RD),
+    ("pod Unconfined", None, {"type": "Unconfined"}, False, UNCONFINED),
+    ("pod Unconfined beats seccompDefault", None, {"type": "Unconfined"}, True, UNCONFINED),
+    ("pod Localhost: under the root dir's seccomp/", None, {"type": "Localhost", "localhostProfile": "a/p.json"},
+     False, localhost(f"{ROOT}/a/p.json")),
+    ("container over pod", {"type": "Localhost", "localhostProfile": "c.json"}, {"type": "RuntimeDefault"}, False,
+     localhost(f"{ROOT}/c.json")),
+    ("container Unconfined over pod RuntimeDefault", {"type": "Unconfined"}, {"type": "RuntimeDefault"}, True,
+     UNCONFINED),
+    ("container RuntimeDefault", {"type": "RuntimeDefault"}, None, False, RD),
+    ("Go filepath.Join cleans", None, {"type": "Localhost", "localhostProfile": "/x/./y//p.json"}, False,
+     localhost(f"{ROOT}/x/y/p.json")),
+    ("Localhost without a name", {"type": "Localhost"}, None, False,
+     "localhostProfile must be set if seccompProfile type is Localhost."),
+    ("Localhost with an empty name", None, {"type": "Localhost", "localhostProfile": ""}, True,
+     "localhostProfile must be set if seccompProfile type is Localhost."),
+]
+
+
+@pytest.mark.parametrize(("container_profile", "pod_profile", "seccomp_default", "expected"),
+                         [case[1:] for case in SECCOMP_CASES], ids=[case[0] for case in SECCOMP_CASES])
+def test_seccomp_profile(container_profile: Any, pod_profile: Any, seccomp_default: bool,
+                         expected: cri.SecurityProfile | str) -> None:
+    pod = make_pod({"securityContext": {"seccompProfile": container_profile}} if container_profile else {},
+                   securityContext={"seccompProfile": pod_profile} if pod_profile else {})
+    container = pod.spec.containers[0]
+    if isinstance(expected, str):
+        with pytest.raises(container_config.ContainerConfigError, match=f"^{re.escape(expected)}$"):
+            container_config.seccomp_profile(pod, container, profile_root=ROOT, seccomp_default=seccomp_default)
+        return
+    assert container_config.seccomp_profile(pod, container, profile_root=ROOT,
+                                            seccomp_default=seccomp_default) == expected
+
+
+def test_seccomp_root_and_default_reach_the_config() -> None:
+    profile = {"type": "Localhost", "localhostProfile": "d.json"}
+    pod = pod_from_body({"metadata": {"name": "web", "namespace": "shop", "uid": "uid-1"},
+                         "spec": {"containers": [{"name": "app", "image": "nginx",
+                                                  "securityContext": {"seccompProfile": profile}},
+                                                 {"name": "side", "image": "nginx"}]}})
+    configs = [container_config.build_container_config(pod, container, restart_count=0, env=[], image_ref="sha256:0",
+                                                       memory_capacity=CAPACITY, seccomp_profile_root=ROOT,
+                                                       seccomp_default=True) for container in pod.spec.containers]
+    assert [c.linux.security_context.seccomp for c in configs if c.linux and c.linux.security_context] == [
+        localhost(f"{ROOT}/d.json"), RD]
+
+
+# --------------------------------------------------------------------------------------------------- AppArmor
+
+AA_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
+AA_RD = (RD, "runtime/default")
+AA_UNCONFINED = (UNCONFINED, "unconfined")
+
+# (container appArmorProfile, annotations, pod appArmorProfile, expected (profile, deprecated string) or error), as
+# upstream TestGetAppArmorProfile (helpers_test.go) and GetProfile's order: the container's field, its annotation,
+# the pod's field.
+APPARMOR_CASES: list[tuple[str, Any, dict[str, str], Any, tuple[cri.SecurityProfile | None, str] | str]] = [
+    ("nothing", None, {}, None, (None, "")),
+    ("container RuntimeDefault", {"type": "RuntimeDefault"}, {}, None, AA_RD),
+    ("container Unconfined", {"type": "Unconfined"}, {}, None, AA_UNCONFINED),
+    ("container Localhost", {"type": "Localhost", "localhostProfile": "k8s-deny"}, {}, None,
+     (localhost("k8s-deny"), "localhost/k8s-deny")),
+    ("pod Localhost", None, {}, {"type": "Localhost", "localhostProfile": "pod-prof"},
+     (localhost("pod-prof"), "localhost/pod-prof")),
+    ("container over pod", {"type": "Unconfined"}, {}, {"type": "RuntimeDefault"}, AA_UNCONFINED),
+    ("annotation runtime/default", None, {AA_PREFIX + "app": "runtime/default"}, None, AA_RD),
+    ("annotation localhost/", None, {AA_PREFIX + "app": "localhost/ann"}, None, (localhost("ann"), "localhost/ann")),
+    ("annotation over pod", None, {AA_PREFIX + "app": "unconfined"}, {"type": "RuntimeDefault"}, AA_UNCONFINED),
+    ("container over annotation", {"type": "RuntimeDefault"}, {AA_PREFIX + "app": "unconfined"}, None, AA_RD),
+    ("another container's annotation", None, {AA_PREFIX + "other": "runtime/default"}, None, (None, "")),
+    ("an unknown annotation value: the pod's", None, {AA_PREFIX + "app": "enforce"}, {"type": "Unconfined"},
+     AA_UNCONFINED),
+    ("Localhost without a name", {"type": "Localhost"}, {}, None, "missing localhost apparmor profile name"),
+    ("unknown type", {"type": "Complain"}, {}, None, 'unknown apparmor profile type: "Complain"'),
+]
+
+
+@pytest.mark.parametrize(("container_profile", "annotations", "pod_profile", "expected"),
+                         [case[1:] for case in APPARMOR_CASES], ids=[case[0] for case in APPARMOR_CASES])
+def test_apparmor_profile(container_profile: Any, annotations: dict[str, str], pod_profile: Any,
+                          expected: tuple[cri.SecurityProfile | None, str] | str) -> None:
+    pod = pod_from_body({
+        "metadata": {"name": "web", "namespace": "shop", "uid": "uid-1", "annotations": annotations},
+        "spec": {"containers": [{"name": "app", "image": "nginx", **(
+            {"securityContext": {"appArmorProfile": container_profile}} if container_profile else {})}],
+                 **({"securityContext": {"appArmorProfile": pod_profile}} if pod_profile else {})}})
+    container = pod.spec.containers[0]
+    if isinstance(expected, str):
+        with pytest.raises(container_config.ContainerConfigError, match=f"^{re.escape(expected)}$"):
+            container_config.apparmor_profile(pod, container)
+        return
+    assert container_config.apparmor_profile(pod, container) == expected
+    context = container_config.container_security_context(pod, container)
+    assert (context.apparmor, context.apparmor_profile) == expected
+
+
+# -------------------------------------------------------------------------------------------- user namespaces
+
+
+@pytest.mark.parametrize(("host_users", "userns", "expected"), [
+    (None, None, HOST_USERNS),
+    (True, None, HOST_USERNS),
+    (True, HOST_USERNS, HOST_USERNS),
+    (False, POD_USERNS, POD_USERNS),
+    (False, None, "can't set `spec.hostUsers: false`, runtime does not support user namespaces"),
+], ids=["unset", "true", "true, the sandbox's", "false, the sandbox's", "false without the sandbox's"])
+def test_containers_share_the_sandboxs_user_namespace(host_users: bool | None, userns: cri.UserNamespace | None,
+                                                      expected: cri.UserNamespace | str) -> None:
+    """Upstream determineEffectiveSecurityContext asks NamespacesForPod again; the answer is the sandbox's. A pod
+    with hostUsers: false never gets the host's user namespace by default: no config at all."""
+    pod = make_pod(**({} if host_users is None else {"hostUsers": host_users}))
+    container = pod.spec.containers[0]
+    if isinstance(expected, str):
+        with pytest.raises(container_config.ContainerConfigError, match=re.escape(expected)):
+            container_config.build_container_config(pod, container, restart_count=0, env=[], image_ref="sha256:0",
+                                                    memory_capacity=CAPACITY, userns=userns)
+        return
+    config = container_config.build_container_config(pod, container, restart_count=0, env=[], image_ref="sha256:0",
+                                                     memory_capacity=CAPACITY, userns=userns)
+    assert config.linux is not None and config.linux.security_context is not None
+    options = config.linux.security_context.namespace_options
+    assert options is not None and options.userns_options == expected
 
 
 @pytest.mark.parametrize(("text", "expected"), [

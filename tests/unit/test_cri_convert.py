@@ -104,6 +104,7 @@ CONTAINER_CONFIG_FULL = types.ContainerConfig(
             readonly_paths=("/proc/sys",),
             seccomp=types.SecurityProfile(profile_type=types.ProfileType.UNCONFINED),
             apparmor=types.SecurityProfile(profile_type=types.ProfileType.RUNTIME_DEFAULT),
+            apparmor_profile="runtime/default",
         ),
     ),
 )
@@ -147,6 +148,19 @@ ROUND_TRIPS: dict[str, Case] = {
         convert.namespace_options_from_pb,
     ),
     "namespace-options": (NS, convert.namespace_options_to_pb, convert.namespace_options_from_pb),
+    "namespace-options-host-userns": (
+        types.NamespaceOptions(userns_options=types.UserNamespace(mode=types.NamespaceMode.NODE)),
+        convert.namespace_options_to_pb,
+        convert.namespace_options_from_pb,
+    ),
+    "namespace-options-pod-userns": (
+        types.NamespaceOptions(userns_options=types.UserNamespace(
+            mode=types.NamespaceMode.POD,
+            uids=(types.IDMapping(host_id=65536, container_id=0, length=65536),),
+            gids=(types.IDMapping(host_id=131072, container_id=0, length=65536),))),
+        convert.namespace_options_to_pb,
+        convert.namespace_options_from_pb,
+    ),
     "resources": (RESOURCES, convert.linux_resources_to_pb, convert.linux_resources_from_pb),
     "mount": (MOUNT, convert.mount_to_pb, convert.mount_from_pb),
     "sandbox-config-minimal": (
@@ -366,6 +380,7 @@ def test_round_trips_cover_every_converter_pair() -> None:
         "container_security_context",
         "linux_container_config",
         "filesystem_usage",
+        "user_namespace",
     }
     public = {name for name in dir(convert) if name.endswith(("_to_pb", "_from_pb")) and not name.startswith("_")}
     missing = {name for name in public - covered if name.rsplit("_", 2)[0] not in nested_only}

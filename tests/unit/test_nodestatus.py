@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cri_client import types as cri
+from kopflet.api import apparmor
 from kopflet.client.kubeapi import KubeApiError
 from kopflet.config.settings import AgentConfig
 from kopflet.nodestatus import heartbeat, setters
@@ -191,6 +194,33 @@ def test_machine_facts_measure_the_root_filesystem_only_with_isolation(monkeypat
     assert heartbeat.read_machine_facts("/var/lib/kopflet", ephemeral_storage=False).ephemeral_storage_bytes == 0
     with pytest.raises(OSError):  # upstream: "failed to get rootfs info", the kubelet exits
         heartbeat.read_machine_facts("/var/lib/kopflet")
+
+
+@pytest.mark.parametrize(("securityfs", "parameter", "expected"), [
+    (True, b"Y\n", True),
+    (True, b"N\n", False),
+    (True, b"Y", False),  # upstream wants more than one byte
+    (True, None, False),  # no apparmor module (this project's hosts)
+    (False, b"Y\n", False),  # securityfs without apparmor
+], ids=["enabled", "disabled", "one byte", "no module", "no securityfs"])
+def test_apparmor_host_check(tmp_path: Path, securityfs: bool, parameter: bytes | None, expected: bool) -> None:
+    """Upstream's forked libcontainer IsEnabled: /sys/kernel/security/apparmor exists and the module's enabled
+    parameter starts with Y."""
+    if securityfs:
+        (tmp_path / "kernel/security/apparmor").mkdir(parents=True)
+    if parameter is not None:
+        (tmp_path / "module/apparmor/parameters").mkdir(parents=True)
+        (tmp_path / "module/apparmor/parameters/enabled").write_bytes(parameter)
+    assert heartbeat.read_apparmor_enabled(str(tmp_path)) is expected
+    assert apparmor.host_enabled(securityfs, parameter) is expected
+
+
+async def test_admission_knows_whether_the_host_has_apparmor() -> None:
+    for enabled in (False, True):
+        facts = dataclasses.replace(FACTS, apparmor_enabled=enabled)
+        agent = heartbeat.NodeAgent(AgentConfig(node_name="n1"), FakeApi(None), FakeCri(), "containerd://2",
+                                    facts)  # type: ignore[arg-type]
+        assert (await agent.admission_info()).apparmor_enabled is enabled
 
 
 class FakeApi:

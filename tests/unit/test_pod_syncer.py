@@ -13,13 +13,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cri_client import CriError
 from cri_client import types as cri
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.container import labels
 from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
-from kopflet.kuberuntime import reconciler
-from kopflet.kuberuntime.executor import MINIMUM_GRACE_PERIOD, PodSyncer
+from kopflet.kuberuntime import reconciler, sandbox_config
+from kopflet.kuberuntime.executor import MINIMUM_GRACE_PERIOD, PodSyncer, _sandbox_user_namespace
 from kopflet.logs.rotation import container_log_symlink
 from kopflet.paths import Layout
 
@@ -185,3 +187,75 @@ async def test_a_removed_container_takes_its_log_files_a_reset_one_keeps_them(tm
     assert sorted(p.name for p in directory.iterdir()) == ["11.log", "2.log"]
     await syncer.reset_containers(make_pod(), (reconciler.ResetInfo(container_id="c-app2", name="app"),))
     assert sorted(p.name for p in directory.iterdir()) == ["11.log", "2.log"]
+
+
+# ------------------------------------------------------------------------------------------- user namespaces
+
+
+class StatusCri:
+    """A runtime whose Status lists `handlers` (containerd 1.6 lists none), or fails."""
+
+    def __init__(self, handlers: tuple[cri.RuntimeHandler, ...] = (), fail: bool = False) -> None:
+        self.handlers, self.fail, self.asked = handlers, fail, 0
+
+    async def status(self) -> cri.RuntimeStatus:
+        self.asked += 1
+        if self.fail:
+            raise CriError("UNAVAILABLE", "connection refused")
+        return cri.RuntimeStatus(handlers=self.handlers)
+
+
+class NoVolumes:
+    async def setup(self, pod: Pod) -> dict[str, Any]:
+        return {}
+
+
+def userns_pod(host_users: bool | None) -> Pod:
+    spec: dict[str, Any] = {"containers": [{"name": "app", "image": "busybox"}]}
+    if host_users is not None:
+        spec["hostUsers"] = host_users
+    return pod_from_body({"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": spec})
+
+
+def userns_syncer(runtime_cri: StatusCri) -> tuple[PodSyncer, FakeRecorder]:
+    syncer = PodSyncer.__new__(PodSyncer)
+    recorder = FakeRecorder()
+    syncer.cri, syncer.recorder, syncer.volumes = runtime_cri, recorder, NoVolumes()  # type: ignore[assignment]
+    syncer.dns, syncer.layout = sandbox_config.DnsSettings(), Layout("/nonexistent")
+    return syncer, recorder
+
+
+NOT_SUPPORTED = "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user " \
+                "namespaces"
+
+
+@pytest.mark.parametrize(("runtime_cri", "message"), [
+    (StatusCri(), NOT_SUPPORTED),
+    (StatusCri(fail=True), NOT_SUPPORTED),
+    (StatusCri((cri.RuntimeHandler(name="", user_namespaces=True),)),
+     f"Failed to create pod sandbox: {sandbox_config.USERNS_NOT_IMPLEMENTED}"),
+], ids=["containerd 1.6: no handlers", "Status failed", "supported: no ID mappings"])
+async def test_a_hostusers_false_pod_gets_no_sandbox(runtime_cri: StatusCri, message: str) -> None:
+    """Upstream createPodSandbox: generatePodSandboxConfig fails in NamespacesForPod; SyncPod records
+    FailedCreatePodSandBox ("Failed to create pod sandbox: <error>") and nothing is created."""
+    syncer, recorder = userns_syncer(runtime_cri)
+    actions = reconciler.PodActions(create_sandbox=True, containers_to_start=("app",))
+    result = await syncer.sync(userns_pod(False), RuntimePodStatus(uid="u"), actions)
+    assert result.sandbox_error == message
+    assert recorder.events == [("Warning", "FailedCreatePodSandBox", message, None, False)]
+
+
+@pytest.mark.parametrize("host_users", [None, True])
+async def test_the_runtime_is_asked_about_user_namespaces_only_for_hostusers_false(host_users: bool | None) -> None:
+    runtime_cri = StatusCri()
+    syncer, _ = userns_syncer(runtime_cri)
+    assert await syncer.user_namespace_facts(userns_pod(host_users)) == ("", ())
+    assert await syncer.user_namespace_facts(userns_pod(False)) == ("", ())
+    assert runtime_cri.asked == 1
+
+
+def test_containers_get_the_sandboxs_user_namespace() -> None:
+    config = sandbox_config.build_sandbox_config(userns_pod(None), 0, dns=sandbox_config.DnsSettings(),
+                                                 layout=Layout("/nonexistent"))
+    assert _sandbox_user_namespace(config) == cri.UserNamespace(mode=cri.NamespaceMode.NODE)
+    assert _sandbox_user_namespace(cri.PodSandboxConfig(metadata=cri.PodSandboxMetadata(name="p"))) is None

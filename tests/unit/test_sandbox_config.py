@@ -166,7 +166,8 @@ def test_build_sandbox_config_for_the_base_pod() -> None:
             sysctls={"net.core.somaxconn": "1024"},
             security_context=cri.SandboxSecurityContext(
                 namespace_options=cri.NamespaceOptions(network=cri.NamespaceMode.POD, pid=cri.NamespaceMode.CONTAINER,
-                                                       ipc=cri.NamespaceMode.POD),
+                                                       ipc=cri.NamespaceMode.POD,
+                                                       userns_options=cri.UserNamespace(mode=cri.NamespaceMode.NODE)),
                 seccomp=cri.SecurityProfile(profile_type=cri.ProfileType.RUNTIME_DEFAULT),
             ),
         ),
@@ -222,6 +223,67 @@ def test_linux_security_context_from_the_pod() -> None:
     assert (context.run_as_user, context.run_as_group, context.supplemental_groups, context.privileged) == (
         1000, 3000, (2000, 4000, 5000), True)
     assert context.selinux_options == cri.SELinuxOptions(level="s0:c123,c456")
+
+
+@pytest.mark.parametrize("security_context", [
+    {},
+    {"seccompProfile": {"type": "Unconfined"}},
+    {"seccompProfile": {"type": "Localhost", "localhostProfile": "deny-all.json"}},
+], ids=["unset", "Unconfined", "Localhost"])
+def test_the_sandbox_runs_with_runtime_default_seccomp_whatever_the_pod_asks(security_context: dict[str, Any]) -> None:
+    """Upstream generatePodSandboxLinuxConfig forces RuntimeDefault on the sandbox (issue #84623); the pod's profile
+    is its containers'. No AppArmor profile on the sandbox."""
+    context = sandbox_config.linux_sandbox_config(make_pod(securityContext=security_context)).security_context
+    assert context is not None
+    assert (context.seccomp, context.apparmor) == (cri.SecurityProfile(profile_type=cri.ProfileType.RUNTIME_DEFAULT),
+                                                   None)
+
+
+# ------------------------------------------------------------------------------------------ user namespaces
+
+HOST_USERNS = cri.UserNamespace(mode=NODE)
+NOT_SUPPORTED = "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+RUNC, RUNC_USERNS = cri.RuntimeHandler(name="runc"), cri.RuntimeHandler(name="runc", user_namespaces=True)
+DEFAULT_USERNS = cri.RuntimeHandler(name="", user_namespaces=True)
+
+# (hostUsers, the pod's runtime handler, the runtime's handlers, the user namespace or the error), as upstream
+# GetOrCreateUserNamespaceMappings with HandlerSupportsUserNamespaces (UserNamespacesSupport is GA, locked on).
+USERNS_CASES: list[tuple[str, bool | None, str, tuple[cri.RuntimeHandler, ...], cri.UserNamespace | str]] = [
+    ("unset: the host's", None, "", (), HOST_USERNS),
+    ("true: the host's", True, "", (), HOST_USERNS),
+    ("true, whatever the runtime", True, "kata", (RUNC,), HOST_USERNS),
+    ("false, a runtime listing no handlers (containerd 1.6)", False, "", (), NOT_SUPPORTED),
+    ("false, the default handler without the feature", False, "", (cri.RuntimeHandler(name=""), RUNC),
+     NOT_SUPPORTED),
+    ("false, a RuntimeClass handler without the feature", False, "runc", (DEFAULT_USERNS, RUNC),
+     "can't set `spec.hostUsers: false`, RuntimeClass handler \"runc\" does not support user namespaces"),
+    ("false, an unknown handler", False, "kata", (RUNC_USERNS,),
+     "can't set `spec.hostUsers: false`, RuntimeClass handler \"kata\" does not support user namespaces: "
+     "the handler \"kata\" is not known"),
+    ("false, the default handler unknown", False, "", (RUNC_USERNS,),
+     f"{NOT_SUPPORTED}: the handler \"\" is not known"),
+    ("false, supported: kopflet has no ID mappings to give", False, "runc", (RUNC_USERNS,),
+     sandbox_config.USERNS_NOT_IMPLEMENTED),
+    ("false, the default handler supports it", False, "", (DEFAULT_USERNS,), sandbox_config.USERNS_NOT_IMPLEMENTED),
+]
+
+
+@pytest.mark.parametrize(("host_users", "handler", "handlers", "expected"), [case[1:] for case in USERNS_CASES],
+                         ids=[case[0] for case in USERNS_CASES])
+def test_user_namespace(host_users: bool | None, handler: str, handlers: tuple[cri.RuntimeHandler, ...],
+                        expected: cri.UserNamespace | str) -> None:
+    pod = make_pod(**({} if host_users is None else {"hostUsers": host_users}))
+    if isinstance(expected, str):
+        with pytest.raises(SandboxConfigError) as error:
+            sandbox_config.build_sandbox_config(pod, 0, dns=DNS, layout=LAYOUT, runtime_handler=handler,
+                                                runtime_handlers=handlers)
+        assert str(error.value) == expected
+        return
+    config = sandbox_config.build_sandbox_config(pod, 0, dns=DNS, layout=LAYOUT, runtime_handler=handler,
+                                                 runtime_handlers=handlers)
+    assert config.linux is not None and config.linux.security_context is not None
+    options = config.linux.security_context.namespace_options
+    assert options is not None and options.userns_options == expected
 
 
 @pytest.mark.parametrize(("resources", "expected"), [

@@ -58,6 +58,32 @@ def test_broken_manifests_name_the_file_and_problem(text: str, message: str) -> 
     assert str(exc.value).startswith("/m/broken.yaml: ")
 
 
+UNMASKED = 'spec.{}.securityContext.procMount: Invalid value: "Unmasked": `hostUsers` must be false to use `Unmasked`'
+UNMASKED_C = "{name: c, image: busybox, securityContext: {procMount: Unmasked}}"
+UNMASKED_I = "{name: i, image: busybox, securityContext: {procMount: Unmasked}}"
+
+
+@pytest.mark.parametrize(("spec", "errors"), [
+    (f"containers: [{UNMASKED_C}]", [UNMASKED.format("containers[0]")]),
+    (f"hostUsers: true\n  containers: [{UNMASKED_C}]", [UNMASKED.format("containers[0]")]),
+    (f"containers: [{{name: a, image: busybox}}, {UNMASKED_C}]\n  initContainers: [{UNMASKED_I}]",
+     [UNMASKED.format("containers[1]"), UNMASKED.format("initContainers[0]")]),
+    (f"hostUsers: false\n  containers: [{UNMASKED_C}]", []),
+    ("containers: [{name: c, image: busybox, securityContext: {procMount: Default}}]", []),
+], ids=["host users by default", "hostUsers true", "every container, containers first", "hostUsers false",
+        "Default"])
+def test_unmasked_proc_mount_needs_hostusers_false(spec: str, errors: list[str]) -> None:
+    """Upstream validates a manifest as the apiserver validates a pod (tryDecodeSinglePod: ValidatePodCreate):
+    an unmasked /proc in the host's user namespace is refused, the file skipped."""
+    text = f"apiVersion: v1\nkind: Pod\nmetadata: {{name: x}}\nspec:\n  {spec}\n"
+    if not errors:
+        assert static_pods.static_pod("/m/p.yaml", text, "n", "t").name == "x-n"
+        return
+    with pytest.raises(ManifestError) as exc:
+        static_pods.static_pod("/m/p.yaml", text, "n", "t")
+    assert str(exc.value) == f"/m/p.yaml: invalid pod: [{' '.join(errors)}]"
+
+
 @pytest.mark.parametrize(("name", "expected"), [
     ("web.yaml", True), ("web.yml", True), ("web.json", True), (".web.yaml.swp", False), ("web.yaml~", False),
     ("README", False),
