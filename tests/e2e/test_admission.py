@@ -3,6 +3,7 @@ message, a Warning event, and never reach the runtime."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -101,3 +102,43 @@ def test_out_of_pods(small_agent: Agent, admin: Kubectl, layout: Layout, namespa
     assert pod["status"]["reason"] == "OutOfpods"
     assert pod["status"]["message"] == ("Pod was rejected: Node didn't have enough resource: pods, "
                                         f"requested: 1, used: {MAX_PODS}, capacity: {MAX_PODS}")
+
+
+def arrive_together(admin: Kubectl, namespace: str, node: str, names: list[str],
+                    containers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Create these pods in one request (one List), wait until each runs or is refused; the refused ones."""
+    items = [json.loads(pod_manifest(name, namespace, node, containers, terminationGracePeriodSeconds=0))
+             for name in names]
+    admin.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    pods = [wait_pod(admin, namespace, name, lambda p: is_ready(p) or phase("Failed")(p), timeout=90,
+                     what="admitted or refused") for name in names]
+    return [p for p in pods if p["status"].get("phase") == "Failed"]
+
+
+def test_pods_arriving_together_are_admitted_one_at_a_time(small_agent: Agent, admin: Kubectl, layout: Layout,
+                                                             namespace: str) -> None:
+    """Upstream admits pods one at a time (HandlePodAdditions under the allocation lock), each against those admitted
+    before it: of three pods created at once that each want 60% of the node's CPU, one runs and two are refused
+    OutOfcpu counting the first one's request; of two pods created at once wanting the same host port, one runs
+    and the other is refused NodePorts."""
+    wait_node_idle(admin, layout.node_name)
+    allocatable = admin.json("get", "node", layout.node_name)["status"]["allocatable"]["cpu"]
+    milli = int(float(allocatable.removesuffix("m")) * (1 if allocatable.endswith("m") else 1000))
+    share = milli * 6 // 10
+    names = [f"share-{i}" for i in range(3)]
+    refused = arrive_together(admin, namespace, layout.node_name, names, [
+        container("main", "sleep 3600", resources={"requests": {"cpu": f"{share}m"}})])
+    assert len(refused) == 2, [p["metadata"]["name"] for p in refused]
+    for pod in refused:
+        assert pod["status"]["reason"] == "OutOfcpu"
+        assert f"requested: {share}, used: {share}, capacity: {milli}" in pod["status"]["message"], pod["status"]
+    for name in names:
+        admin.run("delete", "pod", name, "-n", namespace, "--wait=false")
+    wait_node_idle(admin, layout.node_name)
+
+    refused = arrive_together(admin, namespace, layout.node_name, ["port-0", "port-1"], [
+        container("main", "sleep 3600", ports=[{"containerPort": 8080, "hostPort": 31999}])])
+    assert len(refused) == 1, [p["metadata"]["name"] for p in refused]
+    assert refused[0]["status"]["reason"] == "NodePorts"
+    assert refused[0]["status"]["message"] == (
+        "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports")

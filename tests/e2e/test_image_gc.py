@@ -9,6 +9,7 @@ here costs the next tests a pull from the local registry, nothing more."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from devstack.layout import Layout
 from kopflet.images import gc
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent
+from tests.e2e.test_eviction import failed, wait_condition
 from tests.e2e.test_pod_lifecycle import BUSYBOX, container, is_ready, pod_manifest, wait_pod
 
 UNUSED = "registry.k8s.io/e2e-test-images/kitten:1.8"
@@ -150,5 +152,35 @@ def test_the_maximum_age_removes_an_unused_image_and_repeated_failures_are_image
             time.sleep(1)
         assert failed[0]["type"] == "Warning"
         assert failed[0]["message"].startswith("Insufficient free disk space on the node's image filesystem (")
+    finally:
+        agent.stop()
+
+
+def test_imagefs_pressure_reclaims_unused_images_then_evicts(user_pod: str, layout: Layout, admin: Kubectl,
+                                                              tmp_path: Path) -> None:
+    """imagefs.available below its hard threshold: DiskPressure, node-level reclaim first (the unused images go,
+    upstream's image GC DeleteUnusedImages, which spares images younger than imageMinimumGCAge: 0 here), then,
+    still short, a pod is evicted for ephemeral-storage. The image filesystem shares the root dir's disk here, so
+    the threshold is set above what that disk has free."""
+    pull(layout, UNUSED)
+    st = os.statvfs(layout.containerd_root)
+    threshold = min(99, int(st.f_bavail * 100 / st.f_blocks) + 5)
+    since = time.time()
+    agent = start_agent(layout, tmp_path / "imagefs.log",
+                        f"--eviction-hard=imagefs.available<{threshold}% --eviction-pressure-transition-period=10s "
+                        "--minimum-image-ttl-duration=0s "
+                        "--node-status-update-frequency=2s")
+    try:
+        wait_condition(admin, layout.node_name, "DiskPressure", "True")
+        deadline = time.monotonic() + 60
+        while image_present(layout, UNUSED):
+            assert time.monotonic() < deadline, "the unused image was not reclaimed under imagefs pressure"
+            time.sleep(1)
+        pod = wait_pod(admin, user_pod, "user", failed, timeout=120, what="evicted")
+        assert pod["status"]["reason"] == "Evicted"
+        assert pod["status"]["message"].startswith(
+            "The node was low on resource: ephemeral-storage. Threshold quantity: ")
+        met = node_events_since(admin, layout, "EvictionThresholdMet", since)
+        assert met and met[0]["message"] == "Attempting to reclaim ephemeral-storage", met
     finally:
         agent.stop()

@@ -85,7 +85,9 @@ def test_host_users_false_names_the_runtime_class_handler(running_agent: Agent, 
 def test_apparmor_profile_is_rejected_without_apparmor(running_agent: Agent, admin: Kubectl, layout: Layout,
                                                        namespace: str, name: str, spec: dict[str, Any],
                                                        metadata: dict[str, Any]) -> None:
-    body = json.loads(pod_manifest(name, namespace, layout.node_name, [container("main", "sleep 3600")], **spec))
+    containers = spec.get("containers", [container("main", "sleep 3600")])
+    extra = {k: v for k, v in spec.items() if k != "containers"}
+    body = json.loads(pod_manifest(name, namespace, layout.node_name, containers, **extra))
     body["metadata"].update(metadata)
     admin.apply(json.dumps(body))
     pod = rejected(admin, namespace, name, layout)
