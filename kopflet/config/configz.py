@@ -20,26 +20,19 @@ from typing import Any
 
 from kopflet import gotext
 from kopflet.config.settings import CONFIG_API_VERSION, CONFIG_KIND, AgentConfig
+from kopflet.eviction import thresholds
 
 CONFIGZ_PATH = "/configz"  # configz.DefaultConfigzPath
 CONFIGZ_NAME = "kubeletconfig"  # configz.New("kubeletconfig") in cmd/kubelet/app/server.go
 
-_BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
-_DECIMAL = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
-
-
 def quantity(amount: int | Fraction) -> str:
-    """A byte count as a quantity string (``10Mi``): the largest binary suffix that divides it, else decimal.
+    """A byte count as a quantity string (``10Mi``): binary when a power of 1024 divides it, else decimal, in Go's
+    canonical form (`thresholds.format_quantity`).
 
     Upstream keeps the text the user wrote; kopflet keeps the number, so ``1000Ki`` written as ``1024000`` comes
     back as ``1000Ki``: the same quantity."""
     whole = int(amount)
-    if whole:
-        for table in (_BINARY, _DECIMAL):
-            for suffix, size in table:
-                if whole % size == 0:
-                    return f"{whole // size}{suffix}"
-    return str(whole)
+    return thresholds.format_quantity(whole, thresholds.BINARY_SI if whole % 1024 == 0 else thresholds.DECIMAL_SI)
 
 
 def _duration(seconds: float) -> str:
