@@ -303,12 +303,14 @@ class Supervisor(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
+        daemons: Sequence[Component] | None = None  # listed once: the stack's daemons do not change while it runs
         while not self.stopping.wait(self.period):
-            try:
-                daemons = self.daemons(self.layout)
-            except Exception as exc:  # never let a round end the supervision
-                _log(f"supervisor: cannot list the daemons: {exc}")
-                continue
+            if daemons is None:
+                try:
+                    daemons = self.daemons(self.layout)
+                except Exception as exc:  # never let a round end the supervision
+                    _log(f"supervisor: cannot list the daemons: {exc}")
+                    continue
             for comp in daemons:
                 if self.stopping.is_set():
                     return
