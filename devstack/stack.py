@@ -34,6 +34,15 @@ class Component:
     timeout: float = 90.0
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable and writable by its owner only (0600) whatever its mode was: the CIS
+    Kubernetes Benchmark's mode for a kubelet's kubeconfig and config file (4.1.5, 4.1.9; docs/security.md)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(fd, 0o600)
+        out.write(text)
+
+
 def prepare(layout: Layout) -> None:
     """Certificates, kubeconfigs and config files: created once, kept across restarts."""
     ip = host_ip()
@@ -46,8 +55,8 @@ def prepare(layout: Layout) -> None:
         (layout.kubeconfigs / "scheduler.kubeconfig", "scheduler", "system:kube-scheduler"),
         (layout.node_kubeconfig, f"node-{layout.node_name}", f"system:node:{layout.node_name}"),
     ]:
-        path.write_text(configs.kubeconfig(layout.apiserver_url, p / "ca.crt", p / f"{stem}.crt",
-                                           p / f"{stem}.key", user))
+        write_private(path, configs.kubeconfig(layout.apiserver_url, p / "ca.crt", p / f"{stem}.crt",
+                                               p / f"{stem}.key", user))
     layout.containerd_dir.mkdir(parents=True, exist_ok=True)
     (layout.containerd_dir / "config.toml").write_text(configs.containerd_config(layout))
     for rel, text in configs.registry_host_files(layout).items():
@@ -64,7 +73,7 @@ def prepare(layout: Layout) -> None:
                               capture_output=True, text=True, check=True).stdout.strip()
         layout.private_registry_htpasswd.write_text(line + "\n")
     layout.private_registry_storage.mkdir(parents=True, exist_ok=True)
-    layout.kubelet_config.write_text(configs.kubelet_config(layout))
+    write_private(layout.kubelet_config, configs.kubelet_config(layout))
     layout.registry_storage.mkdir(parents=True, exist_ok=True)
     for d in (layout.containerd_state, layout.cni_data_dir, layout.etcd_data):
         d.mkdir(parents=True, exist_ok=True)

@@ -82,6 +82,16 @@ CIPHER_SUITES: Mapping[str, CipherSuite] = MappingProxyType({
     "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": CipherSuite(0xC027, "ECDHE-RSA-AES128-SHA256", insecure=True),
 })
 
+# The TLS 1.2 suites offered when none are named: Python's default list (``ssl``'s) cut to its ECDHE suites with
+# AEAD ciphers, which is the CIS Kubernetes Benchmark's strong list (4.2.12) less its RSA key exchange ones. The rest
+# of Python's list is ECDHE with AES-CBC-SHA256/SHA384 (TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256 is among Go's
+# insecure suites, the SHA384 one is not in Go at all) and DHE (not negotiable without DH parameters).
+DEFAULT_SUITES: tuple[str, ...] = (
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+)
+
 # Go's default TLS 1.0-1.2 suites (the non-TLS 1.3 part of CipherSuites()): what Go offers to a TLS 1.0/1.1
 # client when no suites are named. Python's default list has no SHA-1 suites, so it could serve no such client.
 GO_DEFAULT_LEGACY_SUITES: tuple[str, ...] = tuple(
@@ -120,7 +130,8 @@ class Plan:
 def plan(min_version: str = "", cipher_suites: Sequence[str] = ()) -> Plan:
     """The ``SSLContext`` settings for ``tlsMinVersion`` and ``tlsCipherSuites`` (both already checked).
 
-    - No suites and TLS 1.2 or 1.3 (the default): Python's default list, as kopflet always served.
+    - No suites and TLS 1.2 (the default): :data:`DEFAULT_SUITES`, ECDHE with AES-GCM or ChaCha20-Poly1305 only.
+      No suites and TLS 1.3: nothing to choose.
     - TLS 1.0 or 1.1 allowed: OpenSSL 3 refuses those versions above security level 0 (they sign with SHA-1)
       and Python's default list has no suite for them, so the level is lowered and, unless suites are named,
       Go's default suites are offered: what Go serves to such a client.
@@ -135,9 +146,9 @@ def plan(min_version: str = "", cipher_suites: Sequence[str] = ()) -> Plan:
     if version == "VersionTLS13" and cipher_suites:
         notes.append("Warning: TLS 1.3 cipher suites are not configurable, ignoring --tls-cipher-suites")
     if not cipher_suites:
-        if not legacy:
+        if version == "VersionTLS13":
             return Plan(minimum, None, notes=tuple(notes))
-        names = GO_DEFAULT_LEGACY_SUITES
+        names = GO_DEFAULT_LEGACY_SUITES if legacy else DEFAULT_SUITES
     else:
         names = tuple(name for name in cipher_suites if not CIPHER_SUITES[name].tls13)
         if version == "VersionTLS13":
@@ -150,5 +161,5 @@ def plan(min_version: str = "", cipher_suites: Sequence[str] = ()) -> Plan:
     return Plan(minimum, ciphers, openssl, tuple(notes))
 
 
-__all__ = ["CIPHER_SUITES", "DEFAULT_MIN_VERSION", "GO_DEFAULT_LEGACY_SUITES", "VERSIONS", "CipherSuite", "Plan",
-           "parse_cipher_suite", "parse_min_version", "plan"]
+__all__ = ["CIPHER_SUITES", "DEFAULT_MIN_VERSION", "DEFAULT_SUITES", "GO_DEFAULT_LEGACY_SUITES", "VERSIONS",
+           "CipherSuite", "Plan", "parse_cipher_suite", "parse_min_version", "plan"]

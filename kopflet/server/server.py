@@ -604,8 +604,8 @@ def apply_tls_options(context: ssl.SSLContext, min_version: str = "", cipher_sui
         by_openssl = {suite.openssl: name for name, suite in tls_options.CIPHER_SUITES.items()}
         raise ValueError(f"tlsCipherSuites: {', '.join(by_openssl[m] for m in missing)} not available in this "
                          f"host's {ssl.OPENSSL_VERSION}; remove them")
-    if not enabled:  # pragma: no cover - Go's default suites are in every OpenSSL with TLS 1.2
-        raise ValueError(f"{ssl.OPENSSL_VERSION} has none of Go's default cipher suites for TLS 1.0/1.1")
+    if not enabled:  # pragma: no cover - the default suites are in every OpenSSL with TLS 1.2
+        raise ValueError(f"{ssl.OPENSSL_VERSION} has none of the default cipher suites {plan.ciphers}")
 
 
 async def serving_tls(config: AgentConfig, addresses: Sequence[str] = ()) -> ssl.SSLContext:

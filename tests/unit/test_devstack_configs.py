@@ -132,3 +132,14 @@ def test_containerd_hosts_of_a_moved_registry_are_removed(tmp_path: Path) -> Non
     assert sorted(str(p.relative_to(certs_d)) for p in certs_d.rglob("hosts.toml")) == sorted(wanted)
     assert stack.prune_host_dirs(certs_d, wanted) == []
     assert stack.prune_host_dirs(tmp_path / "missing", wanted) == []
+
+
+def test_private_files_are_0600_even_when_they_were_not(tmp_path: Path) -> None:
+    """Kubeconfigs and the agent's config file: CIS 4.1.5 and 4.1.9 (docs/security.md), also over an older 0644."""
+    fresh, older = tmp_path / "fresh.kubeconfig", tmp_path / "older.yaml"
+    older.write_text("old text that is longer than the new\n")
+    older.chmod(0o644)
+    for path in (fresh, older):
+        stack.write_private(path, "new\n")
+        assert path.read_text() == "new\n"
+        assert path.stat().st_mode & 0o777 == 0o600

@@ -72,12 +72,18 @@ def _openssl_has(name: str) -> bool:
 
 
 @pytest.mark.parametrize(("min_version", "suites", "client_version", "client_ciphers", "expected"), [
-    # The default is what kopflet always served: TLS 1.2 and up.
+    # The default: TLS 1.2 and up ...
     ("", (), "TLSv1_2", None, "TLSv1.2"),
     ("", (), "TLSv1_3", None, "TLSv1.3"),
     ("", (), None, None, "TLSv1.3"),
     ("", (), "TLSv1_1", None, None),
     ("VersionTLS12", (), "TLSv1_1", None, None),
+    # ... with ECDHE AEAD suites only for TLS 1.2 (CIS 4.2.12): no CBC, no RSA key exchange.
+    ("", (), "TLSv1_2", "ECDHE-RSA-AES128-GCM-SHA256", "TLSv1.2/ECDHE-RSA-AES128-GCM-SHA256"),
+    ("", (), "TLSv1_2", "ECDHE-RSA-CHACHA20-POLY1305", "TLSv1.2/ECDHE-RSA-CHACHA20-POLY1305"),
+    ("", (), "TLSv1_2", "ECDHE-RSA-AES128-SHA256", None),
+    ("", (), "TLSv1_2", "ECDHE-RSA-AES256-SHA384", None),
+    ("", (), "TLSv1_2", "ECDHE-RSA-AES128-SHA", None),
     # VersionTLS13 refuses a TLS 1.2 client.
     ("VersionTLS13", (), "TLSv1_2", None, None),
     ("VersionTLS13", (), "TLSv1_3", None, "TLSv1.3"),

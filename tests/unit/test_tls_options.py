@@ -79,13 +79,15 @@ def test_unknown_cipher_suites(name: str) -> None:
 GO_DEFAULT = ("ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES256-SHA:ECDHE-RSA-AES128-SHA:ECDHE-RSA-AES256-SHA:"
               "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:"
               "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-CHACHA20-POLY1305:ECDHE-ECDSA-CHACHA20-POLY1305")
+STRONG = ("ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256:"
+          "ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305")
 TLS13_IGNORED = "Warning: TLS 1.3 cipher suites are not configurable, ignoring --tls-cipher-suites"
 
 
 @pytest.mark.parametrize(("version", "suites", "expected"), [
-    # The defaults: what kopflet always served.
-    ("", (), Plan("TLSv1_2", None)),
-    ("VersionTLS12", (), Plan("TLSv1_2", None)),
+    # The defaults: TLS 1.2 with ECDHE AEAD suites only (CIS 4.2.12's strong list), TLS 1.3 as it comes.
+    ("", (), Plan("TLSv1_2", STRONG, tuple(STRONG.split(":")))),
+    ("VersionTLS12", (), Plan("TLSv1_2", STRONG, tuple(STRONG.split(":")))),
     ("VersionTLS13", (), Plan("TLSv1_3", None)),
     # TLS 1.0/1.1: security level 0 and Go's default suites.
     ("VersionTLS10", (), Plan("TLSv1", GO_DEFAULT + ":@SECLEVEL=0", tuple(GO_DEFAULT.split(":")))),
@@ -108,3 +110,20 @@ TLS13_IGNORED = "Warning: TLS 1.3 cipher suites are not configurable, ignoring -
 ])
 def test_plan(version: str, suites: tuple[str, ...], expected: Plan) -> None:
     assert plan(version, suites) == expected
+
+
+# The CIS Kubernetes Benchmark's strong suites (4.2.12, as kube-bench checks them).
+CIS_STRONG = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384", "TLS_RSA_WITH_AES_128_GCM_SHA256",
+}
+
+
+def test_the_default_suites_are_strong_and_in_pythons_default_list() -> None:
+    openssl_of = {suite.openssl for name, suite in CIPHER_SUITES.items() if name in CIS_STRONG}
+    default = [CIPHER_SUITES[name] for name in tls_options.DEFAULT_SUITES]
+    assert all(s.openssl in openssl_of and not s.insecure and not s.tls13 for s in default)
+    python_default = {c["name"] for c in ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).get_ciphers()}
+    assert {s.openssl for s in default} <= python_default
