@@ -817,8 +817,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Comma-separated cipher suites (Go's IANA names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) the kubelet "
             "API offers to TLS 1.2 and older clients; upstream's insecure ones too, if the host's OpenSSL has them "
             "(else the API refuses to start). TLS 1.3 suites are accepted but cannot be restricted (as upstream); "
-            "naming only those refuses TLS 1.2 clients. Empty: Python's default list (ECDHE with AES-GCM or "
-            "ChaCha20)."),
+            "naming only those refuses TLS 1.2 clients. Empty: ECDHE with AES-GCM or ChaCha20-Poly1305 only "
+            "(the CIS Benchmark's strong suites)."),
     Setting("tls_min_version", "tls-min-version", "tlsMinVersion", TLS_VERSION, "VersionTLS12",
             "The oldest TLS version the kubelet API accepts: VersionTLS10, VersionTLS11, VersionTLS12 or "
             "VersionTLS13. TLS 1.0 and 1.1 lower OpenSSL's security level to 0 for them to work."),
