@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kopflet import gotext
-from kopflet.api import qos, spec, validation
+from kopflet.api import qos, spec, unsupported, validation
 
 _OPERATOR = "$"
 _OPENER = "("
@@ -187,6 +187,8 @@ def build_env(pod: spec.Pod, container: spec.ContainerSpec, *,
         if var.value:
             env[var.name] = expand(var.value, lookup)
         elif var.value_from is not None:
+            if error := unsupported.env_source_error(var):  # refused, never an empty value (EnvFiles)
+                raise EnvError(error)
             resolved = _value_from(var.value_from, container, context, config_maps, secrets)
             if resolved is None:
                 continue  # optional source or key missing: the variable is not set at all
@@ -252,7 +254,7 @@ def _value_from(value_from: Mapping[str, Any], container: spec.ContainerSpec, co
                 return None
             raise EnvError(f"couldn't find key {item} in {label} {context.pod.namespace}/{ref.get('name')}")
         return data[item]
-    return ""  # an unknown source (fileKeyRef without the EnvFiles gate ...) leaves the value empty
+    return ""  # an unknown source leaves the value empty (fileKeyRef is refused before: `build_env`)
 
 
 def field_ref_value(field_ref: Mapping[str, Any], pod: spec.Pod, *, node_name: str = "",

@@ -8,7 +8,9 @@ them in turn and the first rejection wins):
    must be on the safe list for the node's kernel or match ``allowedUnsafeSysctls``, and a net/ipc sysctl is
    refused when the pod shares that namespace with the host;
 2. the predicate handler (`pkg/kubelet/lifecycle/predicate.go`):
-   the pod's ``kubernetes.io/os`` label and ``spec.os.name`` against the node's OS, then `generalFilter`:
+   the pod's ``kubernetes.io/os`` label and ``spec.os.name`` against the node's OS, then the fields kopflet cannot
+   honour (`kopflet.api.unsupported`: ``SupplementalGroupsPolicyNotSupported``, ``PodFeatureUnsupported``), then
+   `generalFilter`:
    resources (`noderesources.Fits`: pod count, cpu, memory, ephemeral-storage, then scalar resources),
    required node affinity and nodeSelector, ``spec.nodeName``, host ports, and last the NoExecute taints
    (static pods exempt);
@@ -30,7 +32,7 @@ from fractions import Fraction
 from typing import Any
 
 from kopflet import gotext
-from kopflet.api import apparmor, qos, spec, validation
+from kopflet.api import apparmor, qos, spec, unsupported, validation
 
 REJECTED_PREFIX = "Pod was rejected: "
 
@@ -156,7 +158,7 @@ def admit(pod: spec.Pod, node: NodeInfo, admitted: Sequence[spec.Pod], *, static
     is exempt from the taint check. `pending` False (a resize of a pod past phase Pending) skips the AppArmor
     check, as upstream's handler admits such pods.
     """
-    for check in (_check_sysctls, _check_os):
+    for check in (_check_sysctls, _check_os, _check_unsupported):
         rejection = check(pod, node)
         if rejection is not None:
             return rejection
@@ -302,6 +304,15 @@ def _check_sysctls(pod: spec.Pod, node: NodeInfo) -> Rejection | None:
         if error is not None:
             return _reject(SYSCTL_FORBIDDEN, f"forbidden sysctl: {error}")
     return None
+
+
+# ----------------------------------------------------------------------------------- fields kopflet lacks
+
+
+def _check_unsupported(pod: spec.Pod, node: NodeInfo) -> Rejection | None:
+    """Fields kopflet cannot honour (`unsupported.pod_refusal`), refused as upstream refuses what its node lacks."""
+    refusal = unsupported.pod_refusal(pod)
+    return None if refusal is None else _reject(refusal.reason, refusal.message)
 
 
 # ---------------------------------------------------------------------------------------------------- OS

@@ -24,7 +24,7 @@ from typing import Any
 
 from cri_client import types as cri
 from kopflet import gotext, paths
-from kopflet.api import qos, spec
+from kopflet.api import qos, spec, unsupported
 from kopflet.envvars import container_env
 
 KIND_EMPTY_DIR = "emptyDir"
@@ -437,9 +437,13 @@ def container_mounts(pod: spec.Pod, container: spec.ContainerSpec, plans: Mappin
     directory inside the volume before CreateContainer, as the kubelet does.
     """
     del pod  # kept for the API's symmetry (upstream makeMounts takes the pod)
+    if error := unsupported.volume_devices_error(container):  # refused, not skipped (upstream makeBlockVolumes)
+        raise VolumeError(error)
     mounts = []
     for mount in container.volume_mounts:
         name = mount.get("name") or ""
+        if error := unsupported.mount_error(container, mount):  # recursiveReadOnly Enabled, bindMountOptions
+            raise VolumeError(error, name)
         plan = plans.get(name)
         if plan is None:
             raise VolumeError(f'cannot find volume "{name}" to mount into container "{container.name}"', name)
