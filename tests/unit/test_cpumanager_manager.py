@@ -235,8 +235,8 @@ def test_stale_removal_keeps_cpus_a_sibling_still_holds() -> None:
 GUARANTEED_1 = res("1")
 
 
-def admit(state: State, pod: Any, known_pods: Pods = Pods(), **policy_kwargs: Any) -> cm.Admission:
-    return cm.admit(Snapshot(policy=static(**policy_kwargs), state=state, pods=known_pods), pod)
+def admit(state: State, pod: Any, known_pods: Pods | None = None, **policy_kwargs: Any) -> cm.Admission:
+    return cm.admit(Snapshot(policy=static(**policy_kwargs), state=state, pods=known_pods or Pods()), pod)
 
 
 def rejection(reason: str, message: str) -> admission.Rejection:
