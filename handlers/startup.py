@@ -23,6 +23,7 @@ import kopf
 from cri_client import CriError
 from handlers import configuring
 from kopflet.client.kubeapi import Credentials
+from kopflet.cm.cpumanager.manager import CPUManagerError
 from kopflet.config import settings as configuration
 from kopflet.lockfile import ContentionWatch, LockFile, LockFileError
 from kopflet.metrics import KubeletMetrics
@@ -121,6 +122,9 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
         await node.stop(close_runtime=False)
         # Upstream exits when it cannot serve its API: the apiserver could not reach the node's pods.
         raise kopf.PermanentError(f"cannot serve the kubelet API on {cfg.address}:{cfg.port}: {exc}") from exc
+    except CPUManagerError as exc:
+        await node.stop(close_runtime=False)
+        raise kopf.PermanentError(str(exc)) from exc  # upstream exits: the same error at every start
     except BaseException:
         await node.stop(close_runtime=False)  # tried again with the same runtime connection
         raise

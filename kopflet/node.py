@@ -27,6 +27,10 @@ from kopflet.cm import helpers as cm_helpers
 from kopflet.cm import node_allocatable
 from kopflet.cm.cgroups import PodCgroups
 from kopflet.cm.container_manager import ContainerManager
+from kopflet.cm.cpumanager import policy_options
+from kopflet.cm.cpumanager.cpu_manager import RunningContainer
+from kopflet.cm.cpumanager.manager import CPUManager, read_topology
+from kopflet.cm.cpumanager.topology import CPUTopology, TopologyError
 from kopflet.config import static_pods
 from kopflet.config.file_source import StaticPodSource
 from kopflet.config.settings import AgentConfig
@@ -131,6 +135,10 @@ class HostFacts:
     masked_paths: tuple[str, ...]
     max_pid: int | None = None
     """min(kernel.pid_max, kernel.threads-max): the pids capacity ``kubepods`` is sized from; None if unknown."""
+    cpu_topology: CPUTopology | None = None
+    """The CPUs' sockets, cores and NUMA nodes (sysfs), for the CPU manager; None when unreadable."""
+    cpu_topology_error: str = ""
+    """Why `cpu_topology` is None (the static policy cannot start without it)."""
 
     @classmethod
     async def read(cls, cfg: AgentConfig) -> HostFacts:
@@ -138,7 +146,12 @@ class HostFacts:
                                           ephemeral_storage=cfg.local_storage_capacity_isolation)
         resolv_conf = await asyncio.to_thread(read_host_resolv_conf)
         hugepage_sizes, masked_paths = await asyncio.to_thread(read_host_container_facts)
-        return cls(machine, resolv_conf, hugepage_sizes, masked_paths, await asyncio.to_thread(signals.max_pid))
+        try:
+            topology, topology_error = await asyncio.to_thread(read_topology), ""
+        except (OSError, TopologyError) as exc:
+            topology, topology_error = None, str(exc)
+        return cls(machine, resolv_conf, hugepage_sizes, masked_paths, await asyncio.to_thread(signals.max_pid),
+                   topology, topology_error)
 
 
 class Node:
@@ -163,10 +176,20 @@ class Node:
         self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api)
         self.allocations = AllocationManager(self.layout)
         self.cgroups = PodCgroups()
+        # Admissions, resizes and the CPU manager's own changes one at a time (upstream allocationMutex).
+        allocating = asyncio.Lock()
+        self.cpu_manager = CPUManager(
+            cfg.cpu_manager_policy, cfg.cpu_manager_policy_options, reconcile_period=cfg.cpu_manager_reconcile_period,
+            topology=host.cpu_topology, topology_error=host.cpu_topology_error, system_reserved=cfg.system_reserved,
+            kube_reserved=cfg.kube_reserved, reserved_cpus=cfg.reserved_system_cpus,
+            state_file=self.layout.cpu_manager_state, cri=cri, lock=allocating,
+            pods=lambda: self.workers.cpu_pods(), running=self._running_containers, listed=self._listed_pod_uids)
+        system_reserved, kube_reserved = policy_options.reservations(
+            cfg.system_reserved, cfg.kube_reserved, cfg.reserved_system_cpus)  # --reserved-cpus counts
         self.container_manager = ContainerManager(
             self.cgroups, capacity=node_allocatable.internal_capacity(
                 host.machine.cpus, host.machine.memory_bytes, host.max_pid),
-            system_reserved=cfg.system_reserved, kube_reserved=cfg.kube_reserved,
+            system_reserved=system_reserved, kube_reserved=kube_reserved,
             enforcement=cfg.enforce_node_allocatable, hugepage_sizes=host.hugepage_sizes,
             active_pods=lambda: [pod for pod, _ in self.workers.active_pods()],
             node_event=lambda type_, reason, message: self.recorder.node_event(type_, reason, message))
@@ -180,7 +203,7 @@ class Node:
             layout=self.layout, hooks=HookRunner(cri),
             volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout),
             hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths,
-            before_pod_cgroup=self.container_manager.update_qos)
+            before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager)
         self.relist = RuntimeCache(cri, on_relist=self.metrics.observe_pleg_relist)
         self.prober = ProbeManager(cri, self.recorder, self._wake, metrics=self.probe_metrics)
         self.status = StatusManager(self.api)
@@ -189,7 +212,7 @@ class Node:
             cfg, relist=self.relist, executor=self.executor, prober=self.prober, status=self.status,
             recorder=self.recorder, backoff=self.backoff, node_info=self.heartbeat.admission_info,
             allocations=self.allocations, cgroups=self.cgroups, images=self.images, teardown=self.teardown,
-            metrics=self.metrics)
+            metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating)
         self.housekeeping = Housekeeping(self.api, self.relist, self.workers, self.teardown, self.layout,
                                          cfg.pod_field_selector)
         self.container_gc = ContainerGC(self.relist, self.executor, gc.GCPolicy(
@@ -279,6 +302,18 @@ class Node:
         if pod is not None:
             self.recorder.pod_event(pod, "Warning", reason, message)
 
+    # ------------------------------------------------------------------------------- the CPU manager's edges
+
+    def _running_containers(self) -> list[RunningContainer]:
+        """The runtime's running containers as the last relist saw them."""
+        return [RunningContainer(uid, c.name, c.id) for uid, view in list(self.relist.pods.items())
+                for c in view.running_containers()]
+
+    async def _listed_pod_uids(self) -> set[str]:
+        """The UIDs of this node's pods in the apiserver (asked before the CPUs of a pod no worker has are
+        released)."""
+        return {(p.get("metadata") or {}).get("uid", "") for p in await self.api.list_pods(self.cfg.pod_field_selector)}
+
     def _wake(self, uids: set[str]) -> None:
         """A probe result changed: the pods' workers look again."""
         self.workers.wake(uids)
@@ -286,7 +321,10 @@ class Node:
     async def start(self) -> None:
         """Register the node, then start the loops (upstream Run): the services cache, the static pod source (its
         first scan before housekeeping may run: static pods' containers are not orphans), the relist, the
-        heartbeats, housekeeping, and the kubelet API. OSError or ssl.SSLError when the API cannot be served."""
+        heartbeats, housekeeping, and the kubelet API. OSError or ssl.SSLError when the API cannot be served;
+        CPUManagerError, before anything else, when the CPU manager's policy, the machine and its checkpoint do not
+        fit (upstream refuses to start)."""
+        await self.cpu_manager.start()
         await self.api.open()
         await self.heartbeat.register()
         self.recorder.node_event("Normal", "Starting", "Starting kubelet.", self.heartbeat.uid)
@@ -310,6 +348,7 @@ class Node:
             asyncio.create_task(self.eviction.run(), name="eviction-manager"),
             asyncio.create_task(self.oom.run(), name="oom-watcher"),
             asyncio.create_task(self.container_manager.run(), name="qos-cgroups"),
+            asyncio.create_task(self.cpu_manager.run(), name="cpu-manager"),
         ]
 
     def pod_event(self, kind: str | None, body: Mapping[str, Any]) -> None:

@@ -31,6 +31,7 @@ CONTAINERS_DIR_NAME = "containers"  # DefaultKubeletContainersDirName
 ETC_HOSTS_FILE_NAME = "etc-hosts"  # kubelet_pods.go getEtcHostsPath
 ALLOCATED_PODS_STATE = "allocated_pods_state"  # allocation_manager.go allocatedPodsStateFile
 ACTUATED_PODS_STATE = "actuated_pods_state"  # kuberuntime_manager.go actuatedPodsStateFile
+CPU_MANAGER_STATE = "cpu_manager_state"  # cpu_manager.go cpuManagerStateFileName
 CERT_DIR_NAME = "pki"  # cmd/kubelet/app/options: CertDirectory "/var/lib/kubelet/pki"
 SECCOMP_DIR_NAME = "seccomp"  # kuberuntime_manager.go: seccompProfileRoot = filepath.Join(rootDirectory, "seccomp")
 LOG_PATH_DELIMITER = "_"  # kuberuntime/helpers.go logPathDelimiter
@@ -96,6 +97,11 @@ class Layout:
     def actuated_state(self) -> str:
         """``<root>/actuated_pods_state``: the runtime manager's checkpoint (upstream NewKubeGenericRuntimeManager)."""
         return posixpath.join(self.root_dir, ACTUATED_PODS_STATE)
+
+    @property
+    def cpu_manager_state(self) -> str:
+        """``<root>/cpu_manager_state``: the CPU manager's checkpoint (upstream cpuManagerStateFileName)."""
+        return posixpath.join(self.root_dir, CPU_MANAGER_STATE)
 
     @property
     def cert_dir(self) -> str:

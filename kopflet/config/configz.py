@@ -107,6 +107,9 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("imageMaximumGCAge", lambda c: _duration(c.image_maximum_gc_age), False),
     ("imageGCHighThresholdPercent", lambda c: c.image_gc_high_threshold_percent, False),
     ("imageGCLowThresholdPercent", lambda c: c.image_gc_low_threshold_percent, False),
+    ("cpuManagerPolicy", lambda c: c.cpu_manager_policy, True),
+    ("cpuManagerPolicyOptions", lambda c: _map(c.cpu_manager_policy_options), True),
+    ("cpuManagerReconcilePeriod", lambda c: _duration(c.cpu_manager_reconcile_period), False),
     ("runtimeRequestTimeout", lambda c: _duration(c.runtime_request_timeout), False),
     ("maxPods", lambda c: c.max_pods, True),
     ("serializeImagePulls", lambda c: c.serialize_image_pulls, False),
@@ -123,6 +126,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("containerLogMonitorInterval", lambda c: _duration(c.container_log_monitor_interval), False),
     ("systemReserved", lambda c: _map(c.system_reserved), True),
     ("kubeReserved", lambda c: _map(c.kube_reserved), True),
+    ("reservedSystemCPUs", lambda c: c.reserved_system_cpus, True),  # as written (upstream's configz is set first)
     ("enforceNodeAllocatable", lambda c: list(c.enforce_node_allocatable), True),
     ("allowedUnsafeSysctls", lambda c: list(c.allowed_unsafe_sysctls), True),
     ("seccompDefault", lambda c: c.seccomp_default, False),  # the file's value: --seccomp-default is not in it

@@ -31,6 +31,7 @@ import yaml
 from kopflet import gotext, paths
 from kopflet.api import qos, validation
 from kopflet.cm import node_allocatable
+from kopflet.cm.cpumanager import policy_options
 from kopflet.config import tls_options
 from kopflet.eviction import thresholds
 from kopflet.lifecycle import admission
@@ -209,6 +210,16 @@ class AgentConfig:
     """``enforceNodeAllocatable``: with ``pods``, all pods together are held to the node's allocatable (capacity less
     systemReserved and kubeReserved) by the limits on ``kubepods``, and eviction watches
     allocatableMemory.available. Empty or ``none``: ``kubepods`` is sized to the whole node."""
+    cpu_manager_policy: str = "none"
+    """``cpuManagerPolicy``: ``none`` (containers share every CPU) or ``static`` (Guaranteed pods' containers with
+    integer CPU requests get CPUs of their own; the rest share the others)."""
+    cpu_manager_policy_options: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
+    """``cpuManagerPolicyOptions``: the static policy's options (``full-pcpus-only``, ``strict-cpu-reservation``)."""
+    cpu_manager_reconcile_period: float = 10.0
+    """``cpuManagerReconcilePeriod``: how often running containers' cpusets are brought in line with the state."""
+    reserved_system_cpus: str = ""
+    """``reservedSystemCPUs`` (``--reserved-cpus``): a cpuset kept for the system; its CPU count replaces the cpu
+    of systemReserved and kubeReserved."""
     lock_file: str = ""
     """``--lock-file`` (flag only, as upstream): an exclusive flock on it is held for the agent's life; a second
     agent with the same file waits for it. Empty: no lock."""
@@ -447,6 +458,14 @@ def _pairs(text: str) -> dict[str, str]:
     return pairs
 
 
+def _pair(text: str) -> dict[str, str]:
+    """One ``key=value`` (cliflag MapStringString with NoSplit: commas are part of the value)."""
+    key, eq, value = text.partition("=")
+    if not eq:
+        raise _Invalid("malformed pair, expect string=string")
+    return {key.strip(): value.strip()}
+
+
 def _labels(text: str) -> Mapping[str, str]:
     labels = _pairs(text)
     for key, value in labels.items():
@@ -478,6 +497,22 @@ def _quantities(pairs: Mapping[str, str]) -> Mapping[str, str]:
 
 def _reserved(text: str) -> Mapping[str, str]:
     return _quantities(_pairs(text))
+
+
+def _cpu_manager_error(values: Mapping[str, Any]) -> str:
+    """The CPU manager's checks that need no topology (upstream `NewManager`, and reservedSystemCPUs' parse in
+    config validation), with upstream's messages; "" when fine."""
+    reserved_text = values.get("reserved_system_cpus", "")
+    try:
+        reserved = policy_options.parse_reserved_cpus(reserved_text)
+        system, kube = policy_options.reservations(values.get("system_reserved", {}),
+                                                   values.get("kube_reserved", {}), reserved)
+        policy_options.validate(values.get("cpu_manager_policy", AgentConfig.cpu_manager_policy),
+                                values.get("cpu_manager_policy_options", {}),
+                                policy_options.reserved_cpu_milli(system, kube))
+    except policy_options.OptionsError as exc:
+        return str(exc)
+    return ""
 
 
 def _sysctl(name: str) -> str:
@@ -726,6 +761,9 @@ LOG_MAX_WORKERS = _Kind("int", _log_max_workers, lambda v: _log_max_workers(str(
 TLS_VERSION = _Kind("string", _tls_min_version, _text_then(_tls_min_version), empty_is_unset=True)
 CIPHER_SUITES = _Kind("strings", _cipher_suites, lambda v: tuple(_cipher_suite(s) for s in _yaml_strings(v)),
                       accumulate=_append)
+# --cpu-manager-policy-options takes one key=value per flag (cliflag.NewMapStringStringNoSplit).
+POLICY_OPTIONS = _Kind("mapStringString", lambda t: _frozen(_pair(t)), lambda v: _frozen(_yaml_string_map(v)),
+                       accumulate=_merge)
 ENFORCEMENTS = _Kind("strings", lambda t: tuple(_csv(t)), lambda v: tuple(_yaml_strings(v)), accumulate=_append)
 LOG_MONITOR_INTERVAL = _Kind("duration", _log_monitor_interval, _text_then(_log_monitor_interval))
 
@@ -901,6 +939,21 @@ SETTINGS: tuple[Setting, ...] = (
             "capacity less --system-reserved and --kube-reserved (the limits on the kubepods cgroup, and the "
             "allocatableMemory.available eviction signal); 'none' or empty: no enforcement. 'system-reserved' and "
             "'kube-reserved' need their cgroups, which kopflet does not manage."),
+    # The CPU manager (upstream pkg/kubelet/cm/cpumanager).
+    Setting("cpu_manager_policy", "cpu-manager-policy", "cpuManagerPolicy", STRING, '"none"',
+            "CPU manager policy: 'none' or 'static' (a Guaranteed pod's containers with integer CPU requests get "
+            "exclusive CPUs, every other container the shared pool; needs a CPU reservation: --kube-reserved or "
+            "--system-reserved cpu, or --reserved-cpus). A policy change needs <root-dir>/cpu_manager_state "
+            "removed (drain the node first)."),
+    Setting("cpu_manager_policy_options", "cpu-manager-policy-options", "cpuManagerPolicyOptions", POLICY_OPTIONS,
+            "none", "key=value options of the static policy, one per flag: full-pcpus-only=true (whole physical "
+            "cores only), strict-cpu-reservation=true (the reserved CPUs leave the shared pool)."),
+    Setting("cpu_manager_reconcile_period", "cpu-manager-reconcile-period", "cpuManagerReconcilePeriod", DURATION,
+            "10s", "How often the CPU manager updates running containers' cpusets when the shared pool changed "
+            "and releases the CPUs of containers gone."),
+    Setting("reserved_system_cpus", "reserved-cpus", "reservedSystemCPUs", STRING, '""',
+            "CPUs kept for the system and Kubernetes daemons, as a cpuset (0-1,6); their count replaces the cpu of "
+            "--system-reserved and --kube-reserved."),
     # One agent per node (upstream's flags only, no config-file field: cmd/kubelet/app/options KubeletFlags).
     Setting("lock_file", "lock-file", None, STRING, '""',
             "A file the agent holds an exclusive lock (flock) on while it runs; a second agent given the same file "
@@ -948,14 +1001,14 @@ UNSUPPORTED_FIELDS = frozenset({
     "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
     "eventRecordQPS", "eventBurst", "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
     "streamingConnectionIdleTimeout", "nodeLeaseDurationSeconds",     "volumeStatsAggPeriod", "kubeletCgroups",
-    "systemCgroups", "cgroupRoot", "cgroupsPerQOS", "cgroupDriver", "cpuManagerPolicy", "singleProcessOOMKill",
-    "cpuManagerPolicyOptions", "cpuManagerReconcilePeriod", "draManagerReconcilePeriod", "memoryManagerPolicy",
+    "systemCgroups", "cgroupRoot", "cgroupsPerQOS", "cgroupDriver", "singleProcessOOMKill",
+    "draManagerReconcilePeriod", "memoryManagerPolicy",
     "topologyManagerPolicy", "topologyManagerScope", "topologyManagerPolicyOptions", "qosReserved", "hairpinMode",
     "podCIDR", "podPidsLimit", "resolvConf", "runOnce", "cpuCFSQuota", "cpuCFSQuotaPeriod", "nodeStatusMaxImages",
     "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls",
     "podsPerCore", "enableControllerAttachDetach",
     "protectKernelDefaults", "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit", "featureGates",
-    "failSwapOn", "memorySwap",     "configMapAndSecretChangeDetectionStrategy", "reservedSystemCPUs",
+    "failSwapOn", "memorySwap",     "configMapAndSecretChangeDetectionStrategy",
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup",
     "volumePluginDir", "providerID", "kernelMemcgNotification", "logging", "enableSystemLogHandler",
     "enableSystemLogQuery", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods",
@@ -1175,6 +1228,9 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     if max_age > 0 and max_age <= min_age:
         raise ConfigError(f"invalid configuration: imageMaximumGCAge {gotext.go_duration(max_age)} must be greater "
                           f"than imageMinimumGCAge {gotext.go_duration(min_age)}")
+    cpu_manager_error = _cpu_manager_error(values)
+    if cpu_manager_error:
+        raise ConfigError(cpu_manager_error)
     try:
         AgentConfig(node_name="-", **{k: v for k, v in values.items() if k.startswith(("eviction_", "merge_"))}) \
             .eviction_config  # noqa: B018 (parses the thresholds: upstream ParseThresholdConfig at start)

@@ -145,14 +145,16 @@ def hugepage_limits(pod: spec.Pod, container: spec.ContainerSpec,
 
 def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capacity: int,
                     cpu_cfs_quota: bool = True, memory_oom_group: bool = False,
-                    hugepage_sizes: Sequence[str] = ()) -> cri.LinuxContainerResources:
+                    hugepage_sizes: Sequence[str] = (), cpuset_cpus: str = "") -> cri.LinuxContainerResources:
     """The container's cgroup settings (upstream `generateLinuxContainerResources`).
 
     cpu shares from the cpu request, or from the cpu limit when no request is set (what the apiserver
     would have defaulted), 2 when neither; CFS period 100ms and quota from the limit; memory limit;
     oom_score_adj by QoS class. `memory_oom_group` asks for ``memory.oom.group=1`` (upstream does so on
     cgroup v2 nodes unless singleProcessOOMKill). `hugepage_sizes` are the node's page sizes
-    (`hugepage_page_sizes`), each given a limit (`hugepage_limits`). Swap is not configured.
+    (`hugepage_page_sizes`), each given a limit (`hugepage_limits`). Swap is not configured. `cpuset_cpus` is what
+    the CPU manager gives the container (upstream PreCreateContainer: its exclusive CPUs or the shared pool under
+    the static policy; "" leaves the runtime's default).
     """
     # Under pod-level resources a container without its own cpu/memory limit takes the pod's (upstream
     # getCPULimit/getMemoryLimit), and the pod-level memory request counts in its OOM score.
@@ -165,6 +167,7 @@ def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capa
         oom_score_adj=helpers.container_oom_score_adj(pod, container, memory_capacity),
         hugepage_limits=hugepage_limits(pod, container, hugepage_sizes),
         unified={"memory.oom.group": "1"} if memory_oom_group else {},
+        cpuset_cpus=cpuset_cpus,
     )
 
 
@@ -389,7 +392,8 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
                            hugepage_sizes: Sequence[str] = (),
                            seccomp_profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT,
                            seccomp_default: bool = False,
-                           userns: cri.UserNamespace | None = None) -> cri.ContainerConfig:
+                           userns: cri.UserNamespace | None = None,
+                           cpuset_cpus: str = "") -> cri.ContainerConfig:
     """The ContainerConfig for CreateContainer (upstream `generateContainerConfig`).
 
     `restart_count` is the new instance's (the previous instance's count + 1, 0 for the first): it becomes
@@ -398,7 +402,8 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
     ephemeral container with a targetContainerName, the target's container id (`target_pid_namespace`).
     `masked_paths` are the node's default masked paths, `seccomp_profile_root` its ``<root-dir>/seccomp``,
     `seccomp_default` the kubelet's ``seccompDefault`` and `userns` the sandbox's user namespace
-    (`container_security_context`); `hugepage_sizes` its hugepage sizes (`linux_resources`). runAsNonRoot is the
+    (`container_security_context`); `hugepage_sizes` its hugepage sizes and `cpuset_cpus` the CPU manager's cpuset
+    for it (`linux_resources`). runAsNonRoot is the
     caller's check first (`verify_run_as_non_root`). Raises ContainerConfigError.
     """
     command, args = expand_command_and_args(container, env)
@@ -419,7 +424,8 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
         tty=container.tty,
         linux=cri.LinuxContainerConfig(
             resources=linux_resources(pod, container, memory_capacity=memory_capacity, cpu_cfs_quota=cpu_cfs_quota,
-                                      memory_oom_group=memory_oom_group, hugepage_sizes=hugepage_sizes),
+                                      memory_oom_group=memory_oom_group, hugepage_sizes=hugepage_sizes,
+                                      cpuset_cpus=cpuset_cpus),
             security_context=target_pid_namespace(
                 container_security_context(pod, container, masked_paths=masked_paths,
                                            seccomp_profile_root=seccomp_profile_root,

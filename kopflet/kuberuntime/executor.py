@@ -35,6 +35,7 @@ from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import KubeApiError, KubeClient
 from kopflet.cm import helpers
 from kopflet.cm.cgroups import CgroupError, PodCgroups
+from kopflet.cm.cpumanager.manager import CPUManager
 from kopflet.config.settings import AgentConfig
 from kopflet.container import labels, podstate
 from kopflet.container.sync_result import SyncResult, Waiting
@@ -68,11 +69,13 @@ class PodSyncer:
                  layout: paths.Layout | None = None, hooks: HookRunner | None = None,
                  volumes: VolumeManager | None = None, hugepage_sizes: Sequence[str] = (),
                  masked_paths: Sequence[str] = container_config.DEFAULT_MASKED_PATHS,
-                 before_pod_cgroup: Callable[[], Awaitable[None]] | None = None) -> None:
+                 before_pod_cgroup: Callable[[], Awaitable[None]] | None = None,
+                 cpus: CPUManager | None = None) -> None:
         """The parts default to ones of its own; the node's composition root (`kopflet.node`) passes its own.
         `hugepage_sizes` and `masked_paths` are the host's (`read_host_container_facts`); `before_pod_cgroup` brings
-        the QoS tiers up to date before a new pod cgroup is made (the container manager's `update_qos`)."""
-        self.before_pod_cgroup = before_pod_cgroup
+        the QoS tiers up to date before a new pod cgroup is made (the container manager's `update_qos`); `cpus` is
+        the CPU manager, which gives each container its cpuset at creation."""
+        self.before_pod_cgroup, self.cpus = before_pod_cgroup, cpus
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
         self.layout = layout if layout is not None else cfg.layout
         self.allocations = allocations if allocations is not None else AllocationManager(self.layout)
@@ -369,17 +372,21 @@ class PodSyncer:
         try:
             pod_ips = self._pod_ips(pod, sandbox)
             mounts = volume_mounts + await asyncio.to_thread(self._prepare_files, pod, container, log_dir, pod_ips)
+            # upstream PreCreateContainer: the CPU manager's cpuset (exclusive CPUs, else the shared pool)
+            cpus = self.cpus.affinity(pod.uid, name) if self.cpus is not None else ""
             ccfg = container_config.build_container_config(
                 pod, container, restart_count=restart_count, env=env, image_ref=image_ref, mounts=mounts,
                 memory_capacity=self.node_memory_capacity, pid_target_id=target_id,
                 masked_paths=self.masked_paths, hugepage_sizes=self.hugepage_sizes,
                 seccomp_profile_root=self.layout.seccomp_dir, seccomp_default=self.cfg.effective_seccomp_default,
-                userns=_sandbox_user_namespace(config))
+                userns=_sandbox_user_namespace(config), cpuset_cpus=cpus)
             container_id = await self.cri.containers.create(sandbox_id, ccfg, config)
         except container_config.ContainerConfigError as exc:  # upstream generateContainerConfig's errors
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         except (CriError, OSError) as exc:
             return failed(CREATE_CONTAINER_ERROR, _details(exc))
+        if self.cpus is not None:
+            self.cpus.container_created(container_id, cpus)  # upstream PreStartContainer's AddContainer
         # What this container now runs with is what a later resize compares against (upstream SetActuatedResources).
         await asyncio.to_thread(self.allocations.set_actuated_container,
                                 pod.uid, name, resize.effective(policy.pod_level(pod), container.resources))

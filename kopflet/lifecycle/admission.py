@@ -7,6 +7,9 @@ them in turn and the first rejection wins):
 1. sysctls (`pkg/kubelet/sysctl`, reason ``SysctlForbidden``): every ``spec.securityContext.sysctls`` name
    must be on the safe list for the node's kernel or match ``allowedUnsafeSysctls``, and a net/ipc sysctl is
    refused when the pod shares that namespace with the host;
+   then the container manager's handler (the topology manager's, which allocates the CPU manager's exclusive
+   CPUs: ``UnexpectedAdmissionError``, ``SMTAlignmentError``), whose answer the caller passes in
+   (`kopflet.cm.cpumanager.cpu_manager.admit`: it needs the CPU manager's state);
 2. the predicate handler (`pkg/kubelet/lifecycle/predicate.go`):
    the pod's ``kubernetes.io/os`` label and ``spec.os.name`` against the node's OS, then the fields kopflet cannot
    honour (`kopflet.api.unsupported`: ``SupplementalGroupsPolicyNotSupported``, ``PodFeatureUnsupported``), then
@@ -149,19 +152,20 @@ def _predicate_failed(name: str, desc: str) -> Rejection:
 
 
 def admit(pod: spec.Pod, node: NodeInfo, admitted: Sequence[spec.Pod], *, static: bool = False,
-          pending: bool = True) -> Rejection | None:
+          pending: bool = True, allocation: Rejection | None = None) -> Rejection | None:
     """None when `node` can run `pod`, else the first failed check's `Rejection`, in upstream's order.
 
     `admitted` are the pods already admitted on the node and not terminal (not including `pod`): they count
     towards the pod limit, their requests are the node's used resources and their host ports are taken.
     `static` (or a ``kubernetes.io/config.source`` annotation other than ``api``) marks a static pod, which
     is exempt from the taint check. `pending` False (a resize of a pod past phase Pending) skips the AppArmor
-    check, as upstream's handler admits such pods.
+    check, as upstream's handler admits such pods. `allocation` is the answer of the container manager's admit
+    handler (upstream GetAllocateResourcesPodAdmitHandler: the CPU manager's allocation through the topology
+    manager), which the caller computes; upstream runs it after the sysctls and before the predicate handler.
     """
-    for check in (_check_sysctls, _check_os, _check_unsupported):
-        rejection = check(pod, node)
-        if rejection is not None:
-            return rejection
+    rejection = _check_sysctls(pod, node) or allocation or _check_os(pod, node) or _check_unsupported(pod, node)
+    if rejection is not None:
+        return rejection
     rejection = _check_resources(pod, node, admitted)
     if rejection is not None:
         return rejection

@@ -21,6 +21,7 @@ from kopflet import __version__
 from kopflet.api import apparmor
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS, MERGE, STRATEGIC_MERGE, KubeApiError, KubeClient, q
+from kopflet.cm.cpumanager import policy_options
 from kopflet.config.settings import AgentConfig
 from kopflet.lifecycle import admission
 from kopflet.nodestatus import setters
@@ -98,8 +99,10 @@ class NodeAgent:
 
     def allocatable(self) -> dict[str, str]:
         """What the node offers pods (resourceFieldRef defaults unset limits to it, as upstream)."""
-        return setters.allocatable(self.capacity(), system_reserved=self.cfg.system_reserved,
-                                   kube_reserved=self.cfg.kube_reserved, eviction_hard=self.cfg.effective_eviction_hard,
+        system, kube = policy_options.reservations(self.cfg.system_reserved, self.cfg.kube_reserved,
+                                                   self.cfg.reserved_system_cpus)  # --reserved-cpus counts
+        return setters.allocatable(self.capacity(), system_reserved=system, kube_reserved=kube,
+                                   eviction_hard=self.cfg.effective_eviction_hard,
                                    local_storage_capacity_isolation=self.cfg.local_storage_capacity_isolation)
 
     async def admission_info(self) -> admission.NodeInfo:

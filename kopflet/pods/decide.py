@@ -25,6 +25,7 @@ from kopflet import backoff as backoffs
 from kopflet.allocation import policy
 from kopflet.api import spec, times
 from kopflet.api.events import NORMAL, WARNING
+from kopflet.cm.cpumanager import cpu_manager, static_policy
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
 from kopflet.container.sync_result import CRASH_LOOP_BACK_OFF, SyncResult, Waiting
@@ -127,6 +128,8 @@ class Observation:
     actuated: policy.PodAllocation | None = None
     node: admission.NodeInfo | None = None
     """This node for admission and resize decisions (`needs_node_info` says when it is read)."""
+    cpus: cpu_manager.Snapshot | None = None
+    """The CPU manager's policy, state and the node's pods, when the pod may be admitted in this sync."""
     others: Sequence[tuple[spec.Pod, Mapping[str, Any]]] = ()
     """The other admitted, live, non-terminal pods of the node with their API status."""
     termination_messages: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -149,6 +152,8 @@ class Plan:
     memory: Memory
     allocate: spec.Pod | None = None
     """Record this pod's resources as allocated (first admission, accepted resize)."""
+    cpu_state: static_policy.State | None = None
+    """Record this CPU manager state (the pod's exclusive CPUs, taken at its admission) before anything runs."""
     admitted: bool = False
     """The pod counts as admitted on the node (for the next pods' admission and resize decisions)."""
     events: tuple[Event, ...] = ()
@@ -223,24 +228,35 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
     if previous.get("phase") in TERMINAL_PHASES:
         return _terminated(obs, pod, previous, cfg, memory, ())  # final: never restarted
 
-    events: list[Event] = []
+    cpu_state = None
     if not memory.admitted and _needs_admission(obs.runtime, previous):
+        # The CPU manager's exclusive CPUs are taken with the admission (upstream's container manager admit
+        # handler, after the sysctls); they are recorded only if every handler admits the pod.
+        cpus = cpu_manager.admit(obs.cpus, pod) if obs.cpus is not None else cpu_manager.Admission()
         # The eviction manager's admit runs first, as upstream registers it first.
         rejection = eviction.admit(pod, _node(obs).pressure) or \
-            admission.admit(pod, _node(obs), [p for p, _ in obs.others])
+            admission.admit(pod, _node(obs), [p for p, _ in obs.others], allocation=cpus.rejection)
         if rejection is not None:
             # Final: phase Failed with the reason and message, never retried (upstream rejectPod).
             return Plan(lifecycle=Lifecycle.REJECTED, pod=pod, memory=memory,
                         events=(Event(WARNING, rejection.reason, rejection.event_message),),
                         status=generate.rejected_status(previous, rejection.reason, rejection.message),
                         log=f"rejected: {rejection.reason}: {rejection.message}", wake_after=cfg.resync_period)
-    memory = dataclasses.replace(memory, admitted=True)
+        cpu_state = cpus.state
+    plan = _admitted(obs, pod, previous, cfg, dataclasses.replace(memory, admitted=True))
+    return plan if cpu_state is None else dataclasses.replace(plan, cpu_state=cpu_state)
+
+
+def _admitted(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg: AgentConfig,
+              memory: Memory) -> Plan:
+    """An admitted pod that is not deleting nor terminal: its resize, deadline, eviction, or its sync."""
+    events: list[Event] = []
 
     # From here on the pod is the allocated one (upstream: the pod worker runs UpdatePodFromAllocation's pod).
     conditions = _resize_conditions(memory, previous)
     generation = _generation(obs.body)
     stamp = times.timestamp(obs.now)
-    allocate, pod = _allocate(obs, pod, conditions, generation, stamp, events)
+    allocate, pod = _allocate(obs, pod, conditions, generation, stamp, events, cfg.cpu_manager_policy)
 
     if deadline.past_active_deadline(pod, deadline.start_time(previous), obs.now):
         # Upstream activeDeadlineHandler: the pod is terminal and killed; Failed (DeadlineExceeded) is written
@@ -449,7 +465,7 @@ def _resize_conditions(memory: Memory, previous: Mapping[str, Any]) -> dict[str,
 
 
 def _allocate(obs: Observation, pod: spec.Pod, conditions: dict[str, dict[str, Any]], generation: int,
-              stamp: str, events: list[Event]) -> tuple[spec.Pod | None, spec.Pod]:
+              stamp: str, events: list[Event], cpu_manager_policy: str) -> tuple[spec.Pod | None, spec.Pod]:
     """Upstream handlePodResourcesResize: grant the spec's new resources if they fit next to what the other pods
     hold, else say why in PodResizePending. Returns the pod to record as allocated (if any) and the allocated pod."""
     granted = obs.allocated
@@ -460,7 +476,7 @@ def _allocate(obs: Observation, pod: spec.Pod, conditions: dict[str, dict[str, A
         return None, pod
     phase = (obs.body.get("status") or {}).get("phase", generate.PENDING)
     decision = policy.decide(pod, granted, _node(obs), [policy.held_pod(p, status) for p, status in obs.others],
-                             pending=phase == generate.PENDING)
+                             pending=phase == generate.PENDING, cpu_manager_policy=cpu_manager_policy)
     event = decision.event(pod, generation)
     if decision.outcome == policy.ACCEPTED:
         conditions.pop(policy.POD_RESIZE_PENDING, None)

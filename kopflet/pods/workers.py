@@ -34,6 +34,8 @@ from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS
 from kopflet.cm import helpers
 from kopflet.cm.cgroups import PodCgroups
+from kopflet.cm.cpumanager.cpu_manager import Pods
+from kopflet.cm.cpumanager.manager import CPUManager
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
 from kopflet.images.manager import ImageManager
@@ -84,15 +86,18 @@ class PodWorkers:
                  status: StatusManager, recorder: EventRecorder, backoff: backoffs.Backoff,
                  node_info: Callable[[], Awaitable[admission.NodeInfo]], allocations: AllocationManager,
                  cgroups: PodCgroups, images: ImageManager, teardown: Teardown,
-                 metrics: KubeletMetrics | None = None) -> None:
+                 metrics: KubeletMetrics | None = None, cpus: CPUManager | None = None,
+                 allocating: asyncio.Lock | None = None) -> None:
+        """`cpus` is the CPU manager whose exclusive CPUs admissions take; `allocating` the node's allocation lock
+        (the CPU manager's reconcile loop takes it too; one of its own by default)."""
         self.cfg, self.relist, self.executor, self.prober, self.status = cfg, relist, executor, prober, status
         self.recorder, self.backoff, self.node_info = recorder, backoff, node_info
         self.allocations, self.cgroups, self.images, self.teardown = allocations, cgroups, images, teardown
-        self.metrics = metrics
+        self.metrics, self.cpus = metrics, cpus
         self.workers: dict[str, _Worker] = {}
         # Admission and resize decisions one at a time, each against what the others hold once the previous one
         # is recorded (upstream allocationMutex).
-        self.allocating = asyncio.Lock()
+        self.allocating = allocating if allocating is not None else asyncio.Lock()
 
     # ------------------------------------------------------------------------------------- inputs
 
@@ -162,6 +167,18 @@ class PodWorkers:
         return frozenset(w.uid for w in list(self.workers.values())
                          if (w.body.get("status") or {}).get("phase") in decide.TERMINAL_PHASES)
 
+    def cpu_pods(self) -> Pods:
+        """The pods as the CPU manager counts them (upstream GetActivePods): every pod with a worker is known; those
+        not deleted from the API and not terminal are active, with their init and app containers' names."""
+        active: dict[str, frozenset[str]] = {}
+        for w in list(self.workers.values()):
+            if w.gone or (w.body.get("status") or {}).get("phase") in decide.TERMINAL_PHASES:
+                continue
+            pod_spec = w.body.get("spec") or {}
+            containers = (*(pod_spec.get("initContainers") or ()), *(pod_spec.get("containers") or ()))
+            active[w.uid] = frozenset(str(c.get("name")) for c in containers if isinstance(c, Mapping))
+        return Pods(known=frozenset(self.workers), active=active)
+
     def pod(self, uid: str) -> spec.Pod | None:
         worker = self.workers.get(uid)
         return worker.pod if worker is not None else None
@@ -209,8 +226,12 @@ class PodWorkers:
         async with self.allocating:
             observation = dataclasses.replace(observation, others=tuple(
                 (w.pod, w.body.get("status") or {}) for w in self.workers.values()
-                if w is not worker and w.holds_node and w.pod is not None))
+                if w is not worker and w.holds_node and w.pod is not None),
+                cpus=self.cpus.snapshot(self.cpu_pods()) if self.cpus is not None and not worker.memory.admitted
+                else None)
             plan = decide.decide(observation, self.cfg)
+            if plan.cpu_state is not None and self.cpus is not None:
+                await self.cpus.commit(plan.cpu_state)  # the checkpoint, before any container is created
             if plan.allocate is not None:
                 await asyncio.to_thread(self.allocations.set_allocation, plan.allocate)
             worker.memory = plan.memory

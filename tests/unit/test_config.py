@@ -455,6 +455,10 @@ imageGCHighThresholdPercent: 70
 imageGCLowThresholdPercent: 0
 imageMinimumGCAge: 10m
 imageMaximumGCAge: 168h
+cpuManagerPolicy: static
+cpuManagerPolicyOptions: {full-pcpus-only: "true"}
+cpuManagerReconcilePeriod: 5s
+reservedSystemCPUs: "0"
 evictionHard: {memory.available: 200Mi}
 evictionSoft: {memory.available: 500Mi}
 evictionSoftGracePeriod: {memory.available: 1m}
@@ -489,7 +493,9 @@ def test_full_config_file() -> None:
         authorization_webhook_cache_unauthorized_ttl=5.0, container_log_max_size=50 * 1024 * 1024,
         container_log_max_files=3, container_log_max_workers=2, container_log_monitor_interval=30.0,
         image_gc_high_threshold_percent=70, image_gc_low_threshold_percent=0, image_minimum_gc_age=600.0,
-        image_maximum_gc_age=168 * 3600.0, eviction_hard={"memory.available": "200Mi"},
+        image_maximum_gc_age=168 * 3600.0, cpu_manager_policy="static",
+        cpu_manager_policy_options={"full-pcpus-only": "true"}, cpu_manager_reconcile_period=5.0,
+        reserved_system_cpus="0", eviction_hard={"memory.available": "200Mi"},
         eviction_soft={"memory.available": "500Mi"}, eviction_soft_grace_period={"memory.available": "1m"},
         eviction_minimum_reclaim={"memory.available": "50Mi"}, eviction_pressure_transition_period=60.0,
         eviction_max_pod_grace_period=30, merge_default_eviction_settings=True,
@@ -559,7 +565,7 @@ def test_config_file_defaulting(body: str, expected: dict[str, Any]) -> None:
 @pytest.mark.parametrize(("body", "message"), [
     ("fooBar: 1\n", 'unknown field "fooBar"'),
     ("maxpods: 1\n", 'unknown field "maxpods" (did you mean maxPods?)'),
-    ("cpuManagerPolicy: static\n", 'field "cpuManagerPolicy" is not supported by kopflet'),
+    ("memoryManagerPolicy: Static\n", 'field "memoryManagerPolicy" is not supported by kopflet'),
     ("cgroupDriver: systemd\n", 'field "cgroupDriver" is not supported'),
     ("readOnlyPort: 10255\n", 'field "readOnlyPort" is not supported'),
     ("authentication: []\n", 'field "authentication": expected a mapping, got a list'),

@@ -21,6 +21,7 @@ DEFAULTS = {
     "nodeStatusUpdateFrequency": "10s", "nodeStatusReportFrequency": "5m0s",
     "imageMinimumGCAge": "2m0s", "imageMaximumGCAge": "0s",
     "imageGCHighThresholdPercent": 85, "imageGCLowThresholdPercent": 80,
+    "cpuManagerPolicy": "none", "cpuManagerReconcilePeriod": "10s",
     "runtimeRequestTimeout": "2m0s", "maxPods": 110, "serializeImagePulls": True,
     "evictionHard": {"imagefs.available": "15%", "imagefs.inodesFree": "5%", "memory.available": "100Mi",
                      "nodefs.available": "10%", "nodefs.inodesFree": "5%"},
@@ -84,6 +85,11 @@ def test_defaults_in_the_struct_order() -> None:
       "evictionMaxPodGracePeriod": 30, "evictionMinimumReclaim": {"memory.available": "0.5Gi"},
       "mergeDefaultEvictionSettings": True}),
     ({"image_endpoint": "unix:///run/i.sock"}, {"imageServiceEndpoint": "unix:///run/i.sock"}),
+    # The CPU manager; reservedSystemCPUs as written, kubeReserved's cpu kept (upstream renders before the override).
+    ({"cpu_manager_policy": "static", "cpu_manager_policy_options": {"full-pcpus-only": "true"},
+      "cpu_manager_reconcile_period": 5.0, "reserved_system_cpus": "0", "kube_reserved": {"cpu": "1"}},
+     {"cpuManagerPolicy": "static", "cpuManagerPolicyOptions": {"full-pcpus-only": "true"},
+      "cpuManagerReconcilePeriod": "5s", "reservedSystemCPUs": "0", "kubeReserved": {"cpu": "1"}}),
     # seccompDefault is the file's (upstream's KubeletConfiguration); --seccomp-default is a KubeletFlags field.
     ({"seccomp_default": True}, {"seccompDefault": True}),
     ({"seccomp_default_flag": True}, {}),

@@ -26,7 +26,7 @@ PURE = tuple(_INI["importlinter:contract:pure"]["source_modules"].split())
 # The modules that do I/O: every kopflet module that is neither a package's __init__ nor under PURE.
 IMPURE = frozenset({
     "kopflet.allocation.state", "kopflet.client.events", "kopflet.client.kubeapi", "kopflet.cm.cgroups",
-    "kopflet.cm.container_manager",
+    "kopflet.cm.container_manager", "kopflet.cm.cpumanager.manager",
     "kopflet.config.file_source", "kopflet.envvars.services", "kopflet.eviction.manager", "kopflet.eviction.signals",
     "kopflet.images.gc_manager", "kopflet.images.manager", "kopflet.kuberuntime.executor",
     "kopflet.kuberuntime.gc_manager", "kopflet.lifecycle.hooks", "kopflet.logs.manager", "kopflet.logs.reader",

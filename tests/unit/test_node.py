@@ -3,6 +3,7 @@ process share nothing (hollow nodes will run many)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -24,12 +25,12 @@ HOST = HostFacts(machine=MachineFacts(cpus=2, memory_bytes=4 << 30, ephemeral_st
                  resolv_conf="nameserver 10.0.0.10\n", hugepage_sizes=("2MB",), masked_paths=("/proc/kcore",))
 
 
-def node(name: str, root: str, **settings: Any) -> Node:
+def node(name: str, root: str, host: HostFacts = HOST, **settings: Any) -> Node:
     cri = FakeCri()
     runtime = Runtime(cri, cri, "containerd", "1.7.24", "v1")  # type: ignore[arg-type]
     cfg = AgentConfig(node_name=name, root_dir=root, pod_log_root=f"{root}/logs", node_ip="10.0.0.9", port=0,
                       **settings)
-    return Node(cfg, credentials=Credentials(server="https://127.0.0.1:6443"), runtime=runtime, host=HOST)
+    return Node(cfg, credentials=Credentials(server="https://127.0.0.1:6443"), runtime=runtime, host=host)
 
 
 def _parts(n: Node) -> dict[str, Any]:
@@ -83,3 +84,43 @@ async def test_host_facts_measure_the_root_filesystem_only_with_isolation(
     monkeypatch.setattr(node_module, "read_host_container_facts", lambda: ((), ()))
     await HostFacts.read(AgentConfig(node_name="n", root_dir="/srv/k", local_storage_capacity_isolation=isolation))
     assert calls == [("/srv/k", isolation)]
+
+
+def test_the_cpu_manager_is_wired_to_admission_creation_and_the_allocation_lock() -> None:
+    n = node("node-a", "/var/lib/a", cpu_manager_policy="static", reserved_system_cpus="0",
+             kube_reserved={"cpu": "500m"})
+    assert n.executor.cpus is n.cpu_manager and n.workers.cpus is n.cpu_manager
+    assert n.workers.allocating is n.cpu_manager.lock
+    assert n.cpu_manager.state_file == "/var/lib/a/cpu_manager_state"
+    assert (n.cpu_manager.policy_name, n.cpu_manager.reconcile_period) == ("static", 10.0)
+    # --reserved-cpus=0 replaces kubeReserved's 500m: kubepods gets 2 - 1 CPUs' shares
+    assert n.container_manager.pods_config.cpu_shares == 1024
+
+
+async def test_a_cpu_manager_that_cannot_start_stops_the_node_before_it_registers(tmp_path: Any) -> None:
+    from kopflet.cm.cpumanager import state as cs
+    from kopflet.cm.cpumanager.manager import CPUManagerError
+    from kopflet.cm.cpumanager.static_policy import State
+    from tests.unit.test_cpumanager_manager import TWO_CPUS
+    (tmp_path / "cpu_manager_state").write_text(cs.encode("none", State()))
+    n = node("node-a", str(tmp_path), dataclasses.replace(HOST, cpu_topology=TWO_CPUS), cpu_manager_policy="static",
+             reserved_system_cpus="0")
+    with pytest.raises(CPUManagerError, match='configured policy "static" differs from state checkpoint policy '
+                                              '"none"'):
+        await n.start()  # FakeCri and the unopened API client were never used
+    await n.stop(close_runtime=False)
+
+
+async def test_host_facts_read_the_cpu_topology(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopflet import node as node_module
+    from kopflet.cm.cpumanager.topology import TopologyError
+    monkeypatch.setattr(node_module, "read_machine_facts", lambda *_, **__: HOST.machine)
+    monkeypatch.setattr(node_module, "read_host_container_facts", lambda: ((), ()))
+    facts = await HostFacts.read(AgentConfig(node_name="n"))
+    assert facts.cpu_topology is not None and facts.cpu_topology.num_cpus >= 1 and facts.cpu_topology_error == ""
+
+    def broken() -> None:
+        raise TopologyError("could not detect number of cpus")
+    monkeypatch.setattr(node_module, "read_topology", broken)
+    facts = await HostFacts.read(AgentConfig(node_name="n"))
+    assert (facts.cpu_topology, facts.cpu_topology_error) == (None, "could not detect number of cpus")

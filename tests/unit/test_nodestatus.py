@@ -223,6 +223,19 @@ async def test_admission_knows_whether_the_host_has_apparmor() -> None:
         assert (await agent.admission_info()).apparmor_enabled is enabled
 
 
+@pytest.mark.parametrize(("cfg", "cpu"), [
+    ({"kube_reserved": {"cpu": "500m"}, "system_reserved": {"cpu": "250m"}}, "1250m"),
+    # --reserved-cpus replaces both cpu reservations by its count (upstream server.go), memory stays
+    ({"kube_reserved": {"cpu": "500m"}, "system_reserved": {"cpu": "250m", "memory": "1Gi"},
+      "reserved_system_cpus": "0"}, "1"),
+    ({"reserved_system_cpus": "0-1"}, "0"),
+])
+def test_allocatable_cpu_with_reserved_cpus(cfg: dict[str, Any], cpu: str) -> None:
+    agent = heartbeat.NodeAgent(AgentConfig(node_name="n1", **cfg), FakeApi(None), FakeCri(), "containerd://2",
+                                FACTS)  # type: ignore[arg-type]
+    assert agent.allocatable()["cpu"] == cpu
+
+
 class FakeApi:
     """The apiserver as NodeAgent uses it: a Node (None: not registered yet), the Lease, status patches."""
 

@@ -27,6 +27,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("getEtcHostsPath", LAYOUT.etc_hosts("abc123"), "/var/lib/kubelet/pods/abc123/etc-hosts"),
     ("allocatedPodsStateFile", LAYOUT.allocated_state, "/var/lib/kubelet/allocated_pods_state"),
     ("actuatedPodsStateFile", LAYOUT.actuated_state, "/var/lib/kubelet/actuated_pods_state"),
+    ("cpuManagerStateFileName", LAYOUT.cpu_manager_state, "/var/lib/kubelet/cpu_manager_state"),
     ("--cert-dir default", LAYOUT.cert_dir, "/var/lib/kubelet/pki"),
     ("seccompProfileRoot", LAYOUT.seccomp_dir, "/var/lib/kubelet/seccomp"),
     ("BuildPodLogsDirectory", LAYOUT.pod_log_dir("new", "bar", "12345678"), "/var/log/pods/new_bar_12345678"),

@@ -1,0 +1,41 @@
+"""handlers/startup.py: a CPU manager that cannot start stops the operator for good (upstream's kubelet exits with
+the same error at every start until the operator removes the checkpoint or fixes the configuration)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+import pytest
+
+from handlers import configuring, startup
+from kopflet.cm.cpumanager.manager import CPUManagerError
+from kopflet.config.settings import AgentConfig
+
+
+class FailingNode:
+    stopped = False
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        pass
+
+    async def start(self) -> None:
+        raise CPUManagerError('start cpu manager error: could not restore state from checkpoint: configured policy '
+                              '"static" differs from state checkpoint policy "none"')
+
+    async def stop(self, *, close_runtime: bool = True) -> None:
+        FailingNode.stopped = not close_runtime
+
+
+async def test_a_cpu_manager_error_is_permanent(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def host(_: Any) -> None:
+        return None
+
+    monkeypatch.setattr(startup, "Node", FailingNode)
+    monkeypatch.setattr(startup.HostFacts, "read", host)
+    monkeypatch.setattr(configuring, "connection_info", lambda *_, **__: kopf.ConnectionInfo(server="https://x"))
+    memo = kopf.Memo(config=AgentConfig(node_name="n"), runtime=object(), metrics=None)
+    with pytest.raises(kopf.PermanentError, match='configured policy "static" differs'):
+        await startup.start_agent(settings=kopf.OperatorSettings(), memo=memo, logger=logging.getLogger("t"))
+    assert FailingNode.stopped and memo.get("node") is None
