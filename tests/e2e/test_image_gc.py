@@ -142,10 +142,14 @@ def test_the_maximum_age_removes_an_unused_image_and_repeated_failures_are_image
             assert time.monotonic() < deadline, "the image unused for longer than imageMaximumGCAge stayed"
             time.sleep(2)
         assert image_present(layout, BUSYBOX), "an image in use was removed"
-        metrics = admin.raw(f"/api/v1/nodes/{layout.node_name}/proxy/metrics").stdout
-        aged = [line for line in metrics.splitlines()
-                if line.startswith('kubelet_image_garbage_collected_total{reason="age"}')]
-        assert aged and float(aged[0].split()[-1]) >= 1, aged
+        # Counted once the runtime's RemoveImage returns, which can be a moment after the image stops being listed.
+        deadline = time.monotonic() + 30
+        while not (aged := [line for line in admin.raw(f"/api/v1/nodes/{layout.node_name}/proxy/metrics")
+                            .stdout.splitlines()
+                            if line.startswith('kubelet_image_garbage_collected_total{reason="age"} ')]):
+            assert time.monotonic() < deadline, "no image counted as collected for its age"
+            time.sleep(1)
+        assert float(aged[0].split()[-1]) >= 1, aged
         deadline = time.monotonic() + 30
         while not (failed := node_events_since(admin, layout, "ImageGCFailed", started)):
             assert time.monotonic() < deadline, "no ImageGCFailed event after two failed collections in a row"
