@@ -34,6 +34,10 @@ from kopflet.node import HostFacts, Node, Runtime, detect_node_ip
 
 # How long to wait before retrying when the runtime is not reachable at start.
 RUNTIME_RETRY_DELAY = 5.0
+# With rotateCertificates, Kopf's watch requests end after this (client-go reflectors ask for 5-10 minutes): Kopf
+# takes a renewed client certificate at its first request after its credentials' expiration, and its pod watch is
+# otherwise one request for as long as the apiserver keeps it (30-60 minutes).
+ROTATION_WATCH_TIMEOUT = 300.0
 # How long to wait before asking for a client certificate again when the last request was not answered in time
 # (upstream exits then, and its service manager starts it again).
 BOOTSTRAP_RETRY_DELAY = 10.0
@@ -59,6 +63,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     settings.peering.mandatory = False
     settings.posting.enabled = False  # Kopf's own log events are not kubelet events
     settings.scanning.disabled = True  # a node may not list CRDs or namespaces; pods are all it watches
+    if cfg.rotate_certificates:
+        settings.watching.server_timeout = ROTATION_WATCH_TIMEOUT
     memo.config = cfg
     logger.info(f"kopflet for node {cfg.node_name!r}: watching pods with {cfg.pod_field_selector!r}")
 

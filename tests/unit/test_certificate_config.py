@@ -78,3 +78,24 @@ def test_the_command_wants_the_kubeconfig_or_the_bootstrap_file(tmp_path: Path) 
 def test_help_lists_both() -> None:
     text = settings.usage()
     assert "--bootstrap-kubeconfig string" in text and "--rotate-certificates " in text
+
+
+@pytest.mark.parametrize(("args", "server_timeout"), [
+    ("--kubeconfig=/k --rotate-certificates", 300.0),  # Kopf's watch renewed often enough to take a renewed pair
+    ("--kubeconfig=/k", None),  # otherwise as the apiserver decides
+])
+async def test_kopfs_watch_timeout_with_rotation(monkeypatch: pytest.MonkeyPatch, args: str,
+                                                 server_timeout: float | None) -> None:
+    import logging
+
+    import kopf
+
+    from handlers import startup
+
+    for name in ("KOPFLET_CONFIG", "NODE_NAME", "KOPFLET_NODE_NAME", "KOPFLET_NODE_IP"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KOPFLET_ARGS", f"{args} --hostname-override=node-a --node-ip=10.0.0.5")
+    settings, memo = kopf.OperatorSettings(), kopf.Memo()
+    await startup.configure(settings=settings, memo=memo, logger=logging.getLogger("test"))
+    assert settings.watching.server_timeout == server_timeout
+    assert memo.config.rotate_certificates is (server_timeout is not None)
