@@ -87,7 +87,7 @@ async def incompatibility(existing: Mapping[str, Any], wanted: Mapping[str, Any]
         same_key = (await openssl.request_public_key_der(theirs, openssl=openssl_command)
                     == await openssl.public_key_der(key_pem, openssl=openssl_command))
         if not same_key or not await openssl.request_signature_valid(theirs, openssl=openssl_command):
-            return "error validating signature new CSR against old key: crypto/ecdsa: verification error"
+            return "error validating signature new CSR against old key: it is not signed by this key"
         issued = (existing.get("status") or {}).get("certificate")
         if issued:
             moment = time.time() if now is None else now
