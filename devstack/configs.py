@@ -21,6 +21,73 @@ def kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> str:
     }, indent=2) + "\n"
 
 
+def bootstrap_kubeconfig(server: str, ca: Path, token: str) -> str:
+    """The node's bootstrap kubeconfig as kubeadm writes ``bootstrap-kubelet.conf``: the cluster and a bootstrap
+    token (user ``tls-bootstrap-token-user``), nothing else."""
+    user, cluster = "tls-bootstrap-token-user", "kubernetes"
+    return json.dumps({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": f"{user}@{cluster}", "context": {"cluster": cluster, "user": user}}],
+        "current-context": f"{user}@{cluster}",
+    }, indent=2) + "\n"
+
+
+# kubeadm's constants.NodeBootstrapTokenAuthGroup: the extra group of node bootstrap tokens, which the bindings below
+# name (cmd/kubeadm/app/phases/bootstraptoken/node/tlsbootstrap.go).
+NODE_BOOTSTRAP_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
+
+
+def bootstrap_token_secret(token_id: str, token_secret: str) -> str:
+    """The ``bootstrap-token-<id>`` Secret in kube-system the apiserver's bootstrap token authenticator reads
+    (``--enable-bootstrap-token-auth``): for authentication only, in kubeadm's node group, with no expiration (the
+    controller-manager's tokencleaner would delete an expired one)."""
+    return json.dumps({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"bootstrap-token-{token_id}", "namespace": "kube-system"},
+        "type": "bootstrap.kubernetes.io/token",
+        "stringData": {
+            "description": "kopflet dev stack: the node's TLS bootstrap token",
+            "token-id": token_id,
+            "token-secret": token_secret,
+            "usage-bootstrap-authentication": "true",
+            "auth-extra-groups": NODE_BOOTSTRAP_TOKEN_GROUP,
+        },
+    }, indent=2) + "\n"
+
+
+def _group_binding(name: str, role: str, group: str) -> str:
+    return f"""\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {name}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {role}
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: {group}
+"""
+
+
+# kubeadm's TLS bootstrap RBAC (AllowBootstrapTokensToPostCSRs, AutoApproveNodeBootstrapTokens,
+# AutoApproveNodeCertificateRotation): bootstrap tokens may create CSRs, their node client CSRs are approved by the
+# controller-manager's csrapproving controller, and so are a node's renewals of its own client certificate.
+TLS_BOOTSTRAP_BINDINGS = "---\n".join([
+    _group_binding("kubeadm:kubelet-bootstrap", "system:node-bootstrapper", NODE_BOOTSTRAP_TOKEN_GROUP),
+    _group_binding("kubeadm:node-autoapprove-bootstrap",
+                   "system:certificates.k8s.io:certificatesigningrequests:nodeclient", NODE_BOOTSTRAP_TOKEN_GROUP),
+    _group_binding("kubeadm:node-autoapprove-certificate-rotation",
+                   "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "system:nodes"),
+])
+
+
 def containerd_config(layout: Layout) -> str:
     """containerd 1.6 (config version 2) with the CRI plugin as kopflet expects it.
 
@@ -150,6 +217,7 @@ def env_file(layout: Layout) -> str:
         f"export CONTAINER_RUNTIME_ENDPOINT={layout.runtime_endpoint}",
         f"export KOPFLET_NODE_NAME={layout.node_name}",
         f"export KOPFLET_KUBECONFIG={layout.node_kubeconfig}",
+        f"export KOPFLET_BOOTSTRAP_KUBECONFIG={layout.bootstrap_kubeconfig}",
         f"export KOPFLET_DEVSTACK_DIR={layout.root}",
         f"export KOPFLET_CONFIG={layout.kubelet_config}",
         f"export KOPFLET_REGISTRY={layout.registry_addr}",

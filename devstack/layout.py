@@ -107,6 +107,17 @@ class Layout:
         return self.kubeconfigs / f"node-{self.node_name}.kubeconfig"
 
     @property
+    def bootstrap_kubeconfig(self) -> Path:
+        """The node's bootstrap kubeconfig (a bootstrap token), as kubeadm's ``bootstrap-kubelet.conf``: what an agent
+        started with ``--bootstrap-kubeconfig`` gets its own client certificate with."""
+        return self.kubeconfigs / "bootstrap-kubelet.kubeconfig"
+
+    @property
+    def bootstrap_token_file(self) -> Path:
+        """The stack's bootstrap token ``<id>.<secret>``, made once (0600)."""
+        return self.root / "bootstrap-token"
+
+    @property
     def kubelet_config(self) -> Path:
         """The agent's KubeletConfiguration on this stack: serving cert, client CA, webhook auth."""
         return self.root / "kubelet-config.yaml"

@@ -47,6 +47,15 @@ def alive(pid: int) -> bool:
     return True
 
 
+def cmdline(pid: int) -> list[str] | None:
+    """A process's argv as it was started (None when it is gone or unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.decode(errors="replace").split("\0")[:-1] if raw else None
+
+
 def port_owner(port: int) -> str | None:
     """Who listens on a TCP port of this machine (or None): clear errors beat 'address in use'."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -151,14 +160,21 @@ def processes_matching(needle: str) -> list[int]:
 
 def https_ok(url: str, ca: Path | None = None, cert: tuple[Path, Path] | None = None,
              expect: bytes | None = b"ok") -> HealthCheck:
-    """A health check for an HTTPS endpoint (``ca=None`` skips verification: self-signed ports)."""
-    ctx = ssl.create_default_context(cafile=str(ca)) if ca else ssl._create_unverified_context()
-    if cert:
-        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    """A health check for an HTTPS endpoint (``ca=None`` skips verification: self-signed ports). The files are read
+    at the first check, so the stack's daemons can be listed before their certificates exist."""
+    contexts: list[ssl.SSLContext] = []
+
+    def context() -> ssl.SSLContext:
+        if not contexts:
+            ctx = ssl.create_default_context(cafile=str(ca)) if ca else ssl._create_unverified_context()
+            if cert:
+                ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+            contexts.append(ctx)
+        return contexts[0]
 
     def check() -> bool:
         try:
-            with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+            with urllib.request.urlopen(url, context=context(), timeout=2) as resp:
                 return resp.status == 200 and (expect is None or resp.read().strip() == expect)
         except OSError:
             return False

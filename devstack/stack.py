@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -57,6 +59,8 @@ def prepare(layout: Layout) -> None:
     ]:
         write_private(path, configs.kubeconfig(layout.apiserver_url, p / "ca.crt", p / f"{stem}.crt",
                                                p / f"{stem}.key", user))
+    write_private(layout.bootstrap_kubeconfig, configs.bootstrap_kubeconfig(layout.apiserver_url, p / "ca.crt",
+                                                                           bootstrap_token(layout)))
     layout.containerd_dir.mkdir(parents=True, exist_ok=True)
     (layout.containerd_dir / "config.toml").write_text(configs.containerd_config(layout))
     for rel, text in configs.registry_host_files(layout).items():
@@ -83,6 +87,25 @@ def prepare(layout: Layout) -> None:
     layout.env_file.write_text(configs.env_file(layout))
 
 
+BOOTSTRAP_TOKEN = re.compile(r"([a-z0-9]{6})\.([a-z0-9]{16})")
+
+
+def bootstrap_token(layout: Layout) -> str:
+    """The stack's bootstrap token (``[a-z0-9]{6}.[a-z0-9]{16}``, the format the apiserver accepts), made once and
+    kept, so the bootstrap kubeconfig and the Secret agree across restarts."""
+    path = layout.bootstrap_token_file
+    if path.exists() and BOOTSTRAP_TOKEN.fullmatch(text := path.read_text().strip()):
+        return text
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    token = "".join(secrets.choice(alphabet) for _ in range(6)) + "." + \
+        "".join(secrets.choice(alphabet) for _ in range(16))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
 def registry_configs(layout: Layout) -> dict[str, tuple[Path, str]]:
     """Each registry component's config file and the text this version writes into it."""
     return {
@@ -101,11 +124,22 @@ def prune_host_dirs(certs_d: Path, wanted: Mapping[str, str]) -> list[str]:
     return stale
 
 
+# Daemons restarted by `up` when they run with other flags than this version passes (the apiserver got
+# --enable-bootstrap-token-auth; a test's controller-manager with a short --cluster-signing-duration left behind).
+RESTART_ON_NEW_FLAGS = ("kube-apiserver", "kube-controller-manager")
+
+
 def reconfigured(layout: Layout) -> list[str]:
-    """Registries that run with another configuration than this version writes: started from a clone whose
-    registry had another address (127.0.0.1:5000 before it moved to leave that port to upstream's specs).
-    Waiting for one on its new address would only time out."""
+    """Daemons that run with another configuration than this version writes: registries started from a clone whose
+    registry had another address (127.0.0.1:5000 before it moved to leave that port to upstream's specs), where
+    waiting for one on its new address would only time out; and the daemons of RESTART_ON_NEW_FLAGS started with
+    other flags."""
     changed = []
+    for comp in components(layout):
+        if comp.name in RESTART_ON_NEW_FLAGS:
+            pid = processes.read_pid(layout.pids / f"{comp.name}.pid")
+            if pid is not None and processes.cmdline(pid) not in (None, list(comp.argv)):
+                changed.append(comp.name)
     for name, (path, text) in registry_configs(layout).items():
         if processes.read_pid(layout.pids / f"{name}.pid") is None:
             continue
@@ -151,6 +185,7 @@ def components(layout: Layout) -> list[Component]:
             f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
             f"--client-ca-file={ca}",
             "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            "--enable-bootstrap-token-auth=true",  # TLS bootstrap as kubeadm sets it up (bootstrap kubeconfig)
             "--allow-privileged=true",
             f"--service-cluster-ip-range={layout.service_cidr}",
             f"--service-account-issuer=https://kubernetes.default.svc.{layout.cluster_domain}",
@@ -225,7 +260,7 @@ def up(layout: Layout, on_started: Callable[[str], None] = lambda name: None) ->
     build_binaries()
     restarted = reconfigured(layout)
     for name in restarted:
-        _log(f"restarting {name}: it runs with an older configuration (another address)")
+        _log(f"restarting {name}: it runs with an older configuration (another address or other flags)")
         processes.stop(name, pids=layout.pids)
     prepare(layout)
     started: list[str] = []
@@ -259,8 +294,13 @@ def kubectl(layout: Layout, *args: str, stdin: str | None = None) -> str:
 
 
 def bootstrap(layout: Layout) -> None:
-    """Cluster objects a kubeadm cluster would have that the stack's identities rely on."""
+    """Cluster objects a kubeadm cluster would have that the stack's identities rely on: the apiserver's access to
+    the kubelet API, and TLS bootstrap's token Secret and bindings (``kubectl apply``: the same objects on every
+    start)."""
     kubectl(layout, "apply", "-f", "-", stdin=configs.KUBELET_API_ADMIN_BINDING)
+    token_id, _, token_secret = bootstrap_token(layout).partition(".")
+    kubectl(layout, "apply", "-f", "-", stdin=configs.bootstrap_token_secret(token_id, token_secret))
+    kubectl(layout, "apply", "-f", "-", stdin=configs.TLS_BOOTSTRAP_BINDINGS)
     route_kubernetes_service(layout)
 
 

@@ -51,8 +51,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kopflet: {exc}\nRun 'kopflet --help' for usage.", file=sys.stderr)
         return USAGE_ERROR
     if cfg.kubeconfig and not os.path.isfile(cfg.kubeconfig):
-        print(f"kopflet: --kubeconfig {cfg.kubeconfig}: no such file", file=sys.stderr)
-        return USAGE_ERROR
+        # With --bootstrap-kubeconfig the file is written once the node has its certificate (LoadClientCert).
+        if not cfg.bootstrap_kubeconfig:
+            print(f"kopflet: --kubeconfig {cfg.kubeconfig}: no such file", file=sys.stderr)
+            return USAGE_ERROR
+        if not os.path.isfile(cfg.bootstrap_kubeconfig):
+            print(f"kopflet: --bootstrap-kubeconfig {cfg.bootstrap_kubeconfig}: no such file (and --kubeconfig "
+                  f"{cfg.kubeconfig} is not there yet)", file=sys.stderr)
+            return USAGE_ERROR
     os.environ[configuration.ARGS_ENV] = shlex.join(all_args)
 
     kopf.configure(verbose=cfg.log_verbosity >= 4, debug=cfg.log_verbosity >= 6)

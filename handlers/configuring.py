@@ -4,10 +4,17 @@ The configuration is :func:`kopflet.config.settings.from_env` over the real envi
 kubelet flags, since ``kopf run`` owns the command line), the hostname and the real file system for
 ``--config``. The credentials come from one function, :func:`connection_info`, used by both Kopf (through the
 ``@kopf.on.login`` handler here) and the agent's own apiserver client, so both speak as the same node.
+
+With ``rotateCertificates`` the client certificate comes from the certificate manager (startup's
+``client_certificate`` has put it in memo), as upstream's rotating transport takes the manager's pair whatever the
+kubeconfig names; and Kopf's credentials expire shortly after the pair's rotation deadline, so Kopf logs in again
+and takes the renewed pair (Kopf re-runs the login handlers once a ConnectionInfo's ``expiration`` has passed).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import logging
 import os
 import socket
@@ -16,6 +23,7 @@ from typing import Any
 
 import kopf
 
+from kopflet.certificate.manager import ClientCertificateManager
 from kopflet.config import settings as configuration
 
 
@@ -30,12 +38,33 @@ def load_agent_config(environ: Mapping[str, str] | None = None) -> configuration
 
 
 def connection_info(cfg: configuration.AgentConfig, *, logger: logging.Logger | logging.LoggerAdapter[Any],
-                    settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
+                    settings: kopf.OperatorSettings,
+                    certificates: ClientCertificateManager | None = None) -> kopf.ConnectionInfo:
     """Credentials from ``--kubeconfig``; without it, Kopf's own client login (in-cluster, then ``$KUBECONFIG``).
+    With a certificate manager (``certificates``), its current pair instead of the kubeconfig's authentication.
 
     Blocking (files, maybe an exec credential plugin): call it in a thread from async code.
     A missing or broken kubeconfig is a permanent error: retrying would not fix it.
     """
+    info = _connection_info(cfg, logger=logger, settings=settings)
+    return info if certificates is None else with_rotating_certificate(info, certificates)
+
+
+def with_rotating_certificate(info: kopf.ConnectionInfo, certificates: ClientCertificateManager) -> kopf.ConnectionInfo:
+    """The manager's pair as the only credentials (upstream: AnonymousClientConfig with the rotating transport's
+    GetClientCertificate), expiring when Kopf should look for a renewed pair (`relogin_at`). The expiration also
+    makes each login's ConnectionInfo differ from the last, which Kopf would refuse after a 401 otherwise."""
+    paths = certificates.current_paths()
+    expiration = datetime.datetime.fromtimestamp(certificates.relogin_at(), datetime.UTC)
+    if paths is None:
+        return dataclasses.replace(info, expiration=expiration)
+    return dataclasses.replace(info, certificate_path=paths[0], certificate_data=None, private_key_path=paths[1],
+                               private_key_data=None, token=None, scheme=None, username=None, password=None,
+                               expiration=expiration)
+
+
+def _connection_info(cfg: configuration.AgentConfig, *, logger: logging.Logger | logging.LoggerAdapter[Any],
+                     settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
     if not cfg.kubeconfig:
         try:
             info = kopf.login_via_client(logger=logger, settings=settings)
@@ -88,4 +117,4 @@ def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettin
             cfg = load_agent_config()
         except configuration.ConfigError as exc:
             raise kopf.PermanentError(str(exc)) from exc
-    return connection_info(cfg, logger=logger, settings=settings)
+    return connection_info(cfg, logger=logger, settings=settings, certificates=memo.get("certificates"))

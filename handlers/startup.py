@@ -22,6 +22,10 @@ import kopf
 
 from cri_client import CriError
 from handlers import configuring
+from kopflet.certificate.bootstrap import BootstrapError, load_client_cert
+from kopflet.certificate.csr import CsrDenied, CsrError
+from kopflet.certificate.manager import ManagerError, new_client_manager
+from kopflet.certificate.openssl import OpensslError
 from kopflet.client.kubeapi import Credentials
 from kopflet.cm.cpumanager.manager import CPUManagerError
 from kopflet.config import settings as configuration
@@ -31,6 +35,13 @@ from kopflet.node import HostFacts, Node, Runtime, detect_node_ip
 
 # How long to wait before retrying when the runtime is not reachable at start.
 RUNTIME_RETRY_DELAY = 5.0
+# With rotateCertificates, Kopf's watch requests end after this (client-go reflectors ask for 5-10 minutes): Kopf
+# takes a renewed client certificate at its first request after its credentials' expiration, and its pod watch is
+# otherwise one request for as long as the apiserver keeps it (30-60 minutes).
+ROTATION_WATCH_TIMEOUT = 300.0
+# How long to wait before asking for a client certificate again when the last request was not answered in time
+# (upstream exits then, and its service manager starts it again).
+BOOTSTRAP_RETRY_DELAY = 10.0
 
 
 def _config(memo: kopf.Memo) -> configuration.AgentConfig:
@@ -53,6 +64,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     settings.peering.mandatory = False
     settings.posting.enabled = False  # Kopf's own log events are not kubelet events
     settings.scanning.disabled = True  # a node may not list CRDs or namespaces; pods are all it watches
+    if cfg.rotate_certificates:
+        settings.watching.server_timeout = ROTATION_WATCH_TIMEOUT
     memo.config = cfg
     logger.info(f"kopflet for node {cfg.node_name!r}: watching pods with {cfg.pod_field_selector!r}")
 
@@ -90,6 +103,42 @@ def _lock_contended(path: str, logger: logging.Logger) -> None:
 
 
 @kopf.on.startup()
+async def client_certificate(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    """--bootstrap-kubeconfig and rotateCertificates, before anything speaks to the apiserver (upstream server.go
+    buildKubeletClientConfig). Rotation on: the certificate manager (memo ``certificates``) is made and started, and
+    the agent waits for its first pair (asked for with the bootstrap credentials when the kubeconfig has none that
+    is valid). Rotation off: LoadClientCert asks once, if the kubeconfig needs it, and writes the kubeconfig."""
+    cfg = _config(memo)
+    if memo.get("client_certificate_ready") or not (cfg.bootstrap_kubeconfig or cfg.rotate_certificates):
+        return
+    try:
+        if cfg.rotate_certificates:
+            manager = memo.get("certificates")
+            if manager is None:
+                manager = await new_client_manager(cfg.kubeconfig, cfg.bootstrap_kubeconfig, cfg.cert_directory,
+                                                   cfg.node_name)
+                memo.certificates = manager
+                manager.start(on_fatal=lambda message: _certificate_lost(message, logger))
+            if manager.current() is None:
+                logger.info("waiting for the node's client certificate (rotateCertificates)")
+            await manager.wait_for_certificate()
+        else:
+            await load_client_cert(cfg.kubeconfig, cfg.bootstrap_kubeconfig, cfg.cert_directory, cfg.node_name)
+    except (BootstrapError, ManagerError, CsrDenied, OpensslError) as exc:
+        raise kopf.PermanentError(f"no client certificate: {exc}") from exc
+    except CsrError as exc:
+        raise kopf.TemporaryError(f"no client certificate yet: {exc}", delay=BOOTSTRAP_RETRY_DELAY) from exc
+    memo.client_certificate_ready = True
+
+
+def _certificate_lost(message: str, logger: logging.Logger) -> None:
+    """The certificate manager's exitAfter: no usable client certificate for 5 minutes while the apiserver answers.
+    Upstream exits so that a restart bootstraps again; kopflet stops (pods are left running)."""
+    logger.error(f"stopping: {message}")
+    stop_operator()
+
+
+@kopf.on.startup()
 async def connect_runtime(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     """Connect to the CRI runtime and check it speaks CRI v1, as the upstream kubelet does at start."""
     cfg = _config(memo)
@@ -113,7 +162,11 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     runtime: Runtime | None = memo.get("runtime")
     if runtime is None:
         raise kopf.TemporaryError("waiting for the container runtime", delay=RUNTIME_RETRY_DELAY)
-    info = await asyncio.to_thread(configuring.connection_info, cfg, logger=logger, settings=settings)
+    if (cfg.bootstrap_kubeconfig or cfg.rotate_certificates) and not memo.get("client_certificate_ready"):
+        raise kopf.TemporaryError("waiting for the node's client certificate", delay=BOOTSTRAP_RETRY_DELAY)
+    certificates = memo.get("certificates")
+    info = await asyncio.to_thread(configuring.connection_info, cfg, logger=logger, settings=settings,
+                                   certificates=certificates)
     node = Node(cfg, credentials=Credentials.from_kopf(info), runtime=runtime, host=await HostFacts.read(cfg),
                 metrics=memo.metrics)
     try:
@@ -128,6 +181,8 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     except BaseException:
         await node.stop(close_runtime=False)  # tried again with the same runtime connection
         raise
+    if certificates is not None:
+        certificates.add_listener(node.api.renew_connections)  # a renewed pair: new connections (transport.go)
     memo.node = node
 
 
@@ -137,6 +192,9 @@ async def stop_agent(memo: kopf.Memo, **_: Any) -> None:
     watch: ContentionWatch | None = memo.get("lock_watch")
     if watch is not None:
         watch.close()  # the lock itself is held until the process exits, as upstream
+    certificates = memo.get("certificates")
+    if certificates is not None:
+        await certificates.stop()
     node: Node | None = memo.get("node")
     if node is not None:
         await node.stop()

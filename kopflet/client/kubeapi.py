@@ -8,6 +8,7 @@ in with, so both speak as the same node.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
@@ -24,6 +25,7 @@ WATCH_TIMEOUT = 300  # seconds; client-go reflectors pick 5-10 minutes
 WATCH_LINE_LIMIT = 4 * 1024 * 1024
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 MERGE = "application/merge-patch+json"
 
 
@@ -41,6 +43,10 @@ class KubeApiError(Exception):
     @property
     def conflict(self) -> bool:
         return self.status == 409
+
+    @property
+    def already_exists(self) -> bool:
+        return self.status == 409 and self.reason == "AlreadyExists"
 
 
 # What a call to the apiserver can fail with: an answer (KubeApiError) or no answer (connection reset,
@@ -83,7 +89,8 @@ class Credentials:
         )
 
     def ssl_context(self) -> ssl.SSLContext:
-        """TLS with the cluster CA and the node's client certificate (read once, at start)."""
+        """TLS with the cluster CA and the node's client certificate, read from its files now (at start, and again
+        by `KubeClient.renew_connections` when the certificate was rotated). Blocking."""
         ctx = ssl.create_default_context(cafile=self.ca_path,
                                          cadata=self.ca_data.decode() if self.ca_data else None)
         if self.insecure:
@@ -118,11 +125,27 @@ class KubeClient:
 
     async def open(self) -> None:
         if self._session is None:
-            connector = aiohttp.TCPConnector(ssl=self.credentials.ssl_context(), limit=32)
-            # read_bufsize: a watch event is one JSON line, and aiohttp refuses lines longer than its buffer.
-            self._session = aiohttp.ClientSession(connector=connector, headers=self._headers,
-                                                  timeout=aiohttp.ClientTimeout(total=self.timeout),
-                                                  read_bufsize=WATCH_LINE_LIMIT)
+            self._session = self._new_session(self.credentials.ssl_context())
+
+    def _new_session(self, context: ssl.SSLContext) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(ssl=context, limit=32)
+        # read_bufsize: a watch event is one JSON line, and aiohttp refuses lines longer than its buffer.
+        return aiohttp.ClientSession(connector=connector, headers=self._headers,
+                                     timeout=aiohttp.ClientTimeout(total=self.timeout), read_bufsize=WATCH_LINE_LIMIT)
+
+    async def renew_connections(self) -> None:
+        """The client certificate's files were rotated: new connections present the new pair and the open ones are
+        closed (their requests fail and are retried), as the kubelet's rotating transport closes every connection
+        when its certificate changes (pkg/kubelet/certificate/transport.go), so no kept-alive connection goes on
+        with a certificate about to expire. Nothing happens to a client not open."""
+        old = self._session
+        if old is None:
+            return
+        context = await asyncio.to_thread(self.credentials.ssl_context)
+        if self._session is not old:  # closed, or renewed by another call, meanwhile
+            return
+        self._session = self._new_session(context)
+        await old.close()
 
     async def close(self) -> None:
         session, self._session = self._session, None
@@ -234,6 +257,22 @@ class KubeClient:
         if obj is None:
             return None
         return secret_bytes(obj)
+
+    # ------------------------------------------------------------------------- certificate signing requests
+
+    async def create_csr(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", CSR_PATH, body=body)
+
+    async def get_csr(self, name: str) -> dict[str, Any]:
+        return await self.request("GET", f"{CSR_PATH}/{q(name)}")
+
+    async def list_csrs(self, field_selector: str) -> dict[str, Any]:
+        """The list object (its ``items`` and ``metadata.resourceVersion``, to watch from)."""
+        return await self.request("GET", CSR_PATH, params={"fieldSelector": field_selector})
+
+    async def healthz(self) -> None:
+        """GET /healthz; KubeApiError or a connection error when the apiserver is not healthy."""
+        await self.request("GET", "/healthz")
 
     # -------------------------------------------------------------------------------------------- events
 

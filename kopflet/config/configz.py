@@ -95,6 +95,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("tlsPrivateKeyFile", lambda c: c.tls_private_key_file, True),
     ("tlsCipherSuites", lambda c: list(c.tls_cipher_suites), True),
     ("tlsMinVersion", lambda c: c.tls_min_version, True),
+    ("rotateCertificates", lambda c: c.rotate_certificates, True),
     ("authentication", _authentication, False),
     ("authorization", _authorization, False),
     ("healthzPort", lambda c: c.healthz_port, False),

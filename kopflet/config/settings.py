@@ -109,6 +109,12 @@ class AgentConfig:
     """``syncFrequency``: every pod is synced at least this often."""
     kubeconfig: str = ""
     """``--kubeconfig``: the apiserver credentials; empty means in-cluster, then ``$KUBECONFIG``/``~/.kube/config``."""
+    bootstrap_kubeconfig: str = ""
+    """``--bootstrap-kubeconfig``: credentials (a bootstrap token) to get the node's client certificate with when the
+    ``kubeconfig`` file is missing or its certificate unusable; that file is then written. Needs ``kubeconfig``."""
+    rotate_certificates: bool = False
+    """``rotateCertificates``: renew the client certificate through the certificates API before it expires.
+    Needs ``kubeconfig``."""
     pod_manifest_path: str = ""
     """``--pod-manifest-path`` / ``staticPodPath``: static pod manifests (a directory or one file); empty: none."""
     file_check_frequency: float = 20.0
@@ -150,7 +156,8 @@ class AgentConfig:
     tls_min_version: str = ""
     """``tlsMinVersion``: ``VersionTLS10`` .. ``VersionTLS13``; empty: TLS 1.2, upstream's default."""
     cert_dir: str = ""
-    """``--cert-dir``: where the self-signed ``kubelet.crt``/``kubelet.key`` live; empty: ``<root_dir>/pki``."""
+    """``--cert-dir``: where the self-signed ``kubelet.crt``/``kubelet.key`` and the client certificates
+    (``kubelet-client-*.pem``) live; empty: ``<root_dir>/pki``."""
     client_ca_file: str = ""
     """``authentication.x509.clientCAFile``: CA bundle for client certificates (the apiserver's); empty: none."""
     anonymous_auth: bool = False
@@ -788,6 +795,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("kubeconfig", "kubeconfig", None, STRING, '""',
             "Path to a kubeconfig file with the node's credentials. Empty: in-cluster, then $KUBECONFIG or "
             "~/.kube/config."),
+    # TLS bootstrap and client certificate rotation (upstream KubeletFlags.BootstrapKubeconfig,
+    # KubeletConfiguration.RotateCertificates with its deprecated flag).
+    Setting("bootstrap_kubeconfig", "bootstrap-kubeconfig", None, STRING, '""',
+            "A kubeconfig (usually a bootstrap token) used to get the node's client certificate when the --kubeconfig "
+            "file is missing or its certificate is unusable or expired: a CertificateSigningRequest for "
+            "system:node:<name> is sent, and once it is approved and issued the certificate is stored in --cert-dir "
+            "and a kubeconfig naming it is written to --kubeconfig. Needs --kubeconfig."),
+    Setting("rotate_certificates", "rotate-certificates", "rotateCertificates", BOOL, "false",
+            "Renew the client certificate through the certificates API at 70-90% of its lifetime, storing it in "
+            "--cert-dir and switching to it without a restart. Needs --kubeconfig and an approver (the "
+            "controller-manager approves a node's renewal with the selfnodeclient role)."),
     Setting("_config", "config", None, STRING, '""',
             "A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1). Flags override its fields."),
     Setting("node_name", "hostname-override", None, STRING, "the hostname",
@@ -861,7 +879,8 @@ SETTINGS: tuple[Setting, ...] = (
             "The oldest TLS version the kubelet API accepts: VersionTLS10, VersionTLS11, VersionTLS12 or "
             "VersionTLS13. TLS 1.0 and 1.1 lower OpenSSL's security level to 0 for them to work."),
     Setting("cert_dir", "cert-dir", None, STRING, "<root-dir>/pki",
-            "Where the self-signed kubelet.crt and kubelet.key are kept; ignored with --tls-cert-file."),
+            "Where the self-signed kubelet.crt and kubelet.key are kept (unless --tls-cert-file), and the client "
+            "certificates of --bootstrap-kubeconfig and rotateCertificates (kubelet-client-current.pem)."),
     Setting("client_ca_file", "client-ca-file", "authentication.x509.clientCAFile", STRING, '""',
             "CA bundle: a client certificate signed by it authenticates as its CommonName, with its "
             "Organizations as groups. Empty: no client certificates."),
@@ -990,6 +1009,12 @@ LEGACY_ENV: Mapping[str, tuple[str, Callable[[str], Any]]] = MappingProxyType({
 LEGACY_NODE_NAME_ENV = "KOPFLET_NODE_NAME"
 # upstream's error for --exit-on-lock-contention without --lock-file (cmd/kubelet/app/server.go run).
 LOCK_CONTENTION_WITHOUT_FILE = "cannot exit on lock file contention: no lock file specified"
+# Upstream runs without an apiserver (standalone) when --kubeconfig is empty and then ignores these; kopflet logs in
+# some other way then (in-cluster, $KUBECONFIG), so it refuses them rather than ignore them.
+BOOTSTRAP_WITHOUT_KUBECONFIG = ("--bootstrap-kubeconfig needs --kubeconfig: the path the kubeconfig naming the node's "
+                                "client certificate is written to")
+ROTATION_WITHOUT_KUBECONFIG = ("rotateCertificates (--rotate-certificates) needs --kubeconfig: the credentials whose "
+                               "client certificate is renewed")
 CONFIG_ENV = "KOPFLET_CONFIG"  # the config file when --config is not given (the dev stack sets it)
 
 # Every field of the upstream KubeletConfiguration v1beta1 (staging/src/k8s.io/kubelet/config/v1beta1/types.go)
@@ -997,7 +1022,7 @@ CONFIG_ENV = "KOPFLET_CONFIG"  # the config file when --config is not given (the
 UNSUPPORTED_FIELDS = frozenset({
     "enableServer", "httpCheckFrequency", "staticPodURL", "staticPodURLHeader", "readOnlyPort",
     "tlsCurvePreferences",
-    "rotateCertificates", "serverTLSBootstrap", "registryPullQPS",
+    "serverTLSBootstrap", "registryPullQPS",
     "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
     "eventRecordQPS", "eventBurst", "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
     "streamingConnectionIdleTimeout", "nodeLeaseDurationSeconds",     "volumeStatsAggPeriod", "kubeletCgroups",
@@ -1246,6 +1271,10 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
                           "[" + ", ".join(enforcement_errors) + "]")  # upstream's aggregate error
     if values.get("exit_on_lock_contention") and not values.get("lock_file"):
         raise ConfigError(LOCK_CONTENTION_WITHOUT_FILE)  # upstream server.go run, before it takes the lock
+    if values.get("bootstrap_kubeconfig") and not values.get("kubeconfig"):
+        raise ConfigError(BOOTSTRAP_WITHOUT_KUBECONFIG)
+    if values.get("rotate_certificates") and not values.get("kubeconfig"):
+        raise ConfigError(ROTATION_WITHOUT_KUBECONFIG)
     return AgentConfig(**values)
 
 

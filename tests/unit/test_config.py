@@ -434,6 +434,7 @@ tlsCertFile: /etc/kopflet/pki/serving.crt
 tlsPrivateKeyFile: /etc/kopflet/pki/serving.key
 tlsMinVersion: VersionTLS13
 tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_AES_128_GCM_SHA256]
+rotateCertificates: true
 authentication:
   x509:
     clientCAFile: /etc/kubernetes/pki/ca.crt
@@ -473,9 +474,10 @@ enforceNodeAllocatable: [none]
 
 
 def test_full_config_file() -> None:
-    cfg = with_file(FULL_FILE)
+    cfg = with_file(FULL_FILE, "--kubeconfig=/etc/kopflet/kubelet.conf")  # rotateCertificates needs it
     assert cfg == AgentConfig(
-        node_name="node-1", pod_manifest_path="/etc/kubernetes/manifests", pod_log_root="/srv/logs/pods",
+        node_name="node-1", kubeconfig="/etc/kopflet/kubelet.conf", rotate_certificates=True,
+        pod_manifest_path="/etc/kubernetes/manifests", pod_log_root="/srv/logs/pods",
         resync_period=30.0, file_check_frequency=10.0, healthz_port=10300, healthz_bind_address="0.0.0.0",
         cluster_domain="corp.local", cluster_dns=("10.96.0.10", "10.96.0.11"), node_status_update_frequency=5.0,
         node_status_report_frequency=60.0, runtime_request_timeout=240.0, max_pods=50, serialize_image_pulls=False,

@@ -101,7 +101,7 @@ def test_fields(overrides: dict[str, Any], changed: dict[str, Any]) -> None:
 
 def test_every_honoured_field_is_served() -> None:
     """Each config-file field kopflet honours appears in /configz once set (a new setting cannot be forgotten)."""
-    cfg = settings.load(["--config=/k.yaml"], {}, "n", lambda _: HEADER + FULL_FILE)
+    cfg = settings.load(["--config=/k.yaml", "--kubeconfig=/k"], {}, "n", lambda _: HEADER + FULL_FILE)
     paths = set(configz.field_paths(configz.kubelet_configuration(cfg)))
     assert {s.field for s in settings.SETTINGS if s.field} <= paths
     assert paths - {s.field for s in settings.SETTINGS if s.field} == {"kind", "apiVersion"}

@@ -25,7 +25,9 @@ _INI.read(REPO / ".importlinter")
 PURE = tuple(_INI["importlinter:contract:pure"]["source_modules"].split())
 # The modules that do I/O: every kopflet module that is neither a package's __init__ nor under PURE.
 IMPURE = frozenset({
-    "kopflet.allocation.state", "kopflet.client.events", "kopflet.client.kubeapi", "kopflet.cm.cgroups",
+    "kopflet.allocation.state", "kopflet.certificate.bootstrap", "kopflet.certificate.manager",
+    "kopflet.certificate.openssl", "kopflet.certificate.signing", "kopflet.certificate.store",
+    "kopflet.client.events", "kopflet.client.kubeapi", "kopflet.cm.cgroups",
     "kopflet.cm.container_manager", "kopflet.cm.cpumanager.manager",
     "kopflet.config.file_source", "kopflet.envvars.services", "kopflet.eviction.manager", "kopflet.eviction.signals",
     "kopflet.images.gc_manager", "kopflet.images.manager", "kopflet.kuberuntime.executor",

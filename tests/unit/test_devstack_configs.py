@@ -143,3 +143,64 @@ def test_private_files_are_0600_even_when_they_were_not(tmp_path: Path) -> None:
         stack.write_private(path, "new\n")
         assert path.read_text() == "new\n"
         assert path.stat().st_mode & 0o777 == 0o600
+
+
+# --- TLS bootstrap, as kubeadm sets it up ---------------------------------------------------------------------
+
+def test_bootstrap_kubeconfig_holds_the_token_and_the_cluster_only() -> None:
+    kc = yaml.safe_load(configs.bootstrap_kubeconfig("https://127.0.0.1:6443", Path("/p/ca.crt"),
+                                                     "abcdef.0123456789abcdef"))
+    assert kc["current-context"] == "tls-bootstrap-token-user@kubernetes"
+    assert kc["clusters"] == [{"name": "kubernetes", "cluster": {"server": "https://127.0.0.1:6443",
+                                                                 "certificate-authority": "/p/ca.crt"}}]
+    assert kc["users"] == [{"name": "tls-bootstrap-token-user", "user": {"token": "abcdef.0123456789abcdef"}}]
+    assert LAYOUT.bootstrap_kubeconfig == Path("/r/.devstack/kubeconfig/bootstrap-kubelet.kubeconfig")
+
+
+def test_bootstrap_token_secret_is_kubeadms() -> None:
+    secret = json.loads(configs.bootstrap_token_secret("abcdef", "0123456789abcdef"))
+    assert secret["metadata"] == {"name": "bootstrap-token-abcdef", "namespace": "kube-system"}
+    assert secret["type"] == "bootstrap.kubernetes.io/token"
+    data = secret["stringData"]
+    assert (data["token-id"], data["token-secret"], data["usage-bootstrap-authentication"]) == (
+        "abcdef", "0123456789abcdef", "true")
+    assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
+    assert "expiration" not in data and "usage-bootstrap-signing" not in data
+
+
+def test_tls_bootstrap_bindings_are_kubeadms() -> None:
+    bindings = {b["metadata"]["name"]: (b["roleRef"]["name"], b["subjects"][0]["name"])
+                for b in yaml.safe_load_all(configs.TLS_BOOTSTRAP_BINDINGS)}
+    group = "system:bootstrappers:kubeadm:default-node-token"
+    assert bindings == {
+        "kubeadm:kubelet-bootstrap": ("system:node-bootstrapper", group),
+        "kubeadm:node-autoapprove-bootstrap": ("system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+                                               group),
+        "kubeadm:node-autoapprove-certificate-rotation": (
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "system:nodes"),
+    }
+
+
+def test_the_bootstrap_token_is_made_once_in_the_apiservers_format(tmp_path: Path) -> None:
+    layout = _stack_layout(tmp_path)
+    token = stack.bootstrap_token(layout)
+    assert stack.BOOTSTRAP_TOKEN.fullmatch(token)
+    assert stack.bootstrap_token(layout) == token
+    assert oct(layout.bootstrap_token_file.stat().st_mode & 0o777) == "0o600"
+    layout.bootstrap_token_file.write_text("not a token\n")
+    assert stack.bootstrap_token(layout) != token  # an unusable one is replaced
+
+
+def test_the_apiserver_takes_bootstrap_tokens() -> None:
+    apiserver = next(c for c in stack.components(LAYOUT) if c.name == "kube-apiserver")
+    assert "--enable-bootstrap-token-auth=true" in apiserver.argv
+    manager = next(c for c in stack.components(LAYOUT) if c.name == "kube-controller-manager")
+    assert "--controllers=*,bootstrapsigner,tokencleaner" in manager.argv  # csrapproving, csrsigning among '*'
+
+
+def test_an_apiserver_running_with_other_flags_is_restarted(tmp_path: Path) -> None:
+    layout = _stack_layout(tmp_path)
+    layout.pids.mkdir(parents=True)
+    assert stack.reconfigured(layout) == []
+    (layout.pids / "kube-apiserver.pid").write_text(f"{os.getpid()}\n")  # this process: other flags
+    assert stack.reconfigured(layout) == ["kube-apiserver"]

@@ -1,0 +1,229 @@
+"""TLS bootstrap and client certificate rotation on the real stack: an agent given only the stack's bootstrap token
+(``--bootstrap-kubeconfig``, as kubeadm's ``bootstrap-kubelet.conf``) gets its own ``system:node:<name>`` certificate
+through a CertificateSigningRequest the controller-manager approves (nodeclient) and signs, lays the files out as
+upstream's kubelet does and runs pods; with ``--rotate-certificates`` and certificates signed for 5 minutes, it renews
+its certificate while it runs (selfnodeclient) and keeps working after the first one has expired.
+
+The controller-manager signs for a year; the rotation test restarts it with ``--cluster-signing-duration=5m`` for its
+own length only (the upstream kubelet asks for no particular lifetime: no ``expirationSeconds``), then restarts it as
+the stack runs it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import re
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devstack import processes, stack
+from devstack.layout import Layout
+from kopflet.certificate import csr, pem
+from tests.conftest import Kubectl
+from tests.e2e.conftest import Agent
+from tests.e2e.test_lock_file import running_container, sleeper
+
+SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
+START_TIMEOUT = 180.0
+
+
+@pytest.fixture(scope="module")
+def bootstrap_token(layout: Layout, admin: Kubectl) -> str:
+    """The stack's token, which the apiserver must accept for TLS bootstrap (--enable-bootstrap-token-auth, the
+    bootstrap-token Secret and kubeadm's bindings, put in place by `python -m devstack up`)."""
+    token = stack.bootstrap_token(layout)
+    bootstrapper = Kubectl(layout.bin_dir / "kubectl", layout.bootstrap_kubeconfig)
+    proc = bootstrapper.run("auth", "can-i", "create", "certificatesigningrequests.certificates.k8s.io", check=False)
+    if proc.stdout.strip() != "yes":
+        pytest.fail(f"the stack's bootstrap token cannot create CSRs ({proc.stdout.strip()} {proc.stderr.strip()}): "
+                    f"the apiserver needs --enable-bootstrap-token-auth; restart the stack (python -m devstack down, "
+                    f"then make test)", pytrace=False)
+    return token
+
+
+def bootstrap_agent(layout: Layout, tmp_path: Path, extra: str = "", log: str = "agent.log") -> Agent:
+    """An agent with no credentials but the bootstrap kubeconfig: a fresh --kubeconfig path and --cert-dir, and no
+    $KUBECONFIG to fall back on."""
+    args = (f"--bootstrap-kubeconfig={layout.bootstrap_kubeconfig} --kubeconfig={tmp_path / 'kubelet.conf'} "
+            f"--cert-dir={tmp_path / 'pki'} {extra}")
+    return Agent(layout, tmp_path / log, env={"KOPFLET_ARGS": args, "KUBECONFIG": str(tmp_path / "no-such-file")})
+
+
+def csrs(admin: Kubectl) -> dict[str, dict[str, Any]]:
+    return {item["metadata"]["name"]: item for item in admin.json("get", "csr")["items"]}
+
+
+def openssl(*args: str, stdin: bytes) -> bytes:
+    return subprocess.run(["openssl", *args], input=stdin, capture_output=True, check=True, timeout=30).stdout
+
+
+def certificate_info(data: bytes) -> pem.CertificateInfo:
+    text = openssl("x509", "-noout", "-startdate", "-enddate", "-subject", "-nameopt", "RFC2253", stdin=data)
+    return pem.parse_x509_text(text.decode())
+
+
+def pair_files(cert_dir: Path) -> list[Path]:
+    return sorted(p for p in cert_dir.glob("kubelet-client-2*.pem"))
+
+
+def lease_renewed_after(admin: Kubectl, node: str, moment: float, timeout: float = 40.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        renew = admin.json("get", "lease", node, "-n", "kube-node-lease")["spec"]["renewTime"]
+        if datetime.datetime.fromisoformat(renew.replace("Z", "+00:00")).timestamp() > moment:
+            return
+        time.sleep(1)
+    raise AssertionError(f"the Lease was not renewed after {time.ctime(moment)}")
+
+
+def approved_and_issued(item: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c for c in (item.get("status") or {}).get("conditions") or []}
+    return "Approved" in conditions and bool((item.get("status") or {}).get("certificate"))
+
+
+def test_an_agent_with_a_bootstrap_token_gets_its_certificate_and_runs_pods(
+        admin: Kubectl, layout: Layout, namespace: str, tmp_path: Path, bootstrap_token: str) -> None:
+    before = set(csrs(admin))
+    kubeconfig, cert_dir = tmp_path / "kubelet.conf", tmp_path / "pki"
+    agent = bootstrap_agent(layout, tmp_path)
+    agent.start()
+    try:
+        agent.wait_for(r"Activity 'start_agent' succeeded", timeout=START_TIMEOUT)
+
+        # The request, as upstream's bootstrap sends it: named by the digest of key, subject and usages, by the
+        # bootstrap token's user, approved by the controller-manager (nodeclient) and signed.
+        [name] = [n for n in csrs(admin) if n not in before and n.startswith("node-csr-")]
+        request = csrs(admin)[name]
+        token_id = bootstrap_token.split(".")[0]
+        assert request["spec"]["username"] == f"system:bootstrap:{token_id}"
+        assert "system:bootstrappers:kubeadm:default-node-token" in request["spec"]["groups"]
+        assert request["spec"]["signerName"] == SIGNER
+        assert request["spec"]["usages"] == ["digital signature", "client auth"]
+        assert "expirationSeconds" not in request["spec"]
+        assert approved_and_issued(request)
+        assert next(c for c in request["status"]["conditions"] if c["type"] == "Approved")["reason"] == \
+            "AutoApproved"
+
+        # The files, as upstream's certificate store and writeKubeconfigFromBootstrapping lay them out.
+        current = cert_dir / "kubelet-client-current.pem"
+        [pair] = pair_files(cert_dir)
+        assert re.fullmatch(r"kubelet-client-\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d\.pem", pair.name)
+        assert current.is_symlink() and os.readlink(current) == str(pair)
+        assert stat.S_IMODE(pair.stat().st_mode) == 0o600
+        assert not (cert_dir / "kubelet-client.key.tmp").exists()
+        data = pair.read_bytes()
+        issued = base64.b64decode(request["status"]["certificate"])
+        assert pem.certificates(data)[0].strip() == issued.decode().strip()
+        info = certificate_info(data)
+        assert (info.common_name, info.organizations) == (f"system:node:{layout.node_name}", ("system:nodes",))
+        public_key = openssl("pkey", "-pubout", "-outform", "DER", stdin=pem.private_key(data).text.encode())
+        assert name == csr.digested_name(public_key, csr.node_subject(layout.node_name), csr.client_usages(False))
+        assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
+        written = yaml.safe_load(kubeconfig.read_text())
+        bootstrap = yaml.safe_load(layout.bootstrap_kubeconfig.read_text())
+        assert written["clusters"][0]["cluster"] == {
+            "server": bootstrap["clusters"][0]["cluster"]["server"],
+            "certificate-authority": bootstrap["clusters"][0]["cluster"]["certificate-authority"]}
+        assert written["users"][0]["user"] == {"client-certificate": str(current), "client-key": str(current)}
+        assert "token" not in json.dumps(written)
+
+        # The node works with it: heartbeats and a pod.
+        lease_renewed_after(admin, layout.node_name, time.time())
+        admin.apply(sleeper(layout, namespace))
+        running_container(admin, namespace)
+        assert agent.stop() == 0
+
+        # A valid kubeconfig is kept: no new request on the next start.
+        again = bootstrap_agent(layout, tmp_path, log="again.log")
+        again.start()
+        try:
+            again.wait_for(r"exists and is valid, skipping bootstrap", timeout=START_TIMEOUT)
+            again.wait_for(r"Activity 'start_agent' succeeded", timeout=START_TIMEOUT)
+            assert [n for n in csrs(admin) if n not in before] == [name]
+            assert pair_files(cert_dir) == [pair]
+        finally:
+            again.stop()
+    finally:
+        if agent.proc is not None and agent.proc.poll() is None:
+            agent.stop()
+
+
+@contextlib.contextmanager
+def short_signing_duration(layout: Layout, duration: str) -> Iterator[None]:
+    """The controller-manager signing for ``duration`` while the block runs (the last of a repeated flag wins), then
+    as the stack runs it. Every certificate it signs meanwhile is that short: only this test's agent asks."""
+    manager = next(c for c in stack.components(layout) if c.name == "kube-controller-manager")
+    short = dataclasses.replace(manager, argv=[*manager.argv, f"--cluster-signing-duration={duration}"])
+    processes.stop(manager.name, pids=layout.pids)
+    try:
+        processes.start(short.name, short.argv, pids=layout.pids, logs=layout.logs, healthy=short.healthy,
+                        timeout=short.timeout)
+        yield
+    finally:
+        processes.stop(manager.name, pids=layout.pids)
+        processes.start(manager.name, manager.argv, pids=layout.pids, logs=layout.logs, healthy=manager.healthy,
+                        timeout=manager.timeout)
+
+
+def test_the_agent_rotates_its_certificate_while_it_runs(admin: Kubectl, layout: Layout, namespace: str,
+                                                         tmp_path: Path, bootstrap_token: str) -> None:
+    """Signed for 5 minutes (the signer backdates NotBefore by 5 minutes: 10 minutes in all), the certificate is
+    renewed at 70-90% of that, 2 to 4 minutes after it was issued; the first one expires 5 minutes after it was
+    issued, and the agent goes on with the renewed one (its own client and Kopf's watch)."""
+    before = set(csrs(admin))
+    cert_dir = tmp_path / "pki"
+    with short_signing_duration(layout, "5m"):
+        agent = bootstrap_agent(layout, tmp_path, "--rotate-certificates")
+        agent.start()
+        try:
+            agent.wait_for(r"Activity 'start_agent' succeeded", timeout=START_TIMEOUT)
+            # With rotation on, the first certificate comes from the certificate manager (generateName csr-) with
+            # the bootstrap token, as upstream's LoadClientConfig leaves it to the manager.
+            [first_request] = [n for n in csrs(admin) if n not in before]
+            assert first_request.startswith("csr-")
+            assert csrs(admin)[first_request]["spec"]["username"] == f"system:bootstrap:{bootstrap_token[:6]}"
+            [first] = pair_files(cert_dir)
+            first_info = certificate_info(first.read_bytes())
+            assert first_info.not_after - first_info.not_before == pytest.approx(600, abs=5)
+
+            # Renewed at the jittered deadline (at most 90% of 10 minutes after NotBefore), as the node itself.
+            deadline = time.monotonic() + max(60.0, first_info.not_before + 0.9 * 600 - time.time()) + 120
+            while len(pair_files(cert_dir)) < 2:
+                assert time.monotonic() < deadline, f"no renewal; the agent log ends:\n{agent.output()[-4000:]}"
+                time.sleep(2)
+            agent.wait_for(r"(?s)Rotated the client certificate \(request csr-.*Rotated the client certificate "
+                           r"\(request csr-", timeout=30)  # the first one, then the renewal
+            second = pair_files(cert_dir)[1]
+            assert os.readlink(cert_dir / "kubelet-client-current.pem") == str(second)
+            renewal = next(item for n, item in csrs(admin).items() if n not in before and n != first_request)
+            assert renewal["spec"]["username"] == f"system:node:{layout.node_name}"  # selfnodeclient
+            assert renewal["spec"]["signerName"] == SIGNER and approved_and_issued(renewal)
+            second_info = certificate_info(second.read_bytes())
+            assert second_info.not_before > first_info.not_before
+
+            # Past the first certificate's end, the agent works with the new one only.
+            time.sleep(max(0.0, first_info.not_after - time.time()) + 15)
+            assert agent.proc is not None and agent.proc.poll() is None
+            # Kopf takes the renewed pair at its first request after its credentials' expiration (a minute after the
+            # deadline, at most the first certificate's end): its pod watch, renewed every 5 minutes with rotation.
+            agent.wait_for(r"Re-authentication has finished", timeout=360)
+            lease_renewed_after(admin, layout.node_name, first_info.not_after)
+            admin.apply(sleeper(layout, namespace))  # its status is the agent's own client's write
+            running_container(admin, namespace)
+            assert "Unauthorized" not in agent.output()
+            assert agent.stop() == 0
+        finally:
+            if agent.proc is not None and agent.proc.poll() is None:
+                agent.stop()
