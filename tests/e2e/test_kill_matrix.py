@@ -72,11 +72,20 @@ def agent(layout: Layout, proxy: CriProxy, tmp_path: Path) -> Iterator[Restartab
     assert not crashes, "the agent crashed while syncing:\n" + "\n".join(crashes)
 
 
-def one_sandbox_one_container(layout: Layout, uid: str) -> tuple[str, str]:
-    """The pod has exactly one sandbox (ready) and one live container (running); their IDs."""
-    sandboxes = runtime_sandboxes(layout, uid)
+def one_sandbox_one_container(layout: Layout, uid: str, settle: float = 30) -> tuple[str, str]:
+    """The pod has exactly one sandbox (ready) and one live container (running); their IDs.
+
+    A container created but never started by the killed agent is removed by the sync after the one that started
+    its successor (upstream leaves it to the container GC, later still), so the runtime gets `settle` seconds to
+    drop it; nothing else may be there."""
+    deadline = time.monotonic() + settle
+    while True:
+        sandboxes = runtime_sandboxes(layout, uid)
+        live = [c for c in runtime_containers(layout, uid) if c.state.name in ("RUNNING", "CREATED")]
+        if [c.state.name for c in live] == ["RUNNING"] or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert [s.state.name for s in sandboxes] == ["READY"], sandboxes
-    live = [c for c in runtime_containers(layout, uid) if c.state.name in ("RUNNING", "CREATED")]
     assert [c.state.name for c in live] == ["RUNNING"], live
     return sandboxes[0].id, live[0].id
 
