@@ -38,7 +38,7 @@ RUNTIME_RETRY_DELAY = 5.0
 # With rotateCertificates, Kopf's watch requests end after this (client-go reflectors ask for 5-10 minutes): Kopf
 # takes a renewed client certificate at its first request after its credentials' expiration, and its pod watch is
 # otherwise one request for as long as the apiserver keeps it (30-60 minutes).
-ROTATION_WATCH_TIMEOUT = 300.0
+ROTATION_WATCH_TIMEOUT = 300  # an int: Kopf sends it as timeoutSeconds, which the apiserver parses as one
 # How long to wait before asking for a client certificate again when the last request was not answered in time
 # (upstream exits then, and its service manager starts it again).
 BOOTSTRAP_RETRY_DELAY = 10.0
