@@ -81,11 +81,11 @@ def test_help_lists_both() -> None:
 
 
 @pytest.mark.parametrize(("args", "server_timeout"), [
-    ("--kubeconfig=/k --rotate-certificates", 300.0),  # Kopf's watch renewed often enough to take a renewed pair
+    ("--kubeconfig=/k --rotate-certificates", 300),  # Kopf's watch renewed often enough to take a renewed pair
     ("--kubeconfig=/k", None),  # otherwise as the apiserver decides
 ])
 async def test_kopfs_watch_timeout_with_rotation(monkeypatch: pytest.MonkeyPatch, args: str,
-                                                 server_timeout: float | None) -> None:
+                                                 server_timeout: int | None) -> None:
     import logging
 
     import kopf
@@ -98,4 +98,6 @@ async def test_kopfs_watch_timeout_with_rotation(monkeypatch: pytest.MonkeyPatch
     settings, memo = kopf.OperatorSettings(), kopf.Memo()
     await startup.configure(settings=settings, memo=memo, logger=logging.getLogger("test"))
     assert settings.watching.server_timeout == server_timeout
+    # Kopf sends it as timeoutSeconds: "300.0" is a 400 Bad Request from the apiserver (strconv.ParseInt)
+    assert type(settings.watching.server_timeout) is type(server_timeout)
     assert memo.config.rotate_certificates is (server_timeout is not None)
