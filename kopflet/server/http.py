@@ -18,7 +18,7 @@ import email.utils
 import http
 import re
 from collections.abc import Sequence
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, unquote, unquote_to_bytes
 
 import h11
 
@@ -90,6 +90,62 @@ def split_target(target: str) -> tuple[str, dict[str, list[str]]]:
     """The decoded path and the query's parameters (repeated ones in order, blanks kept)."""
     raw_path, _, raw_query = target.partition("?")
     return unquote(raw_path), parse_qs(raw_query, keep_blank_values=True)
+
+
+# ------------------------------------------------------------------------- Go's ServeMux: the canonical path
+
+_GO_PATH_KEPT = frozenset(b"$&+,-./0123456789:;=@ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~")
+"""The bytes net/url's escape(s, encodePath) leaves as they are."""
+_GO_VALID_ENCODED = frozenset(_GO_PATH_KEPT | frozenset(b"!'()*[]%"))
+"""The bytes net/url's validEncoded accepts in a RawPath."""
+_HTML_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
+
+
+def _go_escape_path(raw: bytes) -> str:
+    """net/url's ``escape(s, encodePath)``: every other byte as %XX."""
+    return "".join(chr(b) if b in _GO_PATH_KEPT else f"%{b:02X}" for b in raw)
+
+
+def _go_clean(path: str) -> str:
+    """``path.Clean`` of a rooted path: no empty or "." segments, ".." removing the one before (none above /)."""
+    segments: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            if segments:
+                segments.pop()
+        elif segment not in ("", "."):
+            segments.append(segment)
+    return "/" + "/".join(segments)
+
+
+def canonical_location(method: str, target: str) -> str | None:
+    """Where Go's ``ServeMux`` redirects a request whose path is not canonical (``//``, ``.`` or ``..``
+    segments): the cleaned path (escaped once more, as ``url.URL.String`` does) and the query; None when the path
+    is canonical, or for CONNECT, which the mux leaves alone.
+
+    Upstream answers this 307 before its filters, so before authentication; no request with a dot segment reaches
+    a handler (``%2e%2e`` is no dot segment: that path is served as decoded, and matched by name only here).
+    """
+    if method == "CONNECT":
+        return None
+    raw_path, _, raw_query = target.partition("?")
+    # r.URL.EscapedPath(): the path as sent when that is a valid escaping of it, else net/url's own escaping
+    escaped = raw_path if all(ord(c) in _GO_VALID_ENCODED for c in raw_path) else \
+        _go_escape_path(unquote_to_bytes(raw_path))
+    cleaned = _go_clean(escaped)  # ServeMux's cleanPath: path.Clean, keeping a trailing slash
+    if escaped.endswith("/") and cleaned != "/":
+        cleaned += "/"
+    if cleaned == escaped:
+        return None
+    return _go_escape_path(cleaned.encode("ascii")) + (f"?{raw_query}" if raw_query else "")
+
+
+def redirect_body(method: str, location: str) -> tuple[str | None, str]:
+    """``http.Redirect``'s Content-Type and body: a link for GET (HEAD has the type, no body), nothing else."""
+    if method not in ("GET", "HEAD"):
+        return None, ""
+    link = f'<a href="{location.translate(_HTML_ESCAPES)}">{http.HTTPStatus(307).phrase}</a>.\n\n'
+    return "text/html; charset=utf-8", link
 
 
 class _Head:
@@ -270,12 +326,14 @@ class HttpConnection:
     def _data(self, data: bytes) -> bytes:
         return self._h11.send(h11.Data(data=data)) if data and not self._head_only else b""
 
-    async def respond(self, status: int, body: bytes | str, *, content_type: str = TEXT, close: bool = False,
+    async def respond(self, status: int, body: bytes | str, *, content_type: str | None = TEXT, close: bool = False,
                       headers: Sequence[tuple[str, str]] = ()) -> None:
         """A whole response with its Content-Length (the body left out after HEAD); ``close`` ends the connection
-        after it."""
+        after it. ``content_type`` None: no Content-Type (an empty answer, as Go's redirect of a POST)."""
         data = body.encode() if isinstance(body, str) else body
-        fields = [("Content-Type", content_type), ("Content-Length", str(len(data))), *headers]
+        fields = [("Content-Length", str(len(data))), *headers]
+        if content_type is not None:
+            fields.insert(0, ("Content-Type", content_type))
         if content_type == TEXT:
             fields.append(("X-Content-Type-Options", "nosniff"))
         await self.write(self._response(status, fields, close) + self._data(data) + self._h11.send(h11.EndOfMessage()))

@@ -34,7 +34,16 @@ from kopflet.config import configz, tls_options
 from kopflet.config.settings import AgentConfig
 from kopflet.server import auth_rules
 from kopflet.server.auth_rules import Attributes, Subject, UserInfo, is_upgrade_request, is_websocket_request
-from kopflet.server.http import MAX_LINE, TEXT, HttpConnection, HttpError, Request, replay
+from kopflet.server.http import (
+    MAX_LINE,
+    TEXT,
+    HttpConnection,
+    HttpError,
+    Request,
+    canonical_location,
+    redirect_body,
+    replay,
+)
 from kopflet.server.streaming import port_forward_ports, replayed_headers, stream_options
 
 logger = logging.getLogger(__name__)
@@ -49,6 +58,9 @@ PIPE_CHUNK = 64 * 1024
 METRICS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 JSON = "application/json"
 NOT_FOUND = "404 page not found\n"
+# InstallSystemLogHandler with enableSystemLogHandler off (getHandlerForDisabledEndpoint; http.Error adds the
+# newline): kopflet serves no node log files, so /logs/ never reads a path.
+LOGS_DISABLED = "logs endpoint is disabled.\n"
 _T = TypeVar("_T")
 
 
@@ -230,6 +242,14 @@ class Server:
     async def _handle(self, connection: _Connection, request: Request) -> bool:
         """Authenticate, authorize, route. True when the connection may serve another request."""
         keep = request.keep_alive and not self._closing
+        location = canonical_location(request.method, request.target)
+        if location is not None:
+            # Go's ServeMux redirects a path with "//", "." or ".." segments to its clean form, before the kubelet's
+            # authentication filter runs: no such path reaches a handler.
+            content_type, body = redirect_body(request.method, location)
+            await connection.respond(307, body, content_type=content_type, close=not keep,
+                                     headers=[("Location", location)])
+            return keep
         started = time.monotonic()
         try:
             user = await self.authenticator.authenticate(request.headers, connection.subject, connection.der)
@@ -264,6 +284,9 @@ class Server:
     async def _route(self, connection: _Connection, request: Request, keep: bool) -> bool:
         segments = request.path.split("/")[1:]
         head, rest = segments[0], segments[1:]
+        if head == "logs":
+            await connection.respond(405, LOGS_DISABLED, close=not keep)
+            return keep
         if "" in rest and not (head in ("pods", "runningpods") and rest == [""]):
             return await self._not_found(connection, request, keep)
         if request.path == configz.CONFIGZ_PATH:
