@@ -44,7 +44,7 @@ from kopflet.server.http import (
     redirect_body,
     replay,
 )
-from kopflet.server.streaming import port_forward_ports, replayed_headers, stream_options
+from kopflet.server.streaming import handshake_refusal, port_forward_ports, replayed_headers, stream_options
 
 logger = logging.getLogger(__name__)
 
@@ -426,9 +426,10 @@ class Server:
             logger.warning(f"Log stream of {namespace}/{pod}/{container} failed: {exc!r}")
 
     async def _streaming_params(self, connection: _Connection, request: Request, keep: bool,
-                                parse: Callable[[], _T]) -> _T | None:
-        """The parameters of an exec/attach/portForward request, or None once a 400 has been sent (bad
-        parameters, or not an upgrade request)."""
+                                parse: Callable[[], _T], *, port_forward: bool = False) -> _T | None:
+        """The parameters of an exec/attach/portForward request, or None once it has been refused: bad parameters,
+        not an upgrade request, or an upgrade the runtime's streaming server would refuse. All before the runtime
+        is asked for a session (upstream asks first, then relays the streaming server's refusal)."""
         try:
             params = parse()
         except ValueError as exc:
@@ -436,6 +437,12 @@ class Server:
             return None
         if not is_upgrade_request(request.headers):
             await connection.respond(400, "Upgrade request required", close=not keep)
+            return None
+        refusal = handshake_refusal(request.method, replayed_headers(request.headers, "", request.remote),
+                                    port_forward=port_forward)
+        if refusal is not None:
+            logger.debug(f"Refused the {request.path} handshake: {refusal.status} {refusal.message.strip()}")
+            await connection.respond(refusal.status, refusal.message, close=not keep, headers=refusal.headers)
             return None
         return params
 
@@ -461,7 +468,8 @@ class Server:
     async def _port_forward(self, connection: _Connection, request: Request, keep: bool, rest: list[str]) -> bool:
         namespace, pod, uid = rest[0], rest[1], (rest[2] if len(rest) == 3 else None)
         ports = await self._streaming_params(
-            connection, request, keep, lambda: port_forward_ports(request.query, is_websocket_request(request.headers)))
+            connection, request, keep, lambda: port_forward_ports(request.query, is_websocket_request(request.headers)),
+            port_forward=True)
         if ports is None:
             return keep
         url = await self._call(connection, request, keep, self.backend.port_forward_url, namespace, pod, uid, ports)
