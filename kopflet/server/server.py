@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from kopflet import gotext
 from kopflet.config import configz, tls_options
 from kopflet.config.settings import AgentConfig
+from kopflet.logs.cri_logs import LogOptionsError
 from kopflet.server import auth_rules
 from kopflet.server.auth_rules import Attributes, Subject, UserInfo, is_upgrade_request, is_websocket_request
 from kopflet.server.http import (
@@ -363,6 +364,8 @@ class Server:
             return None
 
     def _error(self, request: Request, exc: BaseException) -> tuple[int, str]:
+        if isinstance(exc, LogOptionsError):
+            return exc.status, str(exc)  # getContainerLogs: 400 for a query that does not decode, 422 invalid
         if isinstance(exc, LookupError):
             return 404, str(exc.args[0]) if exc.args else "not found"
         if isinstance(exc, ValueError):
