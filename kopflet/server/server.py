@@ -55,6 +55,9 @@ BACKEND_RESPONSE_TIMEOUT = 30.0
 BACKEND_ERROR_TIMEOUT = 10.0
 """How long a streaming server's error answer is relayed (upstream's 10s deadline)."""
 PIPE_CHUNK = 64 * 1024
+STREAM_IDLE_TIMEOUT = 4 * 3600.0
+"""A piped exec/attach/portForward session cut after this long without a byte passed either way, a client that
+stopped reading included (upstream's streamingConnectionIdleTimeout default, 4h)."""
 
 METRICS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 JSON = "application/json"
@@ -233,6 +236,9 @@ class Server:
                 raise
         except Exception:
             logger.exception(f"Connection from {connection.remote} failed")
+            if connection.can_respond:  # Go's server would hang up; a client still waiting gets told (no traceback)
+                with contextlib.suppress(Exception):
+                    await connection.respond(500, "500 Internal Server Error", close=True)
         finally:
             self._connections.pop(task, None)
             writer.close()
@@ -526,14 +532,28 @@ class Server:
 
 async def pipe(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter,
                backend_reader: asyncio.StreamReader, backend_writer: asyncio.StreamWriter) -> None:
-    """Copy both ways until either side ends; then both end (as upstream's proxy)."""
+    """Copy both ways until either side ends, or nothing has passed for STREAM_IDLE_TIMEOUT; then both end (as
+    upstream's proxy)."""
+    loop = asyncio.get_running_loop()
+    last = loop.time()
+
     async def copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal last
         while data := await reader.read(PIPE_CHUNK):
             writer.write(data)
-            await writer.drain()
+            await writer.drain()  # a side that stops reading stalls here: the idle watch below ends it
+            last = loop.time()
+
+    async def idle() -> None:
+        while True:  # wakes when the last activity it knows of would have gone stale
+            left = last + STREAM_IDLE_TIMEOUT - loop.time()
+            if left <= 0:
+                break
+            await asyncio.sleep(left)
+        logger.debug(f"A proxied stream was idle for {STREAM_IDLE_TIMEOUT:.0f}s: closing it")
 
     tasks = [asyncio.ensure_future(copy(client_reader, backend_writer)),
-             asyncio.ensure_future(copy(backend_reader, client_writer))]
+             asyncio.ensure_future(copy(backend_reader, client_writer)), asyncio.ensure_future(idle())]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
