@@ -230,6 +230,8 @@ class Server:
                     break
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
             logger.debug(f"Connection from {connection.remote} ended: {exc!r}")
+            if isinstance(exc, TimeoutError):  # a write the client did not read: no graceful close flushing it
+                writer.transport.abort()
         except asyncio.CancelledError:
             # close() cut it: end quietly (asyncio's stream callback would log a cancelled connection task).
             if not self._closing:
