@@ -25,6 +25,7 @@ TESTS = (
     "tests/e2e/test_kill_matrix.py",
     "tests/e2e/test_faults.py",
     "tests/e2e/test_hostile_input.py",
+    "tests/e2e/test_kubelet_api_hostile.py",
     "tests/unit/test_reconciler_properties.py",
     "tests/stack/test_stack.py",
 )

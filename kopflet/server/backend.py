@@ -1,7 +1,8 @@
 """What the kubelet API (kopflet/server/server.py) serves, taken from the running agent: its pods, the runtime,
 container logs and the CRI streaming URLs for exec, attach and port-forward.
 
-Upstream the same lives behind the kubelet's `HostInterface` (pkg/kubelet/server/server.go).
+Upstream the same lives behind the kubelet's `HostInterface` (pkg/kubelet/server/server.go). Names from the URL are
+quoted in messages as upstream's ``%q`` does: a caller's newline or NUL never lands raw in a response or a log.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from cri_client import CriClient, CriError
 from cri_client.types import ContainerState
 from kopflet.container import podstate
+from kopflet.gotext import go_quote
 from kopflet.logs import cri_logs
 from kopflet.logs import reader as agent_logs
 from kopflet.metrics import KubeletMetrics, ProbeMetrics
@@ -54,14 +56,14 @@ class AgentBackend:
             meta = body.get("metadata") or {}
             if meta.get("namespace") == namespace and meta.get("name") == name and (not uid or uid == meta.get("uid")):
                 return body
-        raise LookupError(f'pod "{name}" does not exist')
+        raise LookupError(f"pod {go_quote(name)} does not exist")
 
     def _running_container(self, pod: Mapping[str, Any], container: str) -> str:
         runtime = self.cache.pod(pod["metadata"]["uid"])
         found = next((c for c in runtime.containers if c.name == container and c.state is podstate.State.RUNNING),
                      None)
         if found is None:
-            raise LookupError(f'container not found ("{container}")')
+            raise LookupError(f"container not found ({go_quote(container)})")
         return found.id
 
     # ------------------------------------------------------------------------------------------ logs
@@ -75,14 +77,14 @@ class AgentBackend:
         names = {c.get("name") for key in ("containers", "initContainers", "ephemeralContainers")
                  for c in spec.get(key) or ()}
         if container not in names:
-            raise LookupError(f'container "{container}" not found in pod "{pod_name}"')
+            raise LookupError(f"container {go_quote(container)} not found in pod {go_quote(pod_name)}")
         container_id = cri_logs.log_container_id(pod.get("status") or {}, container, pod_name, opts.previous)
         try:
             path = (await self.cri.containers.status(container_id)).log_path
         except CriError as exc:
             raise ValueError(f'failed to get container status "{container_id}": {exc}') from None
         if not path:
-            raise ValueError(f'container "{container}" in pod "{pod_name}" has no log file')
+            raise ValueError(f"container {go_quote(container)} in pod {go_quote(pod_name)} has no log file")
 
         async def is_running() -> bool:
             try:
@@ -115,7 +117,7 @@ class AgentBackend:
         body = self._pod(namespace, pod, uid)
         sandbox = self.cache.pod(body["metadata"]["uid"]).latest_sandbox
         if sandbox is None or not sandbox.ready:
-            raise LookupError(f'pod "{pod}" has no running sandbox')
+            raise LookupError(f"pod {go_quote(pod)} has no running sandbox")
         return await self.cri.sandboxes.port_forward(sandbox.id, ports)
 
     # ------------------------------------------------------------------------------- metrics and stats

@@ -4,9 +4,10 @@ h11 is sans-I/O, so the raw connection stays ours: after an exec/attach/portForw
 untouched (SPDY/3.1 or WebSocket), as upstream's ``proxy.UpgradeAwareHandler`` does after hijacking. h11 parses
 requests and frames responses (Content-Length, chunked, HEAD, keep-alive, 101) on the client's connection, and
 parses the streaming server's answer on ours. By hand here is only what h11 leaves out, each marked where it is
-checked: a line-length limit under the 1 MiB head, obsolete line folding, HTTP versions other than 1.x, targets
-other than a path, request bodies with a Transfer-Encoding or over 1 MiB, more than 256 header lines, and the
-``Date`` header.
+checked: a line-length limit under the 1 MiB head, obsolete line folding, a request line without an HTTP version
+(answered at once, as Go's server does, rather than after the head's deadline), HTTP versions other than 1.x, targets
+other than a path or with a bad percent-escape, request bodies with a Transfer-Encoding or over 1 MiB, more than
+256 header lines, a client too slow to send its request (408), and the ``Date`` header.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import asyncio
 import dataclasses
 import email.utils
 import http
+import re
 from collections.abc import Sequence
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, unquote, unquote_to_bytes
 
 import h11
 
@@ -30,13 +32,22 @@ MAX_BODY = 1 << 20
 IDLE_TIMEOUT = 90.0
 """A kept-alive connection waits this long for its next request (upstream's ``IdleTimeout``)."""
 HEAD_TIMEOUT = 60.0
-"""Once a request has started, its head and body must arrive within this."""
+"""Once a request has started, its head and body must arrive within this, or the client gets 408.
+
+Upstream sets no ReadHeaderTimeout, so Go's ReadTimeout (4 hours) bounds a slow client there; a minute is plenty
+for a head of at most 1 MiB and a body of at most 1 MiB."""
 WRITE_TIMEOUT = 120.0
 """One response write to a client that does not read; streams (logs, upgrades) are not limited."""
 READ_SIZE = 64 * 1024
 
 TEXT = "text/plain; charset=utf-8"
 _TE_REFUSED = "request bodies with Transfer-Encoding are not supported"
+_REQUEST_LINE = re.compile(rb"[^ ]* [^ ]* HTTP/[0-9]+\.[0-9]+\r?")
+"""Go's parseRequestLine and ParseHTTPVersion: method, target and version apart by single spaces."""
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# h11's refusals that Go's server words itself (readRequest's badRequestError texts).
+_GO_TEXTS = {"Missing mandatory Host: header": "400 Bad Request: missing required Host header",
+             "Found multiple Host: headers": "400 Bad Request: too many Host headers"}
 
 
 class HttpError(Exception):
@@ -81,6 +92,62 @@ def split_target(target: str) -> tuple[str, dict[str, list[str]]]:
     return unquote(raw_path), parse_qs(raw_query, keep_blank_values=True)
 
 
+# ------------------------------------------------------------------------- Go's ServeMux: the canonical path
+
+_GO_PATH_KEPT = frozenset(b"$&+,-./0123456789:;=@ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~")
+"""The bytes net/url's escape(s, encodePath) leaves as they are."""
+_GO_VALID_ENCODED = frozenset(_GO_PATH_KEPT | frozenset(b"!'()*[]%"))
+"""The bytes net/url's validEncoded accepts in a RawPath."""
+_HTML_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
+
+
+def _go_escape_path(raw: bytes) -> str:
+    """net/url's ``escape(s, encodePath)``: every other byte as %XX."""
+    return "".join(chr(b) if b in _GO_PATH_KEPT else f"%{b:02X}" for b in raw)
+
+
+def _go_clean(path: str) -> str:
+    """``path.Clean`` of a rooted path: no empty or "." segments, ".." removing the one before (none above /)."""
+    segments: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            if segments:
+                segments.pop()
+        elif segment not in ("", "."):
+            segments.append(segment)
+    return "/" + "/".join(segments)
+
+
+def canonical_location(method: str, target: str) -> str | None:
+    """Where Go's ``ServeMux`` redirects a request whose path is not canonical (``//``, ``.`` or ``..``
+    segments): the cleaned path (escaped once more, as ``url.URL.String`` does) and the query; None when the path
+    is canonical, or for CONNECT, which the mux leaves alone.
+
+    Upstream answers this 307 before its filters, so before authentication; no request with a dot segment reaches
+    a handler (``%2e%2e`` is no dot segment: that path is served as decoded, and matched by name only here).
+    """
+    if method == "CONNECT":
+        return None
+    raw_path, _, raw_query = target.partition("?")
+    # r.URL.EscapedPath(): the path as sent when that is a valid escaping of it, else net/url's own escaping
+    escaped = raw_path if all(ord(c) in _GO_VALID_ENCODED for c in raw_path) else \
+        _go_escape_path(unquote_to_bytes(raw_path))
+    cleaned = _go_clean(escaped)  # ServeMux's cleanPath: path.Clean, keeping a trailing slash
+    if escaped.endswith("/") and cleaned != "/":
+        cleaned += "/"
+    if cleaned == escaped:
+        return None
+    return _go_escape_path(cleaned.encode("ascii")) + (f"?{raw_query}" if raw_query else "")
+
+
+def redirect_body(method: str, location: str) -> tuple[str | None, str]:
+    """``http.Redirect``'s Content-Type and body: a link for GET (HEAD has the type, no body), nothing else."""
+    if method not in ("GET", "HEAD"):
+        return None, ""
+    link = f'<a href="{location.translate(_HTML_ESCAPES)}">{http.HTTPStatus(307).phrase}</a>.\n\n'
+    return "text/html; charset=utf-8", link
+
+
 class _Head:
     """A request's head as it arrives (h11 holds the same bytes), checked for what h11 does not check.
 
@@ -105,6 +172,10 @@ class _Head:
                 break
             if newline - self._line > MAX_LINE:
                 raise self._too_large()
+            if self._line == 0 and not _REQUEST_LINE.fullmatch(self.data, 0, newline):
+                # Go answers as soon as the request line is read; h11 would wait for an empty line that an
+                # HTTP/0.9-style client ("GET /path") never sends, until the head's deadline.
+                raise HttpError(400)
             self._line = pos = newline + 1
         self._checked = end
         if end - self._line > MAX_LINE:
@@ -121,10 +192,13 @@ def _request(event: h11.Request, remote: str) -> Request:
     """Our request from h11's, refused for what Go's server or this one refuses and h11 accepts."""
     version = f"HTTP/{event.http_version.decode()}"
     if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise HttpError(505)  # Go's http1ServerSupportsRequest; h11 parses any HTTP/d.d
+        # Go's http1ServerSupportsRequest, in its words; h11 parses any HTTP/d.d
+        raise HttpError(505, "505 HTTP Version Not Supported: unsupported protocol version")
     target = event.target.decode("ascii")  # h11 let only visible ASCII through
     if not target.startswith("/"):
         raise HttpError(400)  # origin-form only (RFC 9112 3.2.1): this is no proxy; h11 takes any form
+    if _BAD_ESCAPE.search(target.partition("?")[0]):
+        raise HttpError(400)  # Go's url.ParseRequestURI: "invalid URL escape" (the query is parsed later, leniently)
     if len(event.headers) > MAX_HEADERS:
         raise HttpError(431)
     headers: dict[str, list[str]] = {}
@@ -141,7 +215,7 @@ def _request(event: h11.Request, remote: str) -> Request:
 def _refusal(exc: h11.RemoteProtocolError) -> HttpError:
     if exc.error_status_hint == 501:
         return HttpError(501, _TE_REFUSED)  # a coding h11 does not know; chunked reaches _request
-    return HttpError(exc.error_status_hint)
+    return HttpError(exc.error_status_hint, _GO_TEXTS.get(str(exc)))
 
 
 class HttpConnection:
@@ -169,14 +243,14 @@ class HttpConnection:
         self._head_only = False
         return True
 
-    async def read_request(self, *, idle_timeout: float = IDLE_TIMEOUT) -> Request | None:
+    async def read_request(self, *, idle_timeout: float | None = None) -> Request | None:
         """The next request, its body read; None when the client closed the connection (or stayed idle) between
-        requests. HttpError for a request to refuse."""
+        requests. HttpError for a request to refuse, 408 for one that did not arrive within HEAD_TIMEOUT."""
         head = _Head(self._h11.trailing_data[0])  # the start of a pipelined request, received already
         if not head.data:
             # As Go's server: IdleTimeout until the request's first bytes, then the head has its own deadline.
             try:
-                async with asyncio.timeout(idle_timeout):
+                async with asyncio.timeout(IDLE_TIMEOUT if idle_timeout is None else idle_timeout):
                     while not head.data:
                         data = await self.reader.read(READ_SIZE)
                         if not data:
@@ -185,15 +259,20 @@ class HttpConnection:
             except TimeoutError:
                 return None
             self._h11.receive_data(bytes(head.data))
-        async with asyncio.timeout(HEAD_TIMEOUT):
-            event = await self._read_head(head)
-            self._head_only = event.method == b"HEAD"
-            request = _request(event, self.remote)
-            length = int(request.header("content-length") or 0)
-            if length and self._h11.they_are_waiting_for_100_continue:
-                request.unread_body = length  # answered without "100 Continue", so the client does not send it
-            else:
-                request.body = await self._read_body()
+        try:
+            async with asyncio.timeout(HEAD_TIMEOUT):
+                event = await self._read_head(head)
+                self._head_only = event.method == b"HEAD"
+                request = _request(event, self.remote)
+                length = int(request.header("content-length") or 0)
+                if length and self._h11.they_are_waiting_for_100_continue:
+                    request.unread_body = length  # answered without "100 Continue": the client does not send it
+                else:
+                    request.body = await self._read_body()
+        except TimeoutError:
+            # A slow-loris head or a body shorter than its Content-Length. Go's server hangs up without a word
+            # (after 4 hours upstream); RFC 9110 15.5.9's 408 tells the client why.
+            raise HttpError(408) from None
         return request
 
     async def _read_head(self, head: _Head) -> h11.Request:
@@ -247,12 +326,14 @@ class HttpConnection:
     def _data(self, data: bytes) -> bytes:
         return self._h11.send(h11.Data(data=data)) if data and not self._head_only else b""
 
-    async def respond(self, status: int, body: bytes | str, *, content_type: str = TEXT, close: bool = False,
+    async def respond(self, status: int, body: bytes | str, *, content_type: str | None = TEXT, close: bool = False,
                       headers: Sequence[tuple[str, str]] = ()) -> None:
         """A whole response with its Content-Length (the body left out after HEAD); ``close`` ends the connection
-        after it."""
+        after it. ``content_type`` None: no Content-Type (an empty answer, as Go's redirect of a POST)."""
         data = body.encode() if isinstance(body, str) else body
-        fields = [("Content-Type", content_type), ("Content-Length", str(len(data))), *headers]
+        fields = [("Content-Length", str(len(data))), *headers]
+        if content_type is not None:
+            fields.insert(0, ("Content-Type", content_type))
         if content_type == TEXT:
             fields.append(("X-Content-Type-Options", "nosniff"))
         await self.write(self._response(status, fields, close) + self._data(data) + self._h11.send(h11.EndOfMessage()))

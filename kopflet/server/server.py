@@ -32,10 +32,20 @@ from urllib.parse import urlsplit
 from kopflet import gotext
 from kopflet.config import configz, tls_options
 from kopflet.config.settings import AgentConfig
+from kopflet.logs.cri_logs import LogOptionsError
 from kopflet.server import auth_rules
 from kopflet.server.auth_rules import Attributes, Subject, UserInfo, is_upgrade_request, is_websocket_request
-from kopflet.server.http import MAX_LINE, TEXT, HttpConnection, HttpError, Request, replay
-from kopflet.server.streaming import port_forward_ports, replayed_headers, stream_options
+from kopflet.server.http import (
+    MAX_LINE,
+    TEXT,
+    HttpConnection,
+    HttpError,
+    Request,
+    canonical_location,
+    redirect_body,
+    replay,
+)
+from kopflet.server.streaming import handshake_refusal, port_forward_ports, replayed_headers, stream_options
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +55,16 @@ BACKEND_RESPONSE_TIMEOUT = 30.0
 BACKEND_ERROR_TIMEOUT = 10.0
 """How long a streaming server's error answer is relayed (upstream's 10s deadline)."""
 PIPE_CHUNK = 64 * 1024
+STREAM_IDLE_TIMEOUT = 4 * 3600.0
+"""A piped exec/attach/portForward session cut after this long without a byte passed either way, a client that
+stopped reading included (upstream's streamingConnectionIdleTimeout default, 4h)."""
 
 METRICS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 JSON = "application/json"
 NOT_FOUND = "404 page not found\n"
+# InstallSystemLogHandler with enableSystemLogHandler off (getHandlerForDisabledEndpoint; http.Error adds the
+# newline): kopflet serves no node log files, so /logs/ never reads a path.
+LOGS_DISABLED = "logs endpoint is disabled.\n"
 _T = TypeVar("_T")
 
 
@@ -214,12 +230,17 @@ class Server:
                     break
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
             logger.debug(f"Connection from {connection.remote} ended: {exc!r}")
+            if isinstance(exc, TimeoutError):  # a write the client did not read: no graceful close flushing it
+                writer.transport.abort()
         except asyncio.CancelledError:
             # close() cut it: end quietly (asyncio's stream callback would log a cancelled connection task).
             if not self._closing:
                 raise
         except Exception:
             logger.exception(f"Connection from {connection.remote} failed")
+            if connection.can_respond:  # Go's server would hang up; a client still waiting gets told (no traceback)
+                with contextlib.suppress(Exception):
+                    await connection.respond(500, "500 Internal Server Error", close=True)
         finally:
             self._connections.pop(task, None)
             writer.close()
@@ -230,6 +251,14 @@ class Server:
     async def _handle(self, connection: _Connection, request: Request) -> bool:
         """Authenticate, authorize, route. True when the connection may serve another request."""
         keep = request.keep_alive and not self._closing
+        location = canonical_location(request.method, request.target)
+        if location is not None:
+            # Go's ServeMux redirects a path with "//", "." or ".." segments to its clean form, before the kubelet's
+            # authentication filter runs: no such path reaches a handler.
+            content_type, body = redirect_body(request.method, location)
+            await connection.respond(307, body, content_type=content_type, close=not keep,
+                                     headers=[("Location", location)])
+            return keep
         started = time.monotonic()
         try:
             user = await self.authenticator.authenticate(request.headers, connection.subject, connection.der)
@@ -264,6 +293,9 @@ class Server:
     async def _route(self, connection: _Connection, request: Request, keep: bool) -> bool:
         segments = request.path.split("/")[1:]
         head, rest = segments[0], segments[1:]
+        if head == "logs":
+            await connection.respond(405, LOGS_DISABLED, close=not keep)
+            return keep
         if "" in rest and not (head in ("pods", "runningpods") and rest == [""]):
             return await self._not_found(connection, request, keep)
         if request.path == configz.CONFIGZ_PATH:
@@ -340,6 +372,8 @@ class Server:
             return None
 
     def _error(self, request: Request, exc: BaseException) -> tuple[int, str]:
+        if isinstance(exc, LogOptionsError):
+            return exc.status, str(exc)  # getContainerLogs: 400 for a query that does not decode, 422 invalid
         if isinstance(exc, LookupError):
             return 404, str(exc.args[0]) if exc.args else "not found"
         if isinstance(exc, ValueError):
@@ -403,9 +437,10 @@ class Server:
             logger.warning(f"Log stream of {namespace}/{pod}/{container} failed: {exc!r}")
 
     async def _streaming_params(self, connection: _Connection, request: Request, keep: bool,
-                                parse: Callable[[], _T]) -> _T | None:
-        """The parameters of an exec/attach/portForward request, or None once a 400 has been sent (bad
-        parameters, or not an upgrade request)."""
+                                parse: Callable[[], _T], *, port_forward: bool = False) -> _T | None:
+        """The parameters of an exec/attach/portForward request, or None once it has been refused: bad parameters,
+        not an upgrade request, or an upgrade the runtime's streaming server would refuse. All before the runtime
+        is asked for a session (upstream asks first, then relays the streaming server's refusal)."""
         try:
             params = parse()
         except ValueError as exc:
@@ -413,6 +448,12 @@ class Server:
             return None
         if not is_upgrade_request(request.headers):
             await connection.respond(400, "Upgrade request required", close=not keep)
+            return None
+        refusal = handshake_refusal(request.method, replayed_headers(request.headers, "", request.remote),
+                                    port_forward=port_forward)
+        if refusal is not None:
+            logger.debug(f"Refused the {request.path} handshake: {refusal.status} {refusal.message.strip()}")
+            await connection.respond(refusal.status, refusal.message, close=not keep, headers=refusal.headers)
             return None
         return params
 
@@ -438,7 +479,8 @@ class Server:
     async def _port_forward(self, connection: _Connection, request: Request, keep: bool, rest: list[str]) -> bool:
         namespace, pod, uid = rest[0], rest[1], (rest[2] if len(rest) == 3 else None)
         ports = await self._streaming_params(
-            connection, request, keep, lambda: port_forward_ports(request.query, is_websocket_request(request.headers)))
+            connection, request, keep, lambda: port_forward_ports(request.query, is_websocket_request(request.headers)),
+            port_forward=True)
         if ports is None:
             return keep
         url = await self._call(connection, request, keep, self.backend.port_forward_url, namespace, pod, uid, ports)
@@ -492,14 +534,28 @@ class Server:
 
 async def pipe(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter,
                backend_reader: asyncio.StreamReader, backend_writer: asyncio.StreamWriter) -> None:
-    """Copy both ways until either side ends; then both end (as upstream's proxy)."""
+    """Copy both ways until either side ends, or nothing has passed for STREAM_IDLE_TIMEOUT; then both end (as
+    upstream's proxy)."""
+    loop = asyncio.get_running_loop()
+    last = loop.time()
+
     async def copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal last
         while data := await reader.read(PIPE_CHUNK):
             writer.write(data)
-            await writer.drain()
+            await writer.drain()  # a side that stops reading stalls here: the idle watch below ends it
+            last = loop.time()
+
+    async def idle() -> None:
+        while True:  # wakes when the last activity it knows of would have gone stale
+            left = last + STREAM_IDLE_TIMEOUT - loop.time()
+            if left <= 0:
+                break
+            await asyncio.sleep(left)
+        logger.debug(f"A proxied stream was idle for {STREAM_IDLE_TIMEOUT:.0f}s: closing it")
 
     tasks = [asyncio.ensure_future(copy(client_reader, backend_writer)),
-             asyncio.ensure_future(copy(backend_reader, client_writer))]
+             asyncio.ensure_future(copy(backend_reader, client_writer)), asyncio.ensure_future(idle())]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:

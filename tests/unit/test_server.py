@@ -462,9 +462,11 @@ async def test_stats_summary(h: Harness) -> None:
     assert response.text == '{"node":{"nodeName":"node-1"},"pods":[]}'
 
 
+# A path with an empty segment ("/exec/ns//c", "/pods//") is redirected to its clean form first, as Go's ServeMux
+# does: tests/unit/test_server_hostile.py.
 @pytest.mark.parametrize("path", ["/", "/nope", "/stats", "/stats/container", "/exec/ns/p", "/exec/ns/p/u/c/x",
-                                  "/exec/ns//c", "/containerLogs/ns/p", "/portForward/ns", "/healthz/other",
-                                  "/pods/x", "/pods//"])
+                                  "/exec/ns/p/", "/containerLogs/ns/p", "/portForward/ns", "/healthz/other",
+                                  "/pods/x"])
 async def test_unknown_paths_are_404(h: Harness, path: str) -> None:
     response = await call(h, "GET", path)
     assert (response.status, response.text) == (404, "404 page not found\n")
@@ -680,17 +682,23 @@ async def test_logs_for_an_http_1_0_client_end_with_the_connection(h: Harness) -
     assert (response.status, response.header("transfer-encoding"), response.body) == (200, None, b"line 1\n")
 
 
-@pytest.mark.parametrize(("target", "headers", "ports"), [
-    ("/portForward/ns/p?port=80", SPDY, []),  # SPDY names its ports in stream headers, later
-    ("/portForward/ns/p/u-1", SPDY, []),
-    ("/portForward/ns/p?port=80,81&port=82", {"Connection": "Upgrade", "Upgrade": "websocket"}, [80, 81, 82]),
+PORT_FORWARD_SPDY = {**SPDY, "X-Stream-Protocol-Version": "portforward.k8s.io"}
+WEBSOCKET = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+             "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+
+
+@pytest.mark.parametrize(("method", "target", "headers", "ports"), [
+    ("POST", "/portForward/ns/p?port=80", PORT_FORWARD_SPDY, []),  # SPDY names its ports in stream headers, later
+    ("POST", "/portForward/ns/p/u-1", PORT_FORWARD_SPDY, []),
+    ("GET", "/portForward/ns/p?port=80,81&port=82", WEBSOCKET, [80, 81, 82]),
 ])
-async def test_port_forward_ports(h: Harness, target: str, headers: dict[str, str], ports: list[int]) -> None:
+async def test_port_forward_ports(h: Harness, method: str, target: str, headers: dict[str, str],
+                                  ports: list[int]) -> None:
     async with StreamingServer() as streaming:
         h.backend.stream_url = streaming.url
         reader, writer = await connect(h)
         try:
-            writer.write(request_bytes("POST", target, headers))
+            writer.write(request_bytes(method, target, headers))
             assert (await read_head(reader))[0] == 101
         finally:
             writer.close()
