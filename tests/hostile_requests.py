@@ -15,6 +15,7 @@ Blocking (sockets): the async unit test runs it in a thread.
 from __future__ import annotations
 
 import dataclasses
+import select
 import socket
 import ssl
 import time
@@ -413,3 +414,21 @@ def run(case: Case, port: int, context: ssl.SSLContext) -> Answer:
             after = read_answer(sock)
             assert (after.status, after.text) == (200, "ok"), (case.id, after.status, after.text)
     return answer
+
+
+def slow_loris(port: int, context: ssl.SSLContext, data: bytes, pause: float,
+               answer_timeout: float = 30.0) -> tuple[Answer, float]:
+    """Send ``data`` a byte at a time, ``pause`` apart, until the server answers; the answer and when it came (after
+    it the server must have closed the connection)."""
+    started = time.monotonic()
+    with connect(port, context) as sock:
+        for byte in data:
+            try:
+                sock.sendall(bytes([byte]))
+            except (ConnectionError, ssl.SSLError):
+                break
+            if sock.pending() or select.select([sock], [], [], pause)[0]:
+                break  # the server answered
+        answer = read_answer(sock, timeout=answer_timeout)
+        assert is_closed(sock)
+        return answer, time.monotonic() - started

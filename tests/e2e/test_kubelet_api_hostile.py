@@ -11,7 +11,6 @@ tests/unit/test_server_hostile.py runs the same corpus against the server in-pro
 
 from __future__ import annotations
 
-import select
 import socket
 import ssl
 import time
@@ -63,19 +62,8 @@ def test_hostile_request(running_agent: Agent, context: ssl.SSLContext, case: ho
 # ------------------------------------------------------------------------------------------------ slow clients
 
 def slow_loris(context: ssl.SSLContext, data: bytes, pause: float) -> tuple[hostile.Answer, float]:
-    """Send ``data`` a byte at a time, ``pause`` apart, until the agent answers; the answer and when it came."""
-    started = time.monotonic()
-    with hostile.connect(PORT, context) as sock:
-        for byte in data:
-            try:
-                sock.sendall(bytes([byte]))
-            except (ConnectionError, ssl.SSLError):
-                break
-            if sock.pending() or select.select([sock], [], [], pause)[0]:
-                break
-        answer = hostile.read_answer(sock, timeout=kubelet_http.HEAD_TIMEOUT + 30)
-        assert hostile.is_closed(sock)
-        return answer, time.monotonic() - started
+    """`hostile.slow_loris` against the agent, waiting out its head timeout."""
+    return hostile.slow_loris(PORT, context, data, pause, answer_timeout=kubelet_http.HEAD_TIMEOUT + 30)
 
 
 def slow_body(context: ssl.SSLContext) -> tuple[hostile.Answer, float]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import select
 import socket
 import ssl
 import time
@@ -155,28 +154,13 @@ async def test_a_good_upgrade_still_reaches_the_streaming_server(h: Harness, mon
 
 # ------------------------------------------------------------------------------------------------ slow clients
 
-def slow_loris(port: int, context: ssl.SSLContext, data: bytes, pause: float) -> tuple[hostile.Answer, float]:
-    """Send ``data`` a byte at a time, ``pause`` apart, until the server answers; the answer and when it came."""
-    started = time.monotonic()
-    with hostile.connect(port, context) as sock:
-        for byte in data:
-            try:
-                sock.sendall(bytes([byte]))
-            except (ConnectionError, ssl.SSLError):
-                break
-            if sock.pending() or select.select([sock], [], [], pause)[0]:
-                break  # the server answered
-        answer = hostile.read_answer(sock, timeout=30)
-        assert hostile.is_closed(sock)
-        return answer, time.monotonic() - started
-
 
 async def test_slow_loris_gets_408_while_others_are_served(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     """Twenty clients send their heads a byte a second; the server times each out (408) and serves everyone else
     meanwhile (upstream sets no ReadHeaderTimeout: its 4h ReadTimeout would hold them)."""
     monkeypatch.setattr(kubelet_http, "HEAD_TIMEOUT", 3.0)
     head = hostile.request("/healthz", "X-Slow: " + "s" * 50)
-    slow = [asyncio.ensure_future(in_thread(slow_loris, h.port, h.context, head, 1.0)) for _ in range(20)]
+    slow = [asyncio.ensure_future(in_thread(hostile.slow_loris, h.port, h.context, head, 1.0)) for _ in range(20)]
     await asyncio.sleep(0.5)
     for _ in range(5):
         started = time.monotonic()
