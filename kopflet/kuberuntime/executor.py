@@ -196,6 +196,10 @@ class PodSyncer:
         name = helpers.pod_cgroup_parent(pod)
         target = self.pod_cgroup_config(pod)
         current = await asyncio.to_thread(self.cgroups.read, name)
+        if current is None:  # upstream GetPodCgroupConfig failed: nothing is changed, the next sync tries again
+            result.resize_error = f'unable to get pod cgroup memory config for pod "{pod.full_name}"'
+            logger.warning(f"{pod.namespace}/{pod.name}: resize failed: {result.resize_error}")
+            return
         try:
             await self._check_memory_decreases(pod, name, target, current, actions)
             memory_done = {update.name for update in actions.memory_updates}
@@ -217,10 +221,10 @@ class PodSyncer:
         await asyncio.to_thread(self.allocations.set_actuated_pod_level, pod.uid, policy.pod_level(pod))
 
     async def _check_memory_decreases(self, pod: spec.Pod, cgroup: str, target: helpers.ResourceConfig,
-                                      current: helpers.ResourceConfig | None, actions: resize.ResizeActions) -> None:
+                                      current: helpers.ResourceConfig, actions: resize.ResizeActions) -> None:
         """Upstream validateMemoryResizeAction: a memory limit set or lowered must stay above what is in use."""
         errors: list[str] = []
-        if target.memory and (current is None or not current.memory or current.memory < 0
+        if target.memory and (not current.memory or current.memory < 0
                               or target.memory < current.memory):
             usage = await asyncio.to_thread(self.cgroups.memory_usage, cgroup)
             if usage is None:

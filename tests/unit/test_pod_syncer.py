@@ -259,3 +259,23 @@ def test_containers_get_the_sandboxs_user_namespace() -> None:
                                                  layout=Layout("/nonexistent"))
     assert _sandbox_user_namespace(config) == cri.UserNamespace(mode=cri.NamespaceMode.NODE)
     assert _sandbox_user_namespace(cri.PodSandboxConfig(metadata=cri.PodSandboxMetadata(name="p"))) is None
+
+
+class UnreadableCgroups:
+    def read(self, name: str) -> None:
+        return None  # the pod cgroup cannot be read (gone, or an unreadable file)
+
+
+async def test_a_resize_with_an_unreadable_pod_cgroup_fails_and_changes_nothing() -> None:
+    """Upstream doPodResizeAction: GetPodCgroupConfig failing is "unable to get pod cgroup memory config for pod
+    <format.Pod>", before any write; the next sync tries again."""
+    from kopflet.kuberuntime import resize
+    from kopflet.kuberuntime.executor import SyncResult
+
+    syncer, cri_fake, _ = make_syncer({})
+    syncer.cgroups = UnreadableCgroups()  # type: ignore[assignment]
+    syncer.pod_cgroup_config = lambda pod: None  # type: ignore[method-assign,assignment,return-value]
+    result = SyncResult()
+    await syncer.resize(make_pod(), runtime("app"), resize.ResizeActions(), result)
+    assert result.resize_error == 'unable to get pod cgroup memory config for pod "p_ns(u)"'
+    assert cri_fake.containers.log == [] and cri_fake.containers.calls == []
