@@ -246,14 +246,19 @@ class Sandboxes(_Facade):
         return [convert.sandbox_from_pb(item) for item in response.items]
 
     async def stats(self, pod_sandbox_id: str) -> types.PodSandboxStats:
-        """Resource usage of one sandbox (pod cgroup, network, processes, containers); NOT_FOUND when absent."""
+        """Resource usage of one sandbox (pod cgroup, network, processes, containers); NOT_FOUND when absent.
+
+        Beware containerd before 1.6.22: answering this writes its sandbox map under a read lock, and a request
+        reading the map at the same moment kills containerd ("concurrent map read and map write"). The agent reads
+        pod cgroups instead (`kopflet.stats.cgroup_stats`)."""
         response = await self._runtime("PodSandboxStats", pb.PodSandboxStatsRequest(pod_sandbox_id=pod_sandbox_id))
         return convert.sandbox_stats_from_pb(response.stats)
 
     async def list_stats(
         self, filter: types.PodSandboxStatsFilter | None = None
     ) -> builtins.list[types.PodSandboxStats]:
-        """Resource usage of all sandboxes, optionally filtered by ID or labels."""
+        """Resource usage of all sandboxes, optionally filtered by ID or labels (containerd before 1.6.22: see
+        `stats`)."""
         request = pb.ListPodSandboxStatsRequest()
         if filter is not None:
             request.filter.CopyFrom(convert.sandbox_stats_filter_to_pb(filter))
