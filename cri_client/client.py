@@ -265,6 +265,19 @@ class Sandboxes(_Facade):
         response = await self._runtime("ListPodSandboxStats", request)
         return [convert.sandbox_stats_from_pb(item) for item in response.stats]
 
+    async def update_resources(self, pod_sandbox_id: str, resources: types.LinuxContainerResources | None,
+                               overhead: types.LinuxContainerResources | None = None) -> None:
+        """Tell the runtime a sandbox's new pod resources after an in-place resize (upstream
+        UpdatePodSandboxResources): `resources` the containers' sum without overhead, `overhead` the pod's
+        spec.overhead; None leaves a field unset. Runtimes may not implement it (UNIMPLEMENTED, or containerd 2.2's
+        UNKNOWN "not implemented yet"); the caller decides whether that matters."""
+        request = pb.UpdatePodSandboxResourcesRequest(pod_sandbox_id=pod_sandbox_id)
+        if resources is not None:
+            request.resources.CopyFrom(convert.linux_resources_to_pb(resources))
+        if overhead is not None:
+            request.overhead.CopyFrom(convert.linux_resources_to_pb(overhead))
+        await self._runtime("UpdatePodSandboxResources", request)
+
     async def port_forward(self, pod_sandbox_id: str, ports: Sequence[int] = ()) -> str:
         """Prepare a port-forward into a sandbox's network namespace; return the streaming URL."""
         request = pb.PortForwardRequest(pod_sandbox_id=pod_sandbox_id, port=list(ports))

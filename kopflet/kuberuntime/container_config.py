@@ -171,6 +171,26 @@ def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capa
     )
 
 
+def calculate_linux_resources(cpu_request: qos.Quantity | None, cpu_limit: qos.Quantity | None,
+                              memory_limit: qos.Quantity | None, *, cpu_cfs_quota: bool = True,
+                              disable_cpu_quota: bool = False,
+                              memory_oom_group: bool = False) -> cri.LinuxContainerResources:
+    """cgroup settings from bare cpu and memory quantities, not from a container (upstream
+    `calculateLinuxResources`, which the pod's overhead goes through): shares from the request, or from the limit
+    when only that is given; a memory limit only when non-zero; period and quota with CFS quota on (-1 when
+    `disable_cpu_quota`)."""
+    shares_from = cpu_limit if cpu_request is None and cpu_limit is not None else cpu_request
+    memory = qos.value(memory_limit) if memory_limit is not None else 0
+    period = quota = 0
+    if cpu_cfs_quota:
+        period = helpers.QUOTA_PERIOD
+        quota = -1 if disable_cpu_quota else helpers.milli_cpu_to_quota(qos.milli_cpu(cpu_limit), period)
+    return cri.LinuxContainerResources(
+        cpu_shares=helpers.milli_cpu_to_shares(qos.milli_cpu(shares_from)),
+        cpu_period=period, cpu_quota=quota, memory_limit_in_bytes=memory,
+        unified={"memory.oom.group": "1"} if memory_oom_group else {})
+
+
 # ------------------------------------------------------------------------------------------- security
 
 # pkg/securitycontext/util.go `defaultMaskedPaths` (without the per-CPU thermal_throttle directories, which depend

@@ -192,7 +192,8 @@ class PodSyncer:
                      result: SyncResult) -> None:
         """Upstream doPodResizeAction: check memory decreases against usage first (nothing changes if one would go
         below it), then per resource (memory, then cpu) the pod cgroup before the containers when it grows and
-        after them when it shrinks, each container with one UpdateContainerResources; stop at the first error."""
+        after them when it shrinks, each container with one UpdateContainerResources; stop at the first error.
+        Before each pod cgroup write the runtime gets the pod's new resources (UpdatePodSandboxResources)."""
         name = helpers.pod_cgroup_parent(pod)
         target = self.pod_cgroup_config(pod)
         current = await asyncio.to_thread(self.cgroups.read, name)
@@ -200,6 +201,33 @@ class PodSyncer:
             result.resize_error = f'unable to get pod cgroup memory config for pod "{pod.full_name}"'
             logger.warning(f"{pod.namespace}/{pod.name}: resize failed: {result.resize_error}")
             return
+        sandbox = runtime.latest_sandbox
+        sandbox_id = sandbox.id if sandbox is not None else ""  # upstream podActions.SandboxID
+        # The pod's resources as they stand, updated after each pod cgroup write (upstream currentPodResources:
+        # ResourceConfigForPod merged with the cgroup's memory and cpu settings).
+        pod_resources = resize.merge_resource_config(target, current)
+
+        async def set_pod_cgroup(resource_name: str, change: helpers.ResourceConfig) -> None:
+            """Upstream setPodCgroupConfig: the runtime is told first (its refusal rejects the resize), then the
+            pod cgroup is written; a failed write tells the runtime the previous resources again."""
+            nonlocal pod_resources
+            merged = resize.merge_resource_config(pod_resources, change)
+            try:
+                await self._update_sandbox_resources(pod, sandbox_id, merged)
+            except _ResizeError as exc:
+                raise _ResizeError(f"failed to notify runtime for UpdatePodSandboxResources "
+                                   f"(resource={resource_name}); resize rejected: {exc}") from exc
+            try:
+                await asyncio.to_thread(self.cgroups.apply, name, change)
+            except (CgroupError, OSError):
+                try:
+                    await self._update_sandbox_resources(pod, sandbox_id, pod_resources)
+                except _ResizeError as exc:
+                    logger.error(f"{pod.namespace}/{pod.name}: failed to notify runtime to rollback "
+                                 f"UpdatePodSandboxResources (resource={resource_name}): {exc}")
+                raise
+            pod_resources = merged
+
         try:
             await self._check_memory_decreases(pod, name, target, current, actions)
             memory_done = {update.name for update in actions.memory_updates}
@@ -208,17 +236,33 @@ class PodSyncer:
                 # (cgroup v1 refuses a child quota above its parent's): upstream doPodResizeAction.
                 growing, shrinking = _pod_cgroup_changes(resource_name, target, current)
                 if growing:
-                    await asyncio.to_thread(self.cgroups.apply, name, growing)
+                    await set_pod_cgroup(resource_name, growing)
                 for update in updates:
                     await self._update_container(
                         pod, update, result, other_done=resource_name == resize.CPU and update.name in memory_done)
                 if shrinking:
-                    await asyncio.to_thread(self.cgroups.apply, name, shrinking)
+                    await set_pod_cgroup(resource_name, shrinking)
         except (CgroupError, CriError, _ResizeError, OSError) as exc:
             result.resize_error = exc.go_text if isinstance(exc, CriError) else str(exc)
             logger.warning(f"{pod.namespace}/{pod.name}: resize failed: {result.resize_error}")
             return
         await asyncio.to_thread(self.allocations.set_actuated_pod_level, pod.uid, policy.pod_level(pod))
+
+    async def _update_sandbox_resources(self, pod: spec.Pod, sandbox_id: str,
+                                        pod_resources: helpers.ResourceConfig) -> None:
+        """UpdatePodSandboxResources with the pod's resources (upstream updatePodSandboxResources). Best effort where
+        the runtime lacks the call: UNIMPLEMENTED, or containerd 2.2's UNKNOWN "not implemented yet"; any other
+        error is a _ResizeError."""
+        overhead, resources = resize.sandbox_resources(pod, pod_resources)
+        try:
+            await self.cri.sandboxes.update_resources(sandbox_id, resources, overhead)
+        except CriError as exc:
+            if exc.unimplemented or (exc.code == "UNKNOWN" and "not implemented" in exc.details):
+                logger.debug(f"{pod.namespace}/{pod.name}: UpdatePodSandboxResources is not implemented by the "
+                             f"runtime; this call is best-effort: proceeding with resize")
+                return
+            # "sanboxID": upstream's spelling.
+            raise _ResizeError(f'updatePodSandboxResources failed for sanboxID "{sandbox_id}": {exc.go_text}') from exc
 
     async def _check_memory_decreases(self, pod: spec.Pod, cgroup: str, target: helpers.ResourceConfig,
                                       current: helpers.ResourceConfig, actions: resize.ResizeActions) -> None:
@@ -729,7 +773,8 @@ def _path_error(op: str, exc: OSError) -> str:
 
 
 class _ResizeError(Exception):
-    """A resize refused before anything changed (upstream validatePodResizeAction)."""
+    """A resize refused before anything changed (upstream validatePodResizeAction), or refused by the runtime
+    (UpdatePodSandboxResources) before a pod cgroup write."""
 
 
 def _pod_cgroup_changes(resource_name: str, target: helpers.ResourceConfig, current: helpers.ResourceConfig | None

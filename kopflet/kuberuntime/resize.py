@@ -16,11 +16,13 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from cri_client import types as cri
 from kopflet.allocation import policy
 from kopflet.api import qos, spec
 from kopflet.cm import helpers
 from kopflet.container import podstate
 from kopflet.container.podstate import State
+from kopflet.kuberuntime import container_config
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -344,3 +346,76 @@ def pod_status_resources(pod: spec.Pod, *, running: bool, cgroup: Any,
 def container_config_shares(milli: int) -> int:
     """The shares the allocated cpu request gives (upstream MilliCPUToShares)."""
     return helpers.milli_cpu_to_shares(milli)
+
+
+# ------------------------------------------------------------------------------ UpdatePodSandboxResources
+# What a resize tells the runtime about the whole pod, before each pod cgroup write (upstream doPodResizeAction's
+# setPodCgroupConfig), so that runtimes sizing a VM or a sandbox-level cgroup follow the pod.
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _overhead(pod: spec.Pod) -> Mapping[str, Any] | None:
+    overhead = pod.spec.raw.get("overhead")
+    return overhead if isinstance(overhead, Mapping) else None
+
+
+def merge_resource_config(source: helpers.ResourceConfig, update: helpers.ResourceConfig) -> helpers.ResourceConfig:
+    """`source` with every value `update` sets (upstream `mergeResourceConfig`): the pod's resources as they stand
+    after one cgroup write. Hugepage limits and unified files merge key by key."""
+    fields = ("memory", "cpu_shares", "cpu_quota", "cpu_period", "pids_limit")
+    changes: dict[str, Any] = {name: getattr(update, name) for name in fields if getattr(update, name) is not None}
+    return dataclasses.replace(source, **changes,
+                               hugepage_limits={**source.hugepage_limits, **update.hugepage_limits},
+                               unified={**source.unified, **update.unified})
+
+
+def subtract_overhead(config: helpers.ResourceConfig, pod: spec.Pod) -> helpers.ResourceConfig:
+    """The pod's resources without its spec.overhead (upstream `subtractOverheadFromResourceConfig`): the runtime
+    is told the overhead apart. cpu overhead comes off the quota (when a period is set) and off the shares (through
+    milliCPU, so the shares floor of 2 holds); memory overhead comes off the limit when it is a whole number."""
+    overhead = _overhead(pod)
+    if overhead is None:
+        return config
+    changes: dict[str, int] = {}
+    if CPU in overhead:
+        milli = qos.milli_value(overhead[CPU])
+        if config.cpu_period is not None and config.cpu_quota is not None:
+            changes["cpu_quota"] = config.cpu_quota - helpers.milli_cpu_to_quota(milli, config.cpu_period)
+        if config.cpu_shares is not None:
+            changes["cpu_shares"] = helpers.milli_cpu_to_shares(helpers.shares_to_milli_cpu(config.cpu_shares) - milli)
+    if MEMORY in overhead and config.memory is not None:
+        amount = qos.parse_quantity(overhead[MEMORY])
+        if amount.denominator == 1 and _INT64_MIN <= amount <= _INT64_MAX:  # Quantity.AsInt64 succeeds
+            changes["memory"] = config.memory - int(amount)
+    return dataclasses.replace(config, **changes)
+
+
+def resource_config_to_linux(config: helpers.ResourceConfig) -> cri.LinuxContainerResources:
+    """A cgroup's settings as CRI LinuxContainerResources (upstream `convertResourceConfigToLinuxContainerResources`):
+    cpu period, quota and shares, memory limit and unified files; unset values stay 0, hugepages and pids are not
+    sent."""
+    return cri.LinuxContainerResources(
+        cpu_period=config.cpu_period or 0, cpu_quota=config.cpu_quota or 0, cpu_shares=config.cpu_shares or 0,
+        memory_limit_in_bytes=config.memory or 0, unified=dict(config.unified))
+
+
+def overhead_linux_resources(pod: spec.Pod, *, cpu_cfs_quota: bool = True,
+                             memory_oom_group: bool = False) -> cri.LinuxContainerResources:
+    """The pod's spec.overhead as CRI resources (upstream `convertOverheadToLinuxResources`): treated as Guaranteed,
+    request = limit; all zero for a pod without overhead."""
+    overhead = _overhead(pod)
+    if overhead is None:
+        return cri.LinuxContainerResources()
+    cpu = overhead.get(CPU, 0)
+    return container_config.calculate_linux_resources(cpu, cpu, overhead.get(MEMORY, 0), cpu_cfs_quota=cpu_cfs_quota,
+                                                      memory_oom_group=memory_oom_group)
+
+
+def sandbox_resources(pod: spec.Pod, config: helpers.ResourceConfig, *, cpu_cfs_quota: bool = True,
+                      memory_oom_group: bool = False
+                      ) -> tuple[cri.LinuxContainerResources, cri.LinuxContainerResources]:
+    """(overhead, resources) of UpdatePodSandboxResources for the pod cgroup settings `config` (upstream
+    `generateUpdatePodSandboxResourcesRequest`): the runtime gets the overhead and the rest apart."""
+    return (overhead_linux_resources(pod, cpu_cfs_quota=cpu_cfs_quota, memory_oom_group=memory_oom_group),
+            resource_config_to_linux(subtract_overhead(config, pod)))

@@ -120,6 +120,16 @@ class _Runtime(pb_grpc.RuntimeServiceServicer):
         self.reopened.append(request.container_id)
         return pb.ReopenContainerLogResponse()
 
+    sandbox_updates: ClassVar[list[pb.UpdatePodSandboxResourcesRequest]] = []
+
+    async def UpdatePodSandboxResources(
+        self, request: pb.UpdatePodSandboxResourcesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdatePodSandboxResourcesResponse:
+        if request.pod_sandbox_id == "containerd-2.2":
+            await context.abort(grpc.StatusCode.UNKNOWN, "not implemented yet")
+        self.sandbox_updates.append(request)
+        return pb.UpdatePodSandboxResourcesResponse()
+
 
 @pytest.fixture
 async def server_endpoint() -> AsyncIterator[str]:
@@ -189,3 +199,27 @@ async def test_reopen_log_asks_the_runtime_and_reports_its_refusal(server_endpoi
     assert _Runtime.reopened[-1] == "running"
     assert info.value.method == "RuntimeService/ReopenContainerLog"
     assert info.value.details == "container is not running"
+
+
+async def test_update_sandbox_resources_sends_resources_and_overhead(server_endpoint: str) -> None:
+    """UpdatePodSandboxResources carries the sandbox, its pod resources and its overhead; the runtime's refusal
+    reaches the caller as a CriError with its code and message."""
+    from cri_client import types
+
+    resources = types.LinuxContainerResources(cpu_period=100000, cpu_quota=50000, cpu_shares=512,
+                                              memory_limit_in_bytes=128 * 2**20, unified={"memory.high": "max"})
+    overhead = types.LinuxContainerResources(cpu_period=100000, cpu_quota=10000, cpu_shares=102)
+    async with CriClient(server_endpoint) as cri:
+        await cri.sandboxes.update_resources("sb1", resources, overhead)
+        await cri.sandboxes.update_resources("sb2", resources)
+        with pytest.raises(CriError) as info:
+            await cri.sandboxes.update_resources("containerd-2.2", resources, overhead)
+    first, second = _Runtime.sandbox_updates[-2:]
+    assert first.pod_sandbox_id == "sb1"
+    assert (first.resources.cpu_quota, first.resources.cpu_shares, first.resources.memory_limit_in_bytes) == (
+        50000, 512, 128 * 2**20)
+    assert dict(first.resources.unified) == {"memory.high": "max"}
+    assert (first.overhead.cpu_quota, first.overhead.cpu_shares) == (10000, 102)
+    assert second.pod_sandbox_id == "sb2" and not second.HasField("overhead") and second.HasField("resources")
+    assert (info.value.code, info.value.details) == ("UNKNOWN", "not implemented yet")
+    assert info.value.method == "RuntimeService/UpdatePodSandboxResources"

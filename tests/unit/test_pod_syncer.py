@@ -18,6 +18,8 @@ import pytest
 from cri_client import CriError
 from cri_client import types as cri
 from kopflet.api.spec import Pod, pod_from_body
+from kopflet.cm import helpers
+from kopflet.cm.cgroups import CgroupError
 from kopflet.container import labels
 from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, SandboxInfo, State
 from kopflet.kuberuntime import reconciler, sandbox_config
@@ -279,3 +281,111 @@ async def test_a_resize_with_an_unreadable_pod_cgroup_fails_and_changes_nothing(
     await syncer.resize(make_pod(), runtime("app"), resize.ResizeActions(), result)
     assert result.resize_error == 'unable to get pod cgroup memory config for pod "p_ns(u)"'
     assert cri_fake.containers.log == [] and cri_fake.containers.calls == []
+
+
+# --------------------------------------------------------------- resize: UpdatePodSandboxResources first
+
+MI = 2**20
+BEFORE = helpers.ResourceConfig(cpu_shares=102, cpu_quota=10000, cpu_period=100000, memory=64 * MI)
+AFTER = helpers.ResourceConfig(cpu_shares=204, cpu_quota=20000, cpu_period=100000, memory=128 * MI)
+
+
+class ResizeCgroups:
+    """The pod cgroup at BEFORE; `apply` logs each write, and refuses those of `fail_on` (a field name)."""
+
+    def __init__(self, log: list[tuple[str, Any]], fail_on: str = "") -> None:
+        self.log, self.fail_on = log, fail_on
+
+    def read(self, name: str) -> helpers.ResourceConfig:
+        return BEFORE
+
+    def apply(self, name: str, config: helpers.ResourceConfig) -> None:
+        if self.fail_on and getattr(config, self.fail_on) is not None:
+            raise CgroupError(f"failed to write {self.fail_on}")
+        self.log.append(("cgroup", config))
+
+
+class ResizeSandboxes:
+    """UpdatePodSandboxResources: logged, then answered with `errors` in turn (None: OK)."""
+
+    def __init__(self, log: list[tuple[str, Any]], errors: list[CriError | None]) -> None:
+        self.log, self.errors = log, errors
+
+    async def update_resources(self, sandbox_id: str, resources: cri.LinuxContainerResources,
+                               overhead: cri.LinuxContainerResources) -> None:
+        self.log.append(("runtime", (sandbox_id, resources.memory_limit_in_bytes, resources.cpu_shares,
+                                     resources.cpu_quota)))
+        error = self.errors.pop(0) if self.errors else None
+        if error is not None:
+            raise error
+
+
+class ResizeAllocations:
+    def __init__(self) -> None:
+        self.pod_level: list[Any] = []
+
+    def set_actuated_pod_level(self, uid: str, level: Any) -> None:
+        self.pod_level.append(level)
+
+
+def resize_syncer(errors: list[CriError | None], fail_on: str = ""
+                  ) -> tuple[PodSyncer, list[tuple[str, Any]], ResizeAllocations]:
+    syncer, cri_fake, _ = make_syncer({})
+    log: list[tuple[str, Any]] = []
+    cri_fake.sandboxes = ResizeSandboxes(log, errors)  # type: ignore[assignment]
+    allocations = ResizeAllocations()
+    syncer.cgroups, syncer.allocations = ResizeCgroups(log, fail_on), allocations  # type: ignore[assignment]
+    syncer.pod_cgroup_config = lambda pod: AFTER  # type: ignore[method-assign,assignment,return-value]
+    return syncer, log, allocations
+
+
+async def run_resize(syncer: PodSyncer) -> Any:
+    from kopflet.kuberuntime import resize
+    from kopflet.kuberuntime.executor import SyncResult
+
+    result = SyncResult()
+    await syncer.resize(make_pod(), runtime("app"), resize.ResizeActions(update_pod_resources=True), result)
+    return result
+
+
+# What the runtime is told before each write (sandbox, memory, shares, quota), the merged resources so far.
+GROWN_MEMORY = ("runtime", ("sb", 128 * MI, 102, 10000))
+GROWN_CPU = ("runtime", ("sb", 128 * MI, 204, 20000))
+
+
+@pytest.mark.parametrize("errors", [
+    [], [CriError("UNIMPLEMENTED", "unknown method"), CriError("UNIMPLEMENTED", "unknown method")],
+    [CriError("UNKNOWN", "not implemented yet"), CriError("UNKNOWN", "not implemented yet")],
+], ids=["accepted", "UNIMPLEMENTED", "containerd 2.2"])
+async def test_a_resize_tells_the_runtime_before_each_pod_cgroup_write(errors: list[CriError | None]) -> None:
+    """Upstream setPodCgroupConfig: UpdatePodSandboxResources with the resources merged so far, then the write; a
+    runtime without the call (updatePodSandboxResources: best effort) changes nothing."""
+    syncer, log, allocations = resize_syncer(errors)
+    result = await run_resize(syncer)
+    assert result.resize_error == ""
+    assert log == [GROWN_MEMORY, ("cgroup", helpers.ResourceConfig(memory=128 * MI)),
+                   GROWN_CPU, ("cgroup", helpers.ResourceConfig(cpu_shares=204, cpu_quota=20000, cpu_period=100000))]
+    assert len(allocations.pod_level) == 1
+
+
+async def test_a_runtime_refusing_the_new_resources_rejects_the_resize_before_any_write() -> None:
+    syncer, log, allocations = resize_syncer([CriError("INVALID_ARGUMENT", "too big")])
+    result = await run_resize(syncer)
+    assert result.resize_error == (
+        "failed to notify runtime for UpdatePodSandboxResources (resource=memory); resize rejected: "
+        'updatePodSandboxResources failed for sanboxID "sb": rpc error: code = InvalidArgument desc = too big')
+    assert log == [GROWN_MEMORY]
+    assert allocations.pod_level == []
+
+
+@pytest.mark.parametrize("rollback_error", [None, CriError("UNAVAILABLE", "connection refused")])
+async def test_a_failed_pod_cgroup_write_tells_the_runtime_the_previous_resources(
+        rollback_error: CriError | None) -> None:
+    """Upstream setPodCgroupConfig: after a failed write the runtime gets the resources before it (a failure of
+    that is only logged); the write's error is the resize's."""
+    syncer, log, allocations = resize_syncer([None, None, rollback_error], fail_on="cpu_shares")
+    result = await run_resize(syncer)
+    assert result.resize_error == "failed to write cpu_shares"
+    assert log == [GROWN_MEMORY, ("cgroup", helpers.ResourceConfig(memory=128 * MI)), GROWN_CPU,
+                   ("runtime", ("sb", 128 * MI, 102, 10000))]  # the memory write stays: only cpu is rolled back
+    assert allocations.pod_level == []
