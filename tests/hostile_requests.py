@@ -432,3 +432,16 @@ def slow_loris(port: int, context: ssl.SSLContext, data: bytes, pause: float,
         answer = read_answer(sock, timeout=answer_timeout)
         assert is_closed(sock)
         return answer, time.monotonic() - started
+
+
+def plain_http(port: int, path: str = "/healthz") -> bytes:
+    """A plain-HTTP request to the TLS port; whatever comes back before the connection ends."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request(path))
+        data = b""
+        try:
+            while chunk := sock.recv(1024):
+                data += chunk
+        except ConnectionError:
+            pass
+        return data

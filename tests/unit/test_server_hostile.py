@@ -317,16 +317,5 @@ async def test_a_failing_handler_answers_500_without_a_traceback(
 async def test_plain_http_to_the_tls_port_is_dropped(h: Harness) -> None:
     """Go's TLS server answers a plain-HTTP request with 400 "Client sent an HTTP request to an HTTPS server.";
     asyncio's TLS layer gives no way to answer before the handshake fails: the connection is closed."""
-    def plain() -> bytes:
-        with socket.create_connection(("127.0.0.1", h.port), timeout=10) as sock:
-            sock.sendall(hostile.request("/healthz"))
-            data = b""
-            try:
-                while chunk := sock.recv(1024):
-                    data += chunk
-            except ConnectionError:
-                pass
-            return data
-
-    assert await in_thread(plain) == b""
+    assert await in_thread(hostile.plain_http, h.port) == b""
     await h.alive()
