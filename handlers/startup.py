@@ -175,7 +175,7 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
         await node.stop(close_runtime=False)
         # Upstream exits when it cannot serve its API: the apiserver could not reach the node's pods.
         raise kopf.PermanentError(f"cannot serve the kubelet API on {cfg.address}:{cfg.port}: {exc}") from exc
-    except CPUManagerError as exc:
+    except (CPUManagerError, ManagerError) as exc:
         await node.stop(close_runtime=False)
         raise kopf.PermanentError(str(exc)) from exc  # upstream exits: the same error at every start
     except BaseException:
@@ -183,6 +183,7 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
         raise
     if certificates is not None:
         certificates.add_listener(node.api.renew_connections)  # a renewed pair: new connections (transport.go)
+        node.metrics.watch_certificate_manager(certificates)
     memo.node = node
 
 

@@ -21,7 +21,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -437,6 +437,20 @@ POD_STARTUP_DURATION_BUCKETS: Final[tuple[float, ...]] = (
     0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600,
 )  # fmt: skip
 RUNTIME_OPERATIONS_DURATION_BUCKETS: Final = exponential_buckets(0.005, 2.5, 14)
+# pkg/kubelet/certificate/kubelet.go: 1 minute, 1 hour, 4 hours, 1 day, 1 week, 1, 3 and 6 months, 1 and 4 years.
+CERTIFICATE_ROTATION_BUCKETS: Final[tuple[float, ...]] = (
+    60, 3600, 14400, 86400, 604800, 2592000, 7776000, 15552000, 31104000, 124416000,
+)  # fmt: skip
+
+
+class CertificateManagerLike(Protocol):
+    """What the metrics read of a certificate manager (kopflet.certificate.manager)."""
+
+    kind: str
+    renew_errors: int
+    rotation_ages: list[float]
+
+    def ttl_seconds(self) -> float: ...
 
 # Values of the labels, as upstream sets them.
 CONTAINER = "container"  # container_type of kubelet_started_containers_total
@@ -587,11 +601,54 @@ class KubeletMetrics:
             stability=ALPHA,
         )
         self._container_states: set[str] = set()
+        self._refreshers: list[Callable[[], None]] = []
         if node_name:
             self.set_node_name(node_name)
 
     def exposition(self) -> str:
+        for refresh in list(self._refreshers):  # the values upstream reads at scrape time (GaugeFunc)
+            refresh()
         return self.registry.exposition()
+
+    def watch_certificate_manager(self, manager: CertificateManagerLike) -> None:
+        """The certificate manager's metrics, registered as upstream registers them when it makes the manager:
+        for the client certificate (server.go buildKubeletClientConfig, NewKubeletClientCertificateManager) its
+        TTL and renewal errors; for the serving certificate (NewKubeletServerCertificateManager) also how long each
+        replaced certificate lived."""
+        r = self.registry
+        if manager.kind == "client":
+            errors = r.counter("kubelet_certificate_manager_client_expiration_renew_errors",
+                               "Counter of certificate renewal errors.", stability=ALPHA)
+            ttl = r.gauge("kubelet_certificate_manager_client_ttl_seconds",
+                          "Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in "
+                          "seconds until certificate expiry (negative if already expired). If client certificate is "
+                          "invalid or unused, the value will be +INF.", stability=ALPHA)
+            rotations = None
+        else:
+            errors = r.counter("kubelet_server_expiration_renew_errors", "Counter of certificate renewal errors.",
+                               stability=ALPHA)
+            rotations = r.histogram("kubelet_certificate_manager_server_rotation_seconds",
+                                    "Histogram of the number of seconds the previous certificate lived before being "
+                                    "rotated.", buckets=CERTIFICATE_ROTATION_BUCKETS, stability=ALPHA)
+            ttl = r.gauge("kubelet_certificate_manager_server_ttl_seconds",
+                          "Gauge of the shortest TTL (time-to-live) of the Kubelet's serving certificate. The value "
+                          "is in seconds until certificate expiry (negative if already expired). If serving "
+                          "certificate is invalid or unused, the value will be +INF.", stability=ALPHA)
+        counted = 0
+
+        def refresh() -> None:
+            nonlocal counted
+            if manager.renew_errors > counted:
+                errors.inc(manager.renew_errors - counted)
+                counted = manager.renew_errors
+            ttl.set(manager.ttl_seconds())
+            if rotations is not None:
+                ages, manager.rotation_ages[:] = list(manager.rotation_ages), []
+                for age in ages:
+                    rotations.observe(age)
+
+        refresh()
+        self._refreshers.append(refresh)
 
     def set_node_name(self, node_name: str) -> None:
         """kubelet_node_name{node=...} 1 (upstream SetNodeName); a rename drops the old series."""

@@ -21,6 +21,7 @@ from typing import Any
 from cri_client import CriClient, CriError
 from kopflet import backoff as backoffs
 from kopflet.allocation.state import AllocationManager
+from kopflet.certificate.manager import ServerCertificateManager, new_server_manager
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import Credentials, KubeClient
 from kopflet.cm import helpers as cm_helpers
@@ -48,6 +49,7 @@ from kopflet.lifecycle.hooks import HookRunner
 from kopflet.logs.manager import ContainerLogManager
 from kopflet.logs.rotation import LogRotatePolicy
 from kopflet.metrics import KubeletMetrics, ProbeMetrics
+from kopflet.nodestatus import setters
 from kopflet.nodestatus.heartbeat import NodeAgent, read_machine_facts
 from kopflet.nodestatus.setters import MachineFacts
 from kopflet.oom.watcher import OomWatcher
@@ -58,7 +60,7 @@ from kopflet.pods.workers import PodWorkers
 from kopflet.prober.manager import ProbeManager
 from kopflet.server.auth_reviews import authenticator_for, authorizer_for
 from kopflet.server.backend import AgentBackend
-from kopflet.server.server import Server, serve
+from kopflet.server.server import Server, ServingTLS, serve, serving_tls
 from kopflet.stats import summary
 from kopflet.stats.collector import StatsCollector
 from kopflet.status.manager import StatusManager
@@ -244,6 +246,7 @@ class Node:
         self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics, self.stats,
                                     self.probe_metrics)
         self.server: Server | None = None
+        self.serving_certificates: ServerCertificateManager | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------------------- eviction's edges
@@ -332,7 +335,7 @@ class Node:
         cfg = self.cfg
         if cfg.port:
             self.server = await serve(cfg, self.backend, authenticator_for(cfg, self.api),
-                                      authorizer_for(cfg, self.api), addresses=[cfg.node_ip] if cfg.node_ip else [])
+                                      authorizer_for(cfg, self.api), tls=await self._serving_tls())
             logger.info(f"serving the kubelet API on {cfg.address}:{cfg.port}")
         self._tasks.append(asyncio.create_task(self.services.run(), name="services"))
         if self.static_pods is not None:
@@ -351,6 +354,31 @@ class Node:
             asyncio.create_task(self.cpu_manager.run(), name="cpu-manager"),
         ]
 
+    async def _serving_tls(self) -> ServingTLS:
+        """The kubelet API's certificate (NewMainKubelet): the files' pair, reloaded when they change
+        (ReloadKubeletServerCertificateFile); with serverTLSBootstrap, the serving certificate manager's pair,
+        each renewal taken for the next handshake. ManagerError when the manager's store is broken."""
+        cfg = self.cfg
+        tls = await serving_tls(cfg, addresses=[cfg.node_ip] if cfg.node_ip else [])
+        if not cfg.server_tls_bootstrap:
+            self._tasks.append(asyncio.create_task(tls.watch_files(), name="serving-certificate-files"))
+            return tls
+        manager = await new_server_manager(cfg.cert_directory, cfg.node_name, self.api,
+                                           lambda: setters.addresses(cfg.node_name, cfg.node_ip),
+                                           cert_file=cfg.tls_cert_file, key_file=cfg.tls_private_key_file)
+
+        async def take_pair() -> None:
+            paths = manager.current_paths()
+            if paths is not None:
+                await tls.use(*paths)
+
+        await take_pair()  # the pair an earlier run stored (or tlsCertFile) until the first renewal
+        manager.add_listener(take_pair)
+        manager.start()
+        self.serving_certificates = manager
+        self.metrics.watch_certificate_manager(manager)
+        return tls
+
     def pod_event(self, kind: str | None, body: Mapping[str, Any]) -> None:
         """A pod from the watch: to its worker. A static pod's mirror is not: its manifest is the source of truth."""
         if static_pods.is_mirror(body):
@@ -365,6 +393,8 @@ class Node:
         `close_runtime` False keeps the runtime connection open (a start that failed is tried again with it)."""
         if self.server is not None:
             await self.server.close()
+        if self.serving_certificates is not None:
+            await self.serving_certificates.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -10,12 +10,16 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 # certificatesv1.KubeAPIServerClientKubeletSignerName: the signer of kubelets' client certificates, which the
 # controller-manager's csrapproving controller auto-approves (nodeclient, selfnodeclient).
 SIGNER_NAME = "kubernetes.io/kube-apiserver-client-kubelet"
+# certificatesv1.KubeletServingSignerName: the signer of kubelets' serving certificates. Nothing in the cluster
+# approves these requests by itself (the csrapproving controller leaves them alone): an admin or an approver does.
+SERVING_SIGNER_NAME = "kubernetes.io/kubelet-serving"
 NODES_GROUP = "system:nodes"
 NODE_USER_PREFIX = "system:node:"
 CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
@@ -24,6 +28,7 @@ CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 USAGE_DIGITAL_SIGNATURE = "digital signature"
 USAGE_KEY_ENCIPHERMENT = "key encipherment"
 USAGE_CLIENT_AUTH = "client auth"
+USAGE_SERVER_AUTH = "server auth"
 
 # bootstrap.go requestNodeCertificate: context.WithTimeout(ctx, 3600*time.Second) around WaitForCertificate.
 BOOTSTRAP_WAIT_TIMEOUT = 3600.0
@@ -66,6 +71,64 @@ def node_subject(node_name: str) -> Subject:
     return Subject(f"{NODE_USER_PREFIX}{node_name}", (NODES_GROUP,))
 
 
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """What a request asks for (x509.CertificateRequest's template): the subject, and for a serving certificate the
+    names the node is reached by (subjectAltName), sorted as upstream sorts them."""
+
+    subject: Subject
+    dns_names: tuple[str, ...] = ()
+    ip_addresses: tuple[str, ...] = ()
+
+    def openssl_san(self) -> str:
+        """``subjectAltName`` for ``openssl req -addext`` (``DNS:a,IP:10.0.0.1``); "" without names."""
+        return ",".join([f"DNS:{n}" for n in self.dns_names] + [f"IP:{ip}" for ip in self.ip_addresses])
+
+
+def client_template(node_name: str) -> Template:
+    """NewKubeletClientCertificateManager's template: the node's subject, no names."""
+    return Template(node_subject(node_name))
+
+
+def serving_template(node_name: str, addresses: Sequence[Mapping[str, str]], *,
+                     allow_dns_only: bool = False) -> Template | None:
+    """newGetTemplateFn: the node's subject with its status addresses as subjectAltNames (addressesToHostnamesAndIPs:
+    a Hostname is an IP or a DNS name, Internal/ExternalIP IPs, Internal/ExternalDNS names; deduplicated, sorted as
+    strings). None, so nothing is asked for, while the node has no IP address (AllowDNSOnlyNodeCSR, off by default,
+    also takes DNS names alone)."""
+    dns_names: set[str] = set()
+    ips: set[str] = set()
+    for address in addresses:
+        kind, value = address.get("type", ""), address.get("address", "")
+        if not value:
+            continue
+        ip = _ip(value)
+        if kind == "Hostname":
+            (ips if ip else dns_names).add(ip or value)
+        elif kind in ("InternalIP", "ExternalIP"):
+            if ip:
+                ips.add(ip)
+        elif kind in ("InternalDNS", "ExternalDNS"):
+            dns_names.add(value)
+    if not ips and not (allow_dns_only and dns_names):
+        return None
+    return Template(node_subject(node_name), tuple(sorted(dns_names)), tuple(sorted(ips)))
+
+
+def _ip(text: str) -> str:
+    """The IP in Go's canonical text (net.IP.String), "" when ``text`` is not one (ParseIPSloppy also takes
+    leading zeros in IPv4 parts)."""
+    candidate = text
+    if "." in text and ":" not in text:
+        parts = text.split(".")
+        if len(parts) == 4 and all(p.isdigit() for p in parts):
+            candidate = ".".join(str(int(p)) for p in parts)
+    try:
+        return str(ipaddress.ip_address(candidate))
+    except ValueError:
+        return ""
+
+
 def is_rsa_public_key(public_key_der: bytes) -> bool:
     """Whether a SubjectPublicKeyInfo (DER) holds an RSA key."""
     return _RSA_OID_DER in public_key_der
@@ -76,6 +139,13 @@ def client_usages(rsa: bool) -> tuple[str, ...]:
     if rsa:
         return (USAGE_DIGITAL_SIGNATURE, USAGE_KEY_ENCIPHERMENT, USAGE_CLIENT_AUTH)
     return (USAGE_DIGITAL_SIGNATURE, USAGE_CLIENT_AUTH)
+
+
+def serving_usages(rsa: bool) -> tuple[str, ...]:
+    """DefaultKubeletServingGetUsages: digital signature and server auth; key encipherment too for RSA keys."""
+    if rsa:
+        return (USAGE_DIGITAL_SIGNATURE, USAGE_KEY_ENCIPHERMENT, USAGE_SERVER_AUTH)
+    return (USAGE_DIGITAL_SIGNATURE, USAGE_SERVER_AUTH)
 
 
 def digested_name(public_key_der: bytes, subject: Subject, usages: Sequence[str]) -> str:

@@ -49,11 +49,15 @@ async def generate_key(*, openssl: str = OPENSSL) -> bytes:
     return await run(["ecparam", "-name", "prime256v1", "-genkey", "-noout"], openssl=openssl)
 
 
-async def make_request(key_pem: bytes, subject_arg: str, *, openssl: str = OPENSSL) -> bytes:
-    """A PEM certificate request for ``key_pem`` with only a subject (``-subj`` syntax), no attributes or
-    extensions (``-config /dev/null``: nothing from the host's openssl.cnf), signed with SHA-256."""
-    return await run(["req", "-new", "-key", "/dev/stdin", "-subj", subject_arg, "-sha256", "-config", "/dev/null"],
-                     key_pem, openssl=openssl)
+async def make_request(key_pem: bytes, subject_arg: str, *, subject_alt_names: str = "",
+                       openssl: str = OPENSSL) -> bytes:
+    """A PEM certificate request for ``key_pem`` with a subject (``-subj`` syntax) and, for a serving certificate,
+    a subjectAltName extension (``DNS:a,IP:10.0.0.1``: certutil.MakeCSRFromTemplate's DNSNames and IPAddresses);
+    nothing else from the host's openssl.cnf (``-config /dev/null``); signed with SHA-256."""
+    args = ["req", "-new", "-key", "/dev/stdin", "-subj", subject_arg, "-sha256", "-config", "/dev/null"]
+    if subject_alt_names:
+        args += ["-addext", f"subjectAltName={subject_alt_names}"]
+    return await run(args, key_pem, openssl=openssl)
 
 
 async def public_key_der(key_pem: bytes, *, openssl: str = OPENSSL) -> bytes:
@@ -83,10 +87,10 @@ async def request_signature_valid(request_pem: bytes, *, openssl: str = OPENSSL)
 
 
 async def certificate_info(certificate_pem: bytes | str, *, openssl: str = OPENSSL) -> pem.CertificateInfo:
-    """Validity and subject of the first certificate in ``certificate_pem``."""
+    """Validity, subject and subjectAltNames of the first certificate in ``certificate_pem``."""
     data = certificate_pem.encode() if isinstance(certificate_pem, str) else certificate_pem
-    out = await run(["x509", "-noout", "-startdate", "-enddate", "-subject", "-nameopt", "RFC2253"], data,
-                    openssl=openssl)
+    out = await run(["x509", "-noout", "-startdate", "-enddate", "-subject", "-nameopt", "RFC2253",
+                     "-ext", "subjectAltName"], data, openssl=openssl)
     return pem.parse_x509_text(out.decode(errors="replace"))
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 import calendar
 import dataclasses
 import datetime
+import ipaddress
 import re
 
 # certificate_store.go: the pair name prefix the kubelet gives NewFileStore for its client certificate, and the
 # qualifiers of the selected pair's symlink and of the one being swapped in.
 CLIENT_PAIR_PREFIX = "kubelet-client"
+SERVER_PAIR_PREFIX = "kubelet-server"
 CURRENT = "current"
 UPDATED = "updated"
 PEM_EXTENSION = ".pem"
@@ -89,6 +91,10 @@ class CertificateInfo:
     not_after: float
     common_name: str
     organizations: tuple[str, ...]
+    dns_names: tuple[str, ...] = ()
+    """subjectAltName's DNS names, as listed."""
+    ip_addresses: tuple[str, ...] = ()
+    """subjectAltName's IP addresses, in Python's (and Go's) canonical text."""
 
 
 def parse_openssl_time(text: str) -> float:
@@ -126,10 +132,20 @@ def split_rfc2253(name: str) -> list[tuple[str, str]]:
     return pairs
 
 
+SAN_HEADER = "X509v3 Subject Alternative Name:"
+
+
 def parse_x509_text(text: str) -> CertificateInfo:
-    """The output of ``openssl x509 -noout -startdate -enddate -subject -nameopt RFC2253``."""
+    """The output of ``openssl x509 -noout -startdate -enddate -subject -nameopt RFC2253 -ext subjectAltName``."""
     fields: dict[str, str] = {}
-    for line in text.splitlines():
+    lines = text.splitlines()
+    dns_names: list[str] = []
+    ips: list[str] = []
+    for number, line in enumerate(lines):
+        if line.strip().startswith(SAN_HEADER) and number + 1 < len(lines):
+            names = _parse_san(lines[number + 1])
+            dns_names, ips = names[0], names[1]
+            continue
         key, sep, value = line.partition("=")
         if sep:
             fields[key.strip()] = value.strip()
@@ -141,4 +157,23 @@ def parse_x509_text(text: str) -> CertificateInfo:
     # RFC 2253 lists the RDNs last first; the organizations are put back in the certificate's order.
     organizations = tuple(reversed([v for k, v in subject if k == "O"]))
     common_name = next((v for k, v in subject if k == "CN"), "")
-    return CertificateInfo(not_before, not_after, common_name, organizations)
+    return CertificateInfo(not_before, not_after, common_name, organizations, tuple(dns_names), tuple(ips))
+
+
+def _parse_san(line: str) -> tuple[list[str], list[str]]:
+    """openssl's one-line subjectAltName (``DNS:a, IP Address:10.0.0.1, IP Address:2001:DB8:0:0:0:0:0:1``): the DNS
+    names and the IPs (IPv6 printed in full by openssl, put in canonical form here); other kinds are skipped."""
+    dns_names: list[str] = []
+    ips: list[str] = []
+    for item in line.strip().split(", "):
+        kind, sep, value = item.partition(":")
+        if not sep:
+            continue
+        if kind == "DNS":
+            dns_names.append(value)
+        elif kind == "IP Address":
+            try:
+                ips.append(str(ipaddress.ip_address(value)))
+            except ValueError:
+                continue
+    return dns_names, ips

@@ -8,9 +8,10 @@ checks), v1.37.1.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
-from kopflet.certificate.csr import Subject
+from kopflet.certificate.csr import Template
+from kopflet.certificate.pem import CertificateInfo
 
 # jitteryDuration: wait.Jitter(total, 0.2) - 0.3*total, i.e. 70% to 90% of the lifetime after NotBefore.
 ROTATION_AT = 0.7
@@ -54,10 +55,16 @@ def retry_delays(random: Callable[[], float]) -> Iterator[float]:
         yield RETRY_FOREVER_EVERY
 
 
-def satisfies_template(common_name: str, organizations: Sequence[str], template: Subject) -> bool:
-    """certSatisfiesTemplateLocked for the client template: the same CommonName and every Organization asked for
-    (extra ones are fine). A certificate that does not (the node was renamed) is renewed at once."""
-    return common_name == template.common_name and set(template.organizations) <= set(organizations)
+def satisfies_template(info: CertificateInfo, template: Template | None) -> bool:
+    """certSatisfiesTemplateLocked: the same CommonName, and every DNS name, IP address and Organization asked for
+    (extra ones are fine). A certificate that does not (the node was renamed, or has a new address) is renewed at
+    once. Without a template (a serving certificate while the node has no address) any certificate does."""
+    if template is None:
+        return True
+    return (info.common_name == template.subject.common_name
+            and set(template.dns_names) <= set(info.dns_names)
+            and set(template.ip_addresses) <= set(info.ip_addresses)
+            and set(template.subject.organizations) <= set(info.organizations))
 
 
 def relogin_at(now: float, deadline: float, not_after: float) -> float:

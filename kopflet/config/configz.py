@@ -96,6 +96,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("tlsCipherSuites", lambda c: list(c.tls_cipher_suites), True),
     ("tlsMinVersion", lambda c: c.tls_min_version, True),
     ("rotateCertificates", lambda c: c.rotate_certificates, True),
+    ("serverTLSBootstrap", lambda c: c.server_tls_bootstrap, True),
     ("authentication", _authentication, False),
     ("authorization", _authorization, False),
     ("healthzPort", lambda c: c.healthz_port, False),

@@ -115,6 +115,9 @@ class AgentConfig:
     rotate_certificates: bool = False
     """``rotateCertificates``: renew the client certificate through the certificates API before it expires.
     Needs ``kubeconfig``."""
+    server_tls_bootstrap: bool = False
+    """``serverTLSBootstrap``: the kubelet API's certificate comes from a ``kubernetes.io/kubelet-serving``
+    certificate request, renewed before it expires, instead of a self-signed one."""
     pod_manifest_path: str = ""
     """``--pod-manifest-path`` / ``staticPodPath``: static pod manifests (a directory or one file); empty: none."""
     file_check_frequency: float = 20.0
@@ -806,6 +809,13 @@ SETTINGS: tuple[Setting, ...] = (
             "Renew the client certificate through the certificates API at 70-90% of its lifetime, storing it in "
             "--cert-dir and switching to it without a restart. Needs --kubeconfig and an approver (the "
             "controller-manager approves a node's renewal with the selfnodeclient role)."),
+    Setting("server_tls_bootstrap", "rotate-server-certificates", "serverTLSBootstrap", BOOL, "false",
+            "Get the kubelet API's serving certificate through the certificates API (signer kubernetes.io/"
+            "kubelet-serving, for system:node:<name> with the node's hostname and IP as subject alternative names) "
+            "and renew it at 70-90% of its lifetime, without a restart. No self-signed certificate is made: until "
+            "the request is approved (by an admin, e.g. kubectl certificate approve, or an approver; the "
+            "controller-manager does not approve these) and issued, --tls-cert-file is served if given, else TLS "
+            "handshakes fail with \"no serving certificate available for the kubelet\"."),
     Setting("_config", "config", None, STRING, '""',
             "A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1). Flags override its fields."),
     Setting("node_name", "hostname-override", None, STRING, "the hostname",
@@ -1022,7 +1032,7 @@ CONFIG_ENV = "KOPFLET_CONFIG"  # the config file when --config is not given (the
 UNSUPPORTED_FIELDS = frozenset({
     "enableServer", "httpCheckFrequency", "staticPodURL", "staticPodURLHeader", "readOnlyPort",
     "tlsCurvePreferences",
-    "serverTLSBootstrap", "registryPullQPS",
+    "registryPullQPS",
     "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
     "eventRecordQPS", "eventBurst", "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
     "streamingConnectionIdleTimeout", "nodeLeaseDurationSeconds",     "volumeStatsAggPeriod", "kubeletCgroups",

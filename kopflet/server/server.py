@@ -622,7 +622,8 @@ def _is_ip(text: str) -> bool:
 def tls_context(cert_file: str, key_file: str, client_ca_file: str = "", *, min_version: str = "",
                 cipher_suites: Sequence[str] = ()) -> ssl.SSLContext:
     """HTTP/1.1 only; a client certificate is asked for (not required: tokens work too) and verified against the
-    client CA when there is one. Blocking (reads files): call it in a thread.
+    client CA when there is one. Blocking (reads files): call it in a thread. Without ``cert_file`` the context has
+    no certificate (a handshake needs one switched in: :class:`ServingTLS`).
 
     ``min_version`` and ``cipher_suites`` are ``tlsMinVersion`` and ``tlsCipherSuites`` (checked names); by
     default TLS 1.2+ with Python's suites. ValueError when the host's OpenSSL lacks a named suite: serving
@@ -630,12 +631,103 @@ def tls_context(cert_file: str, key_file: str, client_ca_file: str = "", *, min_
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     apply_tls_options(context, min_version, cipher_suites)
-    context.load_cert_chain(cert_file, key_file)
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file)
     if client_ca_file:
         context.load_verify_locations(cafile=client_ca_file)
         context.verify_mode = ssl.CERT_OPTIONAL
     context.set_alpn_protocols(["http/1.1"])
     return context
+
+
+# kubelet.go NewMainKubelet's GetCertificate: the handshake fails with this while there is no certificate (a
+# serverTLSBootstrap node whose serving certificate request is not approved yet).
+NO_SERVING_CERTIFICATE = "no serving certificate available for the kubelet"
+# dynamiccertificates.DynamicCertKeyPairContent (ReloadKubeletServerCertificateFile, on by default): the
+# certificate and key files are looked at again this often.
+CERT_FILE_REFRESH = 60.0
+
+
+class ServingTLS:
+    """The kubelet API's TLS, whose certificate can change without a restart (kubelet.go's
+    ``TLSConfig.GetCertificate``): every handshake takes the certificate selected at that moment, so a renewed
+    serving certificate (``serverTLSBootstrap``) or a replaced ``tlsCertFile`` is served from the next connection
+    on, and connections already open (``kubectl exec`` streams) go on with theirs."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.context: ssl.SSLContext | None = None
+        """The context the server listens with (options and client CA; a certificate only once there is one)."""
+        self._selected: ssl.SSLContext | None = None
+        self._files: tuple[str, str] | None = None
+        self._stamp: tuple[tuple[int, int, int], ...] | None = None
+
+    async def open(self) -> ssl.SSLContext:
+        """The listening context (no certificate of its own: each handshake gets the selected one)."""
+        self.context = await self._new_context("", "")
+        self.context.sni_callback = self._select_certificate
+        return self.context
+
+    async def _new_context(self, cert_file: str, key_file: str) -> ssl.SSLContext:
+        cfg = self.config
+        return await asyncio.to_thread(tls_context, cert_file, key_file, cfg.client_ca_file,
+                                       min_version=cfg.tls_min_version, cipher_suites=cfg.tls_cipher_suites)
+
+    def _select_certificate(self, ssl_object: Any, server_name: str | None, context: ssl.SSLContext) -> int | None:
+        selected = self._selected
+        if selected is None:
+            logger.warning(f"TLS handshake refused: {NO_SERVING_CERTIFICATE}")
+            return ssl.ALERT_DESCRIPTION_INTERNAL_ERROR  # what Go's GetCertificate error sends
+        ssl_object.context = selected
+        return None
+
+    @property
+    def has_certificate(self) -> bool:
+        return self._selected is not None
+
+    async def use(self, cert_file: str, key_file: str) -> None:
+        """Serve this pair from the next handshake on. ssl.SSLError or OSError when it cannot be loaded (the
+        certificate served until now stays)."""
+        self._selected = await self._new_context(cert_file, key_file)
+        self._files = (cert_file, key_file)
+        self._stamp = await asyncio.to_thread(_file_stamp, cert_file, key_file)
+        logger.info(f"Serving the kubelet API with the certificate {cert_file}")
+
+    async def watch_files(self, period: float = CERT_FILE_REFRESH) -> None:
+        """ReloadKubeletServerCertificateFile: the pair given by files (``tlsCertFile``, or the self-signed pair)
+        is loaded again when either file changes; a pair that does not load is logged and the old one kept."""
+        while True:
+            await asyncio.sleep(period)
+            await self.reload_if_changed()
+
+    async def reload_if_changed(self) -> bool:
+        """One look at the files: True when a changed pair was loaded."""
+        if self._files is None:
+            return False
+        cert_file, key_file = self._files
+        try:
+            stamp = await asyncio.to_thread(_file_stamp, cert_file, key_file)
+        except OSError as exc:
+            logger.error(f"Cannot read the serving certificate files {cert_file}, {key_file}: {exc}")
+            return False
+        if stamp == self._stamp:
+            return False
+        try:
+            await self.use(cert_file, key_file)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            self._stamp = stamp  # not tried again until the files change again
+            logger.error(f"invalid certificate and key pair from file {cert_file}, {key_file}: {exc}")
+            return False
+        return True
+
+
+def _file_stamp(*paths: str) -> tuple[tuple[int, int, int], ...]:
+    """What tells a changed file (a symlink swapped to a new target too): inode, size and mtime of each."""
+    stamps = []
+    for path in paths:
+        info = os.stat(path)
+        stamps.append((info.st_ino, info.st_size, info.st_mtime_ns))
+    return tuple(stamps)
 
 
 def apply_tls_options(context: ssl.SSLContext, min_version: str = "", cipher_suites: Sequence[str] = ()) -> None:
@@ -664,25 +756,35 @@ def apply_tls_options(context: ssl.SSLContext, min_version: str = "", cipher_sui
         raise ValueError(f"{ssl.OPENSSL_VERSION} has none of the default cipher suites {plan.ciphers}")
 
 
-async def serving_tls(config: AgentConfig, addresses: Sequence[str] = ()) -> ssl.SSLContext:
-    """The TLS of ``--tls-cert-file``/``--tls-private-key-file``, else of the self-signed pair in ``--cert-dir``."""
+async def serving_tls(config: AgentConfig, addresses: Sequence[str] = ()) -> ServingTLS:
+    """The TLS of ``--tls-cert-file``/``--tls-private-key-file``, else of the self-signed pair in ``--cert-dir``
+    (InitializeTLS), reloaded when the files change. With ``serverTLSBootstrap`` there is no self-signed pair:
+    the caller selects the certificate manager's pair (until there is one, handshakes fail, as upstream's)."""
+    tls = ServingTLS(config)
+    await tls.open()
     cert, key = config.tls_cert_file, config.tls_private_key_file
-    if not cert:
+    if not cert and not config.server_tls_bootstrap:
         cert, key = await ensure_self_signed(config.cert_directory, config.node_name, addresses)
-    return await asyncio.to_thread(tls_context, cert, key, config.client_ca_file,
-                                   min_version=config.tls_min_version, cipher_suites=config.tls_cipher_suites)
+    if cert and not config.server_tls_bootstrap:
+        await tls.use(cert, key)
+    return tls
 
 
 async def serve(config: AgentConfig, backend: Backend, authenticator: Authenticating, authorizer: Authorizing, *,
-                tls: ssl.SSLContext | None = None, addresses: Sequence[str] = ()) -> Server:
+                tls: ServingTLS | ssl.SSLContext | None = None, addresses: Sequence[str] = ()) -> Server:
     """Start the kubelet API on ``config.address``:``config.port``; ``await server.close()`` stops it.
 
-    ``tls`` defaults to :func:`serving_tls` (``addresses``: the node's IPs for a self-signed certificate).
+    ``tls`` defaults to :func:`serving_tls` (``addresses``: the node's IPs for a self-signed certificate); a
+    plain context serves its one certificate.
     """
     if tls is None:
         tls = await serving_tls(config, addresses)
+    if isinstance(tls, ssl.SSLContext):
+        context = tls
+    else:
+        context = tls.context if tls.context is not None else await tls.open()
     server = Server(config.node_name, backend, authenticator, authorizer,
                     configz_body=configz.configz_body(config))
-    await server.start(config.address, config.port, tls)
+    await server.start(config.address, config.port, context)
     logger.info(f"Serving the kubelet API on https://{config.address}:{server.port}")
     return server

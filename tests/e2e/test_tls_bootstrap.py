@@ -1,10 +1,13 @@
-"""TLS bootstrap and client certificate rotation on the real stack: an agent given only the stack's bootstrap token
-(``--bootstrap-kubeconfig``, as kubeadm's ``bootstrap-kubelet.conf``) gets its own ``system:node:<name>`` certificate
-through a CertificateSigningRequest the controller-manager approves (nodeclient) and signs, lays the files out as
-upstream's kubelet does and runs pods; with ``--rotate-certificates`` and certificates signed for 5 minutes, it renews
-its certificate while it runs (selfnodeclient) and keeps working after the first one has expired.
+"""TLS bootstrap, client and serving certificate rotation on the real stack: an agent given only the stack's bootstrap
+token (``--bootstrap-kubeconfig``, as kubeadm's ``bootstrap-kubelet.conf``) gets its own ``system:node:<name>``
+certificate through a CertificateSigningRequest the controller-manager approves (nodeclient) and signs, lays the
+files out as upstream's kubelet does and runs pods; with ``--rotate-certificates`` and certificates signed for 5
+minutes, it renews its certificate while it runs (selfnodeclient) and keeps working after the first one has expired.
 
-The controller-manager signs for a year; the rotation test restarts it with ``--cluster-signing-duration=5m`` for its
+With ``serverTLSBootstrap`` the kubelet API's certificate comes from a ``kubernetes.io/kubelet-serving`` request,
+which nobody approves but the test (as an admin would), and is renewed while ``kubectl exec`` streams stay open.
+
+The controller-manager signs for a year; the rotation tests restart it with ``--cluster-signing-duration=5m`` for its
 own length only (the upstream kubelet asks for no particular lifetime: no ``expirationSeconds``), then restarts it as
 the stack runs it.
 """
@@ -18,6 +21,8 @@ import datetime
 import json
 import os
 import re
+import socket
+import ssl
 import stat
 import subprocess
 import time
@@ -70,7 +75,8 @@ def openssl(*args: str, stdin: bytes) -> bytes:
 
 
 def certificate_info(data: bytes) -> pem.CertificateInfo:
-    text = openssl("x509", "-noout", "-startdate", "-enddate", "-subject", "-nameopt", "RFC2253", stdin=data)
+    text = openssl("x509", "-noout", "-startdate", "-enddate", "-subject", "-nameopt", "RFC2253", "-ext",
+                   "subjectAltName", stdin=data)
     return pem.parse_x509_text(text.decode())
 
 
@@ -225,5 +231,158 @@ def test_the_agent_rotates_its_certificate_while_it_runs(admin: Kubectl, layout:
             assert "Unauthorized" not in agent.output()
             assert agent.stop() == 0
         finally:
+            if agent.proc is not None and agent.proc.poll() is None:
+                agent.stop()
+
+
+SERVING_SIGNER = "kubernetes.io/kubelet-serving"
+
+
+def serving_bootstrap_config(layout: Layout, tmp_path: Path) -> Path:
+    """The stack's agent config without its CA-signed serving pair, with serverTLSBootstrap."""
+    config = yaml.safe_load(layout.kubelet_config.read_text())
+    del config["tlsCertFile"], config["tlsPrivateKeyFile"]
+    config["serverTLSBootstrap"] = True
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def served_certificate(layout: Layout) -> bytes | None:
+    """The certificate the kubelet API serves (PEM), checked against the cluster CA; None when the handshake
+    fails."""
+    context = ssl.create_default_context(cafile=str(layout.pki / "ca.crt"))
+    context.check_hostname = False
+    try:
+        with socket.create_connection(("127.0.0.1", 10250), timeout=10) as raw, \
+                context.wrap_socket(raw) as tls:
+            der = tls.getpeercert(binary_form=True)
+    except (ssl.SSLError, OSError):
+        return None
+    assert der is not None
+    return ssl.DER_cert_to_PEM_cert(der).encode()
+
+
+def serving_requests(admin: Kubectl, node: str, before: set[str]) -> dict[str, dict[str, Any]]:
+    return {name: item for name, item in csrs(admin).items()
+            if name not in before and item["spec"]["signerName"] == SERVING_SIGNER
+            and item["spec"]["username"] == f"system:node:{node}"}
+
+
+def approve_pending(admin: Kubectl, requests: dict[str, dict[str, Any]]) -> list[str]:
+    """What an admin (or an approver) does for each pending serving request: approve it."""
+    pending = [name for name, item in requests.items() if not (item.get("status") or {}).get("conditions")]
+    for name in pending:
+        admin.run("certificate", "approve", name)
+    return pending
+
+
+def server_pairs(cert_dir: Path) -> list[Path]:
+    return sorted(cert_dir.glob("kubelet-server-2*.pem"))
+
+
+def wait_until(condition: Any, timeout: float, what: str, agent: Agent) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"{what}; the agent log ends:\n{agent.output()[-4000:]}")
+
+
+def test_the_serving_certificate_comes_from_an_approved_request_and_is_renewed(
+        admin: Kubectl, layout: Layout, namespace: str, tmp_path: Path) -> None:
+    """Signed for 3 minutes (NotBefore backdated 5 minutes: 8 minutes in all), the serving certificate is renewed
+    0.6 to 2.2 minutes after it was issued, once the renewal is approved; the API serves the new one from the next
+    handshake while an exec stream opened before goes on."""
+    before = set(csrs(admin))
+    cert_dir = tmp_path / "pki"
+    node = layout.node_name
+    with short_signing_duration(layout, "3m"):
+        agent = Agent(layout, tmp_path / "agent.log",
+                      env={"KOPFLET_CONFIG": str(serving_bootstrap_config(layout, tmp_path)),
+                           "KOPFLET_ARGS": f"--cert-dir={cert_dir}"})
+        agent.start()
+        stream: subprocess.Popen[str] | None = None
+        try:
+            agent.wait_for(r"Activity 'start_agent' succeeded", timeout=START_TIMEOUT)
+            admin.apply(sleeper(layout, namespace))
+            running_container(admin, namespace)
+
+            # The request, as NewKubeletServerCertificateManager sends it, with the agent's own credentials; nobody
+            # approves it, so there is no certificate: no self-signed one either, every handshake fails.
+            [(first_request, request)] = wait_until(lambda: list(serving_requests(admin, node, before).items()), 60,
+                                                    "no kubelet-serving request", agent)
+            assert first_request.startswith("csr-")
+            assert request["spec"]["usages"] == ["digital signature", "server auth"]
+            assert not (request.get("status") or {}).get("conditions")
+            asked = openssl("req", "-noout", "-text", stdin=base64.b64decode(request["spec"]["request"])).decode()
+            assert f"CN = system:node:{node}" in asked and "O = system:nodes" in asked
+            node_ip = next(a["address"] for a in admin.json("get", "node", node)["status"]["addresses"]
+                           if a["type"] == "InternalIP")
+            assert f"DNS:{node}, IP Address:{node_ip}" in asked
+            assert served_certificate(layout) is None
+            agent.wait_for(r"no serving certificate available for the kubelet", timeout=30)
+            refused = admin.run("logs", "sleeper", "-n", namespace, check=False)
+            assert refused.returncode != 0, refused.stdout
+            assert not (cert_dir / "kubelet.crt").exists()
+
+            # Approved (by the test, as an admin would) and signed: stored, and served from the next handshake.
+            admin.run("certificate", "approve", first_request)
+            first_pem = wait_until(lambda: served_certificate(layout), 60, "the approved certificate is not served",
+                                   agent)
+            [first_pair] = server_pairs(cert_dir)
+            assert os.readlink(cert_dir / "kubelet-server-current.pem") == str(first_pair)
+            assert stat.S_IMODE(first_pair.stat().st_mode) == 0o600
+            assert pem.certificates(first_pair.read_bytes())[0].strip() == first_pem.decode().strip()
+            first = certificate_info(first_pem)
+            assert (first.common_name, first.organizations) == (f"system:node:{node}", ("system:nodes",))
+            assert (first.dns_names, first.ip_addresses) == ((node,), (node_ip,))
+            # The apiserver checks it against the cluster CA (--kubelet-certificate-authority) at the node's IP.
+            assert admin.run("exec", "sleeper", "-n", namespace, "--", "echo", "served").stdout == "served\n"
+
+            # An exec stream opened with the first certificate.
+            stream = subprocess.Popen(
+                [str(admin.binary), f"--kubeconfig={admin.kubeconfig}", "exec", "-i", "sleeper", "-n", namespace,
+                 "--", "sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert stream.stdin is not None and stream.stdout is not None
+            stream.stdin.write("echo before\n")
+            stream.stdin.flush()
+            assert stream.stdout.readline() == "before\n"
+
+            # The renewal: asked for at the jittered deadline, approved like the first, stored and served.
+            def renewed() -> bool:
+                approve_pending(admin, serving_requests(admin, node, before))
+                return len(server_pairs(cert_dir)) >= 2
+
+            wait_until(renewed, max(0.0, first.not_before + 0.9 * (first.not_after - first.not_before) - time.time())
+                       + 90, "the serving certificate was not renewed", agent)
+            second_pair = server_pairs(cert_dir)[1]
+            second_pem = pem.certificates(second_pair.read_bytes())[0].encode()
+            wait_until(lambda: served_certificate(layout) == second_pem, 30, "the renewed certificate is not served",
+                       agent)
+            second = certificate_info(second_pem)
+            assert second.not_before > first.not_before
+            assert (second.dns_names, second.ip_addresses) == ((node,), (node_ip,))
+            assert agent.proc is not None and agent.proc.poll() is None  # no restart
+
+            # The stream opened before goes on; new ones and logs work with the new certificate.
+            stream.stdin.write("echo after\n")
+            stream.stdin.flush()
+            assert stream.stdout.readline() == "after\n"
+            assert admin.run("exec", "sleeper", "-n", namespace, "--", "echo", "renewed").stdout == "renewed\n"
+            admin.run("logs", "sleeper", "-n", namespace)
+            metrics = admin.run("get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics").stdout
+            ttl = float(re.search(r"^kubelet_certificate_manager_server_ttl_seconds (\S+)$", metrics, re.M)[1])
+            assert 0 < ttl <= second.not_after - time.time() + 5
+            assert re.search(r"^kubelet_certificate_manager_server_rotation_seconds_count [1-9]", metrics, re.M)
+            assert re.search(r"^kubelet_server_expiration_renew_errors 0$", metrics, re.M)
+            assert agent.stop() == 0
+        finally:
+            if stream is not None:
+                stream.kill()
+                stream.wait()
             if agent.proc is not None and agent.proc.poll() is None:
                 agent.stop()

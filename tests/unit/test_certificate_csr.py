@@ -113,3 +113,47 @@ def test_issued_certificate_errors(event: str, body: dict[str, Any], error: type
 def test_waiting_error_and_timeouts_are_upstreams() -> None:
     assert csr.waiting_error("x") == "cannot watch on the certificate signing request: x"
     assert (csr.BOOTSTRAP_WAIT_TIMEOUT, csr.ROTATION_WAIT_TIMEOUT) == (3600.0, 900.0)
+
+
+def _addresses(*pairs: tuple[str, str]) -> list[dict[str, str]]:
+    return [{"type": kind, "address": value} for kind, value in pairs]
+
+
+@pytest.mark.parametrize(("addresses", "dns", "ips"), [
+    # kopflet's own node addresses: InternalIP and Hostname
+    (_addresses(("InternalIP", "10.0.0.5"), ("Hostname", "node-a")), ("node-a",), ("10.0.0.5",)),
+    # a Hostname that is an IP is an IP; duplicates go; names and IPs sorted as strings
+    (_addresses(("Hostname", "10.0.0.9"), ("InternalIP", "10.0.0.9"), ("ExternalIP", "10.0.0.10"),
+                ("InternalDNS", "b.example"), ("ExternalDNS", "a.example")),
+     ("a.example", "b.example"), ("10.0.0.10", "10.0.0.9")),
+    # an InternalIP that is not an IP is skipped; empty addresses too; IPv6 canonical
+    (_addresses(("InternalIP", "not-an-ip"), ("InternalIP", ""), ("ExternalIP", "2001:DB8::1"),
+                ("Hostname", "n")), ("n",), ("2001:db8::1",)),
+    (_addresses(("InternalIP", "010.000.000.001")), (), ("10.0.0.1",)),  # ParseIPSloppy's leading zeros
+])
+def test_serving_template_names_the_node_addresses(addresses: list[dict[str, str]], dns: tuple[str, ...],
+                                                   ips: tuple[str, ...]) -> None:
+    template = csr.serving_template("node-a", addresses)
+    assert template == csr.Template(csr.node_subject("node-a"), dns, ips)
+
+
+def test_serving_template_needs_an_ip_unless_dns_only_is_allowed() -> None:
+    addresses = _addresses(("Hostname", "node-a"), ("InternalDNS", "node-a.example"))
+    assert csr.serving_template("node-a", addresses) is None  # AllowDNSOnlyNodeCSR is off by default
+    assert csr.serving_template("node-a", addresses, allow_dns_only=True) == csr.Template(
+        csr.node_subject("node-a"), ("node-a", "node-a.example"), ())
+    assert csr.serving_template("node-a", []) is None
+
+
+def test_template_subject_alt_names_for_openssl() -> None:
+    template = csr.Template(csr.node_subject("a"), ("a", "a.example"), ("10.0.0.1", "2001:db8::1"))
+    assert template.openssl_san() == "DNS:a,DNS:a.example,IP:10.0.0.1,IP:2001:db8::1"
+    assert csr.client_template("a").openssl_san() == ""
+
+
+@pytest.mark.parametrize(("rsa", "usages"), [
+    (False, ("digital signature", "server auth")),
+    (True, ("digital signature", "key encipherment", "server auth")),
+])
+def test_serving_usages_follow_the_key_type(rsa: bool, usages: tuple[str, ...]) -> None:
+    assert csr.serving_usages(rsa) == usages

@@ -29,7 +29,8 @@ def make_ca(directory: Path) -> tuple[Path, Path]:
 
 
 def sign(ca: tuple[Path, Path], request_pem: bytes, days: int = 1, *, client: bool = True) -> bytes:
-    """What the controller-manager's signer does, with openssl: a certificate for the request's subject and key."""
+    """What the controller-manager's signer does, with openssl: a certificate for the request's subject, key and
+    subjectAltNames."""
     directory = ca[0].parent
     (directory / "req.csr").write_bytes(request_pem)
     usage = "clientAuth" if client else "serverAuth"
@@ -37,7 +38,7 @@ def sign(ca: tuple[Path, Path], request_pem: bytes, days: int = 1, *, client: bo
                                        f"extendedKeyUsage={usage}\n")
     return run_openssl("x509", "-req", "-in", str(directory / "req.csr"), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
                        "-set_serial", str(int.from_bytes(os.urandom(8), "big")), "-days", str(days), "-sha256",
-                       "-extfile", str(directory / "ext.cnf"))
+                       "-extfile", str(directory / "ext.cnf"), "-copy_extensions", "copy")  # the request's SANs
 
 
 async def node_pair(ca: tuple[Path, Path], node: str = "node-a") -> tuple[bytes, bytes]:

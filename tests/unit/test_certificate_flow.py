@@ -22,7 +22,8 @@ import yaml
 from aiohttp import web
 
 from kopflet.certificate import bootstrap, csr, openssl, pem
-from kopflet.certificate.manager import ClientCertificateManager, new_client_manager
+from kopflet.certificate.kubeconfig import ClientConfig
+from kopflet.certificate.manager import ClientCertificateManager, new_client_manager, new_server_manager
 from kopflet.certificate.store import FileStore
 from kopflet.client.kubeapi import CSR_PATH, KubeClient
 from tests.unit.test_certificate_files import make_ca, node_pair, run_openssl, sign
@@ -137,7 +138,8 @@ class FakeApiserver:
             obj["status"] = {"conditions": [{"type": "Denied", "reason": "Nope", "message": "not this node"}]}
         else:
             request = base64.b64decode(obj["spec"]["request"])
-            certificate = await asyncio.to_thread(sign, self.ca, request)
+            certificate = await asyncio.to_thread(sign, self.ca, request,
+                                                  client=obj["spec"]["signerName"] != csr.SERVING_SIGNER_NAME)
             obj["status"] = {"conditions": [{"type": "Approved", "reason": "AutoApproved", "message": "auto"}],
                              "certificate": base64.b64encode(certificate).decode()}
         self.version += 1
@@ -495,3 +497,93 @@ async def test_kopf_logs_in_with_the_managers_pair_until_shortly_after_the_deadl
     current = manager.current()
     assert current is not None and got.expiration is not None
     assert got.expiration.timestamp() == pytest.approx(min(current.deadline + 60, current.info.not_after))
+
+
+# ------------------------------------------------------------------------------------- serverTLSBootstrap
+
+async def node_client(tmp_path: Path, apiserver: FakeApiserver) -> KubeClient:
+    """The agent's own client: the node's client certificate from the cluster CA."""
+    certificate, key = await node_pair(apiserver.ca, NODE)
+    (tmp_path / "node.crt").write_bytes(certificate)
+    (tmp_path / "node.key").write_bytes(key)
+    config = ClientConfig(server=apiserver.url, ca_file=str(apiserver.ca[0]))
+    return KubeClient(bootstrap.node_credentials(config, str(tmp_path / "node.crt"), str(tmp_path / "node.key")))
+
+
+NODE_ADDRESSES = [{"type": "InternalIP", "address": "10.0.0.5"}, {"type": "Hostname", "address": NODE}]
+
+
+async def test_the_serving_certificate_is_asked_for_with_the_agents_client_for_the_node_addresses(
+        tmp_path: Path, apiserver: FakeApiserver) -> None:
+    client = await node_client(tmp_path, apiserver)
+    cert_dir = tmp_path / "pki"
+    try:
+        manager = await new_server_manager(str(cert_dir), NODE, client, lambda: NODE_ADDRESSES)
+        assert manager.current() is None and manager.next_deadline() <= datetime.datetime.now().timestamp()
+        assert await manager.rotate()
+        [name] = apiserver.csrs
+        spec = apiserver.csrs[name]["spec"]
+        assert name.startswith("csr-") and apiserver.requesters[name] == f"system:node:{NODE}"
+        assert spec["signerName"] == "kubernetes.io/kubelet-serving"
+        assert spec["usages"] == ["digital signature", "server auth"]
+        asked = run_openssl("req", "-noout", "-text", stdin=base64.b64decode(spec["request"])).decode()
+        assert "DNS:node-a, IP Address:10.0.0.5" in asked
+        current = manager.current()
+        assert current is not None
+        assert (current.info.common_name, current.info.dns_names, current.info.ip_addresses) == (
+            f"system:node:{NODE}", (NODE,), ("10.0.0.5",))
+        link = cert_dir / "kubelet-server-current.pem"
+        assert manager.current_paths() == (str(link), str(link))
+        assert os.path.basename(os.readlink(link)).startswith("kubelet-server-2")
+        assert mode(os.readlink(link)) == 0o600
+        assert manager.next_deadline() == current.deadline  # it fits the template: renewed at the deadline
+        assert manager.ttl_seconds() > 0 and manager.rotation_ages == []
+
+        await asyncio.sleep(1.05)  # the pair files are named to the second
+        assert await manager.rotate()
+        assert len(manager.rotation_ages) == 1 and manager.rotation_ages[0] >= 0
+        # the agent's client is the manager's to use, not to close
+        await client.list_csrs("metadata.name=x")
+
+        # a new run takes the stored pair
+        again = await new_server_manager(str(cert_dir), NODE, client, lambda: NODE_ADDRESSES)
+        assert again.current() is not None and again.next_deadline() > datetime.datetime.now().timestamp()
+        # a changed address: the certificate no longer fits and is renewed at once
+        moved = await new_server_manager(str(cert_dir), NODE, client,
+                                         lambda: [{"type": "InternalIP", "address": "10.0.0.6"}])
+        assert moved.next_deadline() <= datetime.datetime.now().timestamp()
+    finally:
+        await client.close()
+
+
+async def test_without_an_address_nothing_is_asked_for(tmp_path: Path, apiserver: FakeApiserver) -> None:
+    client = await node_client(tmp_path, apiserver)
+    try:
+        manager = await new_server_manager(str(tmp_path / "pki"), NODE, client,
+                                           lambda: [{"type": "Hostname", "address": NODE}])
+        assert not await manager.rotate()
+        assert apiserver.csrs == {} and manager.renew_errors == 1
+        clock = Clock(1000.0)
+        manager._clock, manager._sleep = clock, clock.sleep
+        clock.stop_after = 1.0
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(manager.run(), timeout=5)
+        assert clock.sleeps == [1.0] and apiserver.csrs == {}  # it looks again in a second: no backoff, no request
+    finally:
+        await client.close()
+
+
+async def test_the_server_store_falls_back_to_the_tls_cert_file(tmp_path: Path, apiserver: FakeApiserver) -> None:
+    certificate, key = await node_pair(apiserver.ca, NODE)
+    (tmp_path / "serving.crt").write_bytes(certificate)
+    (tmp_path / "serving.key").write_bytes(key)
+    client = await node_client(tmp_path, apiserver)
+    try:
+        manager = await new_server_manager(str(tmp_path / "pki"), NODE, client, lambda: NODE_ADDRESSES,
+                                           cert_file=str(tmp_path / "serving.crt"),
+                                           key_file=str(tmp_path / "serving.key"))
+        assert manager.current_paths() == (str(tmp_path / "serving.crt"), str(tmp_path / "serving.key"))
+        # it has no SANs, so it does not fit the node's template: renewed at once
+        assert manager.next_deadline() <= datetime.datetime.now().timestamp()
+    finally:
+        await client.close()

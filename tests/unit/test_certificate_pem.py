@@ -80,3 +80,18 @@ def test_parse_x509_text() -> None:
         "system:node:n1", ("system:nodes", "second, inc"))
     with pytest.raises(pem.PemError, match="notAfter"):
         pem.parse_x509_text("notBefore=Nov 27 08:17:12 2026 GMT\n")
+
+
+def test_parse_x509_text_reads_the_subject_alt_names() -> None:
+    info = pem.parse_x509_text(
+        "notBefore=Nov 27 08:17:12 2026 GMT\nnotAfter=Nov 28 08:17:12 2026 GMT\nsubject=CN=system:node:n1\n"
+        "X509v3 Subject Alternative Name: critical\n"
+        "    DNS:n1, DNS:n1.example, IP Address:10.0.0.1, IP Address:2001:DB8:0:0:0:0:0:1, email:a@b, URI:x:y\n")
+    assert info.dns_names == ("n1", "n1.example")
+    assert info.ip_addresses == ("10.0.0.1", "2001:db8::1")  # openssl prints IPv6 in full: made canonical
+
+
+def test_parse_x509_text_without_subject_alt_names() -> None:
+    info = pem.parse_x509_text("notBefore=Nov 27 08:17:12 2026 GMT\nnotAfter=Nov 28 08:17:12 2026 GMT\n"
+                               "subject=CN=a\n")
+    assert (info.dns_names, info.ip_addresses) == ((), ())

@@ -9,7 +9,8 @@ import itertools
 import pytest
 
 from kopflet.certificate import rotation
-from kopflet.certificate.csr import Subject, node_subject
+from kopflet.certificate.csr import Subject, Template, client_template, node_subject
+from kopflet.certificate.pem import CertificateInfo
 
 DAY = 86400.0
 
@@ -36,15 +37,26 @@ def test_retry_delays(random: float, delays: list[float]) -> None:
     assert got == pytest.approx(delays)
 
 
-@pytest.mark.parametrize(("cn", "orgs", "template", "fits"), [
-    ("system:node:a", ("system:nodes",), node_subject("a"), True),
-    ("system:node:a", ("system:nodes", "extra"), node_subject("a"), True),  # extra organizations are fine
-    ("system:node:b", ("system:nodes",), node_subject("a"), False),  # renamed node: renewed at once
-    ("system:node:a", (), node_subject("a"), False),
-    ("x", ("o",), Subject("x", ()), True),
+SERVING_A = Template(node_subject("a"), ("a",), ("10.0.0.1",))
+
+
+@pytest.mark.parametrize(("cn", "orgs", "dns", "ips", "template", "fits"), [
+    ("system:node:a", ("system:nodes",), (), (), client_template("a"), True),
+    ("system:node:a", ("system:nodes", "extra"), (), (), client_template("a"), True),  # extra organizations: fine
+    ("system:node:b", ("system:nodes",), (), (), client_template("a"), False),  # renamed node: renewed at once
+    ("system:node:a", (), (), (), client_template("a"), False),
+    ("x", ("o",), (), (), Template(Subject("x", ())), True),
+    # serving: every name and address asked for must be in the certificate; extra ones are fine
+    ("system:node:a", ("system:nodes",), ("a",), ("10.0.0.1",), SERVING_A, True),
+    ("system:node:a", ("system:nodes",), ("a", "b"), ("10.0.0.1", "10.0.0.2"), SERVING_A, True),
+    ("system:node:a", ("system:nodes",), ("a",), ("10.0.0.2",), SERVING_A, False),  # the node's IP changed
+    ("system:node:a", ("system:nodes",), (), ("10.0.0.1",), SERVING_A, False),
+    ("system:node:a", ("system:nodes",), ("a",), (), None, True),  # no template (no address yet): kept
 ])
-def test_satisfies_template(cn: str, orgs: tuple[str, ...], template: Subject, fits: bool) -> None:
-    assert rotation.satisfies_template(cn, orgs, template) is fits
+def test_satisfies_template(cn: str, orgs: tuple[str, ...], dns: tuple[str, ...], ips: tuple[str, ...],
+                            template: Template | None, fits: bool) -> None:
+    info = CertificateInfo(0.0, 1.0, cn, orgs, dns, ips)
+    assert rotation.satisfies_template(info, template) is fits
 
 
 @pytest.mark.parametrize(("now", "deadline", "not_after", "expected"), [

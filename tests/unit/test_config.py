@@ -435,6 +435,7 @@ tlsPrivateKeyFile: /etc/kopflet/pki/serving.key
 tlsMinVersion: VersionTLS13
 tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_AES_128_GCM_SHA256]
 rotateCertificates: true
+serverTLSBootstrap: true
 authentication:
   x509:
     clientCAFile: /etc/kubernetes/pki/ca.crt
@@ -476,7 +477,7 @@ enforceNodeAllocatable: [none]
 def test_full_config_file() -> None:
     cfg = with_file(FULL_FILE, "--kubeconfig=/etc/kopflet/kubelet.conf")  # rotateCertificates needs it
     assert cfg == AgentConfig(
-        node_name="node-1", kubeconfig="/etc/kopflet/kubelet.conf", rotate_certificates=True,
+        node_name="node-1", kubeconfig="/etc/kopflet/kubelet.conf", rotate_certificates=True, server_tls_bootstrap=True,
         pod_manifest_path="/etc/kubernetes/manifests", pod_log_root="/srv/logs/pods",
         resync_period=30.0, file_check_frequency=10.0, healthz_port=10300, healthz_bind_address="0.0.0.0",
         cluster_domain="corp.local", cluster_dns=("10.96.0.10", "10.96.0.11"), node_status_update_frequency=5.0,

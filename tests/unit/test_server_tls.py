@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import ssl
+import subprocess
 import warnings
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -138,8 +141,102 @@ def test_upstreams_start_messages_are_logged(pki: Pki, caplog: pytest.LogCapture
 async def test_serving_tls_honours_the_config(pki: Pki) -> None:
     config = AgentConfig(node_name=NODE, tls_cert_file=pki.serving_cert, tls_private_key_file=pki.serving_key,
                          tls_min_version="VersionTLS13")
-    context = await srv.serving_tls(config)
-    assert context.minimum_version == ssl.TLSVersion.TLSv1_3
+    tls = await srv.serving_tls(config)
+    assert tls.context is not None and tls.context.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert tls.has_certificate
+
+
+# --- the certificate can change while the API serves (GetCertificate) ----------------------------------------
+
+def _pair(directory: Path, name: str) -> tuple[str, str]:
+    """A self-signed serving pair for 127.0.0.1, named ``name`` (its CN)."""
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", f"/CN={name}", "-config",
+                    "/dev/null", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True,
+                   timeout=30)
+    return str(cert), str(key)
+
+
+async def served_name(port: int) -> str | None:
+    """The CN of the certificate served on a new connection; None when the handshake fails."""
+    try:
+        async with asyncio.timeout(10):
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client())
+    except (ssl.SSLError, ConnectionError):
+        return None
+    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+    return await asyncio.to_thread(_subject_cn, der)
+
+
+def _subject_cn(der: bytes) -> str:
+    text = subprocess.run(["openssl", "x509", "-inform", "DER", "-noout", "-subject"], input=der,
+                          capture_output=True, check=True, timeout=30).stdout.decode()
+    return text.strip().rsplit("=", 1)[-1].strip()
+
+
+@contextlib.asynccontextmanager
+async def serving(tls: srv.ServingTLS) -> AsyncIterator[int]:
+    authenticator = Authenticator(FakeKube(), client_certificates=False, webhook=False, anonymous=True)
+    server = srv.Server(NODE, FakeBackend(), authenticator, RecordingAuthorizer())
+    await server.start("127.0.0.1", 0, tls.context)
+    try:
+        yield server.port
+    finally:
+        await server.close(grace=1.0)
+
+
+async def test_without_a_certificate_handshakes_fail_with_upstreams_message(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """serverTLSBootstrap before the request is approved: no self-signed pair, no certificate at all."""
+    config = AgentConfig(node_name=NODE, server_tls_bootstrap=True, cert_dir=str(tmp_path / "pki"))
+    tls = await srv.serving_tls(config)
+    assert not tls.has_certificate and not (tmp_path / "pki").exists()
+    async with serving(tls) as port:
+        assert await served_name(port) is None
+        assert "no serving certificate available for the kubelet" in caplog.text
+        await tls.use(*_pair(tmp_path, "issued"))
+        assert await served_name(port) == "issued"
+
+
+async def test_a_new_pair_is_served_from_the_next_handshake_and_open_connections_go_on(tmp_path: Path) -> None:
+    tls = srv.ServingTLS(AgentConfig(node_name=NODE))
+    await tls.open()
+    await tls.use(*_pair(tmp_path, "first"))
+    async with serving(tls) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client())
+        await tls.use(*_pair(tmp_path, "second"))
+        assert await served_name(port) == "second"
+        # the connection made with the first certificate still serves requests
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        async with asyncio.timeout(10):
+            answer = await reader.read()
+        assert answer.startswith(b"HTTP/1.1 ")
+        writer.close()
+
+
+async def test_changed_files_are_loaded_again_and_a_broken_pair_is_not(tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """ReloadKubeletServerCertificateFile: tlsCertFile and tlsPrivateKeyFile replaced on disk."""
+    cert, key = _pair(tmp_path, "first")
+    config = AgentConfig(node_name=NODE, tls_cert_file=cert, tls_private_key_file=key)
+    tls = await srv.serving_tls(config)
+    async with serving(tls) as port:
+        assert await served_name(port) == "first"
+        assert not await tls.reload_if_changed()  # unchanged
+        new_cert, new_key = _pair(tmp_path, "second")
+        os.replace(new_cert, cert)
+        os.replace(new_key, key)
+        assert await tls.reload_if_changed()
+        assert await served_name(port) == "second"
+        await asyncio.to_thread(Path(cert).write_text, "not a certificate")
+        assert not await tls.reload_if_changed()
+        assert "invalid certificate and key pair from file" in caplog.text
+        assert await served_name(port) == "second"  # the old pair stays
 
 
 # --- GET /configz ------------------------------------------------------------------------------------------------
