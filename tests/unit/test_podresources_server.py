@@ -24,7 +24,7 @@ from kopflet.apis.podresources.proto.v1 import api_pb2_grpc as v1_grpc
 from kopflet.apis.podresources.proto.v1alpha1 import api_pb2 as v1alpha1
 from kopflet.apis.podresources.proto.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from kopflet.apis.podresources.resources import AllocatableResources, Providers
-from kopflet.apis.podresources.server import PodResourcesServer
+from kopflet.apis.podresources.server import ListenerError, PodResourcesServer
 from kopflet.cm.cpumanager import cpu_manager as cm
 from kopflet.cm.cpumanager.cpu_manager import Pods
 from kopflet.cm.cpumanager.manager import CPUManager
@@ -214,8 +214,9 @@ async def test_the_directory_is_made_0750(root: Path) -> None:
 
 async def test_a_socket_that_cannot_be_made_is_an_os_error(root: Path) -> None:
     (root / "pod-resources").write_text("a file where the directory should be")
-    server = PodResourcesServer(Layout(str(root)).pod_resources_socket, pods=lambda: [])
-    with pytest.raises(OSError):
+    socket = Layout(str(root)).pod_resources_socket
+    server = PodResourcesServer(socket, pods=lambda: [])
+    with pytest.raises(ListenerError, match=f"^failed to create listener for podResources endpoint unix://{socket}: "):
         await server.start()
     await server.stop()
 

@@ -170,6 +170,10 @@ class _V1alpha1(v1alpha1_grpc.PodResourcesListerServicer):
 # ----------------------------------------------------------------------------------------------- server
 
 
+class ListenerError(OSError):
+    """The socket cannot be made (upstream logs "Failed to create listener for podResources endpoint" and exits)."""
+
+
 def _bind_socket(server: grpc.aio.Server, path: str) -> None:
     """upstream `util.CreateListener`: unlink a stale socket, make its directory (0750), listen under a temporary
     name there and rename it into place. Blocking (small file operations). Raises OSError."""
@@ -183,7 +187,7 @@ def _bind_socket(server: grpc.aio.Server, path: str) -> None:
     try:
         server.add_insecure_port(f"unix:{temporary}")
     except RuntimeError as exc:  # grpc's way of saying the address could not be bound
-        raise OSError(f"failed to create listener for podResources endpoint unix://{path}: {exc}") from None
+        raise OSError(str(exc)) from None
     try:
         os.rename(temporary, path)
     except OSError:
@@ -217,11 +221,16 @@ class PodResourcesServer:
             getattr(self.metrics, f"pod_resources_{counter}").labels(version).inc()
 
     async def start(self) -> None:
-        """Listen on the socket and serve. OSError when the socket cannot be made."""
+        """Listen on the socket and serve. `ListenerError` (an OSError) when the socket cannot be made."""
         server = grpc.aio.server()
         v1alpha1_grpc.add_PodResourcesListerServicer_to_server(_V1alpha1(self), server)
         v1_grpc.add_PodResourcesListerServicer_to_server(_V1(self), server)
-        await asyncio.to_thread(_bind_socket, server, self.socket_path)
+        try:
+            await asyncio.to_thread(_bind_socket, server, self.socket_path)
+        except OSError as exc:
+            await server.stop(None)
+            raise ListenerError(f"failed to create listener for podResources endpoint unix://{self.socket_path}: "
+                                f"{exc}") from None
         await server.start()
         self._server = server
         logger.info(f"serving the pod-resources API on unix://{self.socket_path} "
@@ -241,6 +250,7 @@ __all__ = [
     "DEFAULT_LIMIT",
     "NO_PROVIDERS",
     "STOP_GRACE",
+    "ListenerError",
     "PodResourcesServer",
     "to_v1",
     "to_v1_allocatable",
