@@ -250,8 +250,10 @@ def _containers(pod: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
 
 def is_pod_inactive(pod: Mapping[str, Any]) -> bool:
     """upstream `isPodInactive` as the agent can tell it: the pod (with the status the agent wrote last) is in a
-    terminal phase. (Upstream also drops a pod its worker has fully terminated, and keeps a terminal pod whose
-    termination is still under way; the agent's workers end both with the terminal phase.)"""
+    terminal phase. Upstream also drops a pod its worker has fully terminated (`IsPodKnownTerminated`), and keeps
+    a terminal pod whose termination was requested and is still under way; here a deleted pod drops out once the
+    agent wrote its terminal phase (right after its containers stopped) or the API object is gone, and a terminal
+    pod as soon as its phase is terminal."""
     return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
 
 
