@@ -65,6 +65,7 @@ agent-image:
 
 proto: venv
 	bash cri_client/proto/generate.sh
+	bash kopflet/apis/podresources/proto/generate.sh
 
 down: venv
 	$(PY) -m devstack down

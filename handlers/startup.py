@@ -22,6 +22,7 @@ import kopf
 
 from cri_client import CriError
 from handlers import configuring
+from kopflet.apis.podresources.server import ListenerError as PodResourcesListenerError
 from kopflet.certificate.bootstrap import BootstrapError, load_client_cert
 from kopflet.certificate.csr import CsrDenied, CsrError
 from kopflet.certificate.manager import ManagerError, new_client_manager
@@ -171,6 +172,9 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
                 metrics=memo.metrics)
     try:
         await node.start()
+    except PodResourcesListenerError as exc:
+        await node.stop(close_runtime=False)
+        raise kopf.PermanentError(str(exc)) from exc  # upstream exits: it cannot serve the pod-resources API
     except (OSError, ssl.SSLError) as exc:
         await node.stop(close_runtime=False)
         # Upstream exits when it cannot serve its API: the apiserver could not reach the node's pods.

@@ -600,6 +600,37 @@ class KubeletMetrics:
             ("reason",),
             stability=ALPHA,
         )
+        # The pod-resources API (upstream PodResourcesEndpoint*: CounterVecs by server_api_version, "v1" or
+        # "v1alpha1"; the List and GetAllocatableResources error counters never move at v1.37.1).
+        api_version = ("server_api_version",)
+        self.pod_resources_requests = r.counter(
+            "kubelet_pod_resources_endpoint_requests_total",
+            "Cumulative number of requests to the PodResource endpoint. Broken down by server api version.",
+            api_version, stability=ALPHA)
+        self.pod_resources_requests_list = r.counter(
+            "kubelet_pod_resources_endpoint_requests_list",
+            "Number of requests to the PodResource List endpoint. Broken down by server api version.",
+            api_version, stability=ALPHA)
+        self.pod_resources_requests_get_allocatable = r.counter(
+            "kubelet_pod_resources_endpoint_requests_get_allocatable",
+            "Number of requests to the PodResource GetAllocatableResources endpoint. Broken down by server api "
+            "version.", api_version, stability=ALPHA)
+        self.pod_resources_errors_list = r.counter(
+            "kubelet_pod_resources_endpoint_errors_list",
+            "Number of requests to the PodResource List endpoint which returned error. Broken down by server api "
+            "version.", api_version, stability=ALPHA)
+        self.pod_resources_errors_get_allocatable = r.counter(
+            "kubelet_pod_resources_endpoint_errors_get_allocatable",
+            "Number of requests to the PodResource GetAllocatableResources endpoint which returned error. Broken "
+            "down by server api version.", api_version, stability=ALPHA)
+        self.pod_resources_requests_get = r.counter(
+            "kubelet_pod_resources_endpoint_requests_get",
+            "Number of requests to the PodResource Get endpoint. Broken down by server api version.",
+            api_version, stability=ALPHA)
+        self.pod_resources_errors_get = r.counter(
+            "kubelet_pod_resources_endpoint_errors_get",
+            "Number of requests to the PodResource Get endpoint which returned error. Broken down by server api "
+            "version.", api_version, stability=ALPHA)
         self._container_states: set[str] = set()
         self._refreshers: list[Callable[[], None]] = []
         if node_name:

@@ -21,6 +21,8 @@ from typing import Any
 from cri_client import CriClient, CriError
 from kopflet import backoff as backoffs
 from kopflet.allocation.state import AllocationManager
+from kopflet.apis.podresources.resources import Providers
+from kopflet.apis.podresources.server import PodResourcesServer
 from kopflet.certificate.manager import ServerCertificateManager, new_server_manager
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import Credentials, KubeClient
@@ -243,6 +245,10 @@ class Node:
             record_event=self._eviction_event, disk_layout=self._disk_layout,
             local_storage_capacity_isolation=cfg.local_storage_capacity_isolation)
         self._image_fs: str | None = None
+        # upstream ListenAndServePodResources: the pods as the pod manager has them, the CPU manager's CPUs (no
+        # memory, device or DRA manager yet: their providers report nothing).
+        self.pod_resources = PodResourcesServer(self.layout.pod_resources_socket, pods=self.workers.bodies,
+                                                providers=Providers(cpus=self.cpu_manager), metrics=self.metrics)
         self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics, self.stats,
                                     self.probe_metrics)
         self.server: Server | None = None
@@ -324,9 +330,9 @@ class Node:
     async def start(self) -> None:
         """Register the node, then start the loops (upstream Run): the services cache, the static pod source (its
         first scan before housekeeping may run: static pods' containers are not orphans), the relist, the
-        heartbeats, housekeeping, and the kubelet API. OSError or ssl.SSLError when the API cannot be served;
-        CPUManagerError, before anything else, when the CPU manager's policy, the machine and its checkpoint do not
-        fit (upstream refuses to start)."""
+        heartbeats, housekeeping, the kubelet API and the pod-resources API. OSError or ssl.SSLError when an API
+        cannot be served; CPUManagerError, before anything else, when the CPU manager's policy, the machine and its
+        checkpoint do not fit (upstream refuses to start)."""
         await self.cpu_manager.start()
         await self.api.open()
         await self.heartbeat.register()
@@ -337,6 +343,7 @@ class Node:
             self.server = await serve(cfg, self.backend, authenticator_for(cfg, self.api),
                                       authorizer_for(cfg, self.api), tls=await self._serving_tls())
             logger.info(f"serving the kubelet API on {cfg.address}:{cfg.port}")
+        await self.pod_resources.start()
         self._tasks.append(asyncio.create_task(self.services.run(), name="services"))
         if self.static_pods is not None:
             await self.static_pods.scan()
@@ -395,6 +402,7 @@ class Node:
             await self.server.close()
         if self.serving_certificates is not None:
             await self.serving_certificates.stop()
+        await self.pod_resources.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -34,6 +34,8 @@ ACTUATED_PODS_STATE = "actuated_pods_state"  # kuberuntime_manager.go actuatedPo
 CPU_MANAGER_STATE = "cpu_manager_state"  # cpu_manager.go cpuManagerStateFileName
 CERT_DIR_NAME = "pki"  # cmd/kubelet/app/options: CertDirectory "/var/lib/kubelet/pki"
 SECCOMP_DIR_NAME = "seccomp"  # kuberuntime_manager.go: seccompProfileRoot = filepath.Join(rootDirectory, "seccomp")
+POD_RESOURCES_DIR_NAME = "pod-resources"  # DefaultKubeletPodResourcesDirName
+POD_RESOURCES_SOCKET = "kubelet.sock"  # apis/podresources Socket "kubelet", made a path by util.LocalEndpoint
 LOG_PATH_DELIMITER = "_"  # kuberuntime/helpers.go logPathDelimiter
 
 
@@ -113,6 +115,18 @@ class Layout:
         """``<root>/seccomp`` (upstream `seccompProfileRoot`): a ``Localhost`` seccomp profile's
         ``localhostProfile`` is a path under it."""
         return posixpath.join(self.root_dir, SECCOMP_DIR_NAME)
+
+    @property
+    def pod_resources_dir(self) -> str:
+        """``<root>/pod-resources`` (upstream `getPodResourcesDir`, made 0750 at start): the pod-resources socket's
+        directory, which monitoring agents mount."""
+        return posixpath.join(self.root_dir, POD_RESOURCES_DIR_NAME)
+
+    @property
+    def pod_resources_socket(self) -> str:
+        """``<root>/pod-resources/kubelet.sock``: the pod-resources gRPC API (upstream ListenAndServePodResources's
+        endpoint)."""
+        return posixpath.join(self.pod_resources_dir, POD_RESOURCES_SOCKET)
 
     # ------------------------------------------------------------------ <pod-log-root> (kuberuntime/helpers.go)
 

@@ -25,7 +25,10 @@ _INI.read(REPO / ".importlinter")
 PURE = tuple(_INI["importlinter:contract:pure"]["source_modules"].split())
 # The modules that do I/O: every kopflet module that is neither a package's __init__ nor under PURE.
 IMPURE = frozenset({
-    "kopflet.allocation.state", "kopflet.certificate.bootstrap", "kopflet.certificate.manager",
+    "kopflet.allocation.state", "kopflet.apis.podresources.server",
+    "kopflet.apis.podresources.proto.v1.api_pb2", "kopflet.apis.podresources.proto.v1.api_pb2_grpc",
+    "kopflet.apis.podresources.proto.v1alpha1.api_pb2", "kopflet.apis.podresources.proto.v1alpha1.api_pb2_grpc",
+    "kopflet.certificate.bootstrap", "kopflet.certificate.manager",
     "kopflet.certificate.openssl", "kopflet.certificate.signing", "kopflet.certificate.store",
     "kopflet.client.events", "kopflet.client.kubeapi", "kopflet.cm.cgroups",
     "kopflet.cm.container_manager", "kopflet.cm.cpumanager.manager",

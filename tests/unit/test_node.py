@@ -124,3 +124,11 @@ async def test_host_facts_read_the_cpu_topology(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(node_module, "read_topology", broken)
     facts = await HostFacts.read(AgentConfig(node_name="n"))
     assert (facts.cpu_topology, facts.cpu_topology_error) == (None, "could not detect number of cpus")
+
+
+def test_the_pod_resources_api_is_wired_to_the_pods_and_the_cpu_manager() -> None:
+    n = node("node-a", "/var/lib/a")
+    assert n.pod_resources.socket_path == "/var/lib/a/pod-resources/kubelet.sock"
+    assert n.pod_resources.providers.cpus is n.cpu_manager and n.pod_resources.metrics is n.metrics
+    assert n.pod_resources.pods == n.workers.bodies
+    assert (n.pod_resources.use_active_pods, n.pod_resources.pod_level) == (True, False)

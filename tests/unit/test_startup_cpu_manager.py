@@ -39,3 +39,29 @@ async def test_a_cpu_manager_error_is_permanent(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(kopf.PermanentError, match='configured policy "static" differs'):
         await startup.start_agent(settings=kopf.OperatorSettings(), memo=memo, logger=logging.getLogger("t"))
     assert FailingNode.stopped and memo.get("node") is None
+
+
+class NoPodResourcesSocket(FailingNode):
+    async def start(self) -> None:
+        from kopflet.apis.podresources.server import ListenerError
+        raise ListenerError("failed to create listener for podResources endpoint "
+                            "unix:///var/lib/kopflet/pod-resources/kubelet.sock: [Errno 20] Not a directory")
+
+
+async def test_a_pod_resources_socket_that_cannot_be_made_is_permanent_and_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upstream exits when it cannot listen on the pod-resources socket; the message names that socket, not the
+    kubelet API's port."""
+    async def host(_: Any) -> None:
+        return None
+
+    monkeypatch.setattr(startup, "Node", NoPodResourcesSocket)
+    monkeypatch.setattr(startup.HostFacts, "read", host)
+    monkeypatch.setattr(configuring, "connection_info", lambda *_, **__: kopf.ConnectionInfo(server="https://x"))
+    memo = kopf.Memo(config=AgentConfig(node_name="n"), runtime=object(), metrics=None)
+    FailingNode.stopped = False
+    with pytest.raises(kopf.PermanentError) as err:
+        await startup.start_agent(settings=kopf.OperatorSettings(), memo=memo, logger=logging.getLogger("t"))
+    assert str(err.value) == ("failed to create listener for podResources endpoint "
+                              "unix:///var/lib/kopflet/pod-resources/kubelet.sock: [Errno 20] Not a directory")
+    assert FailingNode.stopped and memo.get("node") is None

@@ -15,6 +15,8 @@ the clock are `kopflet.cm.cpumanager.manager`'s.
 - `remove_stale_state`: an assignment of a container that is not in an active pod is released.
 - `reconcile_updates`: upstream `reconcileState`: the running containers whose cpuset differs from what the state
   says now (the shared pool shrinks and grows with each exclusive allocation).
+- `container_cpu_ids`, `allocatable_cpu_ids`: what the pod-resources API reports (cm/container_manager_linux.go
+  `GetCPUs`, `GetAllocatableCPUs`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ __all__ = [
     "Snapshot",
     "admission_rejection",
     "admit",
+    "allocatable_cpu_ids",
+    "container_cpu_ids",
     "new_policy",
     "reconcile_updates",
     "remove_stale_state",
@@ -231,3 +235,22 @@ def reconcile_updates(state: State, pods: Pods, running: Iterable[RunningContain
         if applied.get(container.container_id) != cpus:
             updates.append((container, cpus))
     return updates
+
+
+# -------------------------------------------------------------------------------------------- pod resources
+
+
+def container_cpu_ids(state: State, pod_uid: str, container: str) -> tuple[int, ...]:
+    """upstream container manager `GetCPUs` for the pod-resources API: the container's exclusive CPUs when the
+    state has an assignment for it (`GetResourceIsolationLevel` is then ResourceIsolationContainer: with
+    `PodLevelResourceManagers` off nothing is isolated at the pod level), else none (a container on the shared
+    pool, or the none policy). Sorted (upstream's order is a Go map's)."""
+    cpus = state.get(pod_uid, container)
+    return () if cpus is None else tuple(cpus.sorted())
+
+
+def allocatable_cpu_ids(policy: StaticPolicy | None) -> tuple[int, ...]:
+    """upstream `GetAllocatableCPUs`, fixed at `Start`: under the static policy every online CPU of the topology but
+    the reserved ones (``reservedSystemCPUs``, or those the policy took for systemReserved and kubeReserved); none
+    under the none policy."""
+    return () if policy is None else tuple(policy.allocatable_cpus().sorted())

@@ -15,6 +15,8 @@ runtime:
 - `run` (static policy only, every ``cpuManagerReconcilePeriod``): stale assignments released (those of pods the
   agent does not handle only once the apiserver confirms they are gone), then ``UpdateContainerResources`` with
   the new ``cpusetCpus`` for each running container whose cpuset changed, as upstream's `reconcileState`.
+- `get_cpus`, `get_pod_cpus`, `get_allocatable_cpus`: the pod-resources API's CPUs provider (upstream's container
+  manager implements podresources.CPUsProvider).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from cri_client import CriClient, CriError
 from cri_client import types as cri
@@ -176,6 +179,22 @@ class CPUManager:
         """A container was created with `cpus` (upstream AddContainer's lastUpdateState)."""
         if self.policy is not None and cpus:
             self.applied[container_id] = cpuset.parse(cpus)
+
+    # --------------------------------------------------------------------------------- pod resources
+
+    def get_cpus(self, pod: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[int, ...]:
+        """The container's exclusive CPUs (none on the shared pool), for the pod-resources API."""
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        return cpu_manager.container_cpu_ids(self.state, uid, str(container.get("name", "")))
+
+    def get_pod_cpus(self, pod_uid: str) -> tuple[int, ...]:
+        """Pod-level exclusive CPUs: none (kopflet's state has no pod-level assignments; `PodLevelResourceManagers`
+        is off)."""
+        return ()
+
+    def get_allocatable_cpus(self) -> tuple[int, ...]:
+        """The CPUs the static policy may hand out (none under the none policy, or before `start`)."""
+        return cpu_manager.allocatable_cpu_ids(self.policy)
 
     # ------------------------------------------------------------------------------------- reconcile
 

@@ -1,0 +1,1 @@
+"""Upstream pkg/kubelet/apis/grpc: what the kubelet's local gRPC servers share (the rate limit)."""

@@ -1,0 +1,154 @@
+"""The pod-resources gRPC API on the real stack (upstream pkg/kubelet/apis/podresources at v1.37.1), asked over the
+agent's real socket ``<root-dir>/pod-resources/kubelet.sock`` with a real gRPC client, as a monitoring agent
+(node-exporter, a device plugin, topology-aware schedulers' exporters) asks it:
+
+- with ``--cpu-manager-policy=static --reserved-cpus=0`` (the CPU manager's test's flags): GetAllocatableResources
+  answers every online CPU but the reserved one; a Guaranteed pod with an integer CPU request shows its exclusive
+  CPUs in List and Get, a Burstable pod on the shared pool shows none; a pod that succeeded is no longer listed and
+  Get answers upstream's "pod <name> in namespace <namespace> not found" for it as for an unknown pod;
+- with the default none policy: no CPU is allocatable and no container reports any;
+- the socket is there once the agent started (its directory 0750) and gone once it stopped.
+
+The calls are few and spaced (the API takes 100 requests a second, 10 at once, as upstream's).
+
+Not run by the helper that wrote them (the stack belongs to another process); run with
+``python -m devstack run -- pytest -q tests/e2e/test_pod_resources.py`` (or ``make test``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+
+from devstack.layout import Layout
+from kopflet.apis.podresources.proto.v1 import api_pb2 as v1
+from kopflet.apis.podresources.proto.v1 import api_pb2_grpc as v1_grpc
+from kopflet.paths import Layout as Paths
+from tests.conftest import Kubectl
+from tests.e2e.conftest import agent_with
+from tests.e2e.test_cpu_manager import ARGS, EXCLUSIVE, STATE_FILE, burstable, guaranteed, remove_state_file
+from tests.e2e.test_pod_lifecycle import container, is_ready, pod_manifest, wait_gone, wait_pod
+
+SOCKET = Paths(str(STATE_FILE.parent)).pod_resources_socket  # <root-dir> as the CPU manager's test finds it
+TIMEOUT = 10.0
+T = TypeVar("T")
+
+running = contextlib.contextmanager(agent_with)
+
+
+@contextlib.contextmanager
+def lister() -> Iterator[v1_grpc.PodResourcesListerStub]:
+    with grpc.insecure_channel(f"unix://{SOCKET}") as channel:
+        yield v1_grpc.PodResourcesListerStub(channel)
+
+
+def listed(client: v1_grpc.PodResourcesListerStub, namespace: str) -> dict[str, list[tuple[str, list[int]]]]:
+    """This namespace's pods in List: pod name -> its containers in order, with their cpu_ids."""
+    answer = client.List(v1.ListPodResourcesRequest(), timeout=TIMEOUT)
+    return {p.name: [(c.name, list(c.cpu_ids)) for c in p.containers]
+            for p in answer.pod_resources if p.namespace == namespace}
+
+
+def eventually(read: Callable[[], T], check: Callable[[T], bool], what: str, timeout: float = 30.0) -> T:
+    """`read` until `check` holds, once a second (well under the rate limit)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if check(value):
+            return value
+        assert time.monotonic() < deadline, f"never {what}; last: {value!r}"
+        time.sleep(1.0)
+
+
+def not_found(client: v1_grpc.PodResourcesListerStub, namespace: str, name: str) -> tuple[Any, str]:
+    with pytest.raises(grpc.RpcError) as err:
+        client.Get(v1.GetPodResourcesRequest(pod_namespace=namespace, pod_name=name), timeout=TIMEOUT)
+    return err.value.code(), err.value.details()
+
+
+@pytest.fixture
+def static_node() -> Iterator[None]:
+    """The CPU manager's checkpoint removed before and after (upstream's procedure for a policy change)."""
+    remove_state_file()
+    try:
+        yield
+    finally:
+        remove_state_file()
+
+
+def test_exclusive_cpus_and_allocatable_cpus_under_the_static_policy(
+        static_node: None, admin: Kubectl, layout: Layout, namespace: str, tmp_path: Path) -> None:
+    node = layout.node_name
+    with running(layout, tmp_path, ARGS), lister() as client:
+        try:
+            assert stat.S_ISSOCK(os.stat(SOCKET).st_mode)
+            assert stat.S_IMODE(os.stat(os.path.dirname(SOCKET)).st_mode) == 0o750
+
+            # every online CPU but the reserved CPU 0
+            allocatable = client.GetAllocatableResources(v1.AllocatableResourcesRequest(), timeout=TIMEOUT)
+            assert (list(allocatable.cpu_ids), list(allocatable.devices), list(allocatable.memory)) == \
+                (EXCLUSIVE.sorted(), [], [])
+
+            admin.apply(burstable("shared", namespace, node))
+            wait_pod(admin, namespace, "shared", is_ready, what="Ready")
+            admin.apply(guaranteed("pinned", namespace, node, len(EXCLUSIVE)))
+            pinned = wait_pod(admin, namespace, "pinned", is_ready, what="Ready")
+            assert pinned["status"]["qosClass"] == "Guaranteed"
+
+            # List: the Guaranteed container's own CPUs; the shared pool is never reported
+            assert listed(client, namespace) == \
+                {"pinned": [("main", EXCLUSIVE.sorted())], "shared": [("main", [])]}
+
+            # Get: the same, one pod; no pod-level CPUs (PodLevelResourceManagers is off)
+            got = client.Get(v1.GetPodResourcesRequest(pod_namespace=namespace, pod_name="pinned"),
+                             timeout=TIMEOUT).pod_resources
+            assert (got.name, got.namespace, [(c.name, list(c.cpu_ids)) for c in got.containers],
+                    list(got.cpu_ids)) == ("pinned", namespace, [("main", EXCLUSIVE.sorted())], [])
+            assert [list(c.devices) + list(c.memory) + list(c.dynamic_resources) for c in got.containers] == [[]]
+
+            # upstream's error for an unknown pod and an unknown namespace (a plain Go error: code Unknown)
+            assert not_found(client, namespace, "nope") == \
+                (grpc.StatusCode.UNKNOWN, f"pod nope in namespace {namespace} not found")
+            assert not_found(client, "no-such-namespace", "pinned") == \
+                (grpc.StatusCode.UNKNOWN, "pod pinned in namespace no-such-namespace not found")
+
+            # Deleted, the pod is no longer listed
+            admin.run("delete", "pod", "pinned", "-n", namespace, "--wait=false")
+            wait_gone(admin, namespace, "pinned")
+            eventually(lambda: listed(client, namespace), lambda pods: "pinned" not in pods,
+                       "the deleted pod left List")
+        finally:
+            admin.run("delete", "pods", "--all", "-n", namespace, "--wait=true", "--timeout=60s", check=False)
+    # the agent stopped: its socket is gone with it
+    assert not os.path.exists(SOCKET)
+
+
+def test_terminal_pods_are_not_listed_and_the_none_policy_reports_no_cpus(
+        admin: Kubectl, layout: Layout, namespace: str, tmp_path: Path) -> None:
+    node = layout.node_name
+    with running(layout, tmp_path, ""), lister() as client:
+        try:
+            assert list(client.GetAllocatableResources(v1.AllocatableResourcesRequest(),
+                                                       timeout=TIMEOUT).cpu_ids) == []
+            admin.apply(pod_manifest("done", namespace, node, [container("main", "true")], restartPolicy="Never"))
+            admin.apply(pod_manifest("web", namespace, node, [container("main", "sleep 3600")],
+                                     initContainers=[container("setup", "true"),
+                                                     container("proxy", "sleep 3600", restartPolicy="Always")]))
+            wait_pod(admin, namespace, "web", is_ready, what="Ready")
+            wait_pod(admin, namespace, "done", lambda p: p.get("status", {}).get("phase") == "Succeeded",
+                     what="Succeeded")
+            # the sidecar then the app container, no ordinary init container, no CPUs; the Succeeded pod left out
+            assert eventually(lambda: listed(client, namespace), lambda pods: "done" not in pods,
+                              "the Succeeded pod left List") == {"web": [("proxy", []), ("main", [])]}
+            assert not_found(client, namespace, "done") == \
+                (grpc.StatusCode.UNKNOWN, f"pod done in namespace {namespace} not found")
+        finally:
+            admin.run("delete", "pods", "--all", "-n", namespace, "--wait=true", "--timeout=60s", check=False)
