@@ -75,7 +75,8 @@ class DeviceManager:
 
     def __init__(self, socket_dir: str, *, active_pods: Callable[[], Iterable[str]] = tuple,
                  sources_ready: Callable[[], bool] = lambda: True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, dial_timeout: float = devices.DIAL_TIMEOUT) -> None:
+        self.dial_timeout = dial_timeout
         self.socket_dir = socket_dir.rstrip("/") or "/"
         self.socket_path = os.path.join(self.socket_dir, devices.KUBELET_SOCKET)
         self.checkpoint_path = os.path.join(self.socket_dir, checkpoint.CHECKPOINT_NAME)
@@ -201,7 +202,7 @@ class DeviceManager:
         """Upstream `connectClient` + `PluginConnected`: dial, GetDevicePluginOptions, then ListAndWatch."""
         channel = grpc.aio.insecure_channel(f"unix://{socket}", options=[("grpc.default_authority", "localhost")])
         try:
-            await asyncio.wait_for(channel.channel_ready(), devices.DIAL_TIMEOUT)
+            await asyncio.wait_for(channel.channel_ready(), self.dial_timeout)
         except (TimeoutError, grpc.RpcError) as exc:
             await channel.close()
             return f"{devices.ERR_FAILED_TO_DIAL} {exc or 'context deadline exceeded'}"
