@@ -512,6 +512,9 @@ def container_config_to_pb(c: types.ContainerConfig) -> pb.ContainerConfig:
         stdin=c.stdin,
         stdin_once=c.stdin_once,
         tty=c.tty,
+        devices=[pb.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
+                 for d in c.devices],
+        CDI_devices=[pb.CDIDevice(name=name) for name in c.cdi_devices],
     )
     _put(m, "linux", c.linux, linux_container_config_to_pb)
     return m
@@ -534,6 +537,9 @@ def container_config_from_pb(m: pb.ContainerConfig) -> types.ContainerConfig:
         stdin_once=m.stdin_once,
         tty=m.tty,
         linux=_get(m, "linux", linux_container_config_from_pb),
+        devices=tuple(types.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
+                      for d in m.devices),
+        cdi_devices=tuple(d.name for d in m.CDI_devices),
     )
 
 

@@ -222,6 +222,15 @@ class Mount:
     recursive_read_only: bool = False
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Device:
+    """`Device`: a host device node mapped into a container (a device plugin's Allocate answer)."""
+
+    container_path: str
+    host_path: str
+    permissions: str = ""
+
+
 # ------------------------------------------------------------------------------------------ sandboxes
 
 
@@ -410,6 +419,9 @@ class ContainerConfig:
     stdin_once: bool = False
     tty: bool = False
     linux: LinuxContainerConfig | None = None
+    devices: tuple[Device, ...] = ()
+    cdi_devices: tuple[str, ...] = ()
+    """Fully qualified CDI device names (``vendor.com/class=name``) the runtime resolves."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -669,6 +681,7 @@ __all__ = [
     "ContainerStatus",
     "CpuUsage",
     "DNSConfig",
+    "Device",
     "ExecSyncResult",
     "FilesystemUsage",
     "HugepageLimit",

@@ -16,7 +16,9 @@ k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 # nonewprivs image's), from the same k8s.io/kubernetes module; images/build.py packs them into the
 # registry.k8s.io/e2e-test-images images, with the files those images' Dockerfiles copy from the module's
 # test/images (e2e-images/: agnhost's porter certificate, kitten's and nautilus' pictures).
-test_bins=(agnhost nnp)
+# sample-device-plugin: upstream's sample device plugin (test/images/sample-device-plugin), for the device plugin
+# e2e test (tests/e2e/test_device_plugins.py says what it needs at run time).
+test_bins=(agnhost nnp sample-device-plugin)
 e2e_bins=()
 for arg in "$@"; do
   case $arg in
@@ -90,6 +92,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/test/images/agnhost"
+	_ "k8s.io/kubernetes/test/images/sample-device-plugin"
 )
 GO
 minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
@@ -123,6 +126,12 @@ if [ ! -x "$out/nnp" ]; then
   echo "building nnp $KUBERNETES_VERSION ..." >&2
   go build -trimpath -ldflags "-s -w" -o "$out/nnp.tmp" k8s.io/kubernetes/test/images/nonewprivs >&2
   mv "$out/nnp.tmp" "$out/nnp"
+fi
+if [ ! -x "$out/sample-device-plugin" ]; then
+  echo "building sample-device-plugin $KUBERNETES_VERSION ..." >&2
+  go build -trimpath -tags tools -ldflags "-s -w" -o "$out/sample-device-plugin.tmp" \
+    k8s.io/kubernetes/test/images/sample-device-plugin >&2
+  mv "$out/sample-device-plugin.tmp" "$out/sample-device-plugin"
 fi
 if [ ! -f "$out/e2e-images/.complete" ]; then
   a="$out/e2e-images"

@@ -34,6 +34,7 @@ from kopflet.cm.cpumanager import policy_options
 from kopflet.cm.cpumanager.cpu_manager import RunningContainer
 from kopflet.cm.cpumanager.manager import CPUManager, read_topology
 from kopflet.cm.cpumanager.topology import CPUTopology, TopologyError
+from kopflet.cm.devicemanager.manager import DeviceManager
 from kopflet.config import static_pods
 from kopflet.config.file_source import StaticPodSource
 from kopflet.config.settings import AgentConfig
@@ -174,8 +175,14 @@ class Node:
         self.api = KubeClient(credentials, user_agent=f"kopflet/{cfg.node_name}")
         self.recorder = EventRecorder(self.api, cfg.node_name)
         self.backoff = backoffs.Backoff()
+        # The device plugins' Registration server; a pod holds its devices while a worker has it active or its
+        # containers run (a restarted agent's pods reach their workers one by one).
+        self.device_manager = DeviceManager(
+            self.layout.device_plugins_dir, sources_ready=lambda: self.relist.synced.is_set(),
+            active_pods=lambda: {*self.workers.cpu_pods().active,
+                                 *(uid for uid, view in list(self.relist.pods.items()) if view.running_containers())})
         self.heartbeat = NodeAgent(cfg, self.api, cri, runtime.node_version, host.machine, self.recorder,
-                                   pressure=lambda: self.eviction.conditions())
+                                   pressure=lambda: self.eviction.conditions(), devices=self.device_manager.capacity)
         self.services = ServiceCache(self.api)
         self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api)
         self.allocations = AllocationManager(self.layout)
@@ -207,7 +214,7 @@ class Node:
             layout=self.layout, hooks=HookRunner(cri),
             volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout),
             hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths,
-            before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager)
+            before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager, devices=self.device_manager)
         self.relist = RuntimeCache(cri, on_relist=self.metrics.observe_pleg_relist)
         self.prober = ProbeManager(cri, self.recorder, self._wake, metrics=self.probe_metrics)
         self.status = StatusManager(self.api)
@@ -216,7 +223,7 @@ class Node:
             cfg, relist=self.relist, executor=self.executor, prober=self.prober, status=self.status,
             recorder=self.recorder, backoff=self.backoff, node_info=self.heartbeat.admission_info,
             allocations=self.allocations, cgroups=self.cgroups, images=self.images, teardown=self.teardown,
-            metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating)
+            metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating, devices=self.device_manager)
         self.housekeeping = Housekeeping(self.api, self.relist, self.workers, self.teardown, self.layout,
                                          cfg.pod_field_selector)
         self.container_gc = ContainerGC(self.relist, self.executor, gc.GCPolicy(
@@ -334,6 +341,7 @@ class Node:
         cannot be served; CPUManagerError, before anything else, when the CPU manager's policy, the machine and its
         checkpoint do not fit (upstream refuses to start)."""
         await self.cpu_manager.start()
+        await self.device_manager.start()  # the checkpoint restored, then kubelet.sock served
         await self.api.open()
         await self.heartbeat.register()
         self.recorder.node_event("Normal", "Starting", "Starting kubelet.", self.heartbeat.uid)
@@ -409,6 +417,7 @@ class Node:
         await self.stats.close()
         await self.container_manager.close()
         await self.workers.stop()
+        await self.device_manager.stop()
         await self.prober.close()
         await self.recorder.flush()
         await self.api.close()

@@ -33,6 +33,7 @@ ALLOCATED_PODS_STATE = "allocated_pods_state"  # allocation_manager.go allocated
 ACTUATED_PODS_STATE = "actuated_pods_state"  # kuberuntime_manager.go actuatedPodsStateFile
 CPU_MANAGER_STATE = "cpu_manager_state"  # cpu_manager.go cpuManagerStateFileName
 CERT_DIR_NAME = "pki"  # cmd/kubelet/app/options: CertDirectory "/var/lib/kubelet/pki"
+DEVICE_PLUGINS_DIR_NAME = "device-plugins"  # deviceplugin/v1beta1 DevicePluginPath "/var/lib/kubelet/device-plugins/"
 SECCOMP_DIR_NAME = "seccomp"  # kuberuntime_manager.go: seccompProfileRoot = filepath.Join(rootDirectory, "seccomp")
 POD_RESOURCES_DIR_NAME = "pod-resources"  # DefaultKubeletPodResourcesDirName
 POD_RESOURCES_SOCKET = "kubelet.sock"  # apis/podresources Socket "kubelet", made a path by util.LocalEndpoint
@@ -104,6 +105,13 @@ class Layout:
     def cpu_manager_state(self) -> str:
         """``<root>/cpu_manager_state``: the CPU manager's checkpoint (upstream cpuManagerStateFileName)."""
         return posixpath.join(self.root_dir, CPU_MANAGER_STATE)
+
+    @property
+    def device_plugins_dir(self) -> str:
+        """``<root>/device-plugins``: the device manager's ``kubelet.sock``, the plugins' sockets and
+        ``kubelet_internal_checkpoint``. Upstream's path is fixed (``/var/lib/kubelet/device-plugins/``, its
+        default root); kopflet's follows ``--root-dir`` so it never takes the machine's own kubelet's socket."""
+        return posixpath.join(self.root_dir, DEVICE_PLUGINS_DIR_NAME)
 
     @property
     def cert_dir(self) -> str:

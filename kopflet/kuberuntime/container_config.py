@@ -413,7 +413,10 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
                            seccomp_profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT,
                            seccomp_default: bool = False,
                            userns: cri.UserNamespace | None = None,
-                           cpuset_cpus: str = "") -> cri.ContainerConfig:
+                           cpuset_cpus: str = "",
+                           devices: Sequence[cri.Device] = (),
+                           cdi_devices: Sequence[str] = (),
+                           device_annotations: Mapping[str, str] = {}) -> cri.ContainerConfig:
     """The ContainerConfig for CreateContainer (upstream `generateContainerConfig`).
 
     `restart_count` is the new instance's (the previous instance's count + 1, 0 for the first): it becomes
@@ -423,7 +426,9 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
     `masked_paths` are the node's default masked paths, `seccomp_profile_root` its ``<root-dir>/seccomp``,
     `seccomp_default` the kubelet's ``seccompDefault`` and `userns` the sandbox's user namespace
     (`container_security_context`); `hugepage_sizes` its hugepage sizes and `cpuset_cpus` the CPU manager's cpuset
-    for it (`linux_resources`). runAsNonRoot is the
+    for it (`linux_resources`). `devices`, `cdi_devices` and `device_annotations` come from the device plugins'
+    Allocate answers (upstream makeDevices, makeCDIDevices; newContainerAnnotations lets the kubelet's own annotations
+    override the plugins'); their envs and mounts are the caller's, before the container's own. runAsNonRoot is the
     caller's check first (`verify_run_as_non_root`). Raises ContainerConfigError.
     """
     command, args = expand_command_and_args(container, env)
@@ -437,7 +442,7 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
         envs=dict(env),
         mounts=tuple(mounts),
         labels=labels.container_labels(pod, container),
-        annotations=labels.container_annotations(pod, container, restart_count),
+        annotations={**device_annotations, **labels.container_annotations(pod, container, restart_count)},
         log_path=paths.Layout.relative_log_path(container.name, restart_count),
         stdin=container.stdin,
         stdin_once=container.stdin_once,
@@ -451,6 +456,8 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
                                            seccomp_profile_root=seccomp_profile_root,
                                            seccomp_default=seccomp_default, userns=userns), pid_target_id),
         ),
+        devices=tuple(devices),
+        cdi_devices=tuple(cdi_devices),
     )
 
 

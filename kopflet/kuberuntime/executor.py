@@ -36,6 +36,8 @@ from kopflet.client.kubeapi import KubeApiError, KubeClient
 from kopflet.cm import helpers
 from kopflet.cm.cgroups import CgroupError, PodCgroups
 from kopflet.cm.cpumanager.manager import CPUManager
+from kopflet.cm.devicemanager.devices import AllocationError, RunContainerOptions
+from kopflet.cm.devicemanager.manager import DeviceManager
 from kopflet.config.settings import AgentConfig
 from kopflet.container import labels, podstate
 from kopflet.container.sync_result import SyncResult, Waiting
@@ -61,6 +63,9 @@ MINIMUM_GRACE_PERIOD = 2
 
 
 class PodSyncer:
+    devices: DeviceManager | None = None
+    """The device manager (None: no device plugins; also for parts built without `__init__` in tests)."""
+
     def __init__(self, cfg: AgentConfig, cri_client: CriClient, api: KubeClient, recorder: EventRecorder,
                  images: ImageManager, backoff: backoffs.Backoff, dns: sandbox_config.DnsSettings,
                  node_memory_capacity: int, services: ServiceCache | None = None,
@@ -70,12 +75,13 @@ class PodSyncer:
                  volumes: VolumeManager | None = None, hugepage_sizes: Sequence[str] = (),
                  masked_paths: Sequence[str] = container_config.DEFAULT_MASKED_PATHS,
                  before_pod_cgroup: Callable[[], Awaitable[None]] | None = None,
-                 cpus: CPUManager | None = None) -> None:
+                 cpus: CPUManager | None = None, devices: DeviceManager | None = None) -> None:
         """The parts default to ones of its own; the node's composition root (`kopflet.node`) passes its own.
         `hugepage_sizes` and `masked_paths` are the host's (`read_host_container_facts`); `before_pod_cgroup` brings
         the QoS tiers up to date before a new pod cgroup is made (the container manager's `update_qos`); `cpus` is
-        the CPU manager, which gives each container its cpuset at creation."""
-        self.before_pod_cgroup, self.cpus = before_pod_cgroup, cpus
+        the CPU manager, which gives each container its cpuset at creation; `devices` the device manager, whose
+        plugins' Allocate answers go into the container's config."""
+        self.before_pod_cgroup, self.cpus, self.devices = before_pod_cgroup, cpus, devices
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
         self.layout = layout if layout is not None else cfg.layout
         self.allocations = allocations if allocations is not None else AllocationManager(self.layout)
@@ -387,8 +393,16 @@ class PodSyncer:
         except CriError as exc:
             return failed(CREATE_CONTAINER_ERROR, _details(exc))
 
+        # upstream GenerateRunContainerOptions: the device plugins' part first (PreStartContainer where asked)
+        device_opts: RunContainerOptions | None = None
+        if self.devices is not None:
+            try:
+                device_opts = await self.devices.run_container_options(pod, container)
+            except AllocationError as exc:
+                return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
+        device_opts = device_opts or RunContainerOptions()
         try:
-            env = await self.environment(pod, container, sandbox)
+            env = [*device_opts.envs, *await self.environment(pod, container, sandbox)]
         except container_env.EnvError as exc:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         except KubeApiError as exc:
@@ -419,7 +433,10 @@ class PodSyncer:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         try:
             pod_ips = self._pod_ips(pod, sandbox)
-            mounts = volume_mounts + await asyncio.to_thread(self._prepare_files, pod, container, log_dir, pod_ips)
+            device_mounts = [cri.Mount(container_path=m.container_path, host_path=m.host_path, readonly=m.read_only)
+                             for m in device_opts.mounts]
+            mounts = device_mounts + volume_mounts + \
+                await asyncio.to_thread(self._prepare_files, pod, container, log_dir, pod_ips)
             # upstream PreCreateContainer: the CPU manager's cpuset (exclusive CPUs, else the shared pool)
             cpus = self.cpus.affinity(pod.uid, name) if self.cpus is not None else ""
             ccfg = container_config.build_container_config(
@@ -427,7 +444,10 @@ class PodSyncer:
                 memory_capacity=self.node_memory_capacity, pid_target_id=target_id,
                 masked_paths=self.masked_paths, hugepage_sizes=self.hugepage_sizes,
                 seccomp_profile_root=self.layout.seccomp_dir, seccomp_default=self.cfg.effective_seccomp_default,
-                userns=_sandbox_user_namespace(config), cpuset_cpus=cpus)
+                userns=_sandbox_user_namespace(config), cpuset_cpus=cpus,
+                devices=[cri.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
+                         for d in device_opts.devices],
+                cdi_devices=device_opts.cdi_devices, device_annotations=dict(device_opts.annotations))
             container_id = await self.cri.containers.create(sandbox_id, ccfg, config)
         except container_config.ContainerConfigError as exc:  # upstream generateContainerConfig's errors
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))

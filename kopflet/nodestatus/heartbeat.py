@@ -78,9 +78,12 @@ def read_apparmor_enabled(sys_root: str = "/sys") -> bool:
 class NodeAgent:
     def __init__(self, cfg: AgentConfig, api: KubeClient, cri_client: CriClient, runtime_version: str,
                  facts: setters.MachineFacts, recorder: EventRecorder | None = None,
-                 pressure: Callable[[], Mapping[str, bool]] = dict) -> None:
-        """`pressure` gives the eviction manager's MemoryPressure/DiskPressure/PIDPressure as last decided."""
+                 pressure: Callable[[], Mapping[str, bool]] = dict,
+                 devices: Callable[[], tuple[Mapping[str, str], Mapping[str, str]]] | None = None) -> None:
+        """`pressure` gives the eviction manager's MemoryPressure/DiskPressure/PIDPressure as last decided,
+        `devices` the device plugins' resources (capacity, allocatable: the device manager's `capacity`)."""
         self.cfg, self.api, self.cri, self.facts, self.recorder = cfg, api, cri_client, facts, recorder
+        self.devices = devices
         self.pressure = pressure
         self.runtime_version = runtime_version
         self.uid = ""
@@ -93,17 +96,23 @@ class NodeAgent:
     def capacity(self) -> dict[str, str]:
         """The Node's capacity: ephemeral-storage per localStorageCapacityIsolation (off, what the Node
         reported at registration stays, as upstream's setter leaves it)."""
-        return setters.capacity(self.facts, self.cfg.max_pods,
-                                local_storage_capacity_isolation=self.cfg.local_storage_capacity_isolation,
-                                reported=self._reported_capacity)
+        out = setters.capacity(self.facts, self.cfg.max_pods,
+                               local_storage_capacity_isolation=self.cfg.local_storage_capacity_isolation,
+                               reported=self._reported_capacity)
+        if self.devices is not None:  # upstream MachineInfo setter: devicePluginCapacity (0 once removed)
+            out.update(self.devices()[0])
+        return out
 
     def allocatable(self) -> dict[str, str]:
         """What the node offers pods (resourceFieldRef defaults unset limits to it, as upstream)."""
         system, kube = policy_options.reservations(self.cfg.system_reserved, self.cfg.kube_reserved,
                                                    self.cfg.reserved_system_cpus)  # --reserved-cpus counts
-        return setters.allocatable(self.capacity(), system_reserved=system, kube_reserved=kube,
-                                   eviction_hard=self.cfg.effective_eviction_hard,
-                                   local_storage_capacity_isolation=self.cfg.local_storage_capacity_isolation)
+        out = setters.allocatable(self.capacity(), system_reserved=system, kube_reserved=kube,
+                                  eviction_hard=self.cfg.effective_eviction_hard,
+                                  local_storage_capacity_isolation=self.cfg.local_storage_capacity_isolation)
+        if self.devices is not None:  # upstream: devicePluginAllocatable (the healthy devices) overrides
+            out.update(self.devices()[1])
+        return out
 
     async def admission_info(self) -> admission.NodeInfo:
         """This node as admission sees it: its labels, current taints and allocatable resources.

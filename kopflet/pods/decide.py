@@ -130,6 +130,9 @@ class Observation:
     """This node for admission and resize decisions (`needs_node_info` says when it is read)."""
     cpus: cpu_manager.Snapshot | None = None
     """The CPU manager's policy, state and the node's pods, when the pod may be admitted in this sync."""
+    devices: admission.Rejection | None = None
+    """The device manager's answer when the pod is admitted in this sync (its Allocate calls are I/O, made by
+    the worker just before deciding): a failure rejects the pod as the CPU manager's does."""
     others: Sequence[tuple[spec.Pod, Mapping[str, Any]]] = ()
     """The other admitted, live, non-terminal pods of the node with their API status."""
     termination_messages: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -198,6 +201,12 @@ def needs_node_info(pod: spec.Pod, previous: Mapping[str, Any], runtime: podstat
     return allocated is not None and policy.resize_pending_differs(pod, allocated)
 
 
+def admits(pod: spec.Pod, previous: Mapping[str, Any], runtime: podstate.RuntimePodStatus, memory: Memory) -> bool:
+    """Whether this sync runs the pod's admission (`decide`'s condition): what the device manager allocates for."""
+    return not (pod.is_deleting or previous.get("phase") in TERMINAL_PHASES or memory.admitted) and \
+        _needs_admission(runtime, previous)
+
+
 def _needs_admission(runtime: podstate.RuntimePodStatus, previous: Mapping[str, Any]) -> bool:
     """Upstream canAdmitPod runs once per pod before anything runs. A pod that already has something on the
     runtime, or is past Pending, was admitted before (by this agent before a restart)."""
@@ -235,7 +244,7 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
         cpus = cpu_manager.admit(obs.cpus, pod) if obs.cpus is not None else cpu_manager.Admission()
         # The eviction manager's admit runs first, as upstream registers it first.
         rejection = eviction.admit(pod, _node(obs).pressure) or \
-            admission.admit(pod, _node(obs), [p for p, _ in obs.others], allocation=cpus.rejection)
+            admission.admit(pod, _node(obs), [p for p, _ in obs.others], allocation=cpus.rejection or obs.devices)
         if rejection is not None:
             # Final: phase Failed with the reason and message, never retried (upstream rejectPod).
             return Plan(lifecycle=Lifecycle.REJECTED, pod=pod, memory=memory,

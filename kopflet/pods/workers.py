@@ -36,6 +36,8 @@ from kopflet.cm import helpers
 from kopflet.cm.cgroups import PodCgroups
 from kopflet.cm.cpumanager.cpu_manager import Pods
 from kopflet.cm.cpumanager.manager import CPUManager
+from kopflet.cm.devicemanager import devices as devicemanager
+from kopflet.cm.devicemanager.manager import DeviceManager
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
 from kopflet.images.manager import ImageManager
@@ -82,18 +84,22 @@ class _Worker:
 
 
 class PodWorkers:
+    devices: DeviceManager | None = None
+    """The device manager (None: no device plugins; also for parts built without `__init__` in tests)."""
+
     def __init__(self, cfg: AgentConfig, *, relist: RuntimeCache, executor: PodSyncer, prober: ProbeManager,
                  status: StatusManager, recorder: EventRecorder, backoff: backoffs.Backoff,
                  node_info: Callable[[], Awaitable[admission.NodeInfo]], allocations: AllocationManager,
                  cgroups: PodCgroups, images: ImageManager, teardown: Teardown,
                  metrics: KubeletMetrics | None = None, cpus: CPUManager | None = None,
+                 devices: DeviceManager | None = None,
                  allocating: asyncio.Lock | None = None) -> None:
         """`cpus` is the CPU manager whose exclusive CPUs admissions take; `allocating` the node's allocation lock
         (the CPU manager's reconcile loop takes it too; one of its own by default)."""
         self.cfg, self.relist, self.executor, self.prober, self.status = cfg, relist, executor, prober, status
         self.recorder, self.backoff, self.node_info = recorder, backoff, node_info
         self.allocations, self.cgroups, self.images, self.teardown = allocations, cgroups, images, teardown
-        self.metrics, self.cpus = metrics, cpus
+        self.metrics, self.cpus, self.devices = metrics, cpus, devices
         self.workers: dict[str, _Worker] = {}
         # Admission and resize decisions one at a time, each against what the others hold once the previous one
         # is recorded (upstream allocationMutex).
@@ -229,6 +235,7 @@ class PodWorkers:
                 if w is not worker and w.holds_node and w.pod is not None),
                 cpus=self.cpus.snapshot(self.cpu_pods()) if self.cpus is not None and not worker.memory.admitted
                 else None)
+            observation = await self._admit_devices(observation, worker)
             plan = decide.decide(observation, self.cfg)
             if plan.cpu_state is not None and self.cpus is not None:
                 await self.cpus.commit(plan.cpu_state)  # the checkpoint, before any container is created
@@ -238,6 +245,21 @@ class PodWorkers:
             if plan.admitted:
                 worker.pod = plan.pod
         return await self._act(worker, observation, plan)
+
+    async def _admit_devices(self, observation: Observation, worker: _Worker) -> Observation:
+        """The device manager's part of admission (upstream's container manager admit handler: Allocate for each
+        container), made before deciding as it calls the plugins; the node's allocatable is raised to the devices
+        the pod holds (upstream UpdatePluginResources). Devices of a pod `decide` rejects all the same are freed
+        at the next allocation, as upstream frees those of pods no longer active."""
+        pod, node = observation.pod, observation.node
+        if self.devices is None or pod is None or node is None or not decide.admits(
+                pod, observation.body.get("status") or {}, observation.runtime, worker.memory):
+            return observation
+        if not devicemanager.pod_requests_devices(pod, self.devices.resources()):
+            return observation
+        rejection = await self.devices.admit(pod)
+        node = dataclasses.replace(node, allocatable=self.devices.sanitize_allocatable(pod.uid, node.allocatable))
+        return dataclasses.replace(observation, devices=rejection, node=node)
 
     # ------------------------------------------------------------------------------------ observe
 

@@ -87,6 +87,8 @@ CONTAINER_CONFIG_FULL = types.ContainerConfig(
     stdin=True,
     stdin_once=True,
     tty=True,
+    devices=(types.Device(container_path="/dev/fake", host_path="/dev/null", permissions="rw"),),
+    cdi_devices=("example.com/resource=CDI-Dev-1",),
     linux=types.LinuxContainerConfig(
         resources=RESOURCES,
         security_context=types.ContainerSecurityContext(
