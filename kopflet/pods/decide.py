@@ -25,7 +25,11 @@ from kopflet import backoff as backoffs
 from kopflet.allocation import policy
 from kopflet.api import spec, times
 from kopflet.api.events import NORMAL, WARNING
+from kopflet.cm import admission as resource_admission
 from kopflet.cm.cpumanager import cpu_manager, static_policy
+from kopflet.cm.memorymanager import memory_manager
+from kopflet.cm.memorymanager.state import State as MemoryState
+from kopflet.cm.topologymanager.topology_manager import NO_TOPOLOGY, TopologyManager
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
 from kopflet.container.sync_result import CRASH_LOOP_BACK_OFF, SyncResult, Waiting
@@ -130,6 +134,10 @@ class Observation:
     """This node for admission and resize decisions (`needs_node_info` says when it is read)."""
     cpus: cpu_manager.Snapshot | None = None
     """The CPU manager's policy, state and the node's pods, when the pod may be admitted in this sync."""
+    memory_blocks: memory_manager.Snapshot | None = None
+    """The memory manager's policy, state and the node's pods, when the pod may be admitted in this sync."""
+    topology: TopologyManager = NO_TOPOLOGY
+    """The topology manager's policy and scope, which align the CPU and memory managers' allocations."""
     others: Sequence[tuple[spec.Pod, Mapping[str, Any]]] = ()
     """The other admitted, live, non-terminal pods of the node with their API status."""
     termination_messages: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -154,6 +162,9 @@ class Plan:
     """Record this pod's resources as allocated (first admission, accepted resize)."""
     cpu_state: static_policy.State | None = None
     """Record this CPU manager state (the pod's exclusive CPUs, taken at its admission) before anything runs."""
+    memory_state: MemoryState | None = None
+    """Record this memory manager state (the pod's NUMA memory blocks, taken at its admission) before anything
+    runs."""
     admitted: bool = False
     """The pod counts as admitted on the node (for the next pods' admission and resize decisions)."""
     events: tuple[Event, ...] = ()
@@ -228,23 +239,25 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
     if previous.get("phase") in TERMINAL_PHASES:
         return _terminated(obs, pod, previous, cfg, memory, ())  # final: never restarted
 
-    cpu_state = None
+    resources = resource_admission.Admission()
     if not memory.admitted and _needs_admission(obs.runtime, previous):
-        # The CPU manager's exclusive CPUs are taken with the admission (upstream's container manager admit
-        # handler, after the sysctls); they are recorded only if every handler admits the pod.
-        cpus = cpu_manager.admit(obs.cpus, pod) if obs.cpus is not None else cpu_manager.Admission()
+        # The CPU manager's exclusive CPUs and the memory manager's NUMA blocks are taken with the admission, as
+        # the topology manager aligns them (upstream's container manager admit handler, after the sysctls); they
+        # are recorded only if every handler admits the pod.
+        resources = resource_admission.admit(obs.topology, obs.cpus, obs.memory_blocks, pod)
         # The eviction manager's admit runs first, as upstream registers it first.
         rejection = eviction.admit(pod, _node(obs).pressure) or \
-            admission.admit(pod, _node(obs), [p for p, _ in obs.others], allocation=cpus.rejection)
+            admission.admit(pod, _node(obs), [p for p, _ in obs.others], allocation=resources.rejection)
         if rejection is not None:
             # Final: phase Failed with the reason and message, never retried (upstream rejectPod).
             return Plan(lifecycle=Lifecycle.REJECTED, pod=pod, memory=memory,
                         events=(Event(WARNING, rejection.reason, rejection.event_message),),
                         status=generate.rejected_status(previous, rejection.reason, rejection.message),
                         log=f"rejected: {rejection.reason}: {rejection.message}", wake_after=cfg.resync_period)
-        cpu_state = cpus.state
     plan = _admitted(obs, pod, previous, cfg, dataclasses.replace(memory, admitted=True))
-    return plan if cpu_state is None else dataclasses.replace(plan, cpu_state=cpu_state)
+    if resources.cpu_state is None and resources.memory_state is None:
+        return plan
+    return dataclasses.replace(plan, cpu_state=resources.cpu_state, memory_state=resources.memory_state)
 
 
 def _admitted(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg: AgentConfig,
