@@ -32,6 +32,7 @@ ETC_HOSTS_FILE_NAME = "etc-hosts"  # kubelet_pods.go getEtcHostsPath
 ALLOCATED_PODS_STATE = "allocated_pods_state"  # allocation_manager.go allocatedPodsStateFile
 ACTUATED_PODS_STATE = "actuated_pods_state"  # kuberuntime_manager.go actuatedPodsStateFile
 CPU_MANAGER_STATE = "cpu_manager_state"  # cpu_manager.go cpuManagerStateFileName
+MEMORY_MANAGER_STATE = "memory_manager_state"  # memory_manager.go memoryManagerStateFileName
 CERT_DIR_NAME = "pki"  # cmd/kubelet/app/options: CertDirectory "/var/lib/kubelet/pki"
 SECCOMP_DIR_NAME = "seccomp"  # kuberuntime_manager.go: seccompProfileRoot = filepath.Join(rootDirectory, "seccomp")
 LOG_PATH_DELIMITER = "_"  # kuberuntime/helpers.go logPathDelimiter
@@ -102,6 +103,11 @@ class Layout:
     def cpu_manager_state(self) -> str:
         """``<root>/cpu_manager_state``: the CPU manager's checkpoint (upstream cpuManagerStateFileName)."""
         return posixpath.join(self.root_dir, CPU_MANAGER_STATE)
+
+    @property
+    def memory_manager_state(self) -> str:
+        """``<root>/memory_manager_state``: the memory manager's checkpoint (upstream memoryManagerStateFileName)."""
+        return posixpath.join(self.root_dir, MEMORY_MANAGER_STATE)
 
     @property
     def cert_dir(self) -> str:

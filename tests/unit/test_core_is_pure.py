@@ -28,7 +28,7 @@ IMPURE = frozenset({
     "kopflet.allocation.state", "kopflet.certificate.bootstrap", "kopflet.certificate.manager",
     "kopflet.certificate.openssl", "kopflet.certificate.signing", "kopflet.certificate.store",
     "kopflet.client.events", "kopflet.client.kubeapi", "kopflet.cm.cgroups",
-    "kopflet.cm.container_manager", "kopflet.cm.cpumanager.manager",
+    "kopflet.cm.container_manager", "kopflet.cm.cpumanager.manager", "kopflet.cm.memorymanager.manager",
     "kopflet.config.file_source", "kopflet.envvars.services", "kopflet.eviction.manager", "kopflet.eviction.signals",
     "kopflet.images.gc_manager", "kopflet.images.manager", "kopflet.kuberuntime.executor",
     "kopflet.kuberuntime.gc_manager", "kopflet.lifecycle.hooks", "kopflet.logs.manager", "kopflet.logs.reader",
