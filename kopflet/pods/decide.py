@@ -269,7 +269,8 @@ def _admitted(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg:
     conditions = _resize_conditions(memory, previous)
     generation = _generation(obs.body)
     stamp = times.timestamp(obs.now)
-    allocate, pod = _allocate(obs, pod, conditions, generation, stamp, events, cfg.cpu_manager_policy)
+    allocate, pod = _allocate(obs, pod, conditions, generation, stamp, events, cfg.cpu_manager_policy,
+                              cfg.memory_manager_policy)
 
     if deadline.past_active_deadline(pod, deadline.start_time(previous), obs.now):
         # Upstream activeDeadlineHandler: the pod is terminal and killed; Failed (DeadlineExceeded) is written
@@ -478,7 +479,8 @@ def _resize_conditions(memory: Memory, previous: Mapping[str, Any]) -> dict[str,
 
 
 def _allocate(obs: Observation, pod: spec.Pod, conditions: dict[str, dict[str, Any]], generation: int,
-              stamp: str, events: list[Event], cpu_manager_policy: str) -> tuple[spec.Pod | None, spec.Pod]:
+              stamp: str, events: list[Event], cpu_manager_policy: str,
+              memory_manager_policy: str = "None") -> tuple[spec.Pod | None, spec.Pod]:
     """Upstream handlePodResourcesResize: grant the spec's new resources if they fit next to what the other pods
     hold, else say why in PodResizePending. Returns the pod to record as allocated (if any) and the allocated pod."""
     granted = obs.allocated
@@ -489,7 +491,8 @@ def _allocate(obs: Observation, pod: spec.Pod, conditions: dict[str, dict[str, A
         return None, pod
     phase = (obs.body.get("status") or {}).get("phase", generate.PENDING)
     decision = policy.decide(pod, granted, _node(obs), [policy.held_pod(p, status) for p, status in obs.others],
-                             pending=phase == generate.PENDING, cpu_manager_policy=cpu_manager_policy)
+                             pending=phase == generate.PENDING, cpu_manager_policy=cpu_manager_policy,
+                             memory_manager_policy=memory_manager_policy)
     event = decision.event(pod, generation)
     if decision.outcome == policy.ACCEPTED:
         conditions.pop(policy.POD_RESIZE_PENDING, None)

@@ -205,3 +205,21 @@ def test_decide_records_both_states_and_rejects_with_the_topology_managers_reaso
     assert rejected.lifecycle is Lifecycle.REJECTED and rejected.memory_state is None and rejected.cpu_state is None
     assert rejected.status is not None and (rejected.status["reason"], rejected.status["message"]) == (
         "TopologyAffinityError", "Pod was rejected: Resources cannot be allocated with Topology locality")
+
+
+def test_a_guaranteed_pods_memory_resize_is_infeasible_under_the_static_memory_policy() -> None:
+    from kopflet.allocation import policy as allocation_policy
+    from tests.unit.test_decide_cpu_manager import admission_pod
+
+    body = pending("1")
+    body["status"] = {"phase": "Running", "startTime": "2026-06-01T11:59:01Z", "qosClass": "Guaranteed"}
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "128Mi"},
+                                                  "limits": {"cpu": "1", "memory": "128Mi"}}
+    obs = observe(body, node=NODE, allocated=False)
+    granted = allocation_policy.PodAllocation.from_pod(admission_pod(UID, cpu="1"))  # 64Mi granted
+    obs = dataclasses.replace(obs, allocated=granted, actuated=granted)
+    plan = decide.decide(obs, dataclasses.replace(CFG, memory_manager_policy="Static"))
+    assert plan.status is not None
+    condition = next(c for c in plan.status["conditions"] if c["type"] == "PodResizePending")
+    assert (condition["reason"], condition["message"]) == \
+        ("Infeasible", 'Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static"')
