@@ -29,6 +29,7 @@ from kopflet.certificate.manager import ManagerError, new_client_manager
 from kopflet.certificate.openssl import OpensslError
 from kopflet.client.kubeapi import Credentials
 from kopflet.cm.cpumanager.manager import CPUManagerError
+from kopflet.cm.memorymanager.manager import MemoryManagerError
 from kopflet.config import settings as configuration
 from kopflet.lockfile import ContentionWatch, LockFile, LockFileError
 from kopflet.metrics import KubeletMetrics
@@ -179,7 +180,7 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
         await node.stop(close_runtime=False)
         # Upstream exits when it cannot serve its API: the apiserver could not reach the node's pods.
         raise kopf.PermanentError(f"cannot serve the kubelet API on {cfg.address}:{cfg.port}: {exc}") from exc
-    except (CPUManagerError, ManagerError) as exc:
+    except (CPUManagerError, MemoryManagerError, ManagerError) as exc:
         await node.stop(close_runtime=False)
         raise kopf.PermanentError(str(exc)) from exc  # upstream exits: the same error at every start
     except BaseException:

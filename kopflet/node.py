@@ -35,6 +35,8 @@ from kopflet.cm.cpumanager.cpu_manager import RunningContainer
 from kopflet.cm.cpumanager.manager import CPUManager, read_topology
 from kopflet.cm.cpumanager.topology import CPUTopology, TopologyError
 from kopflet.cm.devicemanager.manager import DeviceManager
+from kopflet.cm.memorymanager.machine import MachineError, NUMANode
+from kopflet.cm.memorymanager.manager import MemoryManager, read_numa_nodes
 from kopflet.config import static_pods
 from kopflet.config.file_source import StaticPodSource
 from kopflet.config.settings import AgentConfig
@@ -144,6 +146,9 @@ class HostFacts:
     """The CPUs' sockets, cores and NUMA nodes (sysfs), for the CPU manager; None when unreadable."""
     cpu_topology_error: str = ""
     """Why `cpu_topology` is None (the static policy cannot start without it)."""
+    numa_nodes: tuple[NUMANode, ...] = ()
+    """The NUMA nodes' memory, hugepages and distances (sysfs), for the memory and topology managers; empty when
+    the machine has no NUMA directories or they could not be read (one node with all the memory then)."""
 
     @classmethod
     async def read(cls, cfg: AgentConfig) -> HostFacts:
@@ -155,8 +160,13 @@ class HostFacts:
             topology, topology_error = await asyncio.to_thread(read_topology), ""
         except (OSError, TopologyError) as exc:
             topology, topology_error = None, str(exc)
+        try:
+            numa_nodes = await asyncio.to_thread(read_numa_nodes)
+        except (OSError, MachineError) as exc:
+            logger.warning(f"cannot read the NUMA nodes, taking one node with all the memory: {exc}")
+            numa_nodes = ()
         return cls(machine, resolv_conf, hugepage_sizes, masked_paths, await asyncio.to_thread(signals.max_pid),
-                   topology, topology_error)
+                   topology, topology_error, numa_nodes)
 
 
 class Node:
@@ -195,6 +205,13 @@ class Node:
             kube_reserved=cfg.kube_reserved, reserved_cpus=cfg.reserved_system_cpus,
             state_file=self.layout.cpu_manager_state, cri=cri, lock=allocating,
             pods=lambda: self.workers.cpu_pods(), running=self._running_containers, listed=self._listed_pod_uids)
+        self.memory_manager = MemoryManager(
+            cfg.memory_manager_policy, cfg.reserved_memory, numa_nodes=host.numa_nodes,
+            memory_capacity=host.machine.memory_bytes, system_reserved=cfg.system_reserved,
+            kube_reserved=cfg.kube_reserved, hard_thresholds=cfg.eviction_config.thresholds,
+            topology_policy_name=cfg.topology_manager_policy, topology_scope=cfg.topology_manager_scope,
+            topology_options=cfg.topology_manager_policy_options, state_file=self.layout.memory_manager_state,
+            lock=allocating, pods=lambda: self.workers.cpu_pods(), listed=self._listed_pod_uids)
         system_reserved, kube_reserved = policy_options.reservations(
             cfg.system_reserved, cfg.kube_reserved, cfg.reserved_system_cpus)  # --reserved-cpus counts
         self.container_manager = ContainerManager(
@@ -214,7 +231,8 @@ class Node:
             layout=self.layout, hooks=HookRunner(cri),
             volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout),
             hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths,
-            before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager, devices=self.device_manager)
+            before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager, devices=self.device_manager,
+            memory=self.memory_manager)
         self.relist = RuntimeCache(cri, on_relist=self.metrics.observe_pleg_relist)
         self.prober = ProbeManager(cri, self.recorder, self._wake, metrics=self.probe_metrics)
         self.status = StatusManager(self.api)
@@ -223,7 +241,8 @@ class Node:
             cfg, relist=self.relist, executor=self.executor, prober=self.prober, status=self.status,
             recorder=self.recorder, backoff=self.backoff, node_info=self.heartbeat.admission_info,
             allocations=self.allocations, cgroups=self.cgroups, images=self.images, teardown=self.teardown,
-            metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating, devices=self.device_manager)
+            metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating, devices=self.device_manager,
+            memory=self.memory_manager)
         self.housekeeping = Housekeeping(self.api, self.relist, self.workers, self.teardown, self.layout,
                                          cfg.pod_field_selector)
         self.container_gc = ContainerGC(self.relist, self.executor, gc.GCPolicy(
@@ -338,9 +357,10 @@ class Node:
         """Register the node, then start the loops (upstream Run): the services cache, the static pod source (its
         first scan before housekeeping may run: static pods' containers are not orphans), the relist, the
         heartbeats, housekeeping, the kubelet API and the pod-resources API. OSError or ssl.SSLError when an API
-        cannot be served; CPUManagerError, before anything else, when the CPU manager's policy, the machine and its
-        checkpoint do not fit (upstream refuses to start)."""
+        cannot be served; CPUManagerError or MemoryManagerError, before anything else, when the CPU, memory or
+        topology manager's policy, the machine and the checkpoint do not fit (upstream refuses to start)."""
         await self.cpu_manager.start()
+        await self.memory_manager.start()
         await self.device_manager.start()  # the checkpoint restored, then kubelet.sock served
         await self.api.open()
         await self.heartbeat.register()
@@ -367,6 +387,7 @@ class Node:
             asyncio.create_task(self.oom.run(), name="oom-watcher"),
             asyncio.create_task(self.container_manager.run(), name="qos-cgroups"),
             asyncio.create_task(self.cpu_manager.run(), name="cpu-manager"),
+            asyncio.create_task(self.memory_manager.run(), name="memory-manager"),
         ]
 
     async def _serving_tls(self) -> ServingTLS:

@@ -32,6 +32,7 @@ ETC_HOSTS_FILE_NAME = "etc-hosts"  # kubelet_pods.go getEtcHostsPath
 ALLOCATED_PODS_STATE = "allocated_pods_state"  # allocation_manager.go allocatedPodsStateFile
 ACTUATED_PODS_STATE = "actuated_pods_state"  # kuberuntime_manager.go actuatedPodsStateFile
 CPU_MANAGER_STATE = "cpu_manager_state"  # cpu_manager.go cpuManagerStateFileName
+MEMORY_MANAGER_STATE = "memory_manager_state"  # memory_manager.go memoryManagerStateFileName
 CERT_DIR_NAME = "pki"  # cmd/kubelet/app/options: CertDirectory "/var/lib/kubelet/pki"
 DEVICE_PLUGINS_DIR_NAME = "device-plugins"  # deviceplugin/v1beta1 DevicePluginPath "/var/lib/kubelet/device-plugins/"
 SECCOMP_DIR_NAME = "seccomp"  # kuberuntime_manager.go: seccompProfileRoot = filepath.Join(rootDirectory, "seccomp")
@@ -112,6 +113,11 @@ class Layout:
         ``kubelet_internal_checkpoint``. Upstream's path is fixed (``/var/lib/kubelet/device-plugins/``, its
         default root); kopflet's follows ``--root-dir`` so it never takes the machine's own kubelet's socket."""
         return posixpath.join(self.root_dir, DEVICE_PLUGINS_DIR_NAME)
+
+    @property
+    def memory_manager_state(self) -> str:
+        """``<root>/memory_manager_state``: the memory manager's checkpoint (upstream memoryManagerStateFileName)."""
+        return posixpath.join(self.root_dir, MEMORY_MANAGER_STATE)
 
     @property
     def cert_dir(self) -> str:

@@ -19,6 +19,8 @@ from fractions import Fraction
 from typing import Any
 
 from kopflet import gotext
+from kopflet.api import qos
+from kopflet.cm.memorymanager.memory_manager import MemoryReservation
 from kopflet.config.settings import CONFIG_API_VERSION, CONFIG_KIND, AgentConfig
 from kopflet.eviction import thresholds
 
@@ -33,6 +35,13 @@ def quantity(amount: int | Fraction) -> str:
     back as ``1000Ki``: the same quantity."""
     whole = int(amount)
     return thresholds.format_quantity(whole, thresholds.BINARY_SI if whole % 1024 == 0 else thresholds.DECIMAL_SI)
+
+
+def _reservation(reservation: MemoryReservation) -> dict[str, Any]:
+    """A `MemoryReservation` as encoding/json writes it: the limits as canonical quantities (a ResourceList)."""
+    limits = {name: thresholds.format_quantity(qos.parse_quantity(text), thresholds.quantity_format(text))
+              for name, text in sorted(reservation.limits.items())}
+    return {"numaNode": reservation.numa_node, "limits": limits}
 
 
 def _duration(seconds: float) -> str:
@@ -112,6 +121,10 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("cpuManagerPolicy", lambda c: c.cpu_manager_policy, True),
     ("cpuManagerPolicyOptions", lambda c: _map(c.cpu_manager_policy_options), True),
     ("cpuManagerReconcilePeriod", lambda c: _duration(c.cpu_manager_reconcile_period), False),
+    ("memoryManagerPolicy", lambda c: c.memory_manager_policy, True),
+    ("topologyManagerPolicy", lambda c: c.topology_manager_policy, True),
+    ("topologyManagerScope", lambda c: c.topology_manager_scope, True),
+    ("topologyManagerPolicyOptions", lambda c: _map(c.topology_manager_policy_options), True),
     ("runtimeRequestTimeout", lambda c: _duration(c.runtime_request_timeout), False),
     ("maxPods", lambda c: c.max_pods, True),
     ("serializeImagePulls", lambda c: c.serialize_image_pulls, False),
@@ -131,6 +144,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("reservedSystemCPUs", lambda c: c.reserved_system_cpus, True),  # as written (upstream's configz is set first)
     ("enforceNodeAllocatable", lambda c: list(c.enforce_node_allocatable), True),
     ("allowedUnsafeSysctls", lambda c: list(c.allowed_unsafe_sysctls), True),
+    ("reservedMemory", lambda c: [_reservation(r) for r in c.reserved_memory], True),
     ("seccompDefault", lambda c: c.seccomp_default, False),  # the file's value: --seccomp-default is not in it
     ("registerWithTaints", _taints, True),
     ("localStorageCapacityIsolation", lambda c: c.local_storage_capacity_isolation, False),

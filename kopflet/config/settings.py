@@ -32,6 +32,9 @@ from kopflet import gotext, paths
 from kopflet.api import qos, validation
 from kopflet.cm import node_allocatable
 from kopflet.cm.cpumanager import policy_options
+from kopflet.cm.memorymanager import memory_manager
+from kopflet.cm.memorymanager.memory_manager import MemoryReservation
+from kopflet.cm.topologymanager import policy as topology_policy
 from kopflet.config import tls_options
 from kopflet.eviction import thresholds
 from kopflet.lifecycle import admission
@@ -230,6 +233,20 @@ class AgentConfig:
     reserved_system_cpus: str = ""
     """``reservedSystemCPUs`` (``--reserved-cpus``): a cpuset kept for the system; its CPU count replaces the cpu
     of systemReserved and kubeReserved."""
+    memory_manager_policy: str = memory_manager.POLICY_NONE
+    """``memoryManagerPolicy``: ``None`` or ``Static`` (Guaranteed pods' containers get memory and hugepages on
+    NUMA nodes of their own choosing, and ``cpuset.mems`` confining them there)."""
+    reserved_memory: tuple[MemoryReservation, ...] = ()
+    """``reservedMemory`` (``--reserved-memory``): the memory and hugepages kept for the system per NUMA node; with
+    the Static policy their total per type must equal systemReserved + kubeReserved + the hard memory.available
+    threshold."""
+    topology_manager_policy: str = topology_policy.POLICY_NONE
+    """``topologyManagerPolicy``: how the CPU and memory managers' NUMA placements are aligned: ``none``,
+    ``best-effort``, ``restricted`` or ``single-numa-node``."""
+    topology_manager_scope: str = topology_policy.SCOPE_CONTAINER
+    """``topologyManagerScope``: align each ``container`` apart, or the whole ``pod`` together."""
+    topology_manager_policy_options: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
+    """``topologyManagerPolicyOptions``: ``prefer-closest-numa-nodes``, ``max-allowable-numa-nodes``."""
     lock_file: str = ""
     """``--lock-file`` (flag only, as upstream): an exclusive flock on it is held for the agent's life; a second
     agent with the same file waits for it. Empty: no lock."""
@@ -525,6 +542,72 @@ def _cpu_manager_error(values: Mapping[str, Any]) -> str:
     return ""
 
 
+def _memory_manager_error(values: Mapping[str, Any]) -> str:
+    """The memory and topology managers' checks that need no machine (upstream config validation: the topology
+    policy and scope, the reserved memory; `NewManager`: the memory policy name, the topology options), with
+    upstream's messages; "" when fine."""
+    errors = []
+    policy = values.get("topology_manager_policy", AgentConfig.topology_manager_policy)
+    if policy not in topology_policy.POLICIES:
+        errors.append(f"invalid configuration: topologyManagerPolicy (--topology-manager-policy) "
+                      f"{gotext.go_quote(policy)} must be one of: "
+                      f"[{' '.join(gotext.go_quote(p) for p in topology_policy.POLICIES)}]")
+    scope = values.get("topology_manager_scope", AgentConfig.topology_manager_scope)
+    if scope not in topology_policy.SCOPES:
+        errors.append(f"invalid configuration: topologyManagerScope (--topology-manager-scope) "
+                      f'{gotext.go_quote(scope)} must be one of: "container", or "pod"')
+    errors += memory_manager.validate_reserved_memory(values.get("reserved_memory", ()))
+    if errors:
+        return errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"  # upstream's aggregate error
+    if policy != topology_policy.POLICY_NONE:
+        try:
+            topology_policy.parse_options(values.get("topology_manager_policy_options", {}))
+        except topology_policy.TopologyManagerError as exc:
+            return str(exc)
+    memory_policy = values.get("memory_manager_policy", AgentConfig.memory_manager_policy)
+    if memory_policy not in memory_manager.POLICIES:
+        return f"unknown policy: {gotext.go_quote(memory_policy)}"
+    return ""
+
+
+def _reserved_memory_flag(text: str) -> tuple[MemoryReservation, ...]:
+    try:
+        return memory_manager.parse_reserved_memory_flag(text)
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+
+
+def _yaml_reserved_memory(value: Any) -> tuple[MemoryReservation, ...]:
+    """``reservedMemory``: a list of ``{numaNode: <int>, limits: {<type>: <quantity>}}``."""
+    if not isinstance(value, list):
+        raise _Invalid(f"expected a list of reservations, got {_show(value)}")
+    out = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise _Invalid(f"item {index}: expected a mapping with numaNode and limits, got {_show(item)}")
+        unknown = set(item) - {"numaNode", "limits"}
+        if unknown:
+            raise _Invalid(f"item {index}: unknown field {_show(sorted(unknown)[0])}")
+        node = item.get("numaNode", 0)
+        if isinstance(node, bool) or not isinstance(node, int) or not -(1 << 31) <= node < 1 << 31:
+            raise _Invalid(f"item {index}: numaNode: expected an int32, got {_show(node)}")
+        limits = item.get("limits") or {}
+        if not isinstance(limits, Mapping):
+            raise _Invalid(f"item {index}: limits: expected a mapping of quantities, got {_show(limits)}")
+        parsed: dict[str, str] = {}
+        for name, quantity in limits.items():
+            text = str(quantity) if isinstance(quantity, int) and not isinstance(quantity, bool) else quantity
+            if not isinstance(text, str):
+                raise _Invalid(f"item {index}: limits: {name}: expected a quantity, got {_show(quantity)}")
+            try:
+                qos.parse_quantity(text)
+            except qos.QuantityError as exc:
+                raise _Invalid(f"item {index}: limits: {name}: {exc}") from None
+            parsed[str(name)] = text
+        out.append(MemoryReservation(node, _frozen(parsed)))
+    return tuple(out)
+
+
 def _sysctl(name: str) -> str:
     """An unsafe sysctl or ``prefix*`` pattern, checked as the kubelet does at start (sysctl NewAllowlist)."""
     try:
@@ -774,6 +857,8 @@ CIPHER_SUITES = _Kind("strings", _cipher_suites, lambda v: tuple(_cipher_suite(s
 # --cpu-manager-policy-options takes one key=value per flag (cliflag.NewMapStringStringNoSplit).
 POLICY_OPTIONS = _Kind("mapStringString", lambda t: _frozen(_pair(t)), lambda v: _frozen(_yaml_string_map(v)),
                        accumulate=_merge)
+# --reserved-memory: repeated flags append (upstream ReservedMemoryVar).
+RESERVED_MEMORY = _Kind("reserved-memory", _reserved_memory_flag, _yaml_reserved_memory, accumulate=_append)
 ENFORCEMENTS = _Kind("strings", lambda t: tuple(_csv(t)), lambda v: tuple(_yaml_strings(v)), accumulate=_append)
 LOG_MONITOR_INTERVAL = _Kind("duration", _log_monitor_interval, _text_then(_log_monitor_interval))
 
@@ -983,6 +1068,28 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("reserved_system_cpus", "reserved-cpus", "reservedSystemCPUs", STRING, '""',
             "CPUs kept for the system and Kubernetes daemons, as a cpuset (0-1,6); their count replaces the cpu of "
             "--system-reserved and --kube-reserved."),
+    # The memory manager and the topology manager (upstream pkg/kubelet/cm/memorymanager, topologymanager).
+    Setting("memory_manager_policy", "memory-manager-policy", "memoryManagerPolicy", STRING, '"None"',
+            "Memory manager policy: 'None' or 'Static' (a Guaranteed pod's containers get their memory and hugepages "
+            "on NUMA nodes chosen with the topology manager, and cpuset.mems keeping them there; needs "
+            "--reserved-memory). A policy change needs <root-dir>/memory_manager_state removed (drain the node "
+            "first)."),
+    Setting("reserved_memory", "reserved-memory", "reservedMemory", RESERVED_MEMORY, "none",
+            "Memory reserved per NUMA node, e.g. '0:memory=1Gi,hugepages-2Mi=2Gi', several nodes separated by ';' "
+            "or in repeated flags. With the Static memory policy the total per type must equal --system-reserved "
+            "+ --kube-reserved + the hard memory.available eviction threshold."),
+    Setting("topology_manager_policy", "topology-manager-policy", "topologyManagerPolicy", STRING, '"none"',
+            "Topology manager policy: 'none', 'best-effort' (align the CPU and memory managers' NUMA placements when "
+            "possible), 'restricted' (reject a pod whose placement cannot be the narrowest possible) or "
+            "'single-numa-node' (reject a pod that cannot have all on one NUMA node), with reason "
+            "TopologyAffinityError."),
+    Setting("topology_manager_scope", "topology-manager-scope", "topologyManagerScope", STRING, '"container"',
+            "What the topology manager aligns: each 'container' apart, or the whole 'pod' together."),
+    Setting("topology_manager_policy_options", "topology-manager-policy-options", "topologyManagerPolicyOptions",
+            STRING_MAP, "none",
+            "key=value options of the topology manager policy: prefer-closest-numa-nodes=true (of equally wide "
+            "placements, the NUMA nodes closest to each other), max-allowable-numa-nodes=<n> (default 8: more NUMA "
+            "nodes refuse to start)."),
     # One agent per node (upstream's flags only, no config-file field: cmd/kubelet/app/options KubeletFlags).
     Setting("lock_file", "lock-file", None, STRING, '""',
             "A file the agent holds an exclusive lock (flock) on while it runs; a second agent given the same file "
@@ -1037,8 +1144,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "eventRecordQPS", "eventBurst", "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
     "streamingConnectionIdleTimeout", "nodeLeaseDurationSeconds",     "volumeStatsAggPeriod", "kubeletCgroups",
     "systemCgroups", "cgroupRoot", "cgroupsPerQOS", "cgroupDriver", "singleProcessOOMKill",
-    "draManagerReconcilePeriod", "memoryManagerPolicy",
-    "topologyManagerPolicy", "topologyManagerScope", "topologyManagerPolicyOptions", "qosReserved", "hairpinMode",
+    "draManagerReconcilePeriod", "qosReserved", "hairpinMode",
     "podCIDR", "podPidsLimit", "resolvConf", "runOnce", "cpuCFSQuota", "cpuCFSQuotaPeriod", "nodeStatusMaxImages",
     "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls",
     "podsPerCore", "enableControllerAttachDetach",
@@ -1047,7 +1153,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup",
     "volumePluginDir", "providerID", "kernelMemcgNotification", "logging", "enableSystemLogHandler",
     "enableSystemLogQuery", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods",
-    "shutdownGracePeriodByPodPriority", "crashLoopBackOff", "reservedMemory", "enableProfilingHandler",
+    "shutdownGracePeriodByPodPriority", "crashLoopBackOff", "enableProfilingHandler",
     "enableDebugFlagsHandler", "memoryThrottlingFactor", "memoryReservationPolicy",
     "registerNode", "tracing", "failCgroupV1", "userNamespaces",
 })
@@ -1266,6 +1372,9 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     cpu_manager_error = _cpu_manager_error(values)
     if cpu_manager_error:
         raise ConfigError(cpu_manager_error)
+    memory_manager_error = _memory_manager_error(values)
+    if memory_manager_error:
+        raise ConfigError(memory_manager_error)
     try:
         AgentConfig(node_name="-", **{k: v for k, v in values.items() if k.startswith(("eviction_", "merge_"))}) \
             .eviction_config  # noqa: B018 (parses the thresholds: upstream ParseThresholdConfig at start)

@@ -145,7 +145,8 @@ def hugepage_limits(pod: spec.Pod, container: spec.ContainerSpec,
 
 def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capacity: int,
                     cpu_cfs_quota: bool = True, memory_oom_group: bool = False,
-                    hugepage_sizes: Sequence[str] = (), cpuset_cpus: str = "") -> cri.LinuxContainerResources:
+                    hugepage_sizes: Sequence[str] = (), cpuset_cpus: str = "",
+                    cpuset_mems: str = "") -> cri.LinuxContainerResources:
     """The container's cgroup settings (upstream `generateLinuxContainerResources`).
 
     cpu shares from the cpu request, or from the cpu limit when no request is set (what the apiserver
@@ -154,7 +155,8 @@ def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capa
     cgroup v2 nodes unless singleProcessOOMKill). `hugepage_sizes` are the node's page sizes
     (`hugepage_page_sizes`), each given a limit (`hugepage_limits`). Swap is not configured. `cpuset_cpus` is what
     the CPU manager gives the container (upstream PreCreateContainer: its exclusive CPUs or the shared pool under
-    the static policy; "" leaves the runtime's default).
+    the static policy; "" leaves the runtime's default), `cpuset_mems` the NUMA nodes of the memory manager's
+    blocks for it (the Static policy; "" leaves the runtime's default).
     """
     # Under pod-level resources a container without its own cpu/memory limit takes the pod's (upstream
     # getCPULimit/getMemoryLimit), and the pod-level memory request counts in its OOM score.
@@ -168,6 +170,7 @@ def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capa
         hugepage_limits=hugepage_limits(pod, container, hugepage_sizes),
         unified={"memory.oom.group": "1"} if memory_oom_group else {},
         cpuset_cpus=cpuset_cpus,
+        cpuset_mems=cpuset_mems,
     )
 
 
@@ -413,7 +416,7 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
                            seccomp_profile_root: str = DEFAULT_SECCOMP_PROFILE_ROOT,
                            seccomp_default: bool = False,
                            userns: cri.UserNamespace | None = None,
-                           cpuset_cpus: str = "",
+                           cpuset_cpus: str = "", cpuset_mems: str = "",
                            devices: Sequence[cri.Device] = (),
                            cdi_devices: Sequence[str] = (),
                            device_annotations: Mapping[str, str] = {}) -> cri.ContainerConfig:
@@ -425,10 +428,11 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
     ephemeral container with a targetContainerName, the target's container id (`target_pid_namespace`).
     `masked_paths` are the node's default masked paths, `seccomp_profile_root` its ``<root-dir>/seccomp``,
     `seccomp_default` the kubelet's ``seccompDefault`` and `userns` the sandbox's user namespace
-    (`container_security_context`); `hugepage_sizes` its hugepage sizes and `cpuset_cpus` the CPU manager's cpuset
-    for it (`linux_resources`). `devices`, `cdi_devices` and `device_annotations` come from the device plugins'
-    Allocate answers (upstream makeDevices, makeCDIDevices; newContainerAnnotations lets the kubelet's own annotations
-    override the plugins'); their envs and mounts are the caller's, before the container's own. runAsNonRoot is the
+    (`container_security_context`); `hugepage_sizes` its hugepage sizes, `cpuset_cpus` the CPU manager's cpuset
+    and `cpuset_mems` the memory manager's NUMA nodes for it (`linux_resources`). `devices`, `cdi_devices` and
+    `device_annotations` come from the device plugins' Allocate answers (upstream makeDevices, makeCDIDevices;
+    newContainerAnnotations lets the kubelet's own annotations override the plugins'); their envs and mounts are
+    the caller's, before the container's own. runAsNonRoot is the
     caller's check first (`verify_run_as_non_root`). Raises ContainerConfigError.
     """
     command, args = expand_command_and_args(container, env)
@@ -450,7 +454,7 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
         linux=cri.LinuxContainerConfig(
             resources=linux_resources(pod, container, memory_capacity=memory_capacity, cpu_cfs_quota=cpu_cfs_quota,
                                       memory_oom_group=memory_oom_group, hugepage_sizes=hugepage_sizes,
-                                      cpuset_cpus=cpuset_cpus),
+                                      cpuset_cpus=cpuset_cpus, cpuset_mems=cpuset_mems),
             security_context=target_pid_namespace(
                 container_security_context(pod, container, masked_paths=masked_paths,
                                            seccomp_profile_root=seccomp_profile_root,

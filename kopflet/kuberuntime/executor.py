@@ -38,6 +38,7 @@ from kopflet.cm.cgroups import CgroupError, PodCgroups
 from kopflet.cm.cpumanager.manager import CPUManager
 from kopflet.cm.devicemanager.devices import AllocationError, RunContainerOptions
 from kopflet.cm.devicemanager.manager import DeviceManager
+from kopflet.cm.memorymanager.manager import MemoryManager
 from kopflet.config.settings import AgentConfig
 from kopflet.container import labels, podstate
 from kopflet.container.sync_result import SyncResult, Waiting
@@ -65,6 +66,8 @@ MINIMUM_GRACE_PERIOD = 2
 class PodSyncer:
     devices: DeviceManager | None = None
     """The device manager (None: no device plugins; also for parts built without `__init__` in tests)."""
+    memory: MemoryManager | None = None
+    """The memory manager (None: none), set by the constructor."""
 
     def __init__(self, cfg: AgentConfig, cri_client: CriClient, api: KubeClient, recorder: EventRecorder,
                  images: ImageManager, backoff: backoffs.Backoff, dns: sandbox_config.DnsSettings,
@@ -75,13 +78,15 @@ class PodSyncer:
                  volumes: VolumeManager | None = None, hugepage_sizes: Sequence[str] = (),
                  masked_paths: Sequence[str] = container_config.DEFAULT_MASKED_PATHS,
                  before_pod_cgroup: Callable[[], Awaitable[None]] | None = None,
-                 cpus: CPUManager | None = None, devices: DeviceManager | None = None) -> None:
+                 cpus: CPUManager | None = None, devices: DeviceManager | None = None,
+                 memory: MemoryManager | None = None) -> None:
         """The parts default to ones of its own; the node's composition root (`kopflet.node`) passes its own.
         `hugepage_sizes` and `masked_paths` are the host's (`read_host_container_facts`); `before_pod_cgroup` brings
         the QoS tiers up to date before a new pod cgroup is made (the container manager's `update_qos`); `cpus` is
-        the CPU manager, which gives each container its cpuset at creation; `devices` the device manager, whose
-        plugins' Allocate answers go into the container's config."""
-        self.before_pod_cgroup, self.cpus, self.devices = before_pod_cgroup, cpus, devices
+        the CPU manager, which gives each container its cpuset at creation; `memory` the memory manager, which
+        gives it its NUMA nodes (``cpuset.mems``); `devices` the device manager, whose plugins' Allocate answers go
+        into the container's config."""
+        self.before_pod_cgroup, self.cpus, self.devices, self.memory = before_pod_cgroup, cpus, devices, memory
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
         self.layout = layout if layout is not None else cfg.layout
         self.allocations = allocations if allocations is not None else AllocationManager(self.layout)
@@ -439,12 +444,13 @@ class PodSyncer:
                 await asyncio.to_thread(self._prepare_files, pod, container, log_dir, pod_ips)
             # upstream PreCreateContainer: the CPU manager's cpuset (exclusive CPUs, else the shared pool)
             cpus = self.cpus.affinity(pod.uid, name) if self.cpus is not None else ""
+            mems = self.memory.cpuset_mems(pod.uid, name) if self.memory is not None else ""  # GetMemoryNUMANodes
             ccfg = container_config.build_container_config(
                 pod, container, restart_count=restart_count, env=env, image_ref=image_ref, mounts=mounts,
                 memory_capacity=self.node_memory_capacity, pid_target_id=target_id,
                 masked_paths=self.masked_paths, hugepage_sizes=self.hugepage_sizes,
                 seccomp_profile_root=self.layout.seccomp_dir, seccomp_default=self.cfg.effective_seccomp_default,
-                userns=_sandbox_user_namespace(config), cpuset_cpus=cpus,
+                userns=_sandbox_user_namespace(config), cpuset_cpus=cpus, cpuset_mems=mems,
                 devices=[cri.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
                          for d in device_opts.devices],
                 cdi_devices=device_opts.cdi_devices, device_annotations=dict(device_opts.annotations))
@@ -455,6 +461,8 @@ class PodSyncer:
             return failed(CREATE_CONTAINER_ERROR, _details(exc))
         if self.cpus is not None:
             self.cpus.container_created(container_id, cpus)  # upstream PreStartContainer's AddContainer
+        if self.memory is not None:
+            await self.memory.container_added(pod, name)  # upstream PreStartContainer: the memory manager's too
         # What this container now runs with is what a later resize compares against (upstream SetActuatedResources).
         await asyncio.to_thread(self.allocations.set_actuated_container,
                                 pod.uid, name, resize.effective(policy.pod_level(pod), container.resources))

@@ -25,7 +25,11 @@ from kopflet import backoff as backoffs
 from kopflet.allocation import policy
 from kopflet.api import spec, times
 from kopflet.api.events import NORMAL, WARNING
+from kopflet.cm import admission as resource_admission
 from kopflet.cm.cpumanager import cpu_manager, static_policy
+from kopflet.cm.memorymanager import memory_manager
+from kopflet.cm.memorymanager.state import State as MemoryState
+from kopflet.cm.topologymanager.topology_manager import NO_TOPOLOGY, TopologyManager
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
 from kopflet.container.sync_result import CRASH_LOOP_BACK_OFF, SyncResult, Waiting
@@ -133,6 +137,10 @@ class Observation:
     devices: admission.Rejection | None = None
     """The device manager's answer when the pod is admitted in this sync (its Allocate calls are I/O, made by
     the worker just before deciding): a failure rejects the pod as the CPU manager's does."""
+    memory_blocks: memory_manager.Snapshot | None = None
+    """The memory manager's policy, state and the node's pods, when the pod may be admitted in this sync."""
+    topology: TopologyManager = NO_TOPOLOGY
+    """The topology manager's policy and scope, which align the CPU and memory managers' allocations."""
     others: Sequence[tuple[spec.Pod, Mapping[str, Any]]] = ()
     """The other admitted, live, non-terminal pods of the node with their API status."""
     termination_messages: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -157,6 +165,9 @@ class Plan:
     """Record this pod's resources as allocated (first admission, accepted resize)."""
     cpu_state: static_policy.State | None = None
     """Record this CPU manager state (the pod's exclusive CPUs, taken at its admission) before anything runs."""
+    memory_state: MemoryState | None = None
+    """Record this memory manager state (the pod's NUMA memory blocks, taken at its admission) before anything
+    runs."""
     admitted: bool = False
     """The pod counts as admitted on the node (for the next pods' admission and resize decisions)."""
     events: tuple[Event, ...] = ()
@@ -237,23 +248,26 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
     if previous.get("phase") in TERMINAL_PHASES:
         return _terminated(obs, pod, previous, cfg, memory, ())  # final: never restarted
 
-    cpu_state = None
+    resources = resource_admission.Admission()
     if not memory.admitted and _needs_admission(obs.runtime, previous):
-        # The CPU manager's exclusive CPUs are taken with the admission (upstream's container manager admit
-        # handler, after the sysctls); they are recorded only if every handler admits the pod.
-        cpus = cpu_manager.admit(obs.cpus, pod) if obs.cpus is not None else cpu_manager.Admission()
+        # The CPU manager's exclusive CPUs and the memory manager's NUMA blocks are taken with the admission, as
+        # the topology manager aligns them (upstream's container manager admit handler, after the sysctls); they
+        # are recorded only if every handler admits the pod.
+        resources = resource_admission.admit(obs.topology, obs.cpus, obs.memory_blocks, pod)
         # The eviction manager's admit runs first, as upstream registers it first.
         rejection = eviction.admit(pod, _node(obs).pressure) or \
-            admission.admit(pod, _node(obs), [p for p, _ in obs.others], allocation=cpus.rejection or obs.devices)
+            admission.admit(pod, _node(obs), [p for p, _ in obs.others],
+                            allocation=resources.rejection or obs.devices)
         if rejection is not None:
             # Final: phase Failed with the reason and message, never retried (upstream rejectPod).
             return Plan(lifecycle=Lifecycle.REJECTED, pod=pod, memory=memory,
                         events=(Event(WARNING, rejection.reason, rejection.event_message),),
                         status=generate.rejected_status(previous, rejection.reason, rejection.message),
                         log=f"rejected: {rejection.reason}: {rejection.message}", wake_after=cfg.resync_period)
-        cpu_state = cpus.state
     plan = _admitted(obs, pod, previous, cfg, dataclasses.replace(memory, admitted=True))
-    return plan if cpu_state is None else dataclasses.replace(plan, cpu_state=cpu_state)
+    if resources.cpu_state is None and resources.memory_state is None:
+        return plan
+    return dataclasses.replace(plan, cpu_state=resources.cpu_state, memory_state=resources.memory_state)
 
 
 def _admitted(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg: AgentConfig,
@@ -265,7 +279,8 @@ def _admitted(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg:
     conditions = _resize_conditions(memory, previous)
     generation = _generation(obs.body)
     stamp = times.timestamp(obs.now)
-    allocate, pod = _allocate(obs, pod, conditions, generation, stamp, events, cfg.cpu_manager_policy)
+    allocate, pod = _allocate(obs, pod, conditions, generation, stamp, events, cfg.cpu_manager_policy,
+                              cfg.memory_manager_policy)
 
     if deadline.past_active_deadline(pod, deadline.start_time(previous), obs.now):
         # Upstream activeDeadlineHandler: the pod is terminal and killed; Failed (DeadlineExceeded) is written
@@ -474,7 +489,8 @@ def _resize_conditions(memory: Memory, previous: Mapping[str, Any]) -> dict[str,
 
 
 def _allocate(obs: Observation, pod: spec.Pod, conditions: dict[str, dict[str, Any]], generation: int,
-              stamp: str, events: list[Event], cpu_manager_policy: str) -> tuple[spec.Pod | None, spec.Pod]:
+              stamp: str, events: list[Event], cpu_manager_policy: str,
+              memory_manager_policy: str = "None") -> tuple[spec.Pod | None, spec.Pod]:
     """Upstream handlePodResourcesResize: grant the spec's new resources if they fit next to what the other pods
     hold, else say why in PodResizePending. Returns the pod to record as allocated (if any) and the allocated pod."""
     granted = obs.allocated
@@ -485,7 +501,8 @@ def _allocate(obs: Observation, pod: spec.Pod, conditions: dict[str, dict[str, A
         return None, pod
     phase = (obs.body.get("status") or {}).get("phase", generate.PENDING)
     decision = policy.decide(pod, granted, _node(obs), [policy.held_pod(p, status) for p, status in obs.others],
-                             pending=phase == generate.PENDING, cpu_manager_policy=cpu_manager_policy)
+                             pending=phase == generate.PENDING, cpu_manager_policy=cpu_manager_policy,
+                             memory_manager_policy=memory_manager_policy)
     event = decision.event(pod, generation)
     if decision.outcome == policy.ACCEPTED:
         conditions.pop(policy.POD_RESIZE_PENDING, None)

@@ -38,6 +38,8 @@ from kopflet.cm.cpumanager.cpu_manager import Pods
 from kopflet.cm.cpumanager.manager import CPUManager
 from kopflet.cm.devicemanager import devices as devicemanager
 from kopflet.cm.devicemanager.manager import DeviceManager
+from kopflet.cm.memorymanager.manager import MemoryManager
+from kopflet.cm.topologymanager.topology_manager import NO_TOPOLOGY
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
 from kopflet.images.manager import ImageManager
@@ -86,6 +88,8 @@ class _Worker:
 class PodWorkers:
     devices: DeviceManager | None = None
     """The device manager (None: no device plugins; also for parts built without `__init__` in tests)."""
+    memory_manager: MemoryManager | None = None
+    """The memory manager (None: none), set by the constructor."""
 
     def __init__(self, cfg: AgentConfig, *, relist: RuntimeCache, executor: PodSyncer, prober: ProbeManager,
                  status: StatusManager, recorder: EventRecorder, backoff: backoffs.Backoff,
@@ -93,13 +97,15 @@ class PodWorkers:
                  cgroups: PodCgroups, images: ImageManager, teardown: Teardown,
                  metrics: KubeletMetrics | None = None, cpus: CPUManager | None = None,
                  devices: DeviceManager | None = None,
-                 allocating: asyncio.Lock | None = None) -> None:
-        """`cpus` is the CPU manager whose exclusive CPUs admissions take; `allocating` the node's allocation lock
+                 allocating: asyncio.Lock | None = None, memory: MemoryManager | None = None) -> None:
+        """`cpus` is the CPU manager whose exclusive CPUs admissions take, `memory` the memory manager whose NUMA
+        blocks they take (with the topology manager that aligns both), `devices` the device manager whose plugins
+        allocate devices; `allocating` the node's allocation lock
         (the CPU manager's reconcile loop takes it too; one of its own by default)."""
         self.cfg, self.relist, self.executor, self.prober, self.status = cfg, relist, executor, prober, status
         self.recorder, self.backoff, self.node_info = recorder, backoff, node_info
         self.allocations, self.cgroups, self.images, self.teardown = allocations, cgroups, images, teardown
-        self.metrics, self.cpus, self.devices = metrics, cpus, devices
+        self.metrics, self.cpus, self.devices, self.memory_manager = metrics, cpus, devices, memory
         self.workers: dict[str, _Worker] = {}
         # Admission and resize decisions one at a time, each against what the others hold once the previous one
         # is recorded (upstream allocationMutex).
@@ -234,11 +240,16 @@ class PodWorkers:
                 (w.pod, w.body.get("status") or {}) for w in self.workers.values()
                 if w is not worker and w.holds_node and w.pod is not None),
                 cpus=self.cpus.snapshot(self.cpu_pods()) if self.cpus is not None and not worker.memory.admitted
-                else None)
+                else None,
+                memory_blocks=self.memory_manager.snapshot(self.cpu_pods())
+                if self.memory_manager is not None and not worker.memory.admitted else None,
+                topology=self.memory_manager.topology if self.memory_manager is not None else NO_TOPOLOGY)
             observation = await self._admit_devices(observation, worker)
             plan = decide.decide(observation, self.cfg)
             if plan.cpu_state is not None and self.cpus is not None:
                 await self.cpus.commit(plan.cpu_state)  # the checkpoint, before any container is created
+            if plan.memory_state is not None and self.memory_manager is not None:
+                await self.memory_manager.commit(plan.memory_state)  # likewise the memory manager's
             if plan.allocate is not None:
                 await asyncio.to_thread(self.allocations.set_allocation, plan.allocate)
             worker.memory = plan.memory

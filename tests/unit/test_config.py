@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kopflet.cm.memorymanager.memory_manager import MemoryReservation
 from kopflet.config import settings
 from kopflet.config.settings import DEFAULT_RUNTIME_ENDPOINT, AgentConfig, ConfigError, Taint, load
 
@@ -461,6 +462,15 @@ cpuManagerPolicy: static
 cpuManagerPolicyOptions: {full-pcpus-only: "true"}
 cpuManagerReconcilePeriod: 5s
 reservedSystemCPUs: "0"
+memoryManagerPolicy: Static
+reservedMemory:
+- numaNode: 0
+  limits: {memory: 256Mi, hugepages-2Mi: 4Mi}
+- numaNode: 1
+  limits: {memory: 209715200}
+topologyManagerPolicy: single-numa-node
+topologyManagerScope: pod
+topologyManagerPolicyOptions: {prefer-closest-numa-nodes: "true"}
 evictionHard: {memory.available: 200Mi}
 evictionSoft: {memory.available: 500Mi}
 evictionSoftGracePeriod: {memory.available: 1m}
@@ -498,7 +508,12 @@ def test_full_config_file() -> None:
         image_gc_high_threshold_percent=70, image_gc_low_threshold_percent=0, image_minimum_gc_age=600.0,
         image_maximum_gc_age=168 * 3600.0, cpu_manager_policy="static",
         cpu_manager_policy_options={"full-pcpus-only": "true"}, cpu_manager_reconcile_period=5.0,
-        reserved_system_cpus="0", eviction_hard={"memory.available": "200Mi"},
+        reserved_system_cpus="0", memory_manager_policy="Static",
+        reserved_memory=(MemoryReservation(0, {"memory": "256Mi", "hugepages-2Mi": "4Mi"}),
+                         MemoryReservation(1, {"memory": "209715200"})),
+        topology_manager_policy="single-numa-node", topology_manager_scope="pod",
+        topology_manager_policy_options={"prefer-closest-numa-nodes": "true"},
+        eviction_hard={"memory.available": "200Mi"},
         eviction_soft={"memory.available": "500Mi"}, eviction_soft_grace_period={"memory.available": "1m"},
         eviction_minimum_reclaim={"memory.available": "50Mi"}, eviction_pressure_transition_period=60.0,
         eviction_max_pod_grace_period=30, merge_default_eviction_settings=True,
@@ -568,7 +583,7 @@ def test_config_file_defaulting(body: str, expected: dict[str, Any]) -> None:
 @pytest.mark.parametrize(("body", "message"), [
     ("fooBar: 1\n", 'unknown field "fooBar"'),
     ("maxpods: 1\n", 'unknown field "maxpods" (did you mean maxPods?)'),
-    ("memoryManagerPolicy: Static\n", 'field "memoryManagerPolicy" is not supported by kopflet'),
+    ("qosReserved: {memory: 50%}\n", 'field "qosReserved" is not supported by kopflet'),
     ("cgroupDriver: systemd\n", 'field "cgroupDriver" is not supported'),
     ("readOnlyPort: 10255\n", 'field "readOnlyPort" is not supported'),
     ("authentication: []\n", 'field "authentication": expected a mapping, got a list'),

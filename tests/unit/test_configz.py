@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kopflet.cm.memorymanager.memory_manager import MemoryReservation
 from kopflet.config import configz, settings
 from kopflet.config.settings import AgentConfig, Taint
 from tests.unit.test_config import FULL_FILE, HEADER
@@ -21,7 +22,8 @@ DEFAULTS = {
     "nodeStatusUpdateFrequency": "10s", "nodeStatusReportFrequency": "5m0s",
     "imageMinimumGCAge": "2m0s", "imageMaximumGCAge": "0s",
     "imageGCHighThresholdPercent": 85, "imageGCLowThresholdPercent": 80,
-    "cpuManagerPolicy": "none", "cpuManagerReconcilePeriod": "10s",
+    "cpuManagerPolicy": "none", "cpuManagerReconcilePeriod": "10s", "memoryManagerPolicy": "None",
+    "topologyManagerPolicy": "none", "topologyManagerScope": "container",
     "runtimeRequestTimeout": "2m0s", "maxPods": 110, "serializeImagePulls": True,
     "evictionHard": {"imagefs.available": "15%", "imagefs.inodesFree": "5%", "memory.available": "100Mi",
                      "nodefs.available": "10%", "nodefs.inodesFree": "5%"},
@@ -90,6 +92,15 @@ def test_defaults_in_the_struct_order() -> None:
       "cpu_manager_reconcile_period": 5.0, "reserved_system_cpus": "0", "kube_reserved": {"cpu": "1"}},
      {"cpuManagerPolicy": "static", "cpuManagerPolicyOptions": {"full-pcpus-only": "true"},
       "cpuManagerReconcilePeriod": "5s", "reservedSystemCPUs": "0", "kubeReserved": {"cpu": "1"}}),
+    # The memory and topology managers; reservedMemory's limits as canonical quantities (a ResourceList).
+    ({"memory_manager_policy": "Static", "topology_manager_policy": "single-numa-node",
+      "topology_manager_scope": "pod", "topology_manager_policy_options": {"prefer-closest-numa-nodes": "true"},
+      "reserved_memory": (MemoryReservation(0, {"memory": "1024Mi", "hugepages-2Mi": "4194304"}),
+                          MemoryReservation(1, {"memory": "0.5Gi"}))},
+     {"memoryManagerPolicy": "Static", "topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod",
+      "topologyManagerPolicyOptions": {"prefer-closest-numa-nodes": "true"},
+      "reservedMemory": [{"numaNode": 0, "limits": {"hugepages-2Mi": "4194304", "memory": "1Gi"}},
+                         {"numaNode": 1, "limits": {"memory": "512Mi"}}]}),
     # seccompDefault is the file's (upstream's KubeletConfiguration); --seccomp-default is a KubeletFlags field.
     ({"seccomp_default": True}, {"seccompDefault": True}),
     ({"seccomp_default_flag": True}, {}),

@@ -31,6 +31,7 @@ from kopflet.cm.cpumanager.cpuset import EMPTY, CPUSet
 from kopflet.cm.cpumanager.policy_options import POLICY_NONE, POLICY_STATIC
 from kopflet.cm.cpumanager.static_policy import State, StaticPolicy
 from kopflet.cm.cpumanager.topology import CPUTopology
+from kopflet.cm.topologymanager.policy import ProviderHints, TopologyHint
 from kopflet.lifecycle import admission
 
 UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
@@ -41,6 +42,7 @@ __all__ = [
     "POLICY_STATIC",
     "UNEXPECTED_ADMISSION_ERROR",
     "Admission",
+    "HintProvider",
     "ManagerError",
     "Pods",
     "RunningContainer",
@@ -206,6 +208,30 @@ def admit(snapshot: Snapshot, pod: spec.Pod) -> Admission:
         except assignment.AllocationError as err:
             return Admission(rejection=admission_rejection(err))
     return Admission(state=state)
+
+
+@dataclasses.dataclass(frozen=True)
+class HintProvider:
+    """The CPU manager as a topology manager hint provider (upstream `GetTopologyHints`, `GetPodTopologyHints`,
+    `Allocate` along the hint); the none policy gives no hints and allocates nothing."""
+
+    policy: StaticPolicy | None
+    state: State
+
+    def topology_hints(self, pod: spec.Pod, container: spec.ContainerSpec) -> ProviderHints:
+        if self.policy is None:
+            return None
+        return static_policy.topology_hints(self.policy, self.state, pod, container)
+
+    def pod_topology_hints(self, pod: spec.Pod) -> ProviderHints:
+        if self.policy is None:
+            return None
+        return static_policy.pod_topology_hints(self.policy, self.state, pod)
+
+    def allocate(self, pod: spec.Pod, container: spec.ContainerSpec, hint: TopologyHint) -> HintProvider:
+        if self.policy is None:
+            return self
+        return dataclasses.replace(self, state=static_policy.allocate(self.policy, self.state, pod, container, hint))
 
 
 # -------------------------------------------------------------------------------------------- reconcile

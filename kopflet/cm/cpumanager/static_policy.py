@@ -22,6 +22,8 @@ from kopflet.cm import helpers
 from kopflet.cm.cpumanager import assignment
 from kopflet.cm.cpumanager.cpuset import EMPTY, CPUSet
 from kopflet.cm.cpumanager.topology import CPUTopology, TopologyError
+from kopflet.cm.topologymanager.bitmask import BitMask, iterate_bitmasks
+from kopflet.cm.topologymanager.policy import NO_HINT, ProviderHints, TopologyHint
 from kopflet.gotext import go_quote
 
 POLICY_NAME = "static"
@@ -199,11 +201,13 @@ def _update_cpus_to_reuse(state: State, pod: spec.Pod, container: spec.Container
     return dataclasses.replace(state, cpus_to_reuse={uid: reuse})
 
 
-def allocate(policy: StaticPolicy, state: State, pod: spec.Pod, container: spec.ContainerSpec) -> State:
-    """Upstream `Allocate` / `allocateForAdd` with no topology hint: the next state, with the container's
-    exclusive CPUs taken from the shared set. Unchanged for a shared-pool container, and for one already in the
-    state (after a restart: its checkpointed CPUs are kept even if the options changed). Raises
-    `assignment.SMTAlignmentError` or `assignment.AllocationError` with upstream's messages."""
+def allocate(policy: StaticPolicy, state: State, pod: spec.Pod, container: spec.ContainerSpec,
+             hint: TopologyHint = NO_HINT) -> State:
+    """Upstream `Allocate` / `allocateForAdd`: the next state, with the container's exclusive CPUs taken from the
+    shared set, first from the NUMA nodes of the topology manager's `hint` (none: anywhere). Unchanged for a
+    shared-pool container, and for one already in the state (after a restart: its checkpointed CPUs are kept even
+    if the options changed). Raises `assignment.SMTAlignmentError` or `assignment.AllocationError` with upstream's
+    messages."""
     num = guaranteed_cpus(pod, container)
     if num == 0 or helpers.pod_level_resources_set(pod):
         return state
@@ -216,7 +220,12 @@ def allocate(policy: StaticPolicy, state: State, pod: spec.Pod, container: spec.
                                        (state.default - policy.reserved_physical).size())
     # upstream allocateCPUs: from the available CPUs plus those reusable from this pod's init containers
     allocatable = policy.available_cpus(state) | state.cpus_to_reuse.get(uid, EMPTY)
-    cpus = assignment.take_by_topology(policy.topology, allocatable, num)
+    cpus = EMPTY
+    if hint.affinity is not None:
+        # upstream allocateCPUs: as many as possible from the hint's NUMA nodes (getAlignedCPUs), then the rest
+        aligned = allocatable & policy.topology.details.cpus_in_numa_nodes(*hint.affinity.bits())
+        cpus = assignment.take_by_topology(policy.topology, aligned, min(num, aligned.size()))
+    cpus = cpus | assignment.take_by_topology(policy.topology, allocatable - cpus, num - cpus.size())
     state = dataclasses.replace(state, default=state.default - cpus).with_assignment(uid, container.name, cpus)
     return _update_cpus_to_reuse(state, pod, container, cpus)
 
@@ -231,3 +240,69 @@ def remove_container(state: State, pod_uid: str, container: str) -> State:
     in_use = EMPTY.union(*state.assignments.get(pod_uid, {}).values())
     return dataclasses.replace(state, default=state.default | (released - in_use))
 
+
+
+# ------------------------------------------------------------------------------------------ topology hints
+
+
+def generate_cpu_topology_hints(policy: StaticPolicy, available: CPUSet, reusable: CPUSet,
+                                request: int) -> list[TopologyHint]:
+    """Upstream `generateCPUTopologyHints`: every NUMA node set whose CPUs (the reusable ones all inside it, plus
+    the available ones in it) cover the request; preferred are those as narrow as the narrowest set that could
+    hold the request on an empty machine."""
+    details = policy.topology.details
+    nodes = details.numa_nodes().sorted()
+    min_affinity = len(nodes)
+    hints: list[TopologyHint] = []
+
+    def visit(mask: BitMask) -> None:
+        nonlocal min_affinity
+        if details.cpus_in_numa_nodes(*mask.bits()).size() >= request and mask.count() < min_affinity:
+            min_affinity = mask.count()
+        matching = 0
+        for cpu in reusable:
+            if not mask.is_set(details[cpu].numa_node_id):
+                return
+            matching += 1
+        matching += sum(1 for cpu in available if mask.is_set(details[cpu].numa_node_id))
+        if matching < request:
+            return
+        hints.append(TopologyHint(mask, False))
+
+    iterate_bitmasks(nodes, visit)
+    return [TopologyHint(h.affinity, h.affinity is not None and h.affinity.count() == min_affinity) for h in hints]
+
+
+def topology_hints(policy: StaticPolicy, state: State, pod: spec.Pod, container: spec.ContainerSpec) -> ProviderHints:
+    """Upstream `GetTopologyHints` for an added pod: None for a shared-pool container; for one already allocated
+    (after a restart) the hints of its CPUs, or none possible if their count no longer matches; else the hints
+    of the available and reusable CPUs."""
+    requested = guaranteed_cpus(pod, container)
+    if requested == 0 or helpers.pod_level_resources_set(pod):
+        return None
+    allocated = state.get(pod.uid, container.name)
+    if allocated is not None:
+        if allocated.size() != requested:
+            return {qos.CPU: []}
+        return {qos.CPU: generate_cpu_topology_hints(policy, allocated, EMPTY, requested)}
+    return {qos.CPU: generate_cpu_topology_hints(policy, policy.available_cpus(state),
+                                                 state.cpus_to_reuse.get(pod.uid, EMPTY), requested)}
+
+
+def pod_topology_hints(policy: StaticPolicy, state: State, pod: spec.Pod) -> ProviderHints:
+    """Upstream `GetPodTopologyHints` for an added pod (the pod scope): the hints for the pod's peak exclusive
+    CPUs (`pod_guaranteed_cpus`), counting what its containers already hold."""
+    requested = pod_guaranteed_cpus(pod)
+    if requested == 0 or helpers.pod_level_resources_set(pod):
+        return None
+    assigned = EMPTY
+    for container in (*pod.spec.init_containers, *pod.spec.containers):
+        allocated = state.get(pod.uid, container.name)
+        if allocated is not None:
+            if allocated.size() != guaranteed_cpus(pod, container):
+                return {qos.CPU: []}
+            assigned = assigned | allocated
+    if assigned.size() == requested:
+        return {qos.CPU: generate_cpu_topology_hints(policy, assigned, EMPTY, requested)}
+    reusable = state.cpus_to_reuse.get(pod.uid, EMPTY) | assigned
+    return {qos.CPU: generate_cpu_topology_hints(policy, policy.available_cpus(state), reusable, requested)}

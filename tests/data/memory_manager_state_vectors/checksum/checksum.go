@@ -1,0 +1,3 @@
+package checksum
+
+type Checksum uint64

@@ -1,0 +1,5 @@
+module vec
+
+go 1.22
+
+require github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc
