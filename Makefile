@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 export KOPFLET_CACHE ?= /var/cache/kopflet
 PYTEST_ARGS ?=
 
-.PHONY: dev test bench conformance reliability deps venv binaries agent-image proto lint unit down status
+.PHONY: dev test bench conformance reliability deps venv binaries runtime userns-smoke agent-image proto lint unit down \
+	status
 
 dev: deps venv binaries
 	$(PY) -m devstack dev
@@ -58,6 +59,14 @@ $(VENV)/.installed: setup.cfg pyproject.toml requirements.lock
 
 binaries:
 	bash devstack/build-binaries.sh >/dev/null
+
+# containerd 2.x and runc from Go modules (devstack/versions.env pins them): the runtime for hostUsers: false pods.
+# Not the stack's runtime yet. userns-smoke runs one such pod on a private instance of it and removes everything.
+runtime:
+	bash devstack/build-runtime.sh >/dev/null
+
+userns-smoke: venv runtime
+	$(PY) -m devstack.userns_smoke
 
 # The DaemonSet's image (Containerfile) with buildah; tests/e2e/test_daemonset.py runs it. A rerun takes a second.
 agent-image:
