@@ -189,8 +189,7 @@ class Node:
         # containers run (a restarted agent's pods reach their workers one by one).
         self.device_manager = DeviceManager(
             self.layout.device_plugins_dir, sources_ready=lambda: self.relist.synced.is_set(),
-            active_pods=lambda: {*self.workers.cpu_pods().active,
-                                 *(uid for uid, view in list(self.relist.pods.items()) if view.running_containers())})
+            active_pods=self._device_pods)
         self.heartbeat = NodeAgent(cfg, self.api, cri, runtime.node_version, host.machine, self.recorder,
                                    pressure=lambda: self.eviction.conditions(), devices=self.device_manager.capacity)
         self.services = ServiceCache(self.api)
@@ -338,6 +337,12 @@ class Node:
             self.recorder.pod_event(pod, "Warning", reason, message)
 
     # ------------------------------------------------------------------------------- the CPU manager's edges
+
+    def _device_pods(self) -> set[str]:
+        """The pods whose devices stay held: the workers' active pods, and pods running on the node that no worker
+        has (yet: after a restart, before the watch brings them), as their devices are still in use."""
+        return self.workers.device_pods() | {uid for uid, view in list(self.relist.pods.items())
+                                             if uid not in self.workers and view.running_containers()}
 
     def _running_containers(self) -> list[RunningContainer]:
         """The runtime's running containers as the last relist saw them."""

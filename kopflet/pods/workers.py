@@ -191,6 +191,14 @@ class PodWorkers:
             active[w.uid] = frozenset(str(c.get("name")) for c in containers if isinstance(c, Mapping))
         return Pods(known=frozenset(self.workers), active=active)
 
+    def device_pods(self) -> set[str]:
+        """The pods whose devices stay held (upstream GetActivePods for the device manager): those with a worker that
+        are neither terminal nor being deleted (filterOutInactivePods: a pod whose termination is requested gives
+        its devices back at once, so a pod arriving as another is deleted may take them)."""
+        return {w.uid for w in list(self.workers.values())
+                if not w.gone and not (w.body.get("metadata") or {}).get("deletionTimestamp")
+                and (w.body.get("status") or {}).get("phase") not in decide.TERMINAL_PHASES}
+
     def pod(self, uid: str) -> spec.Pod | None:
         worker = self.workers.get(uid)
         return worker.pod if worker is not None else None

@@ -51,7 +51,7 @@ CPU_STATE_FILE = ROOT / cpu_checkpoint.CHECKPOINT_NAME
 MI = 1 << 20
 # Node Allocatable reserves 156Mi + 100Mi of memory: --reserved-memory must say the same for NUMA node 0.
 ARGS = ("--memory-manager-policy=Static --reserved-memory=0:memory=256Mi --system-reserved=memory=156Mi "
-        "--eviction-hard=memory.available=100Mi --cpu-manager-policy=static --reserved-cpus=0 "
+        "--eviction-hard=memory.available<100Mi --cpu-manager-policy=static --reserved-cpus=0 "
         "--topology-manager-policy=single-numa-node")
 NO_MEMORY = ("Allocate failed due to [memorymanager] failed to get the default NUMA affinity, no NUMA nodes with "
              "enough memory is available, which is unexpected")

@@ -162,3 +162,21 @@ async def test_a_device_error_is_a_create_container_config_error(tmp_path: Any) 
     assert result.waiting[p.spec.containers[0].name].reason == "CreateContainerConfigError"
     assert result.waiting[p.spec.containers[0].name].message == \
         "device plugin PreStartContainer rpc failed with err: boom"
+
+
+def test_device_pods_leave_out_pods_being_deleted() -> None:
+    """Upstream GetActivePods (filterOutInactivePods): terminal pods, pods gone from the API and pods whose
+    termination is requested hold no devices, so a pod arriving while another is deleted can take them."""
+    w = workers_module.PodWorkers.__new__(workers_module.PodWorkers)
+    w.workers = {}
+    rows = (("a", "Running", False, None), ("b", "Succeeded", False, None), ("c", "Running", True, None),
+            ("d", "Running", False, "2026-11-27T10:00:00Z"), ("e", "Pending", False, None))
+    for uid, phase, gone, deleting in rows:
+        body: dict[str, Any] = {"metadata": {"uid": uid, "name": uid, "namespace": "ns"},
+                                "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": phase}}
+        if deleting:
+            body["metadata"]["deletionTimestamp"] = deleting
+        worker = workers_module._Worker(uid, body)
+        worker.gone = gone
+        w.workers[uid] = worker
+    assert w.device_pods() == {"a", "e"}
