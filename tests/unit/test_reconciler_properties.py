@@ -545,7 +545,7 @@ def test_compute_pod_actions_invariants(s: Scenario) -> None:
         invariant(s, actions)
 
 
-@settings(PROPERTY_SETTINGS, max_examples=1500)  # more situations to reach: about 4 seconds
+@settings(PROPERTY_SETTINGS, max_examples=4000)  # more situations to reach: about 10 seconds
 @given(scenarios(own_policies=True))
 def test_compute_pod_actions_invariants_with_container_restart_policies(s: Scenario) -> None:
     """The same invariants and purity, on pods whose ordinary containers may have a restartPolicy and
