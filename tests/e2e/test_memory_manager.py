@@ -60,6 +60,14 @@ NO_LOCALITY = "Resources cannot be allocated with Topology locality"
 running = contextlib.contextmanager(agent_with)
 
 
+def node0_memory() -> int:
+    """NUMA node 0's MemTotal in bytes, as the memory manager reads it (it moves with this VM's memory balloon)."""
+    for line in Path("/sys/devices/system/node/node0/meminfo").read_text().splitlines():
+        if "MemTotal:" in line:
+            return int(line.split()[-2]) * 1024
+    raise AssertionError("node 0 has no MemTotal")
+
+
 def remove_state_files() -> None:
     for path in (STATE_FILE, CPU_STATE_FILE):
         with contextlib.suppress(FileNotFoundError):
@@ -156,6 +164,13 @@ def test_guaranteed_pods_get_numa_memory_and_what_cannot_fit_is_rejected(
             again = Agent(layout, tmp_path / "agent-again.log", env={"KOPFLET_ARGS": ARGS})
             again.start()
             try:
+                if node0_memory() != table.total:
+                    # This VM's memory balloon moved NUMA node 0's MemTotal since the first start: the checkpoint
+                    # no longer matches the machine, and the agent refuses to start with upstream's validateState
+                    # message (upstream's kubelet does the same; the state file must be removed by hand).
+                    again.wait_for(r"the expected machine state is different from the real one")
+                    pytest.skip(f"node 0's MemTotal changed ({table.total} to {node0_memory()} bytes) between the "
+                                f"two starts: refused as upstream refuses; the rest of the test needs a fixed size")
                 again.wait_for(r"Activity 'start_agent' succeeded")
                 pinned = wait_pod(admin, namespace, "pinned", is_ready, what="Ready after the restart")
                 assert pinned["status"]["containerStatuses"][0]["restartCount"] == 0
