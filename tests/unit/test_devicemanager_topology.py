@@ -7,16 +7,21 @@ test_podresources_providers.py."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, ClassVar
 
 import pytest
 
 from kopflet.api import spec
 from kopflet.apis.podresources.resources import ContainerDevices, TopologyInfo
+from kopflet.cm import admission as resource_admission
 from kopflet.cm.devicemanager import devices
 from kopflet.cm.devicemanager.devices import ContainerAllocation, Device, Need, TopologySnapshot
+from kopflet.cm.topologymanager import policy as topology_policy
+from kopflet.cm.topologymanager import topology_manager
 from kopflet.cm.topologymanager.bitmask import BitMask
-from kopflet.cm.topologymanager.policy import NO_HINT, TopologyHint
+from kopflet.cm.topologymanager.policy import NO_HINT, ProviderHints, TopologyHint
+from kopflet.lifecycle import admission
 
 T = "testdevice"
 
@@ -221,3 +226,61 @@ def test_allocatable_devices_are_the_healthy_ones_the_plugin_reported() -> None:
                                  "g2": Device("g2", "Healthy")}}
     healthy = {"example.com/gpu": frozenset({"g0", "g2"}), "example.com/restored": frozenset()}
     assert devices.allocatable_device_instances(known, healthy) == {"example.com/gpu": {"g0": (0,), "g2": None}}
+
+
+# ------------------------------------------------------------------------- deferred allocations (I/O)
+
+
+@dataclasses.dataclass(frozen=True)
+class Deferred:
+    """A provider whose allocation the caller makes (as the device manager's): its hints, and what it holds."""
+
+    deferred: ClassVar[bool] = True
+    hints: tuple[TopologyHint, ...] = ()
+    held: tuple[str, ...] = ()
+
+    def topology_hints(self, pod: spec.Pod, container: spec.ContainerSpec) -> ProviderHints:
+        return {T: list(self.hints)}
+
+    def pod_topology_hints(self, pod: spec.Pod) -> ProviderHints:
+        return {T: list(self.hints)}
+
+    def allocate(self, pod: spec.Pod, container: spec.ContainerSpec, hint: TopologyHint) -> Deferred:
+        raise AssertionError("deferred: never called")
+
+
+@pytest.mark.parametrize("scope", ["container", "pod"])
+def test_admit_steps_yield_the_deferred_allocations_along_the_merged_hint(scope: str) -> None:
+    policy = topology_policy.new_policy("single-numa-node", scope, {}, [0, 1])
+    p = pod({T: "1"}, init=[{T: "1"}])
+    steps = topology_manager.admit_steps(policy, scope, [Deferred((hint(0, preferred=False), hint(1)))], p)
+    made = []
+    request = next(steps)
+    with pytest.raises(StopIteration) as stop:
+        while True:
+            made.append((request.container.name, request.hint))
+            request = steps.send(dataclasses.replace(request.provider, held=(*request.provider.held,  # type: ignore
+                                                                                request.container.name)))
+    result = stop.value.value
+    assert made == [("init0", hint(1)), ("fake-container", hint(1))]
+    assert result.rejection is None and result.providers[0].held == ("init0", "fake-container")
+    assert result.hints == {"init0": hint(1), "fake-container": hint(1)}
+
+
+def test_an_error_thrown_into_the_admission_rejects_the_pod_and_stops_it() -> None:
+    policy = topology_policy.new_policy("best-effort", "container", {}, [0, 1])
+    p = pod({T: "1"}, containers=[{T: "1"}])
+    steps = topology_manager.admit_steps(policy, "container", [Deferred((hint(0),))], p)
+    next(steps)
+    with pytest.raises(StopIteration) as stop:
+        steps.throw(topology_manager.AllocationFailed("requested number of devices unavailable"))
+    assert stop.value.value.rejection == admission.Rejection(
+        reason="UnexpectedAdmissionError",
+        message="Pod was rejected: Allocate failed due to requested number of devices unavailable, which is "
+                "unexpected")
+
+
+def test_the_pure_admission_needs_no_driver() -> None:
+    """`cm.admission.admit` (no device plugin resources) runs to its end without yielding."""
+    p = pod({"cpu": "1"})
+    assert resource_admission.admit(topology_manager.NO_TOPOLOGY, None, None, p) == resource_admission.Admission()
