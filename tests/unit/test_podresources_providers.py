@@ -254,3 +254,17 @@ async def test_allocatable_devices_are_the_healthy_ones_with_their_topology(stac
         await stack.plugin.stop()  # the plugin goes: its devices turn unhealthy
         await _eventually(lambda: stack.devices.capacity()[1] == {R: "0"})
         assert await allocatable(stub) == []
+
+
+async def test_a_container_allocated_again_at_create_keeps_its_hint(stack: Stack) -> None:
+    """upstream GetDeviceRunContainerOptions' Allocate again (nothing recorded: a restart raced the plugin) reads
+    the topology manager's affinity store: the devices come from the same NUMA node again."""
+    b = body("g", devices_=2)
+    stack.active.add("g")
+    await admit(stack, b)
+    stack.devices._pod_devices.pop("g")  # the record lost
+    stack.devices._allocated = devices.allocated_devices(stack.devices._pod_devices)
+    p = spec.pod_from_body(b)
+    options = await stack.devices.run_container_options(p, p.spec.containers[0])
+    assert options is not None and dict(options.envs)["DEVICES"] == "Dev-1,Dev-2"
+    assert stack.devices.container_devices("g", "app") == {R: frozenset({"Dev-1", "Dev-2"})}
