@@ -270,10 +270,11 @@ class Node:
             record_event=self._eviction_event, disk_layout=self._disk_layout,
             local_storage_capacity_isolation=cfg.local_storage_capacity_isolation)
         self._image_fs: str | None = None
-        # upstream ListenAndServePodResources: the pods as the pod manager has them, the CPU manager's CPUs (no
-        # memory, device or DRA manager yet: their providers report nothing).
-        self.pod_resources = PodResourcesServer(self.layout.pod_resources_socket, pods=self.workers.bodies,
-                                                providers=Providers(cpus=self.cpu_manager), metrics=self.metrics)
+        # upstream ListenAndServePodResources: the pods as the pod manager has them, the CPU, memory and device
+        # managers' resources (no DRA manager: its provider reports nothing).
+        self.pod_resources = PodResourcesServer(
+            self.layout.pod_resources_socket, pods=self.workers.bodies, metrics=self.metrics,
+            providers=Providers(cpus=self.cpu_manager, memory=self.memory_manager, devices=self.device_manager))
         self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics, self.stats,
                                     self.probe_metrics)
         self.server: Server | None = None

@@ -134,11 +134,12 @@ class Observation:
     """This node for admission and resize decisions (`needs_node_info` says when it is read)."""
     cpus: cpu_manager.Snapshot | None = None
     """The CPU manager's policy, state and the node's pods, when the pod may be admitted in this sync."""
-    devices: admission.Rejection | None = None
-    """The device manager's answer when the pod is admitted in this sync (its Allocate calls are I/O, made by
-    the worker just before deciding): a failure rejects the pod as the CPU manager's does."""
     memory_blocks: memory_manager.Snapshot | None = None
     """The memory manager's policy, state and the node's pods, when the pod may be admitted in this sync."""
+    resources: resource_admission.Admission | None = None
+    """The container manager's admit handler's answer, when the worker ran it before deciding (a pod asking for
+    device plugin resources: the device manager's allocations along the topology manager's hints are I/O);
+    else `decide` runs it from `cpus`, `memory_blocks` and `topology`."""
     topology: TopologyManager = NO_TOPOLOGY
     """The topology manager's policy and scope, which align the CPU and memory managers' allocations."""
     others: Sequence[tuple[spec.Pod, Mapping[str, Any]]] = ()
@@ -253,11 +254,12 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
         # The CPU manager's exclusive CPUs and the memory manager's NUMA blocks are taken with the admission, as
         # the topology manager aligns them (upstream's container manager admit handler, after the sysctls); they
         # are recorded only if every handler admits the pod.
-        resources = resource_admission.admit(obs.topology, obs.cpus, obs.memory_blocks, pod)
+        resources = obs.resources if obs.resources is not None else \
+            resource_admission.admit(obs.topology, obs.cpus, obs.memory_blocks, pod)
         # The eviction manager's admit runs first, as upstream registers it first.
         rejection = eviction.admit(pod, _node(obs).pressure) or \
             admission.admit(pod, _node(obs), [p for p, _ in obs.others],
-                            allocation=resources.rejection or obs.devices)
+                            allocation=resources.rejection)
         if rejection is not None:
             # Final: phase Failed with the reason and message, never retried (upstream rejectPod).
             return Plan(lifecycle=Lifecycle.REJECTED, pod=pod, memory=memory,

@@ -32,6 +32,7 @@ from kopflet.allocation.state import AllocationManager
 from kopflet.api import spec, times
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS
+from kopflet.cm import admission as resource_admission
 from kopflet.cm import helpers
 from kopflet.cm.cgroups import PodCgroups
 from kopflet.cm.cpumanager.cpu_manager import Pods
@@ -266,19 +267,27 @@ class PodWorkers:
         return await self._act(worker, observation, plan)
 
     async def _admit_devices(self, observation: Observation, worker: _Worker) -> Observation:
-        """The device manager's part of admission (upstream's container manager admit handler: Allocate for each
-        container), made before deciding as it calls the plugins; the node's allocatable is raised to the devices
-        the pod holds (upstream UpdatePluginResources). Devices of a pod `decide` rejects all the same are freed
-        at the next allocation, as upstream frees those of pods no longer active."""
+        """The container manager's admit handler for a pod asking for device plugin resources, run before
+        deciding as the device manager's allocations call the plugins: the topology manager merges the device,
+        CPU and memory managers' hints and each container's devices are allocated along its hint
+        (`DeviceManager.admit_steps`), its CPUs and memory taken purely; `decide` takes the answer. The node's
+        allocatable is raised to the devices the pod holds (upstream UpdatePluginResources). Devices of a pod
+        `decide` rejects all the same are freed at the next allocation, as upstream frees those of pods no longer
+        active."""
         pod, node = observation.pod, observation.node
         if self.devices is None or pod is None or node is None or not decide.admits(
                 pod, observation.body.get("status") or {}, observation.runtime, worker.memory):
             return observation
         if not devicemanager.pod_requests_devices(pod, self.devices.resources()):
             return observation
-        rejection = await self.devices.admit(pod)
+        self.devices.update_allocated_devices()  # upstream GetTopologyHints' first step
+        topology = observation.topology
+        nodes = topology.policy.numa.nodes
+        steps = resource_admission.admit_steps(topology, observation.cpus, observation.memory_blocks, pod,
+                                               devices=self.devices.topology_snapshot(pod.uid, nodes))
+        resources = await self.devices.admit_steps(steps, pod.uid, nodes)
         node = dataclasses.replace(node, allocatable=self.devices.sanitize_allocatable(pod.uid, node.allocatable))
-        return dataclasses.replace(observation, devices=rejection, node=node)
+        return dataclasses.replace(observation, resources=resources, node=node)
 
     # ------------------------------------------------------------------------------------ observe
 

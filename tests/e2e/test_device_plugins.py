@@ -5,7 +5,9 @@ the Node shows them; a pod asking for one runs with the mount the plugin's Alloc
 empty file the plugin creates on the host); the allocation is in ``kubelet_internal_checkpoint`` and survives the
 agent's restart (the plugin sees kubelet.sock created again and registers again); a pod asking for more than is left
 is rejected with upstream's reason; when the plugin stops, its devices turn unhealthy (allocatable 0 at the next
-status update) and, after upstream's 5 minute grace period, the resource is dropped (capacity 0).
+status update) and, after upstream's 5 minute grace period, the resource is dropped (capacity 0). The pod-resources
+API (``<root-dir>/pod-resources/kubelet.sock``) lists the pod's device ID under its container and the healthy
+devices as allocatable, without topology (the sample plugin reports none), and none once the plugin is gone.
 
 The sample plugin registers on the fixed ``/var/lib/kubelet/device-plugins/kubelet.sock`` (pluginapi.KubeletSocket)
 and skips registering when ``/var/lib/kubelet/device-plugins/DEPRECATION`` exists; it serves on
@@ -27,10 +29,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from devstack.layout import Layout
 from kopflet import paths
+from kopflet.apis.podresources.proto.v1 import api_pb2 as v1
+from kopflet.apis.podresources.proto.v1 import api_pb2_grpc as v1_grpc
 from kopflet.cm.devicemanager import checkpoint, devices
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent, agent_with
@@ -42,6 +47,7 @@ SOCKET_DIR = ROOT_DIR / paths.DEVICE_PLUGINS_DIR_NAME
 CHECKPOINT = SOCKET_DIR / checkpoint.CHECKPOINT_NAME
 UPSTREAM_DIR = "/var/lib/kubelet/device-plugins"
 STATUS_WAIT = 60.0  # nodeStatusUpdateFrequency is 10 s
+POD_RESOURCES = paths.Layout(str(ROOT_DIR)).pod_resources_socket
 
 running = contextlib.contextmanager(agent_with)
 
@@ -119,6 +125,28 @@ def read_checkpoint() -> checkpoint.Checkpoint:
     return checkpoint.decode(CHECKPOINT.read_bytes())
 
 
+@contextlib.contextmanager
+def pod_resources() -> Iterator[v1_grpc.PodResourcesListerStub]:
+    with grpc.insecure_channel(f"unix://{POD_RESOURCES}") as channel:
+        yield v1_grpc.PodResourcesListerStub(channel)
+
+
+def listed_devices(client: v1_grpc.PodResourcesListerStub, namespace: str) -> dict[str, list[tuple[str, Any]]]:
+    """This namespace's pods in List: pod name -> (container, [(resource, device IDs, NUMA nodes or None)])."""
+    answer = client.List(v1.ListPodResourcesRequest(), timeout=10)
+    return {p.name: [(c.name, [(d.resource_name, list(d.device_ids),
+                                [n.ID for n in d.topology.nodes] if d.HasField("topology") else None)
+                               for d in c.devices]) for c in p.containers]
+            for p in answer.pod_resources if p.namespace == namespace}
+
+
+def allocatable_devices(client: v1_grpc.PodResourcesListerStub) -> list[tuple[str, list[str], Any]]:
+    answer = client.GetAllocatableResources(v1.AllocatableResourcesRequest(), timeout=10)
+    return sorted((d.resource_name, list(d.device_ids),
+                   [n.ID for n in d.topology.nodes] if d.HasField("topology") else None)
+                  for d in answer.devices if d.resource_name == RESOURCE)
+
+
 def rejected(pod: dict[str, Any]) -> bool:
     return pod.get("status", {}).get("phase") == "Failed"
 
@@ -142,6 +170,12 @@ def test_the_sample_device_plugin_end_to_end(admin: Kubectl, layout: Layout, nam
             entries = [(e.pod_uid, e.container_name, e.resource_name) for e in read_checkpoint().entries or ()]
             assert entries == [(uid, "main", RESOURCE)]
             assert read_checkpoint().registered == {RESOURCE: ("Dev-1", "Dev-2")}
+
+            # The pod-resources API: the pod's device under its container, both healthy devices allocatable (capacity,
+            # not what is free), no topology (the sample plugin reports none: upstream lists them without).
+            with pod_resources() as client:
+                assert listed_devices(client, namespace)["one"] == [("main", [(RESOURCE, held, None)])]
+                assert allocatable_devices(client) == [(RESOURCE, ["Dev-1"], None), (RESOURCE, ["Dev-2"], None)]
 
             # Two more than there are left: rejected as upstream rejects it.
             admin.apply(device_pod("two", namespace, node, count=2))
@@ -186,6 +220,10 @@ def test_the_sample_device_plugin_end_to_end(admin: Kubectl, layout: Layout, nam
                 plugin.stop()
                 wait_for(lambda: node_resource(admin, node) == ("2", "0"), "allocatable 0 once the plugin is gone")
                 assert is_ready(admin.json("get", "pod", "third", "-n", namespace))
+                with pod_resources() as client:
+                    # nothing allocatable (its devices are unhealthy); the running pod still holds its device
+                    assert allocatable_devices(client) == []
+                    assert listed_devices(client, namespace)["third"] == [("main", [(RESOURCE, held, None)])]
                 admin.apply(device_pod("late", namespace, node))
                 late = wait_pod(admin, namespace, "late", rejected, what="rejected without healthy devices")
                 assert late["status"]["reason"] in ("UnexpectedAdmissionError", f"OutOf{RESOURCE}")

@@ -7,6 +7,11 @@ agent's real socket ``<root-dir>/pod-resources/kubelet.sock`` with a real gRPC c
   CPUs in List and Get, a Burstable pod on the shared pool shows none; a pod that succeeded is no longer listed and
   Get answers upstream's "pod <name> in namespace <namespace> not found" for it as for an unknown pod;
 - with the default none policy: no CPU is allocatable and no container reports any;
+- with ``--memory-manager-policy=Static`` (the memory manager's test's flags): GetAllocatableResources answers NUMA
+  node 0's allocatable memory (its memory less the 256Mi reserved, as the checkpoint records it), and a Guaranteed
+  pod's container shows its 128Mi block on NUMA node 0 in List and Get, next to its exclusive CPU; under the
+  ``None`` policy (the first two tests) no memory is reported (upstream's none policy has no blocks and no
+  allocatable memory);
 - the socket is there once the agent started (its directory 0750) and gone once it stopped.
 
 The calls are few and spaced (the API takes 100 requests a second, 10 at once, as upstream's).
@@ -33,6 +38,7 @@ from kopflet.apis.podresources.proto.v1 import api_pb2 as v1
 from kopflet.apis.podresources.proto.v1 import api_pb2_grpc as v1_grpc
 from kopflet.paths import Layout as Paths
 from tests.conftest import Kubectl
+from tests.e2e import test_memory_manager as memory_manager
 from tests.e2e.conftest import agent_with
 from tests.e2e.test_cpu_manager import ARGS, EXCLUSIVE, STATE_FILE, burstable, guaranteed, remove_state_file
 from tests.e2e.test_pod_lifecycle import container, is_ready, pod_manifest, wait_gone, wait_pod
@@ -150,5 +156,65 @@ def test_terminal_pods_are_not_listed_and_the_none_policy_reports_no_cpus(
                               "the Succeeded pod left List") == {"web": [("proxy", []), ("main", [])]}
             assert not_found(client, namespace, "done") == \
                 (grpc.StatusCode.UNKNOWN, f"pod done in namespace {namespace} not found")
+        finally:
+            admin.run("delete", "pods", "--all", "-n", namespace, "--wait=true", "--timeout=60s", check=False)
+
+
+def memory_of(message: Any) -> list[tuple[str, int, list[int]]]:
+    return [(m.memory_type, m.size, [n.ID for n in m.topology.nodes]) for m in message.memory]
+
+
+@pytest.fixture
+def static_memory_node() -> Iterator[None]:
+    """Both managers' checkpoints removed before and after (a policy change: drain, remove them, restart)."""
+    memory_manager.remove_state_files()
+    try:
+        yield
+    finally:
+        memory_manager.remove_state_files()
+
+
+def test_memory_blocks_under_the_static_memory_policy(
+        static_memory_node: None, admin: Kubectl, layout: Layout, namespace: str, tmp_path: Path) -> None:
+    node = layout.node_name
+    with running(layout, tmp_path, memory_manager.ARGS), lister() as client:
+        try:
+            # upstream GetAllocatableMemory: per NUMA node and type the allocatable bytes the checkpoint records
+            # (this machine has one node; hugepage sizes without pages have none and are left out)
+            state = memory_manager.read_state()
+            expected = [(kind, table.allocatable, [0])
+                        for kind, table in sorted(state.machine_state[0].memory_map.items()) if table.allocatable]
+            allocatable = client.GetAllocatableResources(v1.AllocatableResourcesRequest(), timeout=TIMEOUT)
+            assert sorted(memory_of(allocatable)) == expected
+            assert ("memory", state.machine_state[0].memory_map["memory"].total - 256 * memory_manager.MI, [0]) \
+                in memory_of(allocatable)
+
+            admin.apply(memory_manager.guaranteed("pinned", namespace, node, str(len(EXCLUSIVE)), "128Mi"))
+            wait_pod(admin, namespace, "pinned", is_ready, what="Ready")
+            admin.apply(burstable("shared", namespace, node))
+            wait_pod(admin, namespace, "shared", is_ready, what="Ready")
+
+            # List: the Guaranteed container's block on NUMA node 0 and its own CPU; the Burstable one neither
+            answer = client.List(v1.ListPodResourcesRequest(), timeout=TIMEOUT)
+            pods = {p.name: p for p in answer.pod_resources if p.namespace == namespace}
+            [pinned] = pods["pinned"].containers
+            assert (pinned.name, memory_of(pinned), list(pinned.cpu_ids)) == \
+                ("main", [("memory", 128 * memory_manager.MI, [0])], EXCLUSIVE.sorted())
+            [shared] = pods["shared"].containers
+            assert (memory_of(shared), list(shared.cpu_ids)) == ([], [])
+            assert memory_of(pods["pinned"]) == []  # no pod-level memory (PodLevelResourceManagers is off)
+
+            # Get: the same block
+            got = client.Get(v1.GetPodResourcesRequest(pod_namespace=namespace, pod_name="pinned"),
+                             timeout=TIMEOUT).pod_resources
+            assert memory_of(got.containers[0]) == [("memory", 128 * memory_manager.MI, [0])]
+
+            # Deleted, the pod leaves List; the allocatable memory does not change (capacity, not what is free)
+            admin.run("delete", "pod", "pinned", "-n", namespace, "--wait=false")
+            wait_gone(admin, namespace, "pinned")
+            eventually(lambda: listed(client, namespace), lambda pods: "pinned" not in pods,
+                       "the deleted pod left List")
+            assert sorted(memory_of(client.GetAllocatableResources(v1.AllocatableResourcesRequest(),
+                                                                   timeout=TIMEOUT))) == expected
         finally:
             admin.run("delete", "pods", "--all", "-n", namespace, "--wait=true", "--timeout=60s", check=False)

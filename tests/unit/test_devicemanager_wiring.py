@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cri_client import types as cri
+from kopflet.cm import admission as resource_admission
 from kopflet.cm.devicemanager import devices
 from kopflet.cm.devicemanager.manager import DeviceManager
 from kopflet.config.settings import AgentConfig
@@ -53,7 +54,7 @@ def test_a_device_rejection_rejects_the_pod_before_the_predicate() -> None:
     obs = observe(_pending(), empty, memory=Memory(), allocated=False, node=NODE)
     rejection = devices.admission_rejection(f"requested number of devices unavailable for {R}. Requested: 1, "
                                             "Available: 0")
-    plan = decide.decide(dataclasses.replace(obs, devices=rejection), CFG)
+    plan = decide.decide(dataclasses.replace(obs, resources=resource_admission.Admission(rejection=rejection)), CFG)
     assert plan.lifecycle is Lifecycle.REJECTED
     assert plan.status is not None and plan.status["reason"] == "UnexpectedAdmissionError"
     assert plan.status["message"] == ("Pod was rejected: Allocate failed due to requested number of devices "
@@ -96,10 +97,15 @@ async def test_the_worker_allocates_devices_before_deciding(socket_dir: str) -> 
         obs = dataclasses.replace(obs, body={**obs.body, "metadata": {**obs.body["metadata"], "uid": "uid-1"}},
                                   pod=dataclasses.replace(obs.pod, uid="uid-1"))  # type: ignore[arg-type]
         admitted = await workers._admit_devices(obs, worker)
-        assert admitted.devices is None and manager.container_devices("uid-1", "web") == {R: frozenset({"Dev-1"})}
+        assert admitted.resources is not None and admitted.resources.rejection is None
+        assert manager.container_devices("uid-1", "web") == {R: frozenset({"Dev-1"})}
         other = dataclasses.replace(obs, pod=dataclasses.replace(obs.pod, uid="uid-2"))  # type: ignore[arg-type]
         refused = await workers._admit_devices(other, worker)
-        assert refused.devices is not None and refused.devices.reason == "UnexpectedAdmissionError"
+        assert refused.resources is not None and refused.resources.rejection is not None
+        assert refused.resources.rejection.reason == "UnexpectedAdmissionError"
+        assert refused.resources.rejection.message == (
+            f"Pod was rejected: Allocate failed due to requested number of devices unavailable for {R}. "
+            "Requested: 1, Available: 0, which is unexpected")
     finally:
         await plugin.stop()
         await manager.stop()

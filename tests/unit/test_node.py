@@ -130,5 +130,7 @@ def test_the_pod_resources_api_is_wired_to_the_pods_and_the_cpu_manager() -> Non
     n = node("node-a", "/var/lib/a")
     assert n.pod_resources.socket_path == "/var/lib/a/pod-resources/kubelet.sock"
     assert n.pod_resources.providers.cpus is n.cpu_manager and n.pod_resources.metrics is n.metrics
+    assert n.pod_resources.providers.memory is n.memory_manager
+    assert n.pod_resources.providers.devices is n.device_manager
     assert n.pod_resources.pods == n.workers.bodies
     assert (n.pod_resources.use_active_pods, n.pod_resources.pod_level) == (True, False)

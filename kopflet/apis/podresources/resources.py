@@ -155,7 +155,7 @@ class CPUsProvider(Protocol):
 
 
 class MemoryProvider(Protocol):
-    """upstream MemoryProvider: the memory manager (kopflet has none yet: `NO_MEMORY`)."""
+    """upstream MemoryProvider: the memory manager (`kopflet.cm.memorymanager.manager.MemoryManager`)."""
 
     def get_memory(self, pod: Mapping[str, Any], container: Mapping[str, Any]) -> Sequence[ContainerMemory]: ...
 
@@ -165,7 +165,7 @@ class MemoryProvider(Protocol):
 
 
 class DevicesProvider(Protocol):
-    """upstream DevicesProvider: the device manager (kopflet has none yet: `NO_DEVICES`)."""
+    """upstream DevicesProvider: the device manager (`kopflet.cm.devicemanager.manager.DeviceManager`)."""
 
     def update_allocated_devices(self) -> None:
         """Refresh what is allocated before a `List` (upstream frees the devices of pods gone since)."""

@@ -3,21 +3,28 @@ plugin/v1beta1): which devices a container gets, what a resource counts in the N
 what a registration is refused for, what the Allocate answers put into a container, and the admission results.
 Pure: the sockets, RPCs, the clock and the checkpoint file are `kopflet.cm.devicemanager.manager`'s.
 
-kopflet runs the topology manager's ``none`` policy only, so no container has a NUMA affinity hint: upstream's
-`filterByAffinity` then puts every available device in the no-affinity set, and `devicesToAllocate` asks the
-plugin for a preferred allocation over all available devices, takes those it names first, then the rest. Go
-iterates sets in random order; here the rest is taken in sorted order.
+The device manager is a topology manager hint provider (upstream topology_hints.go): `topology_hints` and
+`pod_topology_hints` answer from a `TopologySnapshot` of its state, and `devices_to_allocate` takes the devices
+along the chosen hint (`filter_by_affinity`: those on the hint's NUMA nodes, then the others, then those without
+topology). Without a hint (the ``none`` policy, or a resource whose devices report no NUMA node) every available
+device is in the no-affinity set: the plugin's preferred allocation over all of them first, then the rest. Go
+iterates sets in random order; here they are taken in sorted order.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import ClassVar
 
 from kopflet import gotext
 from kopflet.api import qos, spec
+from kopflet.apis.podresources.resources import ContainerDevices, TopologyInfo
 from kopflet.cm.devicemanager import checkpoint
 from kopflet.cm.devicemanager.proto import api_pb2
+from kopflet.cm.topologymanager.bitmask import BitMask, iterate_bitmasks
+from kopflet.cm.topologymanager.policy import NO_HINT, ProviderHints, TopologyHint
 from kopflet.lifecycle import admission
 
 HEALTHY = "Healthy"
@@ -89,15 +96,16 @@ def endpoint_path(socket_dir: str, endpoint: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Device:
-    """A device as ListAndWatch reports it: its ID, health and NUMA nodes."""
+    """A device as ListAndWatch reports it: its ID, health and NUMA nodes (None: the plugin sent no topology;
+    upstream tells that from a topology with no nodes in the pod-resources API and the hints)."""
 
     id: str
     health: str
-    numa_nodes: tuple[int, ...] = ()
+    numa_nodes: tuple[int, ...] | None = None
 
 
 def devices_from_proto(response: api_pb2.ListAndWatchResponse) -> tuple[Device, ...]:
-    return tuple(Device(d.ID, d.health, tuple(n.ID for n in d.topology.nodes) if d.HasField("topology") else ())
+    return tuple(Device(d.ID, d.health, tuple(n.ID for n in d.topology.nodes) if d.HasField("topology") else None)
                  for d in response.devices)
 
 
@@ -360,24 +368,50 @@ def pod_requests_devices(pod: spec.Pod, known: Iterable[str]) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Need:
-    """Devices still to pick after the reusable ones (`taken`): `needed` more out of `available`. The plugin is
-    asked for a preferred allocation over ``available | taken`` that must include `taken`, of `required`."""
+    """Devices still to pick after those already taken (`taken`: the reusable ones, and the hint's aligned ones
+    when they are not enough): `needed` more. The plugin is asked for a preferred allocation over
+    ``available | taken`` that must include `taken`, of `required`; its devices in `available` are taken first,
+    then those of `fallback` in order (None: `available` itself)."""
 
     needed: int
     required: int
     taken: frozenset[str]
     available: frozenset[str]
+    fallback: tuple[frozenset[str], ...] | None = None
+
+
+def filter_by_affinity(available: Iterable[str], known: Mapping[str, Device],
+                       hint: TopologyHint) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """Upstream `filterByAffinity`: the available devices on a NUMA node of the hint's affinity, those on other
+    nodes only, and those without a NUMA node. Without an affinity, or when no device of the resource reports a
+    NUMA node, every device is in the last set."""
+    available = frozenset(available)
+    if hint.affinity is None or not has_topology_alignment(known):
+        return frozenset(), frozenset(), available
+    aligned, unaligned, without = set(), set(), set()
+    for dev in available:
+        nodes = known[dev].numa_nodes if dev in known else None
+        if not nodes:
+            without.add(dev)
+        elif any(hint.affinity.is_set(n) for n in nodes):
+            # upstream sorts the hint's nodes first: a device on any of them counts as aligned
+            aligned.add(dev)
+        else:
+            unaligned.add(dev)
+    return frozenset(aligned), frozenset(unaligned), frozenset(without)
 
 
 def devices_to_allocate(*, pod_uid: str, container: str, resource: str, required: int,
                         existing: frozenset[str] | None, healthy: frozenset[str] | None,
                         in_use: frozenset[str], reusable: frozenset[str],
-                        running_after_restart: bool) -> frozenset[str] | Need | None:
+                        running_after_restart: bool, known: Mapping[str, Device] | None = None,
+                        hint: TopologyHint = NO_HINT) -> frozenset[str] | Need | None:
     """Upstream `devicesToAllocate` up to the plugin's preferred allocation: None when there is nothing to do,
-    the devices when the reusable ones (an init container's, released to the next containers) cover it, else
-    the `Need` `finish_allocation` completes. `existing` is what the container already holds, `healthy` the
-    resource's healthy devices (None: never registered), `in_use` its allocated devices. Raises AllocationError
-    with upstream's messages."""
+    the devices when the reusable ones (an init container's, released to the next containers) and the hint's
+    aligned ones settle it, else the `Need` `finish_allocation` completes. `existing` is what the container
+    already holds, `healthy` the resource's healthy devices (None: never registered), `in_use` its allocated
+    devices, `known` its devices with their topology, `hint` the topology manager's for the container. Raises
+    AllocationError with upstream's messages."""
     needed = required
     if existing is not None:
         needed -= len(existing)
@@ -404,15 +438,28 @@ def devices_to_allocate(*, pod_uid: str, container: str, resource: str, required
     if len(available) < needed:
         raise AllocationError(f"requested number of devices unavailable for {resource}. Requested: {needed}, "
                               f"Available: {len(available)}")
-    return Need(needed=needed, required=required, taken=frozenset(taken), available=available)
+    aligned, unaligned, without = filter_by_affinity(available, known or {}, hint)
+    if needed < len(aligned):
+        # the plugin may choose among the aligned devices
+        return Need(needed=needed, required=required, taken=frozenset(taken), available=aligned)
+    # every aligned device first (the alignment the topology manager chose), then the plugin's choice
+    taken += sorted(aligned)
+    needed -= len(aligned)
+    if needed == 0:
+        return frozenset(taken)
+    if not aligned and not unaligned:
+        return Need(needed=needed, required=required, taken=frozenset(taken), available=available)
+    return Need(needed=needed, required=required, taken=frozenset(taken), available=available - aligned,
+                fallback=(unaligned, without))
 
 
 def finish_allocation(need: Need, preferred: Iterable[str] | None) -> frozenset[str]:
-    """The rest of `devicesToAllocate`: the plugin's preferred devices that are available first, then the other
-    available ones (the no-affinity set), in sorted order."""
+    """The rest of `devicesToAllocate`: the plugin's preferred devices that are in `available` first, then those
+    of the fallback sets, each in sorted order."""
     chosen = list(need.taken)
     remaining = need.needed
-    for pool in (sorted(frozenset(preferred or ()) & need.available), sorted(need.available)):
+    fallback = need.fallback if need.fallback is not None else (need.available,)
+    for pool in (sorted(frozenset(preferred or ()) & need.available), *(sorted(f) for f in fallback)):
         for dev in pool:
             if remaining == 0:
                 break
@@ -423,6 +470,171 @@ def finish_allocation(need: Need, preferred: Iterable[str] | None) -> frozenset[
         raise AllocationError(f"unexpectedly allocated less resources than required. Requested: {need.required}, "
                               f"Got: {need.required - remaining}")
     return frozenset(chosen)
+
+
+# ---------------------------------------------------------------------------------------- topology hints
+
+
+def has_topology_alignment(known: Mapping[str, Device]) -> bool:
+    """Upstream `deviceHasTopologyAlignment`: some device of the resource reports a NUMA node."""
+    return any(d.numa_nodes for d in known.values())
+
+
+def _any_set(mask: BitMask, nodes: Iterable[int] | None) -> bool:
+    return any(mask.is_set(n) for n in nodes or ())
+
+
+def generate_device_topology_hints(known: Mapping[str, Device], machine_nodes: Sequence[int],
+                                   available: Iterable[str], reusable: Iterable[str],
+                                   request: int) -> list[TopologyHint]:
+    """Upstream `generateDeviceTopologyHints`: every set of the NUMA nodes holding the resource's devices (the
+    machine's nodes when none does) that holds all the reusable devices with a topology and enough available
+    ones; preferred are those as narrow as the narrowest set holding `request` of the resource's devices at all.
+    A device on a node the machine does not have is ignored there (upstream logs it)."""
+    machine = sorted(set(machine_nodes))
+    nodes = sorted({n for d in known.values() for n in d.numa_nodes or ()} & set(machine)) or machine
+    min_affinity = len(nodes)
+    available, reusable = sorted(available), sorted(reusable)
+    hints: list[TopologyHint] = []
+
+    def visit(mask: BitMask) -> None:
+        nonlocal min_affinity
+        in_mask = sum(1 for d in known.values() if _any_set(mask, d.numa_nodes))
+        if in_mask >= request and mask.count() < min_affinity:
+            min_affinity = mask.count()
+        matching = 0
+        for dev in reusable:
+            nodes_of = known[dev].numa_nodes if dev in known else None
+            if nodes_of is None:
+                continue  # a reusable device without topology fits any mask
+            if not _any_set(mask, nodes_of):
+                return
+            matching += 1
+        matching += sum(1 for dev in available if _any_set(mask, known[dev].numa_nodes if dev in known else None))
+        if matching >= request:
+            hints.append(TopologyHint(mask, False))
+
+    iterate_bitmasks(nodes, visit)
+    return [TopologyHint(h.affinity, h.affinity is not None and h.affinity.count() == min_affinity)
+            for h in hints]
+
+
+def pod_device_requests(pod: spec.Pod, is_device_resource: Iterable[str]) -> dict[str, int]:
+    """Upstream `getPodDeviceRequest`: the pod's limits (`PodLimits` without overhead: the long-running
+    containers add up, an init container needs itself and the sidecars before it) of device plugin resources."""
+    known = frozenset(is_device_resource)
+    limits = admission.aggregate(pod, lambda c: c.resources.limits)
+    return {name: math.ceil(amount) for name, amount in limits.items() if name in known}
+
+
+@dataclasses.dataclass(frozen=True)
+class TopologySnapshot:
+    """The device manager's state as the topology manager's hint provider sees it, for one pod's admission
+    (upstream `GetTopologyHints`, `GetPodTopologyHints`). Its allocation is I/O (the plugins' Allocate):
+    `deferred` tells the topology manager to hand it to the caller, which answers with a fresh snapshot."""
+
+    deferred: ClassVar[bool] = True
+    numa_nodes: tuple[int, ...] = ()
+    """The machine's NUMA nodes."""
+    all: Mapping[str, Mapping[str, Device]] = dataclasses.field(default_factory=dict)
+    healthy: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    allocated: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    pod_devices: PodDevices = dataclasses.field(default_factory=dict)
+    reusable: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """The devices this pod's init containers leave to its next containers, per resource."""
+    resources: frozenset[str] = frozenset()
+    """Upstream `isDevicePluginResource`: the registered resources and those with devices allocated."""
+
+    def _hints(self, resource: str, requested: int, allocated: frozenset[str] | None,
+               reusable: frozenset[str]) -> list[TopologyHint] | None:
+        known = self.all.get(resource, {})
+        if not has_topology_alignment(known):
+            return None  # "Resource does not have a topology preference"
+        if allocated:
+            # already allocated (an agent restart): the same hints again, or none for a changed request
+            if len(allocated) != requested:
+                return []
+            return generate_device_topology_hints(known, self.numa_nodes, allocated, (), requested)
+        available = self.healthy.get(resource, frozenset()) - self.allocated.get(resource, frozenset())
+        if len(available | reusable) < requested:
+            return []  # "Unable to generate topology hints: requested number of devices unavailable"
+        return generate_device_topology_hints(known, self.numa_nodes, available, reusable, requested)
+
+    def topology_hints(self, pod: spec.Pod, container: spec.ContainerSpec) -> ProviderHints:
+        """Upstream `GetTopologyHints`: per device resource the container asks for."""
+        return {resource: self._hints(resource, requested, container_devices(self.pod_devices, pod.uid,
+                                                                             container.name, resource),
+                                      self.reusable.get(resource, frozenset()))
+                for resource, requested in sorted(container_requests(container, self.resources).items())}
+
+    def pod_topology_hints(self, pod: spec.Pod) -> ProviderHints:
+        """Upstream `GetPodTopologyHints`: per device resource the pod asks for (no reusable devices)."""
+        return {resource: self._hints(resource, requested, pod_devices_of(self.pod_devices, pod.uid, resource),
+                                      frozenset())
+                for resource, requested in sorted(pod_device_requests(pod, self.resources).items())}
+
+    def allocate(self, pod: spec.Pod, container: spec.ContainerSpec, hint: TopologyHint) -> TopologySnapshot:
+        """Never called: the allocation is deferred to the device manager (the plugins' Allocate is I/O)."""
+        raise NotImplementedError("the device manager allocates through its plugins")
+
+
+def pod_devices_of(pod_devices: PodDevices, pod_uid: str, resource: str) -> frozenset[str]:
+    """Upstream `podDevices.podDevices`: every device of the resource any container of the pod holds."""
+    return frozenset(i for resources in pod_devices.get(pod_uid, {}).values()
+                     for r, alloc in resources.items() if r == resource for i in alloc.ids)
+
+
+# ---------------------------------------------------------------------------------------- pod resources
+# upstream container_manager.go `containerDevicesFromResourceDeviceInstances`, pod_devices.go `getContainerDevices`,
+# manager.go `GetAllocatableDevices`: one `ContainerDevices` per device and NUMA node (a device on two nodes is
+# listed twice, one node each), without topology for a device whose plugin sent none; a device whose plugin sent
+# a topology without nodes is not listed among the allocatable ones (upstream's loop over its nodes adds
+# nothing). Go ranges over maps in random order; here resources, devices and nodes are sorted.
+
+DeviceInstances = Mapping[str, Mapping[str, tuple[int, ...] | None]]
+"""resource -> device ID -> its NUMA nodes (None: no topology): upstream `ResourceDeviceInstances` as far as the
+pod-resources API reads it."""
+
+
+def pod_resources_devices(instances: DeviceInstances) -> tuple[ContainerDevices, ...]:
+    """Upstream `containerDevicesFromResourceDeviceInstances`: one entry per device and NUMA node, or one without
+    topology for a device without."""
+    out: list[ContainerDevices] = []
+    for resource in sorted(instances):
+        for device_id, nodes in sorted(instances[resource].items()):
+            if nodes is None:
+                # "Some device plugin do not report the topology information. This is legal."
+                out.append(ContainerDevices(resource_name=resource, device_ids=(device_id,)))
+                continue
+            out += [ContainerDevices(resource_name=resource, device_ids=(device_id,), topology=TopologyInfo((node,)))
+                    for node in sorted(nodes)]
+    return tuple(out)
+
+
+def container_device_instances(resources: Mapping[str, ContainerAllocation] | None) -> DeviceInstances:
+    """Upstream `getContainerDevices`: the devices recorded for a container, each with the NUMA nodes it was
+    recorded under (none under the node of no topology); a resource with nothing recorded is left out."""
+    out: dict[str, dict[str, tuple[int, ...] | None]] = {}
+    for resource, alloc in (resources or {}).items():
+        if not alloc.device_ids:
+            continue
+        devices: dict[str, set[int] | None] = {}
+        for node, ids in alloc.device_ids.items():
+            for device_id in ids or ():
+                if node == NODE_WITHOUT_TOPOLOGY:
+                    devices.setdefault(device_id, None)
+                else:
+                    devices[device_id] = (devices.get(device_id) or set()) | {node}
+        out[resource] = {d: None if nodes is None else tuple(sorted(nodes)) for d, nodes in devices.items()}
+    return out
+
+
+def allocatable_device_instances(known: Mapping[str, Mapping[str, Device]],
+                                 healthy: Mapping[str, frozenset[str]]) -> DeviceInstances:
+    """Upstream `GetAllocatableDevices` (`allDevices.Filter(healthyDevices)`): per resource with healthy devices
+    the plugin reported, those devices with their topology."""
+    return {resource: {d: known[resource][d].numa_nodes for d in ids if d in known[resource]}
+            for resource, ids in healthy.items() if resource in known}
 
 
 def admission_rejection(err: BaseException | str) -> admission.Rejection:
@@ -453,13 +665,61 @@ def active_pods_to_remove(recorded: Iterable[str], active: Iterable[str]) -> fro
 
 
 __all__ = [
-    "DEPRECATION_FILE", "DEVICE_PLUGINS_DIR", "DIAL_TIMEOUT", "ENDPOINT_STOP_GRACE_PERIOD", "ERR_ENDPOINT_STOPPED",
-    "ERR_FAILED_TO_DIAL", "ERR_INVALID_RESOURCE_NAME", "ERR_UNSUPPORTED_VERSION", "HEALTHY", "KUBELET_SOCKET",
-    "NODE_WITHOUT_TOPOLOGY", "PRESTART_TIMEOUT", "RPC_TIMEOUT", "SUPPORTED_VERSIONS", "UNEXPECTED_ADMISSION_ERROR",
-    "UNHEALTHY", "VERSION", "AllocResponse", "AllocationError", "Capacity", "ContainerAllocation", "Device",
-    "DeviceSpec", "Mount", "Need", "PodDevices", "ResourceDevices", "RunContainerOptions", "active_pods_to_remove",
-    "admission_rejection", "alloc_response_from_bytes", "alloc_response_from_proto", "allocated_devices", "capacity",
-    "container_devices", "container_requests", "device_update", "devices_from_proto", "devices_per_numa",
-    "endpoint_path", "finish_allocation", "from_checkpoint", "pod_requests_devices", "registration_error",
-    "run_container_options", "sanitize_allocatable", "stop_grace_expired", "to_checkpoint",
+    "DEPRECATION_FILE",
+    "DEVICE_PLUGINS_DIR",
+    "DIAL_TIMEOUT",
+    "ENDPOINT_STOP_GRACE_PERIOD",
+    "ERR_ENDPOINT_STOPPED",
+    "ERR_FAILED_TO_DIAL",
+    "ERR_INVALID_RESOURCE_NAME",
+    "ERR_UNSUPPORTED_VERSION",
+    "HEALTHY",
+    "KUBELET_SOCKET",
+    "NODE_WITHOUT_TOPOLOGY",
+    "PRESTART_TIMEOUT",
+    "RPC_TIMEOUT",
+    "SUPPORTED_VERSIONS",
+    "UNEXPECTED_ADMISSION_ERROR",
+    "UNHEALTHY",
+    "VERSION",
+    "AllocResponse",
+    "AllocationError",
+    "Capacity",
+    "ContainerAllocation",
+    "Device",
+    "DeviceInstances",
+    "DeviceSpec",
+    "Mount",
+    "Need",
+    "PodDevices",
+    "ResourceDevices",
+    "RunContainerOptions",
+    "active_pods_to_remove",
+    "admission_rejection",
+    "alloc_response_from_bytes",
+    "alloc_response_from_proto",
+    "allocatable_device_instances",
+    "allocated_devices",
+    "capacity",
+    "container_device_instances",
+    "container_devices",
+    "container_requests",
+    "device_update",
+    "devices_from_proto",
+    "devices_per_numa",
+    "endpoint_path",
+    "filter_by_affinity",
+    "finish_allocation",
+    "from_checkpoint",
+    "generate_device_topology_hints",
+    "has_topology_alignment",
+    "pod_device_requests",
+    "pod_devices_of",
+    "pod_requests_devices",
+    "pod_resources_devices",
+    "registration_error",
+    "run_container_options",
+    "sanitize_allocatable",
+    "stop_grace_expired",
+    "to_checkpoint",
 ]

@@ -18,6 +18,10 @@ The rules are pure (`kopflet.cm.devicemanager.devices`, `checkpoint`); here they
   plugins that ask for it, Allocate again when nothing is recorded (a restart raced the plugin), then the envs,
   mounts, devices, annotations and CDI devices of the Allocate answers.
 - Devices of pods that are no longer active are freed at the next allocation (upstream `UpdateAllocatedDevices`).
+- `topology_snapshot`: the state the topology manager asks for hints (`devices.TopologySnapshot`), and
+  `admit_steps`: the topology manager's admission driven here, each container's devices allocated along its
+  hint by the plugins (the CPU and memory managers' allocations stay pure).
+- the pod-resources API's `DevicesProvider` (upstream container manager `GetDevices`, `GetAllocatableDevices`).
 
 Upstream v1.37 does not watch the socket directory: a deleted ``kubelet.sock`` stays deleted until the kubelet
 restarts (plugins re-register when it is created again). `healthy` reports whether the server still serves, as
@@ -33,15 +37,21 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import Any, TypeVar
 
 import grpc
 
 from kopflet.api import spec
+from kopflet.apis.podresources.resources import ContainerDevices
 from kopflet.cm.devicemanager import checkpoint, devices
 from kopflet.cm.devicemanager.devices import AllocationError, ContainerAllocation, RunContainerOptions
 from kopflet.cm.devicemanager.proto import api_pb2, api_pb2_grpc
+from kopflet.cm.topologymanager.policy import NO_HINT, TopologyHint
+from kopflet.cm.topologymanager.topology_manager import AllocationFailed, AllocationRequest
 from kopflet.lifecycle import admission
+
+Result = TypeVar("Result")
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +99,9 @@ class DeviceManager:
         self._allocated: dict[str, frozenset[str]] = {}
         self._pod_devices: dict[str, dict[str, dict[str, ContainerAllocation]]] = {}
         self._reuse: dict[str, dict[str, frozenset[str]]] = {}
+        self._affinity: dict[tuple[str, str], TopologyHint] = {}
+        """The topology manager's hint per (pod UID, container) (upstream's topology affinity store), for a
+        container allocated again at CreateContainer."""
         self._removed: set[str] = set()
         self._lock = asyncio.Lock()
         self._server: grpc.aio.Server | None = None
@@ -317,8 +330,52 @@ class DeviceManager:
         return devices.sanitize_allocatable(allocatable, self._allocated)
 
     def container_devices(self, uid: str, container: str) -> dict[str, frozenset[str]]:
-        """The devices a container holds per resource (for the pod-resources API and the tests)."""
+        """The devices a container holds per resource (for the tests)."""
         return {r: a.ids for r, a in self._pod_devices.get(uid, {}).get(container, {}).items()}
+
+    # ---------------------------------------------------------------------------------- pod resources
+
+    def get_devices(self, pod_uid: str, container_name: str) -> tuple[ContainerDevices, ...]:
+        """Upstream container manager `GetDevices`: the container's devices with the NUMA nodes recorded when
+        they were allocated."""
+        return devices.pod_resources_devices(devices.container_device_instances(
+            self._pod_devices.get(pod_uid, {}).get(container_name)))
+
+    def get_allocatable_devices(self) -> tuple[ContainerDevices, ...]:
+        """Upstream `GetAllocatableDevices`: the healthy devices of each resource with their topology (none of a
+        plugin gone: its devices turned unhealthy)."""
+        return devices.pod_resources_devices(devices.allocatable_device_instances(self._all, self._healthy))
+
+    # -------------------------------------------------------------------------------- topology hints
+
+    def topology_snapshot(self, pod_uid: str, numa_nodes: Iterable[int]) -> devices.TopologySnapshot:
+        """What the topology manager asks for hints about one pod (upstream `GetTopologyHints` under the mutex):
+        `numa_nodes` the machine's."""
+        reuse = self._reuse.get(pod_uid, {})
+        return devices.TopologySnapshot(
+            numa_nodes=tuple(numa_nodes), all=dict(self._all), healthy=dict(self._healthy),
+            allocated=dict(self._allocated),
+            pod_devices={uid: {c: dict(r) for c, r in cs.items()} for uid, cs in self._pod_devices.items()},
+            reusable=dict(reuse), resources=self.resources())
+
+    async def admit_steps(self, steps: Generator[AllocationRequest, Any, Result], pod_uid: str,
+                          numa_nodes: Iterable[int]) -> Result:
+        """Drive the topology manager's admission (`topology_manager.admit_steps`): each container's devices
+        allocated along its hint (the plugins' GetPreferredAllocation and Allocate), answered with a fresh
+        snapshot; an allocation error goes back into the admission, which rejects the pod with it."""
+        nodes = tuple(numa_nodes)
+        try:
+            request = next(steps)
+            while True:
+                try:
+                    await self.allocate(request.pod, request.container, request.hint)
+                except AllocationError as exc:
+                    request = steps.throw(AllocationFailed(str(exc)))
+                    continue
+                request = steps.send(self.topology_snapshot(pod_uid, nodes))
+        except StopIteration as stop:
+            result: Result = stop.value
+            return result
 
     # -------------------------------------------------------------------------------------- allocate
 
@@ -334,6 +391,7 @@ class DeviceManager:
         logger.info(f"device plugins: freeing the devices of pods {sorted(gone)}")
         for uid in gone:
             self._pod_devices.pop(uid, None)
+        self._affinity = {key: hint for key, hint in self._affinity.items() if key[0] not in gone}
         self._allocated = devices.allocated_devices(self._pod_devices)
 
     async def admit(self, pod: spec.Pod) -> admission.Rejection | None:
@@ -346,14 +404,18 @@ class DeviceManager:
                 return devices.admission_rejection(exc)
         return None
 
-    async def allocate(self, pod: spec.Pod, container: spec.ContainerSpec) -> None:
-        """Upstream `Allocate` (add): devices for one container, reusing those an init container releases."""
+    async def allocate(self, pod: spec.Pod, container: spec.ContainerSpec, hint: TopologyHint | None = None) -> None:
+        """Upstream `Allocate` (add): devices for one container along the topology manager's `hint` (None: the
+        one it gave at admission, if any), reusing those an init container releases."""
         async with self._lock:
             uid = pod.uid
+            if hint is not None:
+                self._affinity[(uid, container.name)] = hint
             for other in [u for u in self._reuse if u != uid]:
                 del self._reuse[other]
             reuse = self._reuse.setdefault(uid, {})
-            await self._allocate_container(pod, container, reuse)
+            await self._allocate_container(pod, container, reuse,
+                                           self._affinity.get((uid, container.name), NO_HINT))
             held = self._pod_devices.get(uid, {}).get(container.name, {})
             is_init = any(c.name == container.name for c in pod.spec.init_containers)
             for resource, alloc in held.items():
@@ -363,7 +425,7 @@ class DeviceManager:
                     reuse[resource] = reuse.get(resource, frozenset()) - alloc.ids
 
     async def _allocate_container(self, pod: spec.Pod, container: spec.ContainerSpec,
-                                  reuse: Mapping[str, frozenset[str]]) -> None:
+                                  reuse: Mapping[str, frozenset[str]], hint: TopologyHint) -> None:
         """Upstream `allocateContainerResources`."""
         uid, name = pod.uid, container.name
         updated = written = False
@@ -375,7 +437,8 @@ class DeviceManager:
                 pod_uid=uid, container=name, resource=resource, required=needed,
                 existing=devices.container_devices(self._pod_devices, uid, name, resource),
                 healthy=self._healthy.get(resource), in_use=self._allocated.get(resource, frozenset()),
-                reusable=reuse.get(resource, frozenset()), running_after_restart=False)
+                reusable=reuse.get(resource, frozenset()), running_after_restart=False,
+                known=self._all.get(resource, {}), hint=hint)
             if picked is None:
                 continue
             endpoint = self._endpoints.get(resource)

@@ -16,6 +16,9 @@ The decisions are pure (`kopflet.cm.memorymanager.memory_manager`, `static_polic
 - `container_added`: upstream `AddContainer`: the blocks of the regular init containers before it are released.
 - `run` (Static policy only): the blocks of containers no longer in an active pod are released (those of a pod no
   worker has only once the apiserver confirms it is gone), as upstream's `removeStaleState`.
+- the pod-resources API's `MemoryProvider` (upstream container manager `GetMemory`, `GetAllocatableMemory`): a
+  container's blocks, and the allocatable memory per NUMA node and type as `start` found it; nothing under the
+  ``None`` policy.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from kopflet.api import spec
+from kopflet.apis.podresources.resources import ContainerMemory
 from kopflet.client.kubeapi import API_ERRORS
 from kopflet.cm.cpumanager.cpu_manager import Pods
 from kopflet.cm.memorymanager import machine, memory_manager, static_policy
@@ -102,6 +107,7 @@ class MemoryManager:
         self.policy: StaticPolicy | None = None
         self.state = State()
         self._written = ""
+        self._allocatable: tuple[ContainerMemory, ...] = ()
         self.started = False
 
     # ----------------------------------------------------------------------------------------- start
@@ -142,6 +148,8 @@ class MemoryManager:
                                          f"{err}") from None
         self.started = True
         if self.policy is not None:
+            # upstream Start: `m.allocatableMemory = m.policy.GetAllocatableMemory(m.state)`, kept from then on
+            self._allocatable = memory_manager.container_memory(static_policy.allocatable_memory(state))
             free = ", ".join(f"node {b.numa_affinity[0]} {b.type} {b.size}"
                              for b in static_policy.allocatable_memory(state))
             logger.info(f"memory manager: Static policy, allocatable {free}; topology manager: "
@@ -197,6 +205,24 @@ class MemoryManager:
             state = static_policy.container_added(self.state, pod, container)
             if state != self.state:
                 await self.commit(state)
+
+    # ---------------------------------------------------------------------------------- pod resources
+
+    def get_memory(self, pod: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[ContainerMemory, ...]:
+        """Upstream container manager `GetMemory`: the container's blocks (none: it shares the node's memory)."""
+        if self.policy is None:
+            return ()
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        return memory_manager.container_memory(self.state.blocks(uid, str(container.get("name", ""))))
+
+    def get_pod_memory(self, pod_uid: str) -> tuple[ContainerMemory, ...]:
+        """Pod-level blocks: none (`PodLevelResourceManagers` is off: the state has no pod-level entries)."""
+        return ()
+
+    def get_allocatable_memory(self) -> tuple[ContainerMemory, ...]:
+        """Upstream `GetAllocatableMemory`: per NUMA node and type, the bytes the Static policy may hand out
+        (the machine's less `reservedMemory`), as found at `start`; none under the ``None`` policy."""
+        return self._allocatable
 
     # ------------------------------------------------------------------------------------- stale state
 

@@ -11,6 +11,7 @@ validation_reserved_memory.go) and its check against Node Allocatable. Pure: the
 - `Provider`: the memory manager as a topology manager hint provider (upstream `GetTopologyHints`,
   `GetPodTopologyHints`, `Allocate`).
 - `remove_stale_state`: the blocks of containers not in an active pod are released.
+- `container_memory`: blocks as the pod-resources API reports them (upstream `containerMemoryFromBlock`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 
 from kopflet.api import qos, spec
+from kopflet.apis.podresources.resources import ContainerMemory, TopologyInfo
 from kopflet.cm.cpumanager.cpu_manager import Pods
 from kopflet.cm.memorymanager import state as checkpoint
 from kopflet.cm.memorymanager import static_policy
 from kopflet.cm.memorymanager.machine import NUMANode
-from kopflet.cm.memorymanager.state import State
+from kopflet.cm.memorymanager.state import Block, State
 from kopflet.cm.memorymanager.static_policy import StaticPolicy
 from kopflet.cm.topologymanager.policy import ProviderHints, TopologyHint
 from kopflet.eviction import thresholds
@@ -221,6 +223,13 @@ def remove_stale_state(state: State, pods: Pods, gone: Iterable[str] = ()) -> St
             if name not in wanted:
                 state = static_policy.remove_container(state, uid, name)
     return state
+
+
+def container_memory(blocks: Iterable[Block] | None) -> tuple[ContainerMemory, ...]:
+    """Upstream `containerMemoryFromBlock`: each block, its topology always set (its NUMA affinity)."""
+    return tuple(ContainerMemory(memory_type=b.type, size=b.size, topology=TopologyInfo(tuple(b.numa_affinity)))
+                 for b in blocks or ())
+
 
 
 @dataclasses.dataclass(frozen=True)
