@@ -109,7 +109,7 @@ def test_allocate_scans_from_the_start_for_a_free_slot(held: dict[str, int], sta
 
 def test_allocate_when_every_slot_is_taken() -> None:
     full = Allocations(offset=1, count=2, used_by={"a": U, "b": 2 * U})
-    with pytest.raises(UsernsError, match="^could not find an empty slot to allocate a user namespace$"):
+    with pytest.raises(UsernsError, match=r"^could not find an empty slot to allocate a user namespace$"):
         full.allocate("c", 0)
 
 

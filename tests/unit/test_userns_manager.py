@@ -71,7 +71,7 @@ def test_a_bad_file_met_later_fails_the_sandbox(tmp_path: Path) -> None:
     pod = tmp_path / "pods" / "pod-a"
     pod.mkdir(parents=True)
     (pod / "userns").write_text("{")
-    with pytest.raises(UsernsError, match="^user namespace: invalid user namespace mappings file: "):
+    with pytest.raises(UsernsError, match=r"^user namespace: invalid user namespace mappings file: "):
         m.get_or_create("pod-a")
 
 
