@@ -398,8 +398,11 @@ U = 65536
 SUPPORTED = StatusCri((cri.RuntimeHandler(name="", user_namespaces=True),))
 
 
-def managed_syncer(tmp_path: Path, runtime_cri: StatusCri, *, max_pods: int = 110, mappings: tuple[int, int] | None = None
-                   ) -> tuple[PodSyncer, FakeRecorder, list[cri.PodSandboxConfig]]:
+Managed = tuple[PodSyncer, FakeRecorder, list[cri.PodSandboxConfig]]
+
+
+def managed_syncer(tmp_path: Path, runtime_cri: StatusCri, *, max_pods: int = 110,
+                   mappings: tuple[int, int] | None = None) -> Managed:
     """A syncer with a user namespace manager on `tmp_path` that stops at RunPodSandbox, keeping its config."""
     syncer, recorder = userns_syncer(runtime_cri)
     syncer.layout = Layout(str(tmp_path))
