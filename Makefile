@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 dev: deps venv binaries
 	$(PY) -m devstack dev
 
-test: deps venv binaries agent-image lint
+test: deps venv binaries runtime agent-image lint
 	$(PY) -m devstack run -- $(PY) -m pytest -ra $(PYTEST_ARGS) tests
 
 # Benchmarks, never part of `make test`: kopflet beside the upstream kubelet of the same release and the
@@ -61,7 +61,8 @@ binaries:
 	bash devstack/build-binaries.sh >/dev/null
 
 # containerd 2.x and runc from Go modules (devstack/versions.env pins them): the runtime for hostUsers: false pods.
-# Not the stack's runtime yet. userns-smoke runs one such pod on a private instance of it and removes everything.
+# Not the stack's runtime: userns-smoke and tests/e2e/test_user_namespaces.py run pods on a private instance of it
+# (devstack/private_containerd.py) and remove everything; `make test` builds it first.
 runtime:
 	bash devstack/build-runtime.sh >/dev/null
 

@@ -224,6 +224,8 @@ def mount_to_pb(m: types.Mount) -> pb.Mount:
         selinux_relabel=m.selinux_relabel,
         propagation=int(m.propagation),
         recursive_read_only=m.recursive_read_only,
+        uidMappings=_id_mappings_to_pb(m.uid_mappings),
+        gidMappings=_id_mappings_to_pb(m.gid_mappings),
     )
 
 
@@ -235,6 +237,8 @@ def mount_from_pb(m: pb.Mount) -> types.Mount:
         selinux_relabel=m.selinux_relabel,
         propagation=_enum(types.MountPropagation, m.propagation, types.MountPropagation.PRIVATE),
         recursive_read_only=m.recursive_read_only,
+        uid_mappings=_id_mappings_from_pb(m.uidMappings),
+        gid_mappings=_id_mappings_from_pb(m.gidMappings),
     )
 
 

@@ -212,7 +212,8 @@ class LinuxContainerResources:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Mount:
-    """`Mount`: a host path bind-mounted into a container."""
+    """`Mount`: a host path bind-mounted into a container; `uid_mappings`/`gid_mappings` (the proto's
+    ``uidMappings``/``gidMappings``) make it an idmapped mount for a pod in its own user namespace."""
 
     container_path: str
     host_path: str = ""
@@ -220,6 +221,8 @@ class Mount:
     selinux_relabel: bool = False
     propagation: MountPropagation = MountPropagation.PRIVATE
     recursive_read_only: bool = False
+    uid_mappings: tuple[IDMapping, ...] = ()
+    gid_mappings: tuple[IDMapping, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,7 @@ from kopflet.config import settings as configuration
 from kopflet.lockfile import ContentionWatch, LockFile, LockFileError
 from kopflet.metrics import KubeletMetrics
 from kopflet.node import HostFacts, Node, Runtime, detect_node_ip
+from kopflet.userns.allocator import UsernsError
 
 # How long to wait before retrying when the runtime is not reachable at start.
 RUNTIME_RETRY_DELAY = 5.0
@@ -169,8 +170,11 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     certificates = memo.get("certificates")
     info = await asyncio.to_thread(configuring.connection_info, cfg, logger=logger, settings=settings,
                                    certificates=certificates)
-    node = Node(cfg, credentials=Credentials.from_kopf(info), runtime=runtime, host=await HostFacts.read(cfg),
-                metrics=memo.metrics)
+    try:
+        node = Node(cfg, credentials=Credentials.from_kopf(info), runtime=runtime, host=await HostFacts.read(cfg),
+                    metrics=memo.metrics)
+    except UsernsError as exc:
+        raise kopf.PermanentError(str(exc)) from exc  # upstream NewMainKubelet fails: the same error at every start
     try:
         await node.start()
     except PodResourcesListenerError as exc:

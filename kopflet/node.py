@@ -3,8 +3,9 @@ NewMainKubelet, then Run).
 
 `Runtime.connect` opens the CRI endpoints and checks them; `HostFacts.read` reads the machine once; `Node(...)` builds
 every part, each getting what it needs in its constructor, in dependency order, with no network I/O (the only read is
-the two small allocation checkpoints, as upstream's allocation manager restores them when built); `Node.start` registers
-the node and starts the loops, the static pod source and the kubelet API; `Node.stop` stops them in reverse order.
+the two small allocation checkpoints and the pods' user namespace records, as upstream's allocation and user
+namespace managers restore them when built); `Node.start` registers the node and starts the loops, the static pod
+source and the kubelet API; `Node.stop` stops them in reverse order.
 Nothing here is module state: two Nodes can live in one process (hollow nodes).
 """
 
@@ -69,6 +70,8 @@ from kopflet.server.server import Server, ServingTLS, serve, serving_tls
 from kopflet.stats import summary
 from kopflet.stats.collector import StatsCollector
 from kopflet.status.manager import StatusManager
+from kopflet.userns.allocator import UsernsError
+from kopflet.userns.userns_manager import UsernsManager, read_kubelet_mappings
 from kopflet.volumes.manager import VolumeManager
 
 logger = logging.getLogger(__name__)
@@ -149,6 +152,11 @@ class HostFacts:
     numa_nodes: tuple[NUMANode, ...] = ()
     """The NUMA nodes' memory, hugepages and distances (sysfs), for the memory and topology managers; empty when
     the machine has no NUMA directories or they could not be read (one node with all the memory then)."""
+    kubelet_id_mappings: tuple[int, int] | None = None
+    """The host IDs the user namespace manager cuts into pod ranges (upstream getKubeletMappings: the ``kubelet``
+    user's subordinate IDs, else every ID from 65536 up); None: the default."""
+    kubelet_id_mappings_error: str = ""
+    """Why getsubids gave no mappings for an existing ``kubelet`` user (upstream's kubelet does not start)."""
 
     @classmethod
     async def read(cls, cfg: AgentConfig) -> HostFacts:
@@ -165,8 +173,24 @@ class HostFacts:
         except (OSError, MachineError) as exc:
             logger.warning(f"cannot read the NUMA nodes, taking one node with all the memory: {exc}")
             numa_nodes = ()
+        try:
+            mappings, mappings_error = await asyncio.to_thread(read_kubelet_mappings), ""
+        except UsernsError as exc:
+            mappings, mappings_error = None, str(exc)
         return cls(machine, resolv_conf, hugepage_sizes, masked_paths, await asyncio.to_thread(signals.max_pid),
-                   topology, topology_error, numa_nodes)
+                   topology, topology_error, numa_nodes, mappings, mappings_error)
+
+
+def new_userns_manager(cfg: AgentConfig, host: HostFacts) -> UsernsManager:
+    """Upstream NewMainKubelet's MakeUserNsManager: the kubelet's ID mappings checked against maxPods and every
+    pod directory's ``userns`` record read back (small files, as the allocation checkpoints). UsernsError, worded
+    as upstream's start-up error, when it cannot be built."""
+    if host.kubelet_id_mappings_error:
+        raise UsernsError(f"create user namespace manager: kubelet mappings: {host.kubelet_id_mappings_error}")
+    try:
+        return UsernsManager(cfg.layout, max_pods=cfg.max_pods, kubelet_mappings=host.kubelet_id_mappings)
+    except UsernsError as exc:
+        raise UsernsError(f"create user namespace manager: {exc}") from None
 
 
 class Node:
@@ -175,7 +199,8 @@ class Node:
     def __init__(self, cfg: AgentConfig, *, credentials: Credentials, runtime: Runtime, host: HostFacts,
                  metrics: KubeletMetrics | None = None) -> None:
         """No network I/O: each part gets everything it needs in its constructor, in dependency order (the
-        allocation checkpoints are read here; AllocationError when one is unusable). `metrics` is the registry
+        allocation checkpoints are read here; AllocationError when one is unusable; so are the pods' user namespace
+        records: UsernsError). `metrics` is the registry
         `runtime`'s observer already counts into (a new one otherwise)."""
         self.cfg, self.runtime, self.host = cfg, runtime, host
         cri = runtime.cri
@@ -195,6 +220,7 @@ class Node:
         self.services = ServiceCache(self.api)
         self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api)
         self.allocations = AllocationManager(self.layout)
+        self.userns = new_userns_manager(cfg, host)
         self.cgroups = PodCgroups()
         # Admissions, resizes and the CPU manager's own changes one at a time (upstream allocationMutex).
         allocating = asyncio.Lock()
@@ -231,7 +257,7 @@ class Node:
             volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout),
             hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths,
             before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager, devices=self.device_manager,
-            memory=self.memory_manager)
+            memory=self.memory_manager, userns=self.userns)
         self.relist = RuntimeCache(cri, on_relist=self.metrics.observe_pleg_relist)
         self.prober = ProbeManager(cri, self.recorder, self._wake, metrics=self.probe_metrics)
         self.status = StatusManager(self.api)
@@ -243,7 +269,7 @@ class Node:
             metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating, devices=self.device_manager,
             memory=self.memory_manager)
         self.housekeeping = Housekeeping(self.api, self.relist, self.workers, self.teardown, self.layout,
-                                         cfg.pod_field_selector)
+                                         cfg.pod_field_selector, userns=self.userns)
         self.container_gc = ContainerGC(self.relist, self.executor, gc.GCPolicy(
             min_age=cfg.minimum_container_ttl_duration, max_per_pod_container=cfg.maximum_dead_containers_per_container,
             max_containers=cfg.maximum_dead_containers), terminated=self.workers.terminated)

@@ -29,6 +29,7 @@ PODS_DIR_NAME = "pods"  # DefaultKubeletPodsDirName
 VOLUMES_DIR_NAME = "volumes"  # DefaultKubeletVolumesDirName
 CONTAINERS_DIR_NAME = "containers"  # DefaultKubeletContainersDirName
 ETC_HOSTS_FILE_NAME = "etc-hosts"  # kubelet_pods.go getEtcHostsPath
+USERNS_FILE_NAME = "userns"  # upstream userns manager mappingsFile: a pod's user namespace ID mappings
 ALLOCATED_PODS_STATE = "allocated_pods_state"  # allocation_manager.go allocatedPodsStateFile
 ACTUATED_PODS_STATE = "actuated_pods_state"  # kuberuntime_manager.go actuatedPodsStateFile
 CPU_MANAGER_STATE = "cpu_manager_state"  # cpu_manager.go cpuManagerStateFileName
@@ -91,6 +92,10 @@ class Layout:
     def etc_hosts(self, uid: str) -> str:
         """``<root>/pods/<uid>/etc-hosts`` (upstream `getEtcHostsPath(getPodDir(uid))`): the managed /etc/hosts."""
         return posixpath.join(self.pod_dir(uid), ETC_HOSTS_FILE_NAME)
+
+    def userns_file(self, uid: str) -> str:
+        """``<root>/pods/<uid>/userns`` (upstream userns manager `mappingsFile`): the pod's ID mappings (JSON)."""
+        return posixpath.join(self.pod_dir(uid), USERNS_FILE_NAME)
 
     @property
     def allocated_state(self) -> str:

@@ -464,8 +464,9 @@ def _pod_fields() -> dict[str, Field]:
         "spec.hostNetwork": _handled(_SANDBOX + ".namespace_options, " + _ADMISSION + " (sysctls)"),
         "spec.hostPID": _handled(_SANDBOX + ".namespace_options"),
         "spec.hostUsers": _handled(
-            _SANDBOX + ".user_namespace", "unset and true: the host's user namespace; false is refused (no user "
-            "namespace ID mappings; containerd 1.6 has no user namespaces), never run in the host's",
+            _SANDBOX + ".user_namespace, kopflet.userns", "unset and true: the host's user namespace; false: the "
+            "pod's own, with a 65536-ID range from the user namespace manager and idmapped mounts, when the runtime "
+            "handler supports user namespaces; refused otherwise (containerd 1.6 has none), never run in the host's",
             refusal=Refusal(SANDBOX, "can't set `spec.hostUsers: false`", _pod(hostUsers=False))),
         "spec.hostname": _handled(_SANDBOX + ".pod_hostname_and_domain"),
         "spec.hostnameOverride": _handled(_SANDBOX + ".pod_hostname_and_domain"),

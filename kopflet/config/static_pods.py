@@ -90,9 +90,31 @@ def _proc_mount_errors(pod_spec: Mapping[str, Any]) -> list[str]:
     return errors
 
 
+_FORBIDDEN_WITHOUT_HOST_USERS = "Forbidden: when `hostUsers` is false"
+
+
+def _host_users_errors(pod_spec: Mapping[str, Any]) -> list[str]:
+    """Upstream validateHostUsers (ValidatePodSpec, after the containers' rules): a pod in a user namespace of its
+    own shares none of the host's namespaces (hostNetwork: the UserNamespacesHostNetworkSupport gate is alpha, off)
+    and has no volumeDevices (no idmapped mounts for them); init, regular, then ephemeral containers, as
+    VisitContainersWithPath walks them. The paths' spelling (``HostPID``, ``HostIPC``) is upstream's."""
+    if pod_spec.get("hostUsers") is not False:
+        return []
+    errors = [f"spec.{name}: {_FORBIDDEN_WITHOUT_HOST_USERS}"
+              for key, name in (("hostNetwork", "hostNetwork"), ("hostPID", "HostPID"), ("hostIPC", "HostIPC"))
+              if pod_spec.get(key) is True]
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
+        items = pod_spec.get(kind)
+        for i, container in enumerate(items if isinstance(items, list) else ()):
+            if isinstance(container, dict) and container.get("volumeDevices"):
+                errors.append(f"spec.{kind}[{i}].volumeDevices: {_FORBIDDEN_WITHOUT_HOST_USERS}")
+    return errors
+
+
 def static_pod(path: str, text: str, node_name: str, seen: str) -> StaticPod:
     """Parse and default one manifest (upstream applyDefaults in config/common.go); of upstream's validation
-    (ValidatePodCreate) the security-relevant procMount rule (`_proc_mount_errors`)."""
+    (ValidatePodCreate) the security-relevant procMount and user namespace rules (`_proc_mount_errors`,
+    `_host_users_errors`)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -108,7 +130,7 @@ def static_pod(path: str, text: str, node_name: str, seen: str) -> StaticPod:
         raise ManifestError(f"{path}: metadata.name: Required value")
     if not isinstance(doc.get("spec"), dict):
         raise ManifestError(f"{path}: spec: Required value")
-    if errors := _proc_mount_errors(doc["spec"]):
+    if errors := _proc_mount_errors(doc["spec"]) + _host_users_errors(doc["spec"]):
         raise ManifestError(f"{path}: invalid pod: [{' '.join(errors)}]")  # Go's %v of the field.ErrorList
     uid = hashlib.md5(json.dumps(doc, sort_keys=True).encode() + node_name.encode()
                       + f"file:{path}".encode()).hexdigest()

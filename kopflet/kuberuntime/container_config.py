@@ -434,8 +434,14 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
     newContainerAnnotations lets the kubelet's own annotations override the plugins'); their envs and mounts are
     the caller's, before the container's own. runAsNonRoot is the
     caller's check first (`verify_run_as_non_root`). Raises ContainerConfigError.
+
+    With a user namespace of its own (``hostUsers: false``: `userns` in mode POD), every mount carries its ID
+    mappings, so the runtime makes it an idmapped mount (upstream applyPlatformSpecificContainerConfig sets the
+    sandbox's UIDs and GIDs on each mount whenever the user namespace is set: none for the host's).
     """
     command, args = expand_command_and_args(container, env)
+    if userns is not None:
+        mounts = [dataclasses.replace(m, uid_mappings=userns.uids, gid_mappings=userns.gids) for m in mounts]
     return cri.ContainerConfig(
         metadata=cri.ContainerMetadata(name=container.name, attempt=restart_count),
         image=image_ref,

@@ -49,6 +49,8 @@ from kopflet.kuberuntime import container_config, reconciler, resize, sandbox_co
 from kopflet.lifecycle.hooks import HookRunner
 from kopflet.logs import manager as log_manager
 from kopflet.prober import probes
+from kopflet.userns.allocator import UsernsError
+from kopflet.userns.userns_manager import UsernsManager
 from kopflet.volumes import plugins
 from kopflet.volumes.manager import VolumeManager
 from kopflet.volumes.plugins import VolumeError
@@ -68,6 +70,8 @@ class PodSyncer:
     """The device manager (None: no device plugins; also for parts built without `__init__` in tests)."""
     memory: MemoryManager | None = None
     """The memory manager (None: none), set by the constructor."""
+    userns: UsernsManager | None = None
+    """The user namespace manager (None: ``hostUsers: false`` pods are refused), set by the constructor."""
 
     def __init__(self, cfg: AgentConfig, cri_client: CriClient, api: KubeClient, recorder: EventRecorder,
                  images: ImageManager, backoff: backoffs.Backoff, dns: sandbox_config.DnsSettings,
@@ -79,14 +83,16 @@ class PodSyncer:
                  masked_paths: Sequence[str] = container_config.DEFAULT_MASKED_PATHS,
                  before_pod_cgroup: Callable[[], Awaitable[None]] | None = None,
                  cpus: CPUManager | None = None, devices: DeviceManager | None = None,
-                 memory: MemoryManager | None = None) -> None:
+                 memory: MemoryManager | None = None, userns: UsernsManager | None = None) -> None:
         """The parts default to ones of its own; the node's composition root (`kopflet.node`) passes its own.
         `hugepage_sizes` and `masked_paths` are the host's (`read_host_container_facts`); `before_pod_cgroup` brings
         the QoS tiers up to date before a new pod cgroup is made (the container manager's `update_qos`); `cpus` is
         the CPU manager, which gives each container its cpuset at creation; `memory` the memory manager, which
         gives it its NUMA nodes (``cpuset.mems``); `devices` the device manager, whose plugins' Allocate answers go
-        into the container's config."""
+        into the container's config; `userns` the user namespace manager, which gives ``hostUsers: false`` pods
+        their ID ranges (none of its own: it reads every pod directory when built)."""
         self.before_pod_cgroup, self.cpus, self.devices, self.memory = before_pod_cgroup, cpus, devices, memory
+        self.userns = userns
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
         self.layout = layout if layout is not None else cfg.layout
         self.allocations = allocations if allocations is not None else AllocationManager(self.layout)
@@ -129,12 +135,15 @@ class PodSyncer:
         sandbox_id = actions.sandbox_id
         try:
             handler, handlers = await self.user_namespace_facts(pod)
+            mappings = await self.user_namespace_mappings(pod, handler, handlers)
             config = sandbox_config.build_sandbox_config(pod, actions.attempt, dns=self.dns, layout=self.layout,
                                                          cgroup_parent=helpers.pod_cgroup_parent(pod),
-                                                         runtime_handler=handler, runtime_handlers=handlers)
-        except (sandbox_config.SandboxConfigError, LookupError) as exc:
+                                                         runtime_handler=handler, runtime_handlers=handlers,
+                                                         userns_mappings=mappings)
+        except (sandbox_config.SandboxConfigError, LookupError, UsernsError) as exc:
             # Upstream createPodSandbox: generatePodSandboxConfig's error (a hostUsers: false pod on a runtime
-            # without user namespaces among them) becomes the FailedCreatePodSandBox event, and SyncPod retries.
+            # without user namespaces, or with no ID range left, among them) becomes the FailedCreatePodSandBox
+            # event, and SyncPod retries.
             result.sandbox_error = f"Failed to create pod sandbox: {exc}"
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
             return result
@@ -360,6 +369,18 @@ class PodSyncer:
             logger.warning(f"{pod.namespace}/{pod.name}: the runtime's handlers are unknown: {exc}")
             handlers = ()
         return handler, handlers
+
+    async def user_namespace_mappings(self, pod: spec.Pod, handler: str,
+                                      handlers: tuple[cri.RuntimeHandler, ...]) -> cri.UserNamespace | None:
+        """The ``hostUsers: false`` pod's own user namespace from the user namespace manager (the range recorded in
+        its directory, or a new one), asked only once the runtime handler is known to support user namespaces, as
+        upstream GetOrCreateUserNamespaceMappings checks before it allocates; None otherwise (the pure
+        `sandbox_config.user_namespace` then gives the host's or the refusal). UsernsError when no range can be
+        had."""
+        if pod.spec.host_users is not False or self.userns is None or \
+                not sandbox_config.handler_supports_user_namespaces(handler, handlers)[0]:
+            return None
+        return await asyncio.to_thread(self.userns.get_or_create, pod.uid)
 
     async def runtime_handler(self, pod: spec.Pod) -> str:
         """The CRI runtime handler of the pod's RuntimeClass ("" for none); LookupError with the upstream text
@@ -678,9 +699,12 @@ class PodSyncer:
     async def release_volumes(self, uid: str) -> None:
         """A terminated pod's volumes are torn down before the pod is deleted (upstream's volume manager drops
         pods whose runtime may be removed from its desired state: tmpfs unmounted, emptyDir contents gone), so a
-        Failed or Succeeded pod holds no disk or memory through its volumes."""
+        Failed or Succeeded pod holds no disk or memory through its volumes. Its user namespace range is free again
+        too (upstream SyncTerminatedPod: usernsManager.Release once the volumes and the pod cgroup are gone)."""
         await self.volumes.cleanup(uid)
         await asyncio.to_thread(_remove_tree, Path(self.layout.volumes_dir(uid)))
+        if self.userns is not None:
+            await asyncio.to_thread(self.userns.release, uid)
 
     async def remove_pod(self, runtime: podstate.RuntimePodStatus, uid: str) -> None:
         """Remove a deleted pod's containers, sandboxes, cgroup and directories (upstream: GC and cleanup).
@@ -693,6 +717,8 @@ class PodSyncer:
         await self.volumes.cleanup(uid)
         for directory in await asyncio.to_thread(pod_log_dirs, self.layout.pod_log_root, uid):
             await asyncio.to_thread(_remove_tree, directory)
+        if self.userns is not None:  # its range is free, its userns file gone (upstream Release)
+            await asyncio.to_thread(self.userns.release, uid)
         await asyncio.to_thread(_remove_tree, Path(self.layout.pod_dir(uid)))
 
     def _grace(self, pod: spec.Pod, grace: int | None) -> int:

@@ -309,9 +309,9 @@ def port_mappings(pod: spec.Pod) -> tuple[cri.PortMapping, ...]:
 
 USERNS_NOT_SUPPORTED = "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
 """Upstream `GetOrCreateUserNamespaceMappings`'s refusal when the runtime handler lacks user namespaces."""
-USERNS_NOT_IMPLEMENTED = ("can't set `spec.hostUsers: false`: kopflet does not allocate user namespace ID mappings "
-                          "(upstream's user namespace manager) yet")
-"""kopflet's own refusal when the runtime could do it: never the host's user namespace in its place."""
+USERNS_NOT_IMPLEMENTED = ("can't set `spec.hostUsers: false`: no user namespace manager to allocate its ID mappings")
+"""kopflet's own refusal when the runtime could do it but no ID mappings were given (a part built without the
+user namespace manager): never the host's user namespace in its place."""
 HOST_USER_NAMESPACE = cri.UserNamespace(mode=cri.NamespaceMode.NODE)
 
 
@@ -327,21 +327,24 @@ def handler_supports_user_namespaces(handler: str, handlers: Sequence[cri.Runtim
     return False, f"the handler {gotext.go_quote(handler)} is not known"
 
 
-def user_namespace(pod: spec.Pod, *, runtime_handler: str = "",
-                   runtime_handlers: Sequence[cri.RuntimeHandler] = ()) -> cri.UserNamespace:
+def user_namespace(pod: spec.Pod, *, runtime_handler: str = "", runtime_handlers: Sequence[cri.RuntimeHandler] = (),
+                   mappings: cri.UserNamespace | None = None) -> cri.UserNamespace:
     """The pod's user namespace (upstream `GetOrCreateUserNamespaceMappings`, UserNamespacesSupport being GA
     and locked on): the host's (mode NODE) unless ``hostUsers: false``.
 
-    ``hostUsers: false`` raises SandboxConfigError: with upstream's message when the runtime handler
-    (`runtime_handler`, "" for the default; `runtime_handlers` as the runtime's Status lists them) does not
-    support user namespaces, else with kopflet's own (the ID mapping allocator is not built). Either way the pod
-    never runs in the host's user namespace; the caller reports ``FailedCreatePodSandBox`` and retries.
+    ``hostUsers: false``: SandboxConfigError with upstream's message when the runtime handler (`runtime_handler`,
+    "" for the default; `runtime_handlers` as the runtime's Status lists them) does not support user namespaces;
+    else `mappings`, the pod's own user namespace (mode POD) as the user namespace manager allocated it
+    (`kopflet.userns`), asked only once the handler is known to support it. Never the host's user namespace in its
+    place: without `mappings`, SandboxConfigError too. The caller reports ``FailedCreatePodSandBox`` and retries.
     """
     if pod.spec.host_users is not False:
         return HOST_USER_NAMESPACE
     supported, error = handler_supports_user_namespaces(runtime_handler, runtime_handlers)
     if supported:
-        raise SandboxConfigError(USERNS_NOT_IMPLEMENTED)
+        if mappings is None:
+            raise SandboxConfigError(USERNS_NOT_IMPLEMENTED)
+        return mappings
     message = USERNS_NOT_SUPPORTED if not runtime_handler else (
         f"can't set `spec.hostUsers: false`, RuntimeClass handler {gotext.go_quote(runtime_handler)} does not "
         f"support user namespaces")
@@ -455,13 +458,14 @@ def linux_sandbox_config(pod: spec.Pod, cgroup_parent: str = "",
 
 def build_sandbox_config(pod: spec.Pod, attempt: int, *, dns: DnsSettings, layout: paths.Layout,
                          cgroup_parent: str = "", runtime_handler: str = "",
-                         runtime_handlers: Sequence[cri.RuntimeHandler] = ()) -> cri.PodSandboxConfig:
+                         runtime_handlers: Sequence[cri.RuntimeHandler] = (),
+                         userns_mappings: cri.UserNamespace | None = None) -> cri.PodSandboxConfig:
     """The PodSandboxConfig for RunPodSandbox (upstream `generatePodSandboxConfig`).
 
     The log directory is the pod's under `layout`'s log root (`BuildPodLogsDirectory`). Hostname only off the
     host network (the runtime uses the node's otherwise). DNS warnings are dropped here: call `pod_dns_config`
-    to get them for events. `runtime_handler` and `runtime_handlers` decide ``hostUsers: false``
-    (`user_namespace`). Raises SandboxConfigError.
+    to get them for events. `runtime_handler` and `runtime_handlers` decide ``hostUsers: false``, and
+    `userns_mappings` is then the pod's user namespace (`user_namespace`). Raises SandboxConfigError.
     """
     hostname = ""
     if not pod.spec.host_network:
@@ -476,7 +480,7 @@ def build_sandbox_config(pod: spec.Pod, attempt: int, *, dns: DnsSettings, layou
         labels=labels.sandbox_labels(pod),
         annotations=labels.sandbox_annotations(pod),
         linux=linux_sandbox_config(pod, cgroup_parent, user_namespace(
-            pod, runtime_handler=runtime_handler, runtime_handlers=runtime_handlers)),
+            pod, runtime_handler=runtime_handler, runtime_handlers=runtime_handlers, mappings=userns_mappings)),
     )
 
 

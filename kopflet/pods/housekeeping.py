@@ -18,6 +18,8 @@ from kopflet.kuberuntime.executor import pod_log_dirs
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pods.teardown import Teardown
 from kopflet.pods.workers import PodWorkers
+from kopflet.userns.allocator import UsernsError
+from kopflet.userns.userns_manager import UsernsManager
 
 logger = logging.getLogger(__name__)
 
@@ -26,9 +28,10 @@ PERIOD = 30.0
 
 class Housekeeping:
     def __init__(self, api: KubeClient, relist: RuntimeCache, workers: PodWorkers, teardown: Teardown,
-                 layout: paths.Layout, field_selector: str) -> None:
+                 layout: paths.Layout, field_selector: str, userns: UsernsManager | None = None) -> None:
+        """`userns` is the user namespace manager, whose orphaned ranges each round frees."""
         self.api, self.relist, self.workers, self.teardown = api, relist, workers, teardown
-        self.layout, self.field_selector = layout, field_selector
+        self.layout, self.field_selector, self.userns = layout, field_selector, userns
 
     async def cleanup_orphans(self) -> int:
         """Tear down the runtime pods, pod directories and pod log directories no worker has and the apiserver does
@@ -42,7 +45,9 @@ class Housekeeping:
         dirs += sorted(log_dirs - set(dirs))
         candidates = [uid for uid in (*self.relist.pods, *dirs) if uid not in self.workers]
         if not candidates:
-            return 0  # every runtime pod and directory has a worker: nothing to confirm with the apiserver
+            # every runtime pod and directory has a worker: nothing to confirm with the apiserver
+            await self.cleanup_user_namespaces(set())
+            return 0
         listed = {p.get("metadata", {}).get("uid", "") for p in await self.api.list_pods(self.field_selector)}
         orphans = [uid for uid in list(self.relist.pods) if uid not in listed and uid not in self.workers]
         for uid in orphans:
@@ -57,7 +62,27 @@ class Housekeeping:
             if uid not in listed and uid not in self.workers and uid not in self.relist.pods and uid not in orphans:
                 logger.info(f"removing the directory of orphaned pod {uid}")
                 await self.teardown.pod(uid)
+        await self.cleanup_user_namespaces(listed)
         return len(orphans)
+
+    async def cleanup_user_namespaces(self, listed: set[str]) -> None:
+        """Upstream HandlePodCleanups' CleanupOrphanedPodUsernsAllocations: free the user namespace ranges of pods
+        no one knows any more (not `listed` by the apiserver, no worker, nothing on the runtime) and of pods whose
+        directory is gone. Whether a pod is known is asked under the manager's lock, so a pod whose worker
+        allocates meanwhile keeps its range. A failure is logged, as upstream does."""
+        if self.userns is None:
+            return
+
+        def known(uid: str) -> bool:
+            return uid in listed or uid in self.workers or uid in self.relist.pods
+
+        try:
+            released = await asyncio.to_thread(self.userns.cleanup_orphaned, known)
+        except UsernsError as exc:
+            logger.warning(f"failed cleaning up orphaned pod user namespaces allocations: {exc}")
+            return
+        for uid in released:
+            logger.info(f"freed the user namespace range of orphaned pod {uid}")
 
     async def run(self, period: float = PERIOD) -> None:
         while True:

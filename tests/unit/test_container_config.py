@@ -511,3 +511,26 @@ def test_ephemeral_container_joins_its_targets_pid_namespace(spec: dict[str, Any
     assert (options.pid, options.target_id) == (expected_pid, expected_target)
     assert config.labels["io.kubernetes.container.name"] == "debugger"
     assert config.annotations["io.kubernetes.container.type"] == "ephemeral"
+
+
+MOUNTS = (cri.Mount(container_path="/data", host_path="/var/lib/kopflet/pods/u/volumes/kubernetes.io~empty-dir/d"),
+          cri.Mount(container_path="/etc/hosts", host_path="/var/lib/kopflet/pods/u/etc-hosts", readonly=True))
+
+
+@pytest.mark.parametrize(("host_users", "userns", "mapped"), [
+    (None, None, False),
+    (True, HOST_USERNS, False),
+    (False, POD_USERNS, True),
+], ids=["no user namespace given", "the host's", "the pod's own"])
+def test_every_mount_is_idmapped_in_the_pods_user_namespace(host_users: bool | None,
+                                                            userns: cri.UserNamespace | None, mapped: bool) -> None:
+    """Upstream applyPlatformSpecificContainerConfig: each mount gets the sandbox's UID and GID mappings (none for
+    the host's user namespace), so what the pod's root writes to a volume is owned by root on disk, not by its high
+    host UID."""
+    pod = make_pod(**({} if host_users is None else {"hostUsers": host_users}))
+    config = container_config.build_container_config(pod, pod.spec.containers[0], restart_count=0, env=[],
+                                                     image_ref="sha256:0", memory_capacity=CAPACITY, userns=userns,
+                                                     mounts=MOUNTS)
+    assert [(m.container_path, m.readonly) for m in config.mounts] == [("/data", False), ("/etc/hosts", True)]
+    for m in config.mounts:
+        assert (m.uid_mappings, m.gid_mappings) == ((POD_USERNS.uids, POD_USERNS.gids) if mapped else ((), ()))

@@ -39,7 +39,8 @@ IMPURE = frozenset({
     "kopflet.lockfile", "kopflet.node", "kopflet.nodestatus.heartbeat", "kopflet.oom.watcher",
     "kopflet.pleg.relist", "kopflet.pods.housekeeping", "kopflet.pods.teardown", "kopflet.pods.workers",
     "kopflet.prober.manager", "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.http",
-    "kopflet.server.server", "kopflet.stats.collector", "kopflet.status.manager", "kopflet.volumes.manager",
+    "kopflet.server.server", "kopflet.stats.collector", "kopflet.status.manager", "kopflet.userns.userns_manager",
+    "kopflet.volumes.manager",
 })
 
 _WALKED = list(pkgutil.walk_packages(kopflet.__path__, "kopflet."))

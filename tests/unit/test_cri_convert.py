@@ -41,6 +41,12 @@ MOUNT = types.Mount(
     propagation=types.MountPropagation.HOST_TO_CONTAINER,
     recursive_read_only=True,
 )
+IDMAPPED_MOUNT = types.Mount(
+    container_path="/data",
+    host_path="/var/lib/kopflet/pods/x/volumes/data",
+    uid_mappings=(types.IDMapping(host_id=65536 * 3, container_id=0, length=65536),),
+    gid_mappings=(types.IDMapping(host_id=65536 * 4, container_id=1, length=10),),
+)
 SANDBOX_CONFIG_FULL = types.PodSandboxConfig(
     metadata=SANDBOX_MD,
     hostname="web-0",
@@ -165,6 +171,7 @@ ROUND_TRIPS: dict[str, Case] = {
     ),
     "resources": (RESOURCES, convert.linux_resources_to_pb, convert.linux_resources_from_pb),
     "mount": (MOUNT, convert.mount_to_pb, convert.mount_from_pb),
+    "mount-idmapped": (IDMAPPED_MOUNT, convert.mount_to_pb, convert.mount_from_pb),
     "sandbox-config-minimal": (
         types.PodSandboxConfig(metadata=types.PodSandboxMetadata(name="p")),
         convert.sandbox_config_to_pb,
@@ -564,3 +571,12 @@ def test_empty_stats_messages_become_defaults() -> None:
     # A Windows-only answer has no Linux part: nothing to read, not an error.
     windows = pb.PodSandboxStats(attributes=pb.PodSandboxAttributes(id="w"), windows=pb.WindowsPodSandboxStats())
     assert convert.sandbox_stats_from_pb(windows) == types.PodSandboxStats(id="w")
+
+
+def test_idmapped_mount_fields_on_the_wire() -> None:
+    """The proto names them uidMappings/gidMappings (camelCase, fields 6 and 7), as upstream's
+    applyPlatformSpecificContainerConfig fills them from the sandbox's user namespace."""
+    message = convert.mount_to_pb(IDMAPPED_MOUNT)
+    assert [(i.host_id, i.container_id, i.length) for i in message.uidMappings] == [(196608, 0, 65536)]
+    assert [(i.host_id, i.container_id, i.length) for i in message.gidMappings] == [(262144, 1, 10)]
+    assert not convert.mount_to_pb(MOUNT).uidMappings

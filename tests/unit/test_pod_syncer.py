@@ -26,6 +26,7 @@ from kopflet.kuberuntime import reconciler, sandbox_config
 from kopflet.kuberuntime.executor import MINIMUM_GRACE_PERIOD, PodSyncer, _sandbox_user_namespace
 from kopflet.logs.rotation import container_log_symlink
 from kopflet.paths import Layout
+from kopflet.userns.userns_manager import UsernsManager
 
 
 class FakeContainers:
@@ -389,3 +390,100 @@ async def test_a_failed_pod_cgroup_write_tells_the_runtime_the_previous_resource
     assert log == [GROWN_MEMORY, ("cgroup", helpers.ResourceConfig(memory=128 * MI)), GROWN_CPU,
                    ("runtime", ("sb", 128 * MI, 102, 10000))]  # the memory write stays: only cpu is rolled back
     assert allocations.pod_level == []
+
+
+# ------------------------------------------------------------------------- the user namespace manager
+
+U = 65536
+SUPPORTED = StatusCri((cri.RuntimeHandler(name="", user_namespaces=True),))
+
+
+Managed = tuple[PodSyncer, FakeRecorder, list[cri.PodSandboxConfig]]
+
+
+def managed_syncer(tmp_path: Path, runtime_cri: StatusCri, *, max_pods: int = 110,
+                   mappings: tuple[int, int] | None = None) -> Managed:
+    """A syncer with a user namespace manager on `tmp_path` that stops at RunPodSandbox, keeping its config."""
+    syncer, recorder = userns_syncer(runtime_cri)
+    syncer.layout = Layout(str(tmp_path))
+    syncer.userns = UsernsManager(syncer.layout, max_pods=max_pods, kubelet_mappings=mappings, start=lambda _n: 2)
+    configs: list[cri.PodSandboxConfig] = []
+
+    async def ensure_pod_cgroup(pod: Pod, result: Any) -> bool:
+        return True
+
+    async def create_sandbox(pod: Pod, config: cri.PodSandboxConfig, result: Any) -> str:
+        configs.append(config)
+        return ""
+
+    syncer.ensure_pod_cgroup, syncer.create_sandbox = ensure_pod_cgroup, create_sandbox  # type: ignore[method-assign]
+    return syncer, recorder, configs
+
+
+async def test_a_hostusers_false_pod_gets_its_own_range_when_the_runtime_supports_it(tmp_path: Path) -> None:
+    """Upstream GetOrCreateUserNamespaceMappings: mode POD, one 65536-ID mapping for UIDs and GIDs, recorded in
+    the pod's directory; the next sync (and every container) gets the same."""
+    syncer, recorder, configs = managed_syncer(tmp_path, SUPPORTED)
+    actions = reconciler.PodActions(create_sandbox=True, containers_to_start=("app",))
+    for _ in range(2):
+        result = await syncer.sync(userns_pod(False), RuntimePodStatus(uid="u"), actions)
+        assert not result.sandbox_error and not recorder.events
+    ids = (cri.IDMapping(host_id=3 * U, container_id=0, length=U),)
+    assert [_sandbox_user_namespace(c) for c in configs] == [cri.UserNamespace(mode=cri.NamespaceMode.POD,
+                                                                               uids=ids, gids=ids)] * 2
+    assert (tmp_path / "pods" / "u" / "userns").exists()
+
+
+async def test_no_range_is_allocated_on_a_runtime_without_user_namespaces(tmp_path: Path) -> None:
+    syncer, _, configs = managed_syncer(tmp_path, StatusCri())
+    actions = reconciler.PodActions(create_sandbox=True, containers_to_start=("app",))
+    result = await syncer.sync(userns_pod(False), RuntimePodStatus(uid="u"), actions)
+    assert result.sandbox_error == NOT_SUPPORTED and not configs
+    assert syncer.userns is not None and not syncer.userns.allocations.used_by
+    assert not (tmp_path / "pods" / "u" / "userns").exists()
+
+
+async def test_no_range_left_fails_the_sandbox(tmp_path: Path) -> None:
+    syncer, recorder, configs = managed_syncer(tmp_path, SUPPORTED, max_pods=1, mappings=(U, U))
+    assert syncer.userns is not None
+    syncer.userns.get_or_create("other")
+    actions = reconciler.PodActions(create_sandbox=True, containers_to_start=("app",))
+    result = await syncer.sync(userns_pod(False), RuntimePodStatus(uid="u"), actions)
+    message = ("Failed to create pod sandbox: create user namespace: could not find an empty slot to allocate a user "
+               "namespace")
+    assert result.sandbox_error == message and not configs
+    assert recorder.events == [("Warning", "FailedCreatePodSandBox", message, None, False)]
+
+
+@pytest.mark.parametrize("host_users", [None, True])
+async def test_host_users_pods_get_no_range(tmp_path: Path, host_users: bool | None) -> None:
+    syncer, _, configs = managed_syncer(tmp_path, SUPPORTED)
+    actions = reconciler.PodActions(create_sandbox=True, containers_to_start=("app",))
+    await syncer.sync(userns_pod(host_users), RuntimePodStatus(uid="u"), actions)
+    assert [_sandbox_user_namespace(c) for c in configs] == [cri.UserNamespace(mode=cri.NamespaceMode.NODE)]
+    assert syncer.userns is not None and not syncer.userns.allocations.used_by
+
+
+class Forgets:
+    """The parts remove_pod and release_volumes ask to forget a pod."""
+
+    async def cleanup(self, uid: str) -> None:
+        pass
+
+    def remove(self, uid: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize("how", ["terminated", "removed"])
+async def test_the_range_is_freed_when_the_pod_terminates_or_goes(tmp_path: Path, how: str) -> None:
+    """Upstream SyncTerminatedPod releases it; kopflet's removal of a pod (its teardown) too."""
+    syncer, _, _ = managed_syncer(tmp_path, SUPPORTED)
+    assert syncer.userns is not None
+    syncer.userns.get_or_create("u")
+    syncer.volumes = syncer.cgroups = syncer.allocations = Forgets()  # type: ignore[assignment]
+    if how == "terminated":
+        await syncer.release_volumes("u")
+    else:
+        await syncer.remove_pod(RuntimePodStatus(uid="u"), "u")
+    assert not syncer.userns.allocations.used_by
+    assert not (tmp_path / "pods" / "u" / "userns").exists()

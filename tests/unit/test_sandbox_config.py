@@ -266,21 +266,33 @@ USERNS_CASES: list[tuple[str, bool | None, str, tuple[cri.RuntimeHandler, ...], 
      sandbox_config.USERNS_NOT_IMPLEMENTED),
     ("false, the default handler supports it", False, "", (DEFAULT_USERNS,), sandbox_config.USERNS_NOT_IMPLEMENTED),
 ]
+IDS = (cri.IDMapping(host_id=5 * 65536, container_id=0, length=65536),)
+POD_USERNS = cri.UserNamespace(mode=cri.NamespaceMode.POD, uids=IDS, gids=IDS)
+# With the user namespace manager's mappings for the pod: they are its user namespace once the handler supports it.
+USERNS_MAPPED_CASES: list[tuple[str, bool | None, str, tuple[cri.RuntimeHandler, ...], cri.UserNamespace | str]] = [
+    ("false, the default handler supports it: the pod's own", False, "", (DEFAULT_USERNS,), POD_USERNS),
+    ("false, the RuntimeClass handler supports it", False, "runc", (RUNC_USERNS,), POD_USERNS),
+    ("false, containerd 1.6: refused whatever the mappings", False, "", (), NOT_SUPPORTED),
+    ("unset: the host's, mappings or not", None, "", (DEFAULT_USERNS,), HOST_USERNS),
+    ("true: the host's, mappings or not", True, "", (DEFAULT_USERNS,), HOST_USERNS),
+]
 
 
-@pytest.mark.parametrize(("host_users", "handler", "handlers", "expected"), [case[1:] for case in USERNS_CASES],
-                         ids=[case[0] for case in USERNS_CASES])
+@pytest.mark.parametrize(("host_users", "handler", "handlers", "expected", "mappings"),
+                         [(*case[1:], None) for case in USERNS_CASES] +
+                         [(*case[1:], POD_USERNS) for case in USERNS_MAPPED_CASES],
+                         ids=[case[0] for case in USERNS_CASES + USERNS_MAPPED_CASES])
 def test_user_namespace(host_users: bool | None, handler: str, handlers: tuple[cri.RuntimeHandler, ...],
-                        expected: cri.UserNamespace | str) -> None:
+                        expected: cri.UserNamespace | str, mappings: cri.UserNamespace | None) -> None:
     pod = make_pod(**({} if host_users is None else {"hostUsers": host_users}))
     if isinstance(expected, str):
         with pytest.raises(SandboxConfigError) as error:
             sandbox_config.build_sandbox_config(pod, 0, dns=DNS, layout=LAYOUT, runtime_handler=handler,
-                                                runtime_handlers=handlers)
+                                                runtime_handlers=handlers, userns_mappings=mappings)
         assert str(error.value) == expected
         return
     config = sandbox_config.build_sandbox_config(pod, 0, dns=DNS, layout=LAYOUT, runtime_handler=handler,
-                                                 runtime_handlers=handlers)
+                                                 runtime_handlers=handlers, userns_mappings=mappings)
     assert config.linux is not None and config.linux.security_context is not None
     options = config.linux.security_context.namespace_options
     assert options is not None and options.userns_options == expected

@@ -125,3 +125,26 @@ def test_ordinary_anchors_are_fine() -> None:
             "  - {name: b, image: busybox, env: *env}\n")
     pod = static_pods.static_pod("/m/anchors.yaml", text, "node", "")
     assert pod.body["spec"]["containers"][1]["env"] == [{"name": "X", "value": "1"}]
+
+
+FORBIDDEN = "spec.{}: Forbidden: when `hostUsers` is false"
+
+
+@pytest.mark.parametrize(("spec", "errors"), [
+    ("hostUsers: false\n  containers: [{name: c, image: busybox}]", []),
+    ("hostNetwork: true\n  hostPID: true\n  hostIPC: true\n  containers: [{name: c, image: busybox}]", []),
+    ("hostUsers: false\n  hostNetwork: true\n  hostPID: true\n  hostIPC: true\n  containers: [{name: c, image: b}]",
+     [FORBIDDEN.format("hostNetwork"), FORBIDDEN.format("HostPID"), FORBIDDEN.format("HostIPC")]),
+    ("hostUsers: false\n  containers: [{name: c, image: b, volumeDevices: [{name: v, devicePath: /dev/x}]}]\n"
+     "  initContainers: [{name: i, image: b, volumeDevices: [{name: v, devicePath: /dev/x}]}]",
+     [FORBIDDEN.format("initContainers[0].volumeDevices"), FORBIDDEN.format("containers[0].volumeDevices")]),
+], ids=["hostUsers false alone", "host namespaces with the host's users", "host namespaces", "volumeDevices"])
+def test_hostusers_false_shares_no_host_namespace(spec: str, errors: list[str]) -> None:
+    """Upstream validateHostUsers, which the kubelet applies to a manifest (tryDecodeSinglePod: ValidatePodCreate)."""
+    text = f"apiVersion: v1\nkind: Pod\nmetadata: {{name: x}}\nspec:\n  {spec}\n"
+    if not errors:
+        assert static_pods.static_pod("/m/p.yaml", text, "n", "t").name == "x-n"
+        return
+    with pytest.raises(ManifestError) as exc:
+        static_pods.static_pod("/m/p.yaml", text, "n", "t")
+    assert str(exc.value) == f"/m/p.yaml: invalid pod: [{' '.join(errors)}]"

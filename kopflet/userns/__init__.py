@@ -1,0 +1,2 @@
+"""User namespaces for ``hostUsers: false`` pods: their ID ranges, allocated, persisted and freed (upstream
+pkg/kubelet/userns)."""

@@ -1,0 +1,65 @@
+"""Housekeeping frees orphaned user namespace ranges (upstream HandlePodCleanups'
+CleanupOrphanedPodUsernsAllocations)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+from kopflet.paths import Layout
+from kopflet.pods.housekeeping import Housekeeping
+from kopflet.userns.userns_manager import UsernsManager
+
+
+class Relist:
+    def __init__(self) -> None:
+        self.pods: dict[str, Any] = {}
+        self.synced = asyncio.Event()
+        self.synced.set()
+
+
+class Api:
+    def __init__(self, uids: list[str]) -> None:
+        self.uids = uids
+
+    async def list_pods(self, field_selector: str) -> list[dict[str, Any]]:
+        return [{"metadata": {"uid": uid}} for uid in self.uids]
+
+
+class Teardown:
+    def __init__(self) -> None:
+        self.pods: list[str] = []
+
+    async def pod(self, uid: str, namespace: str = "", name: str = "") -> None:
+        self.pods.append(uid)  # leaves the directory: the userns cleanup still finds it unknown
+
+
+def housekeeping(tmp_path: Path, workers: set[str], listed: list[str]) -> tuple[Housekeeping, UsernsManager,
+                                                                                Teardown]:
+    layout = Layout(str(tmp_path), pod_log_root=str(tmp_path / "logs"))
+    userns = UsernsManager(layout, max_pods=110)
+    teardown = Teardown()
+    keeper = Housekeeping(Api(listed), Relist(), workers, teardown, layout, "spec.nodeName=n",  # type: ignore[arg-type]
+                          userns=userns)
+    return keeper, userns, teardown
+
+
+async def test_a_range_whose_pod_directory_is_gone_is_freed(tmp_path: Path) -> None:
+    keeper, userns, teardown = housekeeping(tmp_path, workers={"a"}, listed=[])
+    for uid in ("a", "gone"):
+        userns.get_or_create(uid)
+    shutil.rmtree(tmp_path / "pods" / "gone")
+    await keeper.cleanup_orphans()  # every directory has a worker: the apiserver is not asked
+    assert set(userns.allocations.used_by) == {"a"} and not teardown.pods
+
+
+async def test_a_range_of_a_pod_no_one_knows_is_freed(tmp_path: Path) -> None:
+    keeper, userns, teardown = housekeeping(tmp_path, workers={"a"}, listed=["listed"])
+    for uid in ("a", "listed", "unknown"):
+        userns.get_or_create(uid)
+    await keeper.cleanup_orphans()
+    assert teardown.pods == ["unknown"]
+    assert set(userns.allocations.used_by) == {"a", "listed"}
+    assert not (tmp_path / "pods" / "unknown" / "userns").exists()
