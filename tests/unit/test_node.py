@@ -132,3 +132,10 @@ def test_the_pod_resources_api_is_wired_to_the_pods_and_the_cpu_manager() -> Non
     assert n.pod_resources.providers.cpus is n.cpu_manager and n.pod_resources.metrics is n.metrics
     assert n.pod_resources.pods == n.workers.bodies
     assert (n.pod_resources.use_active_pods, n.pod_resources.pod_level) == (True, False)
+
+
+@pytest.mark.parametrize("protect", [False, True])
+def test_the_container_manager_checks_the_kernel_tunables_under_proc_sys(protect: bool) -> None:
+    n = node("node-a", "/var/lib/a", protect_kernel_defaults=protect)
+    kernel = n.container_manager.kernel
+    assert kernel is not None and (kernel.protect, kernel.root) == (protect, "/proc/sys")
