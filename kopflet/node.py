@@ -183,7 +183,7 @@ class Node:
         self.metrics = metrics if metrics is not None else KubeletMetrics(cfg.node_name)
         self.probe_metrics = ProbeMetrics()
         self.api = KubeClient(credentials, user_agent=f"kopflet/{cfg.node_name}")
-        self.recorder = EventRecorder(self.api, cfg.node_name)
+        self.recorder = EventRecorder(self.api, cfg.node_name, qps=cfg.event_record_qps, burst=cfg.event_burst)
         self.backoff = backoffs.Backoff()
         # The device plugins' Registration server; a pod holds its devices while a worker has it active or its
         # containers run (a restarted agent's pods reach their workers one by one).

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kopflet.apis.grpc.ratelimit import Limit
 from kopflet.client.kubeapi import Credentials
 from kopflet.config.settings import AgentConfig
 from kopflet.node import HostFacts, Node, Runtime
@@ -139,3 +140,10 @@ def test_the_container_manager_checks_the_kernel_tunables_under_proc_sys(protect
     n = node("node-a", "/var/lib/a", protect_kernel_defaults=protect)
     kernel = n.container_manager.kernel
     assert kernel is not None and (kernel.protect, kernel.root) == (protect, "/proc/sys")
+
+
+@pytest.mark.parametrize(("settings", "limit"), [
+    ({}, Limit(50, 100)), ({"event_record_qps": 0}, None), ({"event_record_qps": 5, "event_burst": 0}, Limit(5, 10)),
+])
+def test_the_event_recorder_gets_event_qps_and_burst(settings: dict[str, int], limit: Limit | None) -> None:
+    assert node("node-a", "/var/lib/a", **settings).recorder._limit == limit
