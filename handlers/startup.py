@@ -28,6 +28,7 @@ from kopflet.certificate.csr import CsrDenied, CsrError
 from kopflet.certificate.manager import ManagerError, new_client_manager
 from kopflet.certificate.openssl import OpensslError
 from kopflet.client.kubeapi import Credentials
+from kopflet.cm.container_manager import KernelTunablesError
 from kopflet.cm.cpumanager.manager import CPUManagerError
 from kopflet.cm.memorymanager.manager import MemoryManagerError
 from kopflet.config import settings as configuration
@@ -187,6 +188,10 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     except (CPUManagerError, MemoryManagerError, ManagerError) as exc:
         await node.stop(close_runtime=False)
         raise kopf.PermanentError(str(exc)) from exc  # upstream exits: the same error at every start
+    except KernelTunablesError as exc:
+        await node.stop(close_runtime=False)
+        # upstream initializeRuntimeDependentModules: "Failed to start ContainerManager", then os.Exit(1)
+        raise kopf.PermanentError(f"Failed to start ContainerManager: {exc}") from exc
     except BaseException:
         await node.stop(close_runtime=False)  # tried again with the same runtime connection
         raise

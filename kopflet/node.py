@@ -30,7 +30,7 @@ from kopflet.client.kubeapi import Credentials, KubeClient
 from kopflet.cm import helpers as cm_helpers
 from kopflet.cm import node_allocatable
 from kopflet.cm.cgroups import PodCgroups
-from kopflet.cm.container_manager import ContainerManager
+from kopflet.cm.container_manager import ContainerManager, KernelTunables
 from kopflet.cm.cpumanager import policy_options
 from kopflet.cm.cpumanager.cpu_manager import RunningContainer
 from kopflet.cm.cpumanager.manager import CPUManager, read_topology
@@ -208,7 +208,7 @@ class Node:
         self.metrics = metrics if metrics is not None else KubeletMetrics(cfg.node_name)
         self.probe_metrics = ProbeMetrics()
         self.api = KubeClient(credentials, user_agent=f"kopflet/{cfg.node_name}")
-        self.recorder = EventRecorder(self.api, cfg.node_name)
+        self.recorder = EventRecorder(self.api, cfg.node_name, qps=cfg.event_record_qps, burst=cfg.event_burst)
         self.backoff = backoffs.Backoff()
         # The device plugins' Registration server; a pod holds its devices while a worker has it active or its
         # containers run (a restarted agent's pods reach their workers one by one).
@@ -245,7 +245,8 @@ class Node:
             system_reserved=system_reserved, kube_reserved=kube_reserved,
             enforcement=cfg.enforce_node_allocatable, hugepage_sizes=host.hugepage_sizes,
             active_pods=lambda: [pod for pod, _ in self.workers.active_pods()],
-            node_event=lambda type_, reason, message: self.recorder.node_event(type_, reason, message))
+            node_event=lambda type_, reason, message: self.recorder.node_event(type_, reason, message),
+            kernel=KernelTunables(protect=cfg.protect_kernel_defaults))
         servers, searches, options = sandbox_config.parse_resolv_conf(host.resolv_conf)
         dns = sandbox_config.DnsSettings(cluster_dns=cfg.cluster_dns, cluster_domain=cfg.cluster_domain,
                                          host_servers=servers, host_searches=searches, host_options=options)
@@ -390,7 +391,9 @@ class Node:
         first scan before housekeeping may run: static pods' containers are not orphans), the relist, the
         heartbeats, housekeeping, the kubelet API and the pod-resources API. OSError or ssl.SSLError when an API
         cannot be served; CPUManagerError or MemoryManagerError, before anything else, when the CPU, memory or
-        topology manager's policy, the machine and the checkpoint do not fit (upstream refuses to start)."""
+        topology manager's policy, the machine and the checkpoint do not fit (upstream refuses to start);
+        KernelTunablesError, once the Node is registered, when the kernel tunables are not as the kubelet needs
+        them (with protectKernelDefaults) or cannot be read or set (upstream's container manager fails to start)."""
         await self.cpu_manager.start()
         await self.memory_manager.start()
         await self.device_manager.start()  # the checkpoint restored, then kubelet.sock served

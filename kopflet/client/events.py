@@ -1,6 +1,11 @@
 """Pod events as the upstream kubelet reports them: source ``kubelet`` on this node, repeated events
 counted up instead of duplicated (the client-go event correlator's aggregation, simplified).
 
+Writes (creates and the patches that count repeats up) are rate limited as upstream's event client is
+(cmd/kubelet/app/server.go: ``eventRecordQPS`` and ``eventBurst`` become the client's QPS and Burst, a client-go
+token bucket; QPS 0 is no limit): a write past the bucket waits its turn, in order. As client-go's broadcaster, at
+most 1000 events wait; more are dropped with upstream's error.
+
 Posting an event never fails the caller: events are best effort, as upstream.
 """
 
@@ -13,6 +18,7 @@ import uuid
 from typing import Any
 
 from kopflet.api import spec, times
+from kopflet.apis.grpc import ratelimit
 from kopflet.client.kubeapi import API_ERRORS, KubeApiError, KubeClient
 
 logger = logging.getLogger(__name__)
@@ -22,13 +28,26 @@ AGGREGATION_WINDOW = 600.0
 MAX_CACHED = 4096
 NODE_EVENT_NAMESPACE = "default"
 """client-go's recorder puts the events of a cluster-scoped object (the Node) in metav1.NamespaceDefault."""
+MAX_QUEUED_EVENTS = 1000
+"""client-go record's maxQueuedEvents: the broadcaster's queue, past which events are dropped."""
+DEFAULT_BURST = 10
+"""client-go rest.DefaultBurst: the burst of a client whose Burst is 0 (``--event-burst=0``)."""
+
+
+def event_limit(qps: float, burst: int) -> ratelimit.Limit | None:
+    """The event client's token bucket from eventRecordQPS and eventBurst (server.go: QPS 0 becomes -1, no limit;
+    rest.RESTClientFor: Burst 0 becomes DefaultBurst); None: no limit."""
+    return ratelimit.Limit(qps, burst or DEFAULT_BURST) if qps > 0 else None
 
 
 class EventRecorder:
-    def __init__(self, api: KubeClient, node_name: str) -> None:
+    def __init__(self, api: KubeClient, node_name: str, *, qps: float = 0, burst: int = 0) -> None:
+        """`qps`, `burst`: eventRecordQPS and eventBurst (the defaults: no limit)."""
         self.api, self.node_name = api, node_name
         self._seen: dict[tuple[str, ...], tuple[str, str, int, float]] = {}  # key -> (ns, name, count, when)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._limit = event_limit(qps, burst)
+        self._bucket = ratelimit.Bucket()
 
     def pod_event(self, pod: Any, type_: str, reason: str, message: str, container: str | None = None,
                   init: bool = False) -> None:
@@ -50,12 +69,25 @@ class EventRecorder:
         self._spawn(NODE_EVENT_NAMESPACE, involved, type_, reason, message)
 
     def _spawn(self, namespace: str, involved: dict[str, str], type_: str, reason: str, message: str) -> None:
+        if len(self._tasks) >= MAX_QUEUED_EVENTS:
+            logger.error(f"Unable to record event: too many queued events, dropped event {reason} for "
+                         f"{namespace}/{involved['name']}: {message}")
+            return
         task = asyncio.create_task(self._post(namespace, involved, type_, reason, message))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _throttle(self) -> None:
+        """Wait for the event client's token (client-go's rate limiter before each request), in call order."""
+        if self._limit is None:
+            return
+        delay, self._bucket = ratelimit.reserve(self._limit, self._bucket, asyncio.get_running_loop().time())
+        if delay > 0:
+            await asyncio.sleep(delay)
+
     async def _post(self, namespace: str, involved: dict[str, str], type_: str, reason: str, message: str) -> None:
         stamp = times.timestamp(datetime.datetime.now(datetime.UTC))
+        await self._throttle()  # before the write: upstream's timestamps are the event's, not the write's
         key = (involved["kind"], involved["name"], involved.get("uid", ""), involved.get("fieldPath", ""), type_,
                reason, message)
         loop_now = asyncio.get_running_loop().time()

@@ -8,7 +8,10 @@ At start, ``kubepods`` gets its limits (`node_allocatable.pods_cgroup_config`) a
 be above a lowered limit until evictions bring it down). The QoS tiers follow the pods: every minute and before
 each new pod cgroup, the Burstable tier's cpu shares are the sum of its pods' requests (`helpers.qos_cgroup_configs`).
 
-The cgroup writes block: they run in threads.
+Before any of that, the kernel tunables the kubelet expects are checked (`kernel_tunables`): set to its values, or
+with ``protectKernelDefaults`` a `KernelTunablesError` when one differs, and the agent does not start.
+
+The cgroup and sysctl writes block: they run in threads.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 
 from kopflet.api import qos, spec
-from kopflet.cm import helpers, node_allocatable
+from kopflet.cm import helpers, kernel_tunables, node_allocatable
 from kopflet.cm.cgroups import CgroupError, PodCgroups
 
 logger = logging.getLogger(__name__)
@@ -33,14 +37,102 @@ ENFORCE_RETRY_PERIOD = 60.0
 NodeEvent = Callable[[str, str, str], None]
 """(type, reason, message): an event about this node."""
 
+SYSCTL_ROOT = "/proc/sys"
+"""component-helpers sysctl's sysctlBase."""
+UID_MAP = "/proc/self/uid_map"
+
+
+class KernelTunablesError(Exception):
+    """The kernel tunables are not as the kubelet needs them, or cannot be read or set (upstream's container manager
+    fails to start: "Failed to start ContainerManager", and the kubelet exits)."""
+
+
+def _go_path_error(op: str, path: str, exc: OSError) -> str:
+    """An OSError as Go's *PathError prints it: ``open /proc/sys/kernel/panic: permission denied``."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return f"{op} {path}: {reason[:1].lower()}{reason[1:]}"
+
+
+def running_in_user_namespace(uid_map: str = UID_MAP) -> bool:
+    """moby/sys userns RunningInUserNS: a uid_map other than the whole range mapped to itself."""
+    try:
+        with open(uid_map) as f:
+            lines = [line.split() for line in f if line.strip()]
+    except OSError:
+        return False
+    return lines != [["0", "0", "4294967295"]]
+
+
+class KernelTunables:
+    """Upstream setupKernelTunables on the files under `root` (``/proc/sys``; tests pass a directory)."""
+
+    def __init__(self, *, protect: bool, root: str = SYSCTL_ROOT, uid_map: str = UID_MAP) -> None:
+        self.protect, self.root, self.uid_map = protect, root, uid_map
+
+    def _path(self, sysctl: str) -> str:
+        return os.path.join(self.root, sysctl)
+
+    def _read(self, sysctl: str) -> int | str:
+        """GetSysctl: the value, or the error text (a *PathError, or strconv's)."""
+        path = self._path(sysctl)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            return _go_path_error("open", path, exc)
+        try:
+            data = os.read(fd, 4096)  # os.ReadFile: a directory opens, and fails to read
+        except OSError as exc:
+            return _go_path_error("read", path, exc)
+        finally:
+            os.close(fd)
+        return kernel_tunables.parse_value(data.decode(errors="replace"))
+
+    def _write(self, sysctl: str, value: int) -> None:
+        """SetSysctl: os.WriteFile of the decimal value (mode 0640 were it created; it never is under /proc/sys)."""
+        path = self._path(sysctl)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+        except OSError as exc:
+            raise OSError(exc.errno, _go_path_error("open", path, exc)) from None
+        try:
+            os.write(fd, str(value).encode())
+        except OSError as exc:
+            raise OSError(exc.errno, _go_path_error("write", path, exc)) from None
+        finally:
+            os.close(fd)
+
+    def setup(self) -> None:
+        """Check, and without `protect` set, the tunables; KernelTunablesError with upstream's aggregate error when
+        one cannot be read, differs under `protect`, or cannot be written (unless in a user namespace, where a
+        failed write is only logged: KubeletInUserNamespace, on by default since 1.37)."""
+        current = {sysctl: self._read(sysctl) for sysctl, _ in kernel_tunables.DESIRED}
+        decision = kernel_tunables.decide(current, self.protect)
+        errors = list(decision.errors)
+        for sysctl, value in decision.writes:
+            logger.info(f"Updating kernel flag {kernel_tunables.display_name(sysctl)}: expected value {value}, "
+                        f"actual value {current[sysctl]}")
+            try:
+                self._write(sysctl, value)
+            except OSError as exc:
+                message = exc.strerror or str(exc)
+                if running_in_user_namespace(self.uid_map):
+                    logger.info(f"Updating kernel flag {kernel_tunables.display_name(sysctl)} failed (running in "
+                                f"UserNS, ignoring): {message}")
+                    continue
+                errors.append(message)
+        if errors:
+            raise KernelTunablesError(kernel_tunables.aggregate(errors))
+
 
 class ContainerManager:
     """Owns ``kubepods`` and its QoS tiers; `start` once, then `run` for the periodic QoS update."""
 
     def __init__(self, cgroups: PodCgroups, *, capacity: Mapping[str, Fraction], system_reserved: Mapping[str, str],
                  kube_reserved: Mapping[str, str], enforcement: Iterable[str], hugepage_sizes: Sequence[str],
-                 active_pods: Callable[[], Iterable[spec.Pod]], node_event: NodeEvent) -> None:
-        self.cgroups = cgroups
+                 active_pods: Callable[[], Iterable[spec.Pod]], node_event: NodeEvent,
+                 kernel: KernelTunables | None = None) -> None:
+        """`kernel`: the tunables to check and set at start (None: left alone, for a hollow node or a test)."""
+        self.cgroups, self.kernel = cgroups, kernel
         self.enforcement = frozenset(enforcement)
         self.pods_config = node_allocatable.pods_cgroup_config(capacity, system_reserved, kube_reserved,
                                                                self.enforcement)
@@ -57,7 +149,10 @@ class ContainerManager:
 
     async def start(self) -> None:
         """Create the top cgroups and enforce node allocatable (upstream setupNode). The enforcement is retried in
-        the background while the kernel refuses it, as upstream's goroutine does."""
+        the background while the kernel refuses it, as upstream's goroutine does. KernelTunablesError first, when
+        the kernel tunables are not as needed (setupKernelTunables)."""
+        if self.kernel is not None:
+            await asyncio.to_thread(self.kernel.setup)
         root = helpers.CGROUP_ROOT
         tiers = helpers.qos_cgroup_configs(self.active_pods(), hugepage_sizes=self.hugepage_sizes)
         async with self._lock:
@@ -113,4 +208,5 @@ class ContainerManager:
                 await self._enforcing
 
 
-__all__ = ["ENFORCE_RETRY_PERIOD", "QOS_UPDATE_PERIOD", "ContainerManager"]
+__all__ = ["ENFORCE_RETRY_PERIOD", "QOS_UPDATE_PERIOD", "ContainerManager", "KernelTunables", "KernelTunablesError",
+           "running_in_user_namespace"]

@@ -153,6 +153,23 @@ class AgentConfig:
     """``--address``: where the kubelet API (HTTPS: logs, exec, port-forward, stats) listens."""
     port: int = 10250
     """``--port``: the kubelet API's port."""
+    read_only_port: int = 0
+    """``readOnlyPort``: always 0 (disabled), as CIS 4.2.4 asks; kopflet serves no read-only port, so any other value
+    is refused."""
+    streaming_connection_idle_timeout: float = 4 * 3600.0
+    """``streamingConnectionIdleTimeout``: a proxied exec/attach/portForward session with no byte either way for this
+    long is closed; 0: never (the flag only: in the file 0 means the default, 4h)."""
+    event_record_qps: int = 50
+    """``eventRecordQPS``: events created or updated per second (a token bucket, as upstream's event client); 0: no
+    limit."""
+    event_burst: int = 100
+    """``eventBurst``: the most events written at once before ``event_record_qps`` holds them back."""
+    pod_pids_limit: int = -1
+    """``podPidsLimit``: each pod cgroup's ``pids.max`` when positive; -1 or 0: none of its own (the pod is held by
+    ``kubepods``' limit only)."""
+    protect_kernel_defaults: bool = False
+    """``protectKernelDefaults``: refuse to start when the kernel tunables the kubelet expects differ, instead of
+    setting them."""
     tls_cert_file: str = ""
     """``--tls-cert-file``: the API's serving certificate (intermediates after it); empty: self-signed."""
     tls_private_key_file: str = ""
@@ -542,6 +559,18 @@ def _cpu_manager_error(values: Mapping[str, Any]) -> str:
     return ""
 
 
+def _event_limit_errors(values: Mapping[str, Any]) -> list[str]:
+    """Upstream ValidateKubeletConfiguration's checks of eventBurst and eventRecordQPS, in its order and words."""
+    errors = []
+    burst = values.get("event_burst", AgentConfig.event_burst)
+    if burst < 0:
+        errors.append(f"invalid configuration: eventBurst (--event-burst) {burst} must not be a negative number")
+    qps = values.get("event_record_qps", AgentConfig.event_record_qps)
+    if qps < 0:
+        errors.append(f"invalid configuration: eventRecordQPS (--event-qps) {qps} must not be a negative number")
+    return errors
+
+
 def _memory_manager_error(values: Mapping[str, Any]) -> str:
     """The memory and topology managers' checks that need no machine (upstream config validation: the topology
     policy and scope, the reserved memory; `NewManager`: the memory policy name, the topology options), with
@@ -729,6 +758,21 @@ def _cipher_suites(text: str) -> tuple[str, ...]:
     return tuple(_cipher_suite(name) for name in text.split(",")) if text else ()
 
 
+READ_ONLY_PORT_REFUSED = ("kopflet serves no read-only port: readOnlyPort (--read-only-port) must be 0 (disabled), "
+                          "as the CIS Kubernetes Benchmark asks; the authenticated API on --port serves the same "
+                          "paths")
+
+
+def _read_only_port(text: str) -> int:
+    number = _integer(text)
+    if not 0 <= number <= 65535:  # upstream ValidateKubeletConfiguration's message
+        raise _Invalid(f"invalid configuration: readOnlyPort (--read-only-port) {number} must be between 0 and "
+                       f"65535, inclusive")
+    if number:
+        raise _Invalid(f"{READ_ONLY_PORT_REFUSED}, got {number}")
+    return number
+
+
 def _verbosity(text: str) -> int:
     return _non_negative(text)
 
@@ -861,6 +905,10 @@ POLICY_OPTIONS = _Kind("mapStringString", lambda t: _frozen(_pair(t)), lambda v:
 RESERVED_MEMORY = _Kind("reserved-memory", _reserved_memory_flag, _yaml_reserved_memory, accumulate=_append)
 ENFORCEMENTS = _Kind("strings", lambda t: tuple(_csv(t)), lambda v: tuple(_yaml_strings(v)), accumulate=_append)
 LOG_MONITOR_INTERVAL = _Kind("duration", _log_monitor_interval, _text_then(_log_monitor_interval))
+# readOnlyPort: upstream's range check, then kopflet's own refusal of any port at all.
+READ_ONLY_PORT = _Kind("int32", _read_only_port, lambda v: _read_only_port(str(_yaml_integer(v))))
+# podPidsLimit is an *int64 defaulted to -1 when nil or negative (v1beta1 SetDefaults); the flag keeps what it is given.
+POD_PIDS_LIMIT = _Kind("int", _integer, lambda v: _yaml_integer(v) if _yaml_integer(v) >= 0 else -1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -921,6 +969,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Every pod is synced with the runtime at least this often."),
     Setting("max_pods", "max-pods", "maxPods", COUNT, "110",
             "The most pods this node runs; more are rejected (OutOfpods)."),
+    Setting("pod_pids_limit", "pod-max-pids", "podPidsLimit", POD_PIDS_LIMIT, "-1",
+            "The most processes (pids.max) in each pod's cgroup, set when the pod cgroup is made. -1 or 0: no limit "
+            "of the pod's own (all pods together are held by kubepods' limit, from --system-reserved and "
+            "--kube-reserved pid).", zero_is_default=False),
     Setting("node_labels", "node-labels", None, LABELS, "none",
             "Labels for the Node at registration: key=value,key2=value2. In kubernetes.io and k8s.io only "
             "the kubelet's own (node.kubernetes.io/..., kubelet.kubernetes.io/... and the well-known ones)."),
@@ -959,6 +1011,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("address", "address", "address", IP, "0.0.0.0",
             "The IP address the kubelet API serves on (0.0.0.0 or :: for all interfaces)."),
     Setting("port", "port", "port", SERVER_PORT, "10250", "The port the kubelet API serves on."),
+    # CIS 4.2.4: upstream's read-only HTTP port (10255) is unauthenticated; kopflet has none, and takes only 0.
+    Setting("read_only_port", "read-only-port", "readOnlyPort", READ_ONLY_PORT, "0",
+            "The read-only port: only 0 (disabled) is accepted, as kopflet serves no unauthenticated port "
+            "(upstream's flag defaults to 10255 without --config; its config file field to 0)."),
+    Setting("streaming_connection_idle_timeout", "streaming-connection-idle-timeout",
+            "streamingConnectionIdleTimeout", TTL, "4h0m0s",
+            "A proxied exec, attach or port-forward session with no bytes either way for this long is closed, both "
+            "sides. 0 on the command line: no timeout (in the file 0 means the default). The runtime's streaming "
+            "server has its own timeout too (containerd: stream_idle_timeout)."),
+    Setting("event_record_qps", "event-qps", "eventRecordQPS", INT, "50",
+            "Events created or updated per second, a token bucket of --event-burst (upstream's event client); more "
+            "wait their turn (at most 1000 queued, the rest dropped). 0: no limit.", zero_is_default=False),
+    Setting("event_burst", "event-burst", "eventBurst", INT, "100",
+            "The most events written at once while --event-qps is above 0 (0 on the command line: client-go's "
+            "default burst, 10)."),
     Setting("tls_cert_file", "tls-cert-file", "tlsCertFile", STRING, '""',
             "The kubelet API's x509 serving certificate (intermediates after it). Without it and "
             "--tls-private-key-file, a self-signed certificate and key are made once in --cert-dir."),
@@ -1097,6 +1164,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("exit_on_lock_contention", "exit-on-lock-contention", None, BOOL, "false",
             "Stop (leaving pods running) when another process opens --lock-file, e.g. a new agent starting; "
             "needs --lock-file."),
+    # Kernel tunables (upstream containerManagerImpl.setupNode: setupKernelTunables).
+    Setting("protect_kernel_defaults", "protect-kernel-defaults", "protectKernelDefaults", BOOL, "false",
+            "Refuse to start when vm.overcommit_memory, vm.panic_on_oom, kernel.panic, kernel.panic_on_oops, "
+            "kernel.keys.root_maxkeys or kernel.keys.root_maxbytes differ from the kubelet's values (1, 0, 10, 1, "
+            "1000000, 25000000). Off: the agent sets them to those values at start."),
     # seccomp (upstream: the flag is a KubeletFlags field apart from the config file's, and either turns it on).
     Setting("seccomp_default", None, "seccompDefault", BOOL, "false",
             "Containers that set no seccomp profile (nor their pod) run with the runtime's default profile "
@@ -1137,18 +1209,18 @@ CONFIG_ENV = "KOPFLET_CONFIG"  # the config file when --config is not given (the
 # Every field of the upstream KubeletConfiguration v1beta1 (staging/src/k8s.io/kubelet/config/v1beta1/types.go)
 # that kopflet does not honour: setting one is an error, not a silent no-op.
 UNSUPPORTED_FIELDS = frozenset({
-    "enableServer", "httpCheckFrequency", "staticPodURL", "staticPodURLHeader", "readOnlyPort",
+    "enableServer", "httpCheckFrequency", "staticPodURL", "staticPodURLHeader",
     "tlsCurvePreferences",
     "registryPullQPS",
     "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
-    "eventRecordQPS", "eventBurst", "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
-    "streamingConnectionIdleTimeout", "nodeLeaseDurationSeconds",     "volumeStatsAggPeriod", "kubeletCgroups",
+    "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
+    "nodeLeaseDurationSeconds", "volumeStatsAggPeriod", "kubeletCgroups",
     "systemCgroups", "cgroupRoot", "cgroupsPerQOS", "cgroupDriver", "singleProcessOOMKill",
     "draManagerReconcilePeriod", "qosReserved", "hairpinMode",
-    "podCIDR", "podPidsLimit", "resolvConf", "runOnce", "cpuCFSQuota", "cpuCFSQuotaPeriod", "nodeStatusMaxImages",
+    "podCIDR", "resolvConf", "runOnce", "cpuCFSQuota", "cpuCFSQuotaPeriod", "nodeStatusMaxImages",
     "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls",
     "podsPerCore", "enableControllerAttachDetach",
-    "protectKernelDefaults", "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit", "featureGates",
+    "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit", "featureGates",
     "failSwapOn", "memorySwap",     "configMapAndSecretChangeDetectionStrategy",
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup",
     "volumePluginDir", "providerID", "kernelMemcgNotification", "logging", "enableSystemLogHandler",
@@ -1369,6 +1441,10 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     if max_age > 0 and max_age <= min_age:
         raise ConfigError(f"invalid configuration: imageMaximumGCAge {gotext.go_duration(max_age)} must be greater "
                           f"than imageMinimumGCAge {gotext.go_duration(min_age)}")
+    event_errors = _event_limit_errors(values)
+    if event_errors:
+        raise ConfigError(event_errors[0] if len(event_errors) == 1 else
+                          "[" + ", ".join(event_errors) + "]")  # upstream's aggregate error
     cpu_manager_error = _cpu_manager_error(values)
     if cpu_manager_error:
         raise ConfigError(cpu_manager_error)

@@ -184,6 +184,14 @@ class PodSyncer:
         """The allocated pod's cgroup settings (upstream ResourceConfigForPod with the kubelet's flags)."""
         return helpers.pod_resource_config(pod)
 
+    def new_pod_cgroup_config(self, pod: spec.Pod) -> helpers.ResourceConfig:
+        """The settings a new pod cgroup is made with: `pod_cgroup_config` and, when ``podPidsLimit`` is positive,
+        ``pids.max`` (upstream podContainerManager.EnsureExists sets PidsLimit only there; a resize never touches
+        it, and -1 or 0 leaves the pod to ``kubepods``' limit)."""
+        config = self.pod_cgroup_config(pod)
+        limit = self.cfg.pod_pids_limit
+        return dataclasses.replace(config, pids_limit=limit) if limit > 0 else config
+
     async def ensure_pod_cgroup(self, pod: spec.Pod, result: SyncResult) -> bool:
         """Create the pod's cgroup with its limits before the sandbox (upstream podContainerManager.EnsureExists,
         on every sync: an existing one is left alone, resizes change it). The first time, the allocation is
@@ -201,7 +209,7 @@ class PodSyncer:
         if self.before_pod_cgroup is not None:
             await self.before_pod_cgroup()  # upstream SyncPod: UpdateQOSCgroups when the pod cgroup does not exist
         try:
-            await asyncio.to_thread(self.cgroups.apply, name, self.pod_cgroup_config(pod))
+            await asyncio.to_thread(self.cgroups.apply, name, self.new_pod_cgroup_config(pod))
         except (CgroupError, OSError) as exc:
             result.sandbox_error = f"Failed to create pod sandbox: failed to ensure that the pod cgroup exists: {exc}"
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)

@@ -57,7 +57,7 @@ BACKEND_ERROR_TIMEOUT = 10.0
 PIPE_CHUNK = 64 * 1024
 STREAM_IDLE_TIMEOUT = 4 * 3600.0
 """A piped exec/attach/portForward session cut after this long without a byte passed either way, a client that
-stopped reading included (upstream's streamingConnectionIdleTimeout default, 4h)."""
+stopped reading included: ``streamingConnectionIdleTimeout``'s default (4h), for a :class:`Server` given none."""
 
 METRICS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 JSON = "application/json"
@@ -159,8 +159,12 @@ class Server:
     """The listening kubelet API; :meth:`close` stops it gracefully."""
 
     def __init__(self, node_name: str, backend: Backend, authenticator: Authenticating,
-                 authorizer: Authorizing, *, configz_body: str = "{}") -> None:
+                 authorizer: Authorizing, *, configz_body: str = "{}",
+                 stream_idle_timeout: float | None = None) -> None:
+        """`stream_idle_timeout`: ``streamingConnectionIdleTimeout`` in seconds, 0 for none; None:
+        STREAM_IDLE_TIMEOUT."""
         self.node_name, self.backend = node_name, backend
+        self.stream_idle_timeout = stream_idle_timeout
         # GET /configz: fixed at start, as upstream registers the configuration once. "{}": none registered.
         self.configz_body = configz_body
         self.authenticator, self.authorizer = authenticator, authorizer
@@ -513,7 +517,8 @@ class Server:
                                       replayed_headers(request.headers, location.netloc, request.remote))
             if answer.status == 101:
                 await connection.switch_protocols(answer)
-                await pipe(connection.reader, connection.writer, backend_reader, backend_writer)
+                await pipe(connection.reader, connection.writer, backend_reader, backend_writer,
+                           idle_timeout=self.stream_idle_timeout)
             elif answer.status < 400:
                 await connection.respond(500, f"invalid upgrade response: status code {answer.status}", close=True)
             else:
@@ -533,9 +538,12 @@ class Server:
 
 
 async def pipe(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter,
-               backend_reader: asyncio.StreamReader, backend_writer: asyncio.StreamWriter) -> None:
-    """Copy both ways until either side ends, or nothing has passed for STREAM_IDLE_TIMEOUT; then both end (as
-    upstream's proxy)."""
+               backend_reader: asyncio.StreamReader, backend_writer: asyncio.StreamWriter, *,
+               idle_timeout: float | None = None) -> None:
+    """Copy both ways until either side ends, or nothing has passed for `idle_timeout` seconds (None:
+    STREAM_IDLE_TIMEOUT; 0: no limit, as ``--streaming-connection-idle-timeout=0``); then both end (as upstream's
+    proxy). The caller closes the backend side, the server the client's."""
+    timeout = STREAM_IDLE_TIMEOUT if idle_timeout is None else idle_timeout
     loop = asyncio.get_running_loop()
     last = loop.time()
 
@@ -548,14 +556,16 @@ async def pipe(client_reader: asyncio.StreamReader, client_writer: asyncio.Strea
 
     async def idle() -> None:
         while True:  # wakes when the last activity it knows of would have gone stale
-            left = last + STREAM_IDLE_TIMEOUT - loop.time()
+            left = last + timeout - loop.time()
             if left <= 0:
                 break
             await asyncio.sleep(left)
-        logger.debug(f"A proxied stream was idle for {STREAM_IDLE_TIMEOUT:.0f}s: closing it")
+        logger.debug(f"A proxied stream was idle for {gotext.go_duration(timeout)}: closing it")
 
     tasks = [asyncio.ensure_future(copy(client_reader, backend_writer)),
-             asyncio.ensure_future(copy(backend_reader, client_writer)), asyncio.ensure_future(idle())]
+             asyncio.ensure_future(copy(backend_reader, client_writer))]
+    if timeout > 0:
+        tasks.append(asyncio.ensure_future(idle()))
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -784,7 +794,8 @@ async def serve(config: AgentConfig, backend: Backend, authenticator: Authentica
     else:
         context = tls.context if tls.context is not None else await tls.open()
     server = Server(config.node_name, backend, authenticator, authorizer,
-                    configz_body=configz.configz_body(config))
+                    configz_body=configz.configz_body(config),
+                    stream_idle_timeout=config.streaming_connection_idle_timeout)
     await server.start(config.address, config.port, context)
     logger.info(f"Serving the kubelet API on https://{config.address}:{server.port}")
     return server

@@ -3,16 +3,19 @@
 docs/security.md lists every check of sections 4.1 (worker node files) and 4.2 (kubelet) with kopflet's default,
 how to set it and the test here that checks it; the numbering is the benchmark's v1.9/v1.10 one. The module's
 agent is the stack's (its config file: serving certificate from the cluster CA, client CA, webhook authentication
-and authorization) plus ``--seccomp-default`` (4.2.14), which is off by default as upstream's. Checks kopflet
-cannot meet (refused fields: rotation, pod PID limits, iptables chains ...) have no test here: the doc says so.
+and authorization) plus AGENT_ARGS: ``--seccomp-default`` (4.2.14), which is off by default as upstream's,
+``--read-only-port=0`` (4.2.4), ``--pod-max-pids`` (4.2.13), the event limits at upstream's defaults (4.2.8) and a
+short ``--streaming-connection-idle-timeout`` (4.2.5) to watch it act. Checks kopflet cannot meet (the refused
+iptables chains) have no test here: the doc says so.
 
-The first test starts an agent of its own (self-signed serving certificate, lock file) and must run before the
-module's shared agent starts: keep it first.
+The first two tests start agents of their own (self-signed serving certificate, lock file; protectKernelDefaults)
+and must run before the module's shared agent starts: keep them first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import os
@@ -30,12 +33,16 @@ import yaml
 
 from cri_client import CriClient
 from devstack.layout import Layout, default_node_name, host_ip
+from kopflet.cm import kernel_tunables
+from tests import hostile_requests as hostile
 from tests.conftest import Kubectl, forbidden
 from tests.e2e.conftest import Agent
 from tests.e2e.test_kubelet_api import kubelet_get
 from tests.e2e.test_pod_lifecycle import container, events, is_ready, phase, pod_manifest, statuses, wait_pod
 
-AGENT_ARGS = "--seccomp-default"
+STREAM_IDLE_TIMEOUT, POD_MAX_PIDS = 10, 1024
+AGENT_ARGS = (f"--seccomp-default --read-only-port=0 --pod-max-pids={POD_MAX_PIDS} --event-qps=50 --event-burst=100 "
+              f"--streaming-connection-idle-timeout={STREAM_IDLE_TIMEOUT}s")
 API_PORT, HEALTHZ_PORT, READ_ONLY_PORT = 10250, 10248, 10255
 
 # CIS 4.2.12: what a TLS 1.2 client offering only one suite gets from the kubelet API.
@@ -130,6 +137,29 @@ def test_self_signed_serving_key_and_lock_file_are_private(layout: Layout, tmp_p
         agent.stop()
 
 
+def test_protect_kernel_defaults_starts_only_on_the_kubelets_values(layout: Layout, tmp_path: Path) -> None:
+    """4.2.6 (v1.8): with --protect-kernel-defaults the agent checks vm.overcommit_memory, vm.panic_on_oom,
+    kernel.panic, kernel.panic_on_oops and kernel.keys.root_max{keys,bytes} and changes none of them: on a host with
+    the kubelet's values it starts; on any other it stops with upstream's error naming each that differs."""
+    def host_values() -> dict[str, str]:
+        return {name: Path("/proc/sys", name).read_text().strip() for name, _ in kernel_tunables.DESIRED}
+
+    before = host_values()
+    differing = [kernel_tunables.invalid_flag_message(name, value, int(before[name]))
+                 for name, value in kernel_tunables.DESIRED if before[name] != str(value)]
+    agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": "--protect-kernel-defaults"})
+    agent.start()
+    try:
+        if not differing:
+            agent.wait_for(r"Activity 'start_agent' succeeded")
+        else:
+            agent.wait_for(r"Failed to start ContainerManager: ")
+            assert all(message in agent.output() for message in differing), agent.output()
+    finally:
+        agent.stop()
+    assert host_values() == before
+
+
 # ------------------------------------------------------------------------------------- 4.1 worker node files
 
 
@@ -217,7 +247,9 @@ def test_client_certificates_need_the_client_ca(configz: dict[str, Any], layout:
 
 
 def test_there_is_no_read_only_port(configz: dict[str, Any]) -> None:
-    """4.2.4: kopflet has no read-only port (upstream's --read-only-port, plain HTTP on 10255)."""
+    """4.2.4: kopflet has no read-only port (upstream's --read-only-port, plain HTTP on 10255): it takes
+    --read-only-port=0 (this module's agent has it) and refuses any other port; /configz leaves the 0 out, as
+    upstream's encoding/json does."""
     assert "readOnlyPort" not in configz
     for host in dict.fromkeys(("127.0.0.1", host_ip())):
         with pytest.raises(ConnectionRefusedError):
@@ -257,9 +289,31 @@ def test_the_agent_listens_on_its_api_and_loopback_healthz_only(running_agent: A
     assert found <= {("0.0.0.0", API_PORT), ("127.0.0.1", HEALTHZ_PORT)}, found
 
 
+def test_idle_streams_are_closed(configz: dict[str, Any], admin: Kubectl, layout: Layout, namespace: str) -> None:
+    """4.2.5: --streaming-connection-idle-timeout (this module's agent: STREAM_IDLE_TIMEOUT seconds) closes a relayed
+    exec session through which no byte has passed either way for that long: long before the runtime would (its
+    stream creation timeout is 30s, its idle timeout 4h)."""
+    assert configz["streamingConnectionIdleTimeout"] == f"{STREAM_IDLE_TIMEOUT}s"
+    admin.apply(pod_manifest("idle", namespace, layout.node_name, [container("main", "sleep 3600")]))
+    wait_pod(admin, namespace, "idle", is_ready, what="Ready")
+    context = hostile.tls_context(str(layout.pki / "ca.crt"), (str(layout.pki / "admin.crt"),
+                                                                str(layout.pki / "admin.key")))
+    with hostile.connect(API_PORT, context) as sock:
+        sock.sendall(hostile.request(f"/exec/{namespace}/idle/main?command=sleep&command=3600&output=1",
+                                     *hostile.SPDY_EXEC, method="POST"))
+        assert hostile.read_answer(sock, head_only=True, timeout=30).status == 101
+        started = time.monotonic()
+        sock.settimeout(STREAM_IDLE_TIMEOUT * 6)
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            while sock.recv(4096):  # whatever the runtime says first (SPDY settings) is activity: the wait restarts
+                started = time.monotonic()
+        took = time.monotonic() - started
+    assert STREAM_IDLE_TIMEOUT - 1 <= took < STREAM_IDLE_TIMEOUT + 10, took
+
+
 def test_the_runtime_closes_idle_streams(running_agent: Agent, layout: Layout) -> None:
-    """4.2.5: kopflet relays exec/attach/port-forward to the runtime's streaming server and has no
-    streamingConnectionIdleTimeout of its own; containerd's stream_idle_timeout (default 4h) must not be 0."""
+    """4.2.5, behind kopflet: the runtime's streaming server has its own idle timeout; containerd's
+    stream_idle_timeout (default 4h) must not be 0 either."""
     async def runtime_config() -> dict[str, Any]:
         async with CriClient(layout.runtime_endpoint) as client:
             return json.loads((await client.status(verbose=True)).info["config"])
@@ -281,8 +335,10 @@ def test_the_node_name_is_the_hostname_and_in_the_certificate(configz: dict[str,
         pass  # the handshake checked the name
 
 
-def test_events_are_recorded(running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
-    """4.2.8: kopflet posts every event (no eventRecordQPS limit, as upstream's 0), repeats folded into a count."""
+def test_events_are_recorded(configz: dict[str, Any], admin: Kubectl, layout: Layout, namespace: str) -> None:
+    """4.2.8: eventRecordQPS and eventBurst are upstream's defaults (50 and 100: writes past them wait their turn,
+    none is dropped until 1000 are waiting), and a pod's events are all there, repeats folded into a count."""
+    assert (configz["eventRecordQPS"], configz["eventBurst"]) == (50, 100)
     admin.apply(pod_manifest("evented", namespace, layout.node_name, [container("main", "sleep 3600")]))
     wait_pod(admin, namespace, "evented", is_ready, what="Ready")
     deadline = time.monotonic() + 30
@@ -323,6 +379,20 @@ def test_old_tls_versions_are_refused(configz: dict[str, Any], version: ssl.TLSV
     assert configz.get("tlsMinVersion", "VersionTLS12") in ("VersionTLS12", "VersionTLS13")
     assert tls_handshake(version) is None
     assert tls_handshake(ssl.TLSVersion.TLSv1_3) is not None
+
+
+def test_pods_get_the_pod_pids_limit(configz: dict[str, Any], admin: Kubectl, layout: Layout,
+                                     namespace: str) -> None:
+    """4.2.13: with --pod-max-pids (this module's agent) each pod's own cgroup gets pids.max, set when it is made
+    (kubepods' limit above it stays node allocatable's)."""
+    assert configz["podPidsLimit"] == POD_MAX_PIDS
+    admin.apply(pod_manifest("pids", namespace, layout.node_name, [container("main", "sleep 3600")]))
+    pod = wait_pod(admin, namespace, "pids", is_ready, what="Ready")
+    tier = {"Guaranteed": "", "Burstable": "burstable/", "BestEffort": "besteffort/"}[pod["status"]["qosClass"]]
+    relative = f"kubepods/{tier}pod{pod['metadata']['uid']}/pids.max"
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    path = Path("/sys/fs/cgroup") / ("" if v2 else "pids") / relative
+    assert path.read_text().strip() == str(POD_MAX_PIDS)
 
 
 def test_seccomp_default_confines_unprofiled_containers(running_agent: Agent, admin: Kubectl, layout: Layout,

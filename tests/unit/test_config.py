@@ -481,6 +481,12 @@ mergeDefaultEvictionSettings: true
 seccompDefault: true
 localStorageCapacityIsolation: false
 enforceNodeAllocatable: [none]
+readOnlyPort: 0
+streamingConnectionIdleTimeout: 30m
+eventRecordQPS: 0
+eventBurst: 20
+podPidsLimit: 1024
+protectKernelDefaults: true
 """
 
 
@@ -518,6 +524,8 @@ def test_full_config_file() -> None:
         eviction_minimum_reclaim={"memory.available": "50Mi"}, eviction_pressure_transition_period=60.0,
         eviction_max_pod_grace_period=30, merge_default_eviction_settings=True,
         seccomp_default=True, local_storage_capacity_isolation=False, enforce_node_allocatable=("none",),
+        streaming_connection_idle_timeout=1800.0, event_record_qps=0, event_burst=20, pod_pids_limit=1024,
+        protect_kernel_defaults=True,
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 
@@ -585,7 +593,8 @@ def test_config_file_defaulting(body: str, expected: dict[str, Any]) -> None:
     ("maxpods: 1\n", 'unknown field "maxpods" (did you mean maxPods?)'),
     ("qosReserved: {memory: 50%}\n", 'field "qosReserved" is not supported by kopflet'),
     ("cgroupDriver: systemd\n", 'field "cgroupDriver" is not supported'),
-    ("readOnlyPort: 10255\n", 'field "readOnlyPort" is not supported'),
+    ("readOnlyPort: 10255\n", 'field "readOnlyPort": kopflet serves no read-only port'),
+    ("makeIPTablesUtilChains: true\n", 'field "makeIPTablesUtilChains" is not supported'),
     ("authentication: []\n", 'field "authentication": expected a mapping, got a list'),
     ("authentication: {x509: yes}\n", 'field "authentication.x509": expected a mapping, got true'),
     ("authentication: {x509: {clientCAFil: /ca.crt}}\n",
@@ -874,3 +883,61 @@ def test_tls_option_errors(argv: list[str], body: str, message: str) -> None:
 def test_tls_curve_preferences_are_still_refused() -> None:
     with pytest.raises(ConfigError, match='field "tlsCurvePreferences" is not supported by kopflet'):
         with_file("tlsCurvePreferences: [23]\n")
+
+
+# --- the CIS Benchmark's kubelet settings (readOnlyPort, streaming idle timeout, events, pids, kernel) ----------
+
+@pytest.mark.parametrize(("argv", "body", "expected"), [
+    # readOnlyPort: 0 is what CIS 4.2.4 asks, and all kopflet takes.
+    (["--read-only-port=0"], "", {"read_only_port": 0}),
+    ([], "readOnlyPort: 0\n", {"read_only_port": 0}),
+    # streamingConnectionIdleTimeout: 4h; 0 on the command line is no timeout, in the file the default.
+    ([], "", {"streaming_connection_idle_timeout": 14400.0}),
+    (["--streaming-connection-idle-timeout=0"], "", {"streaming_connection_idle_timeout": 0.0}),
+    (["--streaming-connection-idle-timeout=5m"], "", {"streaming_connection_idle_timeout": 300.0}),
+    ([], "streamingConnectionIdleTimeout: 0s\n", {"streaming_connection_idle_timeout": 14400.0}),
+    ([], "streamingConnectionIdleTimeout: 1h\n", {"streaming_connection_idle_timeout": 3600.0}),
+    # eventRecordQPS is a pointer (an explicit 0 is no limit); eventBurst is not (0 in the file is 100).
+    ([], "", {"event_record_qps": 50, "event_burst": 100}),
+    ([], "eventRecordQPS: 0\neventBurst: 0\n", {"event_record_qps": 0, "event_burst": 100}),
+    (["--event-qps=0", "--event-burst=0"], "", {"event_record_qps": 0, "event_burst": 0}),
+    (["--event-qps=5", "--event-burst=7"], "eventRecordQPS: 1\neventBurst: 2\n",
+     {"event_record_qps": 5, "event_burst": 7}),
+    # podPidsLimit: a pointer defaulted to -1 when unset or negative in the file; the flag keeps its value.
+    ([], "", {"pod_pids_limit": -1}),
+    ([], "podPidsLimit: 0\n", {"pod_pids_limit": 0}),
+    ([], "podPidsLimit: -7\n", {"pod_pids_limit": -1}),
+    ([], "podPidsLimit: 4096\n", {"pod_pids_limit": 4096}),
+    (["--pod-max-pids=100"], "podPidsLimit: 4096\n", {"pod_pids_limit": 100}),
+    (["--pod-max-pids=-1"], "", {"pod_pids_limit": -1}),
+    # protectKernelDefaults.
+    ([], "", {"protect_kernel_defaults": False}),
+    (["--protect-kernel-defaults"], "", {"protect_kernel_defaults": True}),
+    ([], "protectKernelDefaults: true\n", {"protect_kernel_defaults": True}),
+])
+def test_cis_settings(argv: list[str], body: str, expected: dict[str, Any]) -> None:
+    cfg = with_file(body, *argv)
+    assert {name: getattr(cfg, name) for name in expected} == expected
+
+
+@pytest.mark.parametrize(("argv", "body", "message"), [
+    (["--read-only-port=10255"], "", "--read-only-port: kopflet serves no read-only port: readOnlyPort "
+     "(--read-only-port) must be 0 (disabled)"),
+    ([], "readOnlyPort: 10255\n", 'field "readOnlyPort": kopflet serves no read-only port'),
+    (["--read-only-port=70000"], "", "invalid configuration: readOnlyPort (--read-only-port) 70000 must be between "
+     "0 and 65535, inclusive"),
+    ([], "readOnlyPort: -1\n", "readOnlyPort (--read-only-port) -1 must be between 0 and 65535, inclusive"),
+    (["--streaming-connection-idle-timeout=-1s"], "", "--streaming-connection-idle-timeout: must not be a negative"),
+    (["--event-qps=-1"], "", "invalid configuration: eventRecordQPS (--event-qps) -1 must not be a negative number"),
+    ([], "eventBurst: -1\n", "invalid configuration: eventBurst (--event-burst) -1 must not be a negative number"),
+    (["--event-qps=-1", "--event-burst=-2"], "",
+     "[invalid configuration: eventBurst (--event-burst) -2 must not be a negative number, invalid configuration: "
+     "eventRecordQPS (--event-qps) -1 must not be a negative number]"),
+    ([], "podPidsLimit: many\n", 'field "podPidsLimit": expected an integer'),
+    ([], "protectKernelDefaults: yes please\n", 'field "protectKernelDefaults": expected true or false'),
+    (["--make-iptables-util-chains=true"], "", "unknown flag: --make-iptables-util-chains"),
+])
+def test_cis_settings_refused(argv: list[str], body: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        with_file(body, *argv)
+    assert message in str(info.value)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kopflet.apis.grpc.ratelimit import Limit
 from kopflet.client.kubeapi import Credentials
 from kopflet.config.settings import AgentConfig
 from kopflet.node import HostFacts, Node, Runtime
@@ -134,3 +135,17 @@ def test_the_pod_resources_api_is_wired_to_the_pods_and_the_cpu_manager() -> Non
     assert n.pod_resources.providers.devices is n.device_manager
     assert n.pod_resources.pods == n.workers.bodies
     assert (n.pod_resources.use_active_pods, n.pod_resources.pod_level) == (True, False)
+
+
+@pytest.mark.parametrize("protect", [False, True])
+def test_the_container_manager_checks_the_kernel_tunables_under_proc_sys(protect: bool) -> None:
+    n = node("node-a", "/var/lib/a", protect_kernel_defaults=protect)
+    kernel = n.container_manager.kernel
+    assert kernel is not None and (kernel.protect, kernel.root) == (protect, "/proc/sys")
+
+
+@pytest.mark.parametrize(("settings", "limit"), [
+    ({}, Limit(50, 100)), ({"event_record_qps": 0}, None), ({"event_record_qps": 5, "event_burst": 0}, Limit(5, 10)),
+])
+def test_the_event_recorder_gets_event_qps_and_burst(settings: dict[str, int], limit: Limit | None) -> None:
+    assert node("node-a", "/var/lib/a", **settings).recorder._limit == limit

@@ -9,6 +9,7 @@ ephemeral containers and pods without sidecars are stopped all at once. And `res
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -487,3 +488,48 @@ async def test_the_range_is_freed_when_the_pod_terminates_or_goes(tmp_path: Path
         await syncer.remove_pod(RuntimePodStatus(uid="u"), "u")
     assert not syncer.userns.allocations.used_by
     assert not (tmp_path / "pods" / "u" / "userns").exists()
+
+
+# --------------------------------------------------------------- podPidsLimit: pids.max of a new pod cgroup
+
+class RecordingCgroups:
+    """No pod cgroup yet; `apply` records what the new one is made with."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[str, helpers.ResourceConfig]] = []
+
+    def exists(self, name: str) -> bool:
+        return False
+
+    def apply(self, name: str, config: helpers.ResourceConfig) -> None:
+        self.applied.append((name, config))
+
+
+class ActuatedAllocations:
+    def actuation(self, uid: str) -> object:
+        return object()  # recorded already: nothing to initialise
+
+
+@pytest.mark.parametrize(("limit", "pids_max"), [(-1, None), (0, None), (1, 1), (1024, 1024)])
+async def test_a_new_pod_cgroup_gets_the_pod_pids_limit(limit: int, pids_max: int | None) -> None:
+    """Upstream podContainerManager.EnsureExists: PidsLimit = podPidsLimit when it is above 0; -1 (the default) and
+    0 leave pids.max to the kubepods limit above."""
+    from kopflet.config.settings import AgentConfig
+    from kopflet.kuberuntime.executor import SyncResult
+
+    syncer, _, recorder = make_syncer({})
+    cgroups = RecordingCgroups()
+    syncer.cfg = AgentConfig(node_name="n", pod_pids_limit=limit)
+    syncer.cgroups, syncer.allocations = cgroups, ActuatedAllocations()  # type: ignore[assignment]
+    syncer.before_pod_cgroup = None
+    assert await syncer.ensure_pod_cgroup(make_pod(), SyncResult())
+    [(name, config)] = cgroups.applied
+    assert name == helpers.pod_cgroup_parent(make_pod())
+    assert config.pids_limit == pids_max
+    assert config == dataclasses.replace(syncer.pod_cgroup_config(make_pod()), pids_limit=pids_max)
+    # What a resize aims at never has it: upstream's resize writes cpu and memory only.
+    assert syncer.pod_cgroup_config(make_pod()).pids_limit is None
+    assert recorder.events == []
+    if pids_max is not None:
+        assert helpers.cgroup_v2_files(config)["pids.max"] == str(pids_max)
+        assert helpers.cgroup_v1_files(config)["pids"] == {"pids.max": str(pids_max)}

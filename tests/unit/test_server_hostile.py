@@ -276,7 +276,7 @@ async def test_a_client_that_stops_reading_is_cut(h: Harness, monkeypatch: pytes
 
 
 async def test_an_idle_piped_session_ends(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(srv, "STREAM_IDLE_TIMEOUT", 1.0)
+    monkeypatch.setattr(h.server, "stream_idle_timeout", 1.0)  # --streaming-connection-idle-timeout=1s
 
     async def exec_url(*_: Any, **__: Any) -> str:
         return streaming.url

@@ -65,3 +65,28 @@ async def test_a_pod_resources_socket_that_cannot_be_made_is_permanent_and_named
     assert str(err.value) == ("failed to create listener for podResources endpoint "
                               "unix:///var/lib/kopflet/pod-resources/kubelet.sock: [Errno 20] Not a directory")
     assert FailingNode.stopped and memo.get("node") is None
+
+
+class KernelNotAsNeeded(FailingNode):
+    async def start(self) -> None:
+        from kopflet.cm.container_manager import KernelTunablesError
+        raise KernelTunablesError("invalid kernel flag: kernel/panic, expected value: 10, actual value: 0")
+
+
+async def test_kernel_tunables_not_as_needed_are_permanent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """protectKernelDefaults: upstream's container manager fails to start ("Failed to start ContainerManager") and
+    the kubelet exits, at every start until the host's tunables are fixed."""
+    async def host(_: Any) -> None:
+        return None
+
+    monkeypatch.setattr(startup, "Node", KernelNotAsNeeded)
+    monkeypatch.setattr(startup.HostFacts, "read", host)
+    monkeypatch.setattr(configuring, "connection_info", lambda *_, **__: kopf.ConnectionInfo(server="https://x"))
+    memo = kopf.Memo(config=AgentConfig(node_name="n", protect_kernel_defaults=True), runtime=object(),
+                     metrics=None)
+    FailingNode.stopped = False
+    with pytest.raises(kopf.PermanentError) as err:
+        await startup.start_agent(settings=kopf.OperatorSettings(), memo=memo, logger=logging.getLogger("t"))
+    assert str(err.value) == ("Failed to start ContainerManager: invalid kernel flag: kernel/panic, expected value: "
+                              "10, actual value: 0")
+    assert FailingNode.stopped and memo.get("node") is None

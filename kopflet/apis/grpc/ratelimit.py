@@ -1,5 +1,6 @@
 """The rate limit of the kubelet's local gRPC servers (upstream pkg/kubelet/apis/grpc/ratelimit.go
-`WithRateLimiter`: a unary interceptor over golang.org/x/time/rate's `Limiter.Allow`).
+`WithRateLimiter`: a unary interceptor over golang.org/x/time/rate's `Limiter.Allow`), and the same bucket's
+`Limiter.Wait` (`reserve`), which client-go's rate limiter uses for the kubelet's event writes.
 
 A token bucket as x/time/rate keeps it: full (`burst` tokens) at first, as a new Go limiter's zero `last` time
 fills it; refilled at `qps` tokens a second up to `burst`; each request takes one token or is refused with gRPC
@@ -46,4 +47,18 @@ def allow(limit: Limit, bucket: Bucket, now: float) -> tuple[bool, Bucket]:
     return False, Bucket(tokens, last)
 
 
-__all__ = ["LIMIT_EXCEEDED_CODE", "LIMIT_EXCEEDED_MESSAGE", "Bucket", "Limit", "allow"]
+def reserve(limit: Limit, bucket: Bucket, now: float) -> tuple[float, Bucket]:
+    """x/time/rate `Limiter.Wait` for one token at time `now` (client-go's token bucket rate limiter, which the
+    kubelet's event client gets from eventRecordQPS and eventBurst): the token is taken at once, the bucket going
+    into debt when it is empty, and the answer is how long the request waits (0 when a token was there) with the
+    bucket after it. Later requests queue behind the debt, so they go at `qps` a second in their order."""
+    if bucket.last is None:
+        tokens, last = float(limit.burst), now
+    else:
+        elapsed = max(0.0, now - bucket.last)
+        tokens, last = min(float(limit.burst), bucket.tokens + elapsed * limit.qps), max(now, bucket.last)
+    tokens -= 1
+    return (-tokens / limit.qps if tokens < 0 else 0.0), Bucket(tokens, last)
+
+
+__all__ = ["LIMIT_EXCEEDED_CODE", "LIMIT_EXCEEDED_MESSAGE", "Bucket", "Limit", "allow", "reserve"]
