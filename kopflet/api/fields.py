@@ -249,7 +249,8 @@ def _container_fields(kind: str) -> dict[str, Field]:
         "securityContext.privileged": _handled(_SECURITY + ", " + _SANDBOX + ".has_privileged_container"),
         "securityContext.procMount": _handled(
             _CONTAINER + ".proc_mount_paths, kopflet.config.static_pods",
-            "Unmasked needs hostUsers: false, which kopflet refuses (no user namespace ID mappings)",
+            "Unmasked needs hostUsers: false (static pods are checked as upstream validates them), which runs only "
+            "where the runtime handler supports user namespaces and is refused elsewhere",
             refusal=Refusal(SANDBOX, "hostUsers", {"hostUsers": False, **_container(
                 kind, securityContext={"procMount": "Unmasked"})})),
         "securityContext.readOnlyRootFilesystem": _handled(_SECURITY),
