@@ -30,6 +30,7 @@ from kopflet.certificate.openssl import OpensslError
 from kopflet.client.kubeapi import Credentials
 from kopflet.cm.container_manager import KernelTunablesError
 from kopflet.cm.cpumanager.manager import CPUManagerError
+from kopflet.cm.devicemanager.manager import DeviceManagerError
 from kopflet.cm.memorymanager.manager import MemoryManagerError
 from kopflet.config import settings as configuration
 from kopflet.lockfile import ContentionWatch, LockFile, LockFileError
@@ -188,7 +189,7 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     except (CPUManagerError, MemoryManagerError, ManagerError) as exc:
         await node.stop(close_runtime=False)
         raise kopf.PermanentError(str(exc)) from exc  # upstream exits: the same error at every start
-    except KernelTunablesError as exc:
+    except (KernelTunablesError, DeviceManagerError) as exc:
         await node.stop(close_runtime=False)
         # upstream initializeRuntimeDependentModules: "Failed to start ContainerManager", then os.Exit(1)
         raise kopf.PermanentError(f"Failed to start ContainerManager: {exc}") from exc

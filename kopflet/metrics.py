@@ -633,6 +633,7 @@ class KubeletMetrics:
             "version.", api_version, stability=ALPHA)
         self._container_states: set[str] = set()
         self._refreshers: list[Callable[[], None]] = []
+        self._certificate_managers: dict[str, CertificateManagerLike] = {}
         if node_name:
             self.set_node_name(node_name)
 
@@ -645,9 +646,15 @@ class KubeletMetrics:
         """The certificate manager's metrics, registered as upstream registers them when it makes the manager:
         for the client certificate (server.go buildKubeletClientConfig, NewKubeletClientCertificateManager) its
         TTL and renewal errors; for the serving certificate (NewKubeletServerCertificateManager) also how long each
-        replaced certificate lived."""
+        replaced certificate lived. Watching another manager of the same kind (a start tried again) replaces the
+        first: the families are registered once."""
+        kind = manager.kind
+        if kind in self._certificate_managers:
+            self._certificate_managers[kind] = manager
+            return
+        self._certificate_managers[kind] = manager
         r = self.registry
-        if manager.kind == "client":
+        if kind == "client":
             errors = r.counter("kubelet_certificate_manager_client_expiration_renew_errors",
                                "Counter of certificate renewal errors.", stability=ALPHA)
             ttl = r.gauge("kubelet_certificate_manager_client_ttl_seconds",
@@ -665,16 +672,19 @@ class KubeletMetrics:
                           "Gauge of the shortest TTL (time-to-live) of the Kubelet's serving certificate. The value "
                           "is in seconds until certificate expiry (negative if already expired). If serving "
                           "certificate is invalid or unused, the value will be +INF.", stability=ALPHA)
-        counted = 0
+        counted, counting = 0, manager
 
         def refresh() -> None:
-            nonlocal counted
-            if manager.renew_errors > counted:
-                errors.inc(manager.renew_errors - counted)
-                counted = manager.renew_errors
-            ttl.set(manager.ttl_seconds())
+            nonlocal counted, counting
+            current = self._certificate_managers[kind]
+            if current is not counting:
+                counted, counting = 0, current
+            if current.renew_errors > counted:
+                errors.inc(current.renew_errors - counted)
+                counted = current.renew_errors
+            ttl.set(current.ttl_seconds())
             if rotations is not None:
-                ages, manager.rotation_ages[:] = list(manager.rotation_ages), []
+                ages, current.rotation_ages[:] = list(current.rotation_ages), []
                 for age in ages:
                     rotations.observe(age)
 

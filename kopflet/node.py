@@ -76,6 +76,9 @@ from kopflet.volumes.manager import VolumeManager
 
 logger = logging.getLogger(__name__)
 
+# How long a stopping agent waits for events still queued (behind eventRecordQPS) before it drops them.
+EVENT_FLUSH_TIMEOUT = 5.0
+
 
 def detect_node_ip() -> str:
     """The primary IPv4 address (a UDP connect sends nothing; it only picks the route)."""
@@ -475,7 +478,7 @@ class Node:
         await self.workers.stop()
         await self.device_manager.stop()
         await self.prober.close()
-        await self.recorder.flush()
+        await self.recorder.flush(grace=EVENT_FLUSH_TIMEOUT)
         await self.api.close()
         if close_runtime:
             await self.runtime.close()

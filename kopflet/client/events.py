@@ -119,7 +119,13 @@ class EventRecorder:
                 del self._seen[key]  # the folded-into event expired; the next repeat creates a new one
             logger.warning(f"could not post event {reason} for {namespace}/{involved['name']}: {exc}")
 
-    async def flush(self) -> None:
-        """Wait for events still being posted (on shutdown and in tests)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+    async def flush(self, grace: float | None = None) -> None:
+        """Wait for events still being posted (on shutdown and in tests); after ``grace`` seconds the rest are
+        dropped (upstream's recorder does not hold the kubelet's exit for events its rate limit still queues)."""
+        if not self._tasks:
+            return
+        tasks = list(self._tasks)
+        _, pending = await asyncio.wait(tasks, timeout=grace)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

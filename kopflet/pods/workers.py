@@ -193,12 +193,21 @@ class PodWorkers:
         return Pods(known=frozenset(self.workers), active=active)
 
     def device_pods(self) -> set[str]:
-        """The pods whose devices stay held (upstream GetActivePods for the device manager): those with a worker that
-        are neither terminal nor being deleted (filterOutInactivePods: a pod whose termination is requested gives
-        its devices back at once, so a pod arriving as another is deleted may take them)."""
-        return {w.uid for w in list(self.workers.values())
-                if not w.gone and not (w.body.get("metadata") or {}).get("deletionTimestamp")
-                and (w.body.get("status") or {}).get("phase") not in decide.TERMINAL_PHASES}
+        """The pods whose devices stay held (upstream GetActivePods, isPodInactive): those with a worker, unless
+        the pod is gone from the API, or is terminal or being deleted and nothing of it runs any more (the pod
+        worker knows it terminated). So a pod arriving just as another finished terminating may take its devices,
+        and a pod still in its grace period keeps them."""
+        active = set()
+        for w in list(self.workers.values()):
+            if w.gone:
+                continue
+            ending = (w.body.get("metadata") or {}).get("deletionTimestamp") or \
+                (w.body.get("status") or {}).get("phase") in decide.TERMINAL_PHASES
+            view = self.relist.pods.get(w.uid)
+            if ending and (view is None or not view.running_containers()):
+                continue
+            active.add(w.uid)
+        return active
 
     def pod(self, uid: str) -> spec.Pod | None:
         worker = self.workers.get(uid)

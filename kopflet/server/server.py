@@ -698,9 +698,9 @@ class ServingTLS:
     async def use(self, cert_file: str, key_file: str) -> None:
         """Serve this pair from the next handshake on. ssl.SSLError or OSError when it cannot be loaded (the
         certificate served until now stays)."""
+        stamp = await asyncio.to_thread(_file_stamp, cert_file, key_file)  # before reading: a later change is seen
         self._selected = await self._new_context(cert_file, key_file)
-        self._files = (cert_file, key_file)
-        self._stamp = await asyncio.to_thread(_file_stamp, cert_file, key_file)
+        self._files, self._stamp = (cert_file, key_file), stamp
         logger.info(f"Serving the kubelet API with the certificate {cert_file}")
 
     async def watch_files(self, period: float = CERT_FILE_REFRESH) -> None:

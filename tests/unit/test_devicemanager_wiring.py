@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -170,19 +170,37 @@ async def test_a_device_error_is_a_create_container_config_error(tmp_path: Any) 
         "device plugin PreStartContainer rpc failed with err: boom"
 
 
-def test_device_pods_leave_out_pods_being_deleted() -> None:
-    """Upstream GetActivePods (filterOutInactivePods): terminal pods, pods gone from the API and pods whose
-    termination is requested hold no devices, so a pod arriving while another is deleted can take them."""
+def test_device_pods_leave_out_pods_known_terminated() -> None:
+    """Upstream GetActivePods (isPodInactive): pods gone from the API, and terminal or deleted pods with nothing
+    running any more, hold no devices; a pod still in its grace period (or terminal but still stopping) keeps
+    them."""
     w = workers_module.PodWorkers.__new__(workers_module.PodWorkers)
     w.workers = {}
-    rows = (("a", "Running", False, None), ("b", "Succeeded", False, None), ("c", "Running", True, None),
-            ("d", "Running", False, "2026-11-27T10:00:00Z"), ("e", "Pending", False, None))
-    for uid, phase, gone, deleting in rows:
+
+    class Relist:
+        pods: ClassVar[dict[str, Any]] = {}
+
+    class View:
+        def __init__(self, running: bool) -> None:
+            self.running = running
+
+        def running_containers(self) -> list[str]:
+            return ["c"] if self.running else []
+
+    w.relist = Relist()  # type: ignore[assignment]
+    deleting = "2026-11-27T10:00:00Z"
+    rows = (("a", "Running", False, None, True), ("b", "Succeeded", False, None, False),
+            ("b2", "Failed", False, None, True), ("c", "Running", True, None, False),
+            ("d", "Running", False, deleting, False), ("d2", "Running", False, deleting, True),
+            ("e", "Pending", False, None, None))
+    for uid, phase, gone, deletion, running in rows:
         body: dict[str, Any] = {"metadata": {"uid": uid, "name": uid, "namespace": "ns"},
                                 "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": phase}}
-        if deleting:
-            body["metadata"]["deletionTimestamp"] = deleting
+        if deletion:
+            body["metadata"]["deletionTimestamp"] = deletion
         worker = workers_module._Worker(uid, body)
         worker.gone = gone
         w.workers[uid] = worker
-    assert w.device_pods() == {"a", "e"}
+        if running is not None:
+            Relist.pods[uid] = View(running)
+    assert w.device_pods() == {"a", "b2", "d2", "e"}

@@ -117,3 +117,15 @@ async def test_past_the_queue_events_are_dropped(monkeypatch: pytest.MonkeyPatch
 
 def test_upstreams_numbers() -> None:
     assert (events.MAX_QUEUED_EVENTS, events.DEFAULT_BURST) == (1000, 10)
+
+
+async def test_a_stopping_agent_waits_a_grace_for_queued_events_then_drops_them() -> None:
+    api = TimedApi()
+    recorder = EventRecorder(api, "node-1", qps=1, burst=1)  # type: ignore[arg-type]
+    start = asyncio.get_running_loop().time()
+    for n in range(10):  # one a second: ten would take nine seconds
+        recorder.node_event("Normal", f"R{n}", "m")
+    await recorder.flush(grace=0.3)
+    assert asyncio.get_running_loop().time() - start < 1.0
+    assert [reason for _, reason, _ in api.writes] == ["R0"]
+    await recorder.flush()  # nothing left waiting

@@ -388,3 +388,30 @@ def test_probe_metrics_count_by_result_and_time_only_successes() -> None:
     assert 'prober_probe_duration_seconds_count{container="c",namespace="n",pod="p",probe_type="Readiness"} 1' in text
     m.forget("readiness", **who)
     assert 'pod="p"' not in m.exposition()
+
+
+class _Manager:
+    def __init__(self, kind: str, ttl: float, errors: int = 0) -> None:
+        self.kind, self.renew_errors, self.rotation_ages, self._ttl = kind, errors, [], ttl
+
+    def ttl_seconds(self) -> float:
+        return self._ttl
+
+
+def test_certificate_manager_metrics_are_registered_once_and_follow_the_latest_manager() -> None:
+    """A start tried again makes a new serving certificate manager: its metrics replace the first one's."""
+    m = KubeletMetrics("n")
+    first = _Manager("server", 100.0, errors=2)
+    first.rotation_ages.append(30.0)
+    m.watch_certificate_manager(first)
+    text = m.exposition()
+    assert "kubelet_certificate_manager_server_ttl_seconds 100\n" in text
+    assert "kubelet_server_expiration_renew_errors 2\n" in text
+    assert "kubelet_certificate_manager_server_rotation_seconds_count 1\n" in text
+    second = _Manager("server", 50.0, errors=1)
+    m.watch_certificate_manager(second)  # no "already registered"
+    text = m.exposition()
+    assert "kubelet_certificate_manager_server_ttl_seconds 50\n" in text
+    assert "kubelet_server_expiration_renew_errors 3\n" in text  # a counter only grows
+    m.watch_certificate_manager(_Manager("client", math.inf))
+    assert "kubelet_certificate_manager_client_ttl_seconds +Inf\n" in m.exposition()

@@ -36,6 +36,7 @@ import dataclasses
 import logging
 import os
 import stat
+import tempfile
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, TypeVar
@@ -79,6 +80,31 @@ class _Endpoint:
     task: asyncio.Task[None] | None = None
 
 
+class DeviceManagerError(Exception):
+    """The device manager cannot start (upstream's container manager fails to start, and the kubelet exits)."""
+
+
+def _write_atomically(path: str, blob: bytes) -> None:
+    """A temporary file of its own in the same directory, fsynced and renamed over ``path``; a failure is logged
+    (upstream logs a failed checkpoint write and goes on)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.")
+    except OSError as exc:
+        logger.error(f"failed to write checkpoint file {checkpoint.CHECKPOINT_NAME!r}: {exc}")
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        logger.error(f"failed to write checkpoint file {checkpoint.CHECKPOINT_NAME!r}: {exc}")
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 class DeviceManager:
     """Upstream's ManagerImpl: one per agent. `active_pods` gives the UIDs of the pods that are active (upstream
     ActivePodsFunc), `sources_ready` whether every pod source has been seen (until then nothing is freed)."""
@@ -104,6 +130,8 @@ class DeviceManager:
         container allocated again at CreateContainer."""
         self._removed: set[str] = set()
         self._lock = asyncio.Lock()
+        self._checkpoint_lock = asyncio.Lock()
+        self._checkpoint_writes: set[asyncio.Task[None]] = set()
         self._server: grpc.aio.Server | None = None
         self._serve_error: str = ""
 
@@ -115,8 +143,14 @@ class DeviceManager:
         await asyncio.to_thread(self._read_checkpoint)
         server = grpc.aio.server()
         api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
-        if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
-            raise OSError(f"cannot listen on {self.socket_path}")
+        try:  # grpcio raises RuntimeError when it cannot bind; older versions return port 0
+            bound = server.add_insecure_port(f"unix://{self.socket_path}")
+        except RuntimeError as exc:
+            raise DeviceManagerError(f"failed to listen to socket {self.socket_path} while starting device plugin "
+                                     f"registry: {exc}") from None
+        if bound == 0:
+            raise DeviceManagerError(f"failed to listen to socket {self.socket_path} while starting device plugin "
+                                     f"registry")
         await server.start()
         self._server = server
         logger.info(f"device plugin registration server listening on {self.socket_path}")
@@ -130,6 +164,7 @@ class DeviceManager:
         if self._server is not None:
             await self._server.stop(grace=None)
             self._server = None
+        await asyncio.gather(*list(self._checkpoint_writes), return_exceptions=True)
 
     def healthy(self) -> str:
         """Upstream's ``device-plugin`` health check: "" while the registration server serves, else why not."""
@@ -184,18 +219,25 @@ class DeviceManager:
             self._endpoints[resource] = _Endpoint(resource, "", stopped_at=now)
 
     def _write_checkpoint(self) -> None:
-        """Upstream `writeCheckpoint` (blocking: its callers are quick, and a failure is only logged): atomically,
-        a temporary file fsynced and renamed over the old one."""
-        blob = checkpoint.encode(devices.to_checkpoint(self._pod_devices, self._healthy))
-        tmp = f"{self.checkpoint_path}.tmp"
+        """Upstream `writeCheckpoint`, from code that cannot wait: the write is scheduled (in order, after those
+        already scheduled) and its failure only logged."""
         try:
-            with open(tmp, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.checkpoint_path)
-        except OSError as exc:
-            logger.error(f"failed to write checkpoint file {checkpoint.CHECKPOINT_NAME!r}: {exc}")
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a caller outside asyncio): at once
+            _write_atomically(self.checkpoint_path, self._checkpoint_blob())
+            return
+        task = asyncio.create_task(self._save_checkpoint(), name="device-manager-checkpoint")
+        self._checkpoint_writes.add(task)
+        task.add_done_callback(self._checkpoint_writes.discard)
+
+    async def _save_checkpoint(self) -> None:
+        """One write at a time, each of the state as it is when its turn comes (built here, on the loop, where
+        nothing changes it meanwhile), written and fsynced in a thread."""
+        async with self._checkpoint_lock:
+            await asyncio.to_thread(_write_atomically, self.checkpoint_path, self._checkpoint_blob())
+
+    def _checkpoint_blob(self) -> bytes:
+        return checkpoint.encode(devices.to_checkpoint(self._pod_devices, self._healthy))
 
     # ----------------------------------------------------------------------------------- registration
 
@@ -465,7 +507,7 @@ class DeviceManager:
                 devices.devices_per_numa(picked, self._all.get(resource, {})),
                 devices.alloc_response_from_proto(first), first.SerializeToString(deterministic=True))
         if written:
-            await asyncio.to_thread(self._write_checkpoint)
+            await self._save_checkpoint()
 
     async def _preferred(self, endpoint: _Endpoint, need: devices.Need) -> frozenset[str] | None:
         """Upstream `callGetPreferredAllocationIfAvailable`."""
