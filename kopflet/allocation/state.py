@@ -11,11 +11,10 @@ checkpoints. A file whose checksum does not match stops the agent, as upstream r
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from pathlib import Path
 
-from kopflet import paths
+from kopflet import checkpointmanager, paths
 from kopflet.allocation import policy
 from kopflet.allocation.policy import PodAllocation
 from kopflet.api import spec
@@ -67,13 +66,7 @@ class _State:
         text = policy.checkpoint_text(self.entries)
         if text == self._written:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())  # as upstream's checkpoint writer: a torn file would stop the agent at its start
-        os.replace(tmp, self.path)
+        checkpointmanager.write_atomically(self.path, text)  # a torn file would stop the agent at its start
         self._written = text
 
 

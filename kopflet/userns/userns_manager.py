@@ -13,13 +13,12 @@ import pwd
 import random
 import shutil
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from cri_client import types as cri
-from kopflet import gotext, paths
+from kopflet import checkpointmanager, gotext, paths
 from kopflet.userns import allocator
 from kopflet.userns.allocator import Allocations, UsernsError
 
@@ -111,16 +110,8 @@ class UsernsManager:
         fsynced too, so the record survives a crash once the sandbox has it."""
         directory = Path(self.layout.pod_dir(uid))
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".", dir=directory)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(allocator.record_json(userns))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.layout.userns_file(uid))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # os.CreateTemp's 0600, as upstream's file keeps it
+        checkpointmanager.write_atomically(self.layout.userns_file(uid), allocator.record_json(userns), mode=0o600)
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(dir_fd)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cri_client import types as cri
+from kopflet import checkpointmanager
 from kopflet.paths import Layout
 from kopflet.userns import allocator, userns_manager
 from kopflet.userns.allocator import UsernsError
@@ -90,7 +91,7 @@ def test_a_failed_write_frees_the_range(tmp_path: Path, monkeypatch: pytest.Monk
     def mkstemp(**_kwargs: object) -> tuple[int, str]:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(userns_manager.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(checkpointmanager.tempfile, "mkstemp", mkstemp)
     with pytest.raises(UsernsError) as error:
         m.get_or_create("pod-a")
     assert str(error.value) == "create user namespace: [Errno 28] No space left on device"

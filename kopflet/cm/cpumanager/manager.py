@@ -31,6 +31,7 @@ from typing import Any
 
 from cri_client import CriClient, CriError
 from cri_client import types as cri
+from kopflet import checkpointmanager
 from kopflet.client.kubeapi import API_ERRORS
 from kopflet.cm.cpumanager import cpu_manager, cpuset, topology
 from kopflet.cm.cpumanager import state as checkpoint
@@ -135,10 +136,7 @@ class CPUManager:
                         f"pool {state.default}, reconciled every {self.reconcile_period:g}s")
 
     def _read(self) -> str | None:
-        try:
-            return Path(self.state_file).read_text()
-        except FileNotFoundError:
-            return None
+        return checkpointmanager.read_text(self.state_file)
 
     def _save(self, state: State) -> None:
         """The checkpoint as upstream writes it, atomically: a temporary file, fsynced, renamed over the old one.
@@ -146,14 +144,7 @@ class CPUManager:
         text = checkpoint.encode(self.policy_name, state)
         if text == self._written:
             return
-        path = Path(self.state_file)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        checkpointmanager.write_atomically(self.state_file, text)
         self._written = text
 
     # ------------------------------------------------------------------------------------- admission

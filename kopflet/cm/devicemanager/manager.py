@@ -36,13 +36,13 @@ import dataclasses
 import logging
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, TypeVar
 
 import grpc
 
+from kopflet import checkpointmanager
 from kopflet.api import spec
 from kopflet.apis.podresources.resources import ContainerDevices
 from kopflet.cm.devicemanager import checkpoint, devices
@@ -85,24 +85,12 @@ class DeviceManagerError(Exception):
 
 
 def _write_atomically(path: str, blob: bytes) -> None:
-    """A temporary file of its own in the same directory, fsynced and renamed over ``path``; a failure is logged
-    (upstream logs a failed checkpoint write and goes on)."""
+    """The checkpoint, whole or not at all; a failure is logged (upstream logs a failed checkpoint write and goes
+    on)."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.")
+        checkpointmanager.write_atomically(path, blob)
     except OSError as exc:
         logger.error(f"failed to write checkpoint file {checkpoint.CHECKPOINT_NAME!r}: {exc}")
-        return
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        logger.error(f"failed to write checkpoint file {checkpoint.CHECKPOINT_NAME!r}: {exc}")
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
 
 
 class DeviceManager:

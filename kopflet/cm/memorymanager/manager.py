@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kopflet import checkpointmanager
 from kopflet.api import spec
 from kopflet.apis.podresources.resources import ContainerMemory
 from kopflet.client.kubeapi import API_ERRORS
@@ -156,10 +157,7 @@ class MemoryManager:
                         f"{policy.name} policy, {self.topology_scope} scope")
 
     def _read(self) -> str | None:
-        try:
-            return Path(self.state_file).read_text()
-        except FileNotFoundError:
-            return None
+        return checkpointmanager.read_text(self.state_file)
 
     def _save(self, state: State) -> None:
         """The checkpoint as upstream writes it, atomically: a temporary file, fsynced, renamed over the old one.
@@ -167,14 +165,7 @@ class MemoryManager:
         text = checkpoint.encode(self.policy_name, state)
         if text == self._written:
             return
-        path = Path(self.state_file)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        checkpointmanager.write_atomically(self.state_file, text)
         self._written = text
 
     # ------------------------------------------------------------------------------------- admission

@@ -1,0 +1,40 @@
+"""The kubelet's small state files (upstream pkg/kubelet/checkpointmanager with util/store's FileStore): written
+whole or not at all, so a crash never leaves a torn file that would stop the agent at its next start. Blocking:
+call these in a thread."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+FILE_MODE = 0o644
+
+
+def write_atomically(path: str | os.PathLike[str], data: str | bytes, *, mode: int = FILE_MODE) -> None:
+    """A temporary file of its own next to ``path`` (so two writers never share one), fsynced, given ``mode`` and
+    renamed over ``path``; the directory is made if missing. OSError when it fails (the temporary file is
+    removed)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_text(path: str | os.PathLike[str]) -> str | None:
+    """The file's text; None when there is none (a first start)."""
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        return None
