@@ -38,3 +38,26 @@ def read_text(path: str | os.PathLike[str]) -> str | None:
         return Path(path).read_text()
     except FileNotFoundError:
         return None
+
+
+class CheckpointFile:
+    """One state file that is rewritten as its state changes: read at start, then written only when the text
+    differs from what is on disk (the state is saved on every admission; most change nothing). Blocking: call
+    its methods in a thread."""
+
+    def __init__(self, path: str | os.PathLike[str], *, mode: int = FILE_MODE) -> None:
+        self.path, self.mode = path, mode
+        self._written = ""
+
+    def read(self) -> str | None:
+        """The file's text (None without a file), remembered as what is on disk."""
+        text = read_text(self.path)
+        self._written = text or ""
+        return text
+
+    def write(self, text: str) -> None:
+        """``text`` written atomically, unless the file already holds it. OSError when it cannot be."""
+        if text == self._written:
+            return
+        write_atomically(self.path, text, mode=self.mode)
+        self._written = text

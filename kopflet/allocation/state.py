@@ -37,16 +37,15 @@ class _State:
         self.path = path
         self._lock = threading.Lock()
         self.entries: dict[str, PodAllocation] = {}
-        self._written = ""
-        if path.exists():
-            text = path.read_text()
+        self._file = checkpointmanager.CheckpointFile(path)  # a torn file would stop the agent at its start
+        text = self._file.read()
+        if text is not None:
             try:
                 self.entries = policy.read_checkpoint(text)
             except policy.CheckpointError as exc:
                 raise AllocationError(
                     f"could not restore state from checkpoint: {exc}, please drain this node and delete pod "
                     f"resource information checkpoint file {str(path)!r} before restarting the agent") from exc
-            self._written = text
 
     def get(self, uid: str) -> PodAllocation | None:
         return self.entries.get(uid)
@@ -63,11 +62,7 @@ class _State:
                 self._save()
 
     def _save(self) -> None:
-        text = policy.checkpoint_text(self.entries)
-        if text == self._written:
-            return
-        checkpointmanager.write_atomically(self.path, text)  # a torn file would stop the agent at its start
-        self._written = text
+        self._file.write(policy.checkpoint_text(self.entries))
 
 
 class AllocationManager:

@@ -32,3 +32,16 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path, mon
     with pytest.raises(OSError, match="disk full"):
         checkpointmanager.write_atomically(path, "new")
     assert path.read_text() == "old" and os.listdir(tmp_path) == ["state"]
+
+
+def test_a_checkpoint_file_is_written_only_when_its_text_changes(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    path.write_text("on disk")
+    state = checkpointmanager.CheckpointFile(path)
+    assert state.read() == "on disk"
+    before = path.stat().st_ino
+    state.write("on disk")  # unchanged: not rewritten
+    assert path.stat().st_ino == before
+    state.write("new")
+    assert path.read_text() == "new" and path.stat().st_ino != before
+    assert checkpointmanager.CheckpointFile(tmp_path / "none").read() is None

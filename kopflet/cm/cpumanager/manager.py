@@ -93,7 +93,7 @@ class CPUManager:
         self.cri, self.lock, self.pods, self.running, self.listed = cri, lock, pods, running, listed
         self.policy: StaticPolicy | None = None
         self.state = State()
-        self._written = ""
+        self._file = checkpointmanager.CheckpointFile(self.state_file)
         self.applied: dict[str, CPUSet] = {}
         """What each container (by ID) was last given: at its creation or by an update."""
         self.started = False
@@ -115,14 +115,13 @@ class CPUManager:
         except cpu_manager.ManagerError as err:
             raise CPUManagerError(str(err)) from None
         try:
-            text = await asyncio.to_thread(self._read)
+            text = await asyncio.to_thread(self._file.read)
         except OSError as err:
             raise CPUManagerError(f"start cpu manager error: failed to initialize checkpoint manager: {err}") from None
         try:
             state, write = cpu_manager.restore(self.policy, self.policy_name, text, self.state_file)
         except cpu_manager.ManagerError as err:
             raise CPUManagerError(str(err)) from None
-        self._written = text or ""
         self.state = state
         if write:
             try:
@@ -135,17 +134,9 @@ class CPUManager:
             logger.info(f"cpu manager: static policy, reserved CPUs {self.policy.reserved or '(none)'}, shared "
                         f"pool {state.default}, reconciled every {self.reconcile_period:g}s")
 
-    def _read(self) -> str | None:
-        return checkpointmanager.read_text(self.state_file)
-
     def _save(self, state: State) -> None:
-        """The checkpoint as upstream writes it, atomically: a temporary file, fsynced, renamed over the old one.
-        Blocking: call it in a thread."""
-        text = checkpoint.encode(self.policy_name, state)
-        if text == self._written:
-            return
-        checkpointmanager.write_atomically(self.state_file, text)
-        self._written = text
+        """The checkpoint as upstream writes it, atomically, when it changed. Blocking: call it in a thread."""
+        self._file.write(checkpoint.encode(self.policy_name, state))
 
     # ------------------------------------------------------------------------------------- admission
 

@@ -107,7 +107,7 @@ class MemoryManager:
         self.topology: TopologyManager = NO_TOPOLOGY
         self.policy: StaticPolicy | None = None
         self.state = State()
-        self._written = ""
+        self._file = checkpointmanager.CheckpointFile(self.state_file)
         self._allocatable: tuple[ContainerMemory, ...] = ()
         self.started = False
 
@@ -131,7 +131,7 @@ class MemoryManager:
         except memory_manager.ManagerError as err:
             raise MemoryManagerError(str(err)) from None
         try:
-            text = await asyncio.to_thread(self._read)
+            text = await asyncio.to_thread(self._file.read)
         except OSError as err:
             raise MemoryManagerError(f"start memory manager error: failed to initialize checkpoint manager: "
                                      f"{err}") from None
@@ -139,7 +139,6 @@ class MemoryManager:
             state, write = memory_manager.restore(self.policy, self.policy_name, text, self.state_file)
         except memory_manager.ManagerError as err:
             raise MemoryManagerError(str(err)) from None
-        self._written = text or ""
         self.state = state
         if write:
             try:
@@ -156,17 +155,9 @@ class MemoryManager:
             logger.info(f"memory manager: Static policy, allocatable {free}; topology manager: "
                         f"{policy.name} policy, {self.topology_scope} scope")
 
-    def _read(self) -> str | None:
-        return checkpointmanager.read_text(self.state_file)
-
     def _save(self, state: State) -> None:
-        """The checkpoint as upstream writes it, atomically: a temporary file, fsynced, renamed over the old one.
-        Blocking: call it in a thread."""
-        text = checkpoint.encode(self.policy_name, state)
-        if text == self._written:
-            return
-        checkpointmanager.write_atomically(self.state_file, text)
-        self._written = text
+        """The checkpoint as upstream writes it, atomically, when it changed. Blocking: call it in a thread."""
+        self._file.write(checkpoint.encode(self.policy_name, state))
 
     # ------------------------------------------------------------------------------------- admission
 
