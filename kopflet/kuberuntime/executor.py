@@ -255,7 +255,8 @@ class PodSyncer:
                 raise _ResizeError(f"failed to notify runtime for UpdatePodSandboxResources "
                                    f"(resource={resource_name}); resize rejected: {exc}") from exc
             try:
-                await asyncio.to_thread(self.cgroups.apply, name, change)
+                if name:  # no cgroupsPerQOS: upstream's noop SetPodCgroupConfig (the runtime was told all the same)
+                    await asyncio.to_thread(self.cgroups.apply, name, change)
             except (CgroupError, OSError):
                 try:
                     await self._update_sandbox_resources(pod, sandbox_id, pod_resources)
