@@ -167,6 +167,12 @@ class CriClient:
         response = await self._call("RuntimeService", "Status", pb.StatusRequest(verbose=verbose))
         return convert.runtime_status_from_pb(response)
 
+    async def runtime_config(self) -> types.RuntimeConfig:
+        """The runtime's global configuration (its cgroup driver); UNIMPLEMENTED from runtimes older than the call
+        (containerd 1.x)."""
+        response = await self._call("RuntimeService", "RuntimeConfig", pb.RuntimeConfigRequest())
+        return convert.runtime_config_from_pb(response)
+
     async def check_runtime(self, deadline: float | None = None) -> types.Version:
         """Prove the runtime is reachable and speaks CRI v1; return its Version.
 

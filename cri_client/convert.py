@@ -85,6 +85,16 @@ def version_from_pb(m: pb.VersionResponse) -> types.Version:
     )
 
 
+def runtime_config_to_pb(c: types.RuntimeConfig) -> pb.RuntimeConfigResponse:
+    if c.linux_cgroup_driver is None:
+        return pb.RuntimeConfigResponse()
+    return pb.RuntimeConfigResponse(linux=pb.LinuxRuntimeConfiguration(cgroup_driver=c.linux_cgroup_driver))
+
+
+def runtime_config_from_pb(m: pb.RuntimeConfigResponse) -> types.RuntimeConfig:
+    return types.RuntimeConfig(linux_cgroup_driver=int(m.linux.cgroup_driver) if m.HasField("linux") else None)
+
+
 def runtime_status_to_pb(s: types.RuntimeStatus) -> pb.StatusResponse:
     return pb.StatusResponse(
         status=pb.RuntimeStatus(

@@ -84,6 +84,20 @@ class Version:
     runtime_api_version: str = ""
 
 
+# CRI `CgroupDriver` (the enum's values).
+CGROUP_DRIVER_SYSTEMD = 0
+CGROUP_DRIVER_CGROUPFS = 1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RuntimeConfig:
+    """`RuntimeConfigResponse`: the runtime's global configuration (CRI v1, containerd 2.0 and later)."""
+
+    linux_cgroup_driver: int | None = None
+    """The `CgroupDriver` of its `linux` section (`CGROUP_DRIVER_SYSTEMD`, `CGROUP_DRIVER_CGROUPFS`); None when the
+    runtime sent no `linux` section."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RuntimeCondition:
     """One `RuntimeCondition`; the node's readiness derives from RuntimeReady and NetworkReady."""
@@ -669,6 +683,8 @@ class PodSandboxStatsFilter:
 
 
 __all__ = [
+    "CGROUP_DRIVER_CGROUPFS",
+    "CGROUP_DRIVER_SYSTEMD",
     "NETWORK_READY",
     "RUNTIME_READY",
     "AuthConfig",
@@ -714,6 +730,7 @@ __all__ = [
     "ProfileType",
     "Protocol",
     "RuntimeCondition",
+    "RuntimeConfig",
     "RuntimeHandler",
     "RuntimeStatus",
     "SELinuxOptions",

@@ -28,7 +28,7 @@ from kopflet.certificate.csr import CsrDenied, CsrError
 from kopflet.certificate.manager import ManagerError, new_client_manager
 from kopflet.certificate.openssl import OpensslError
 from kopflet.client.kubeapi import Credentials
-from kopflet.cm.container_manager import KernelTunablesError
+from kopflet.cm.container_manager import CgroupConfigError, KernelTunablesError
 from kopflet.cm.cpumanager.manager import CPUManagerError
 from kopflet.cm.devicemanager.manager import DeviceManagerError
 from kopflet.cm.memorymanager.manager import MemoryManagerError
@@ -187,6 +187,9 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
         # Upstream exits when it cannot serve its API: the apiserver could not reach the node's pods.
         raise kopf.PermanentError(f"cannot serve the kubelet API on {cfg.address}:{cfg.port}: {exc}") from exc
     except (CPUManagerError, MemoryManagerError, ManagerError) as exc:
+        await node.stop(close_runtime=False)
+        raise kopf.PermanentError(str(exc)) from exc  # upstream exits: the same error at every start
+    except CgroupConfigError as exc:
         await node.stop(close_runtime=False)
         raise kopf.PermanentError(str(exc)) from exc  # upstream exits: the same error at every start
     except (KernelTunablesError, DeviceManagerError) as exc:

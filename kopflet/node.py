@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cri_client import CriClient, CriError
+from cri_client import types as cri_types
 from kopflet import backoff as backoffs
 from kopflet.allocation.state import AllocationManager
 from kopflet.apis.podresources.resources import Providers
@@ -27,8 +28,7 @@ from kopflet.apis.podresources.server import PodResourcesServer
 from kopflet.certificate.manager import ServerCertificateManager, new_server_manager
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import Credentials, KubeClient
-from kopflet.cm import helpers as cm_helpers
-from kopflet.cm import node_allocatable
+from kopflet.cm import cgroup_names, node_allocatable
 from kopflet.cm.cgroups import PodCgroups
 from kopflet.cm.container_manager import ContainerManager, KernelTunables
 from kopflet.cm.cpumanager import policy_options
@@ -99,6 +99,48 @@ def read_host_resolv_conf(path: str = "/etc/resolv.conf") -> str:
         return ""
 
 
+CGROUP_DRIVER_ATTEMPTS = 3
+CGROUP_DRIVER_RETRY_DELAY = 2.0
+"""upstream getCgroupDriverFromCRI: three tries, two seconds apart, when RuntimeConfig fails but for UNIMPLEMENTED."""
+
+
+def cgroup_driver_from_runtime_config(config: cri_types.RuntimeConfig) -> str:
+    """The driver a RuntimeConfig answer names ("" without a linux section: the configuration's stays); CriError
+    for a value CRI does not define (upstream: "runtime returned an unknown cgroup driver %d")."""
+    if config.linux_cgroup_driver is None:
+        return ""
+    drivers = {cri_types.CGROUP_DRIVER_SYSTEMD: cgroup_names.DRIVER_SYSTEMD,
+               cri_types.CGROUP_DRIVER_CGROUPFS: cgroup_names.DRIVER_CGROUPFS}
+    if config.linux_cgroup_driver not in drivers:
+        raise CriError("UNKNOWN", f"runtime returned an unknown cgroup driver {config.linux_cgroup_driver}",
+                       "RuntimeService/RuntimeConfig")
+    return drivers[config.linux_cgroup_driver]
+
+
+async def cgroup_driver_from_cri(cri: CriClient, *, delay: float = CGROUP_DRIVER_RETRY_DELAY) -> str:
+    """upstream getCgroupDriverFromCRI: the runtime's cgroup driver, "" when it does not implement RuntimeConfig
+    (containerd 1.x: the configured cgroupDriver is used) or sends no linux section. Other errors are tried three
+    times (the runtime may still be starting), then raised: the agent does not start."""
+    error: CriError | None = None
+    for _ in range(CGROUP_DRIVER_ATTEMPTS):
+        try:
+            config = await cri.runtime_config()
+        except CriError as exc:
+            if exc.unimplemented:
+                logger.info("CRI implementation should be updated to support RuntimeConfig. Falling back to using "
+                            "cgroupDriver from kubelet config.")
+                return ""
+            error = exc
+            await asyncio.sleep(delay)
+            continue
+        driver = cgroup_driver_from_runtime_config(config)
+        if driver:
+            logger.info(f"Using cgroup driver setting received from the CRI runtime: cgroupDriver={driver}")
+        return driver
+    assert error is not None
+    raise error
+
+
 @dataclasses.dataclass(frozen=True)
 class Runtime:
     """The container runtime's endpoints, connected and checked (upstream getRuntimeAndImageServices)."""
@@ -109,6 +151,8 @@ class Runtime:
     name: str
     version: str
     api_version: str
+    cgroup_driver: str = ""
+    """The runtime's cgroup driver (CRI RuntimeConfig), which replaces cgroupDriver; "" when it does not tell."""
 
     @classmethod
     async def connect(cls, cfg: AgentConfig,
@@ -122,10 +166,23 @@ class Runtime:
         except CriError:
             await cri.close()
             raise
+        try:
+            driver = await cgroup_driver_from_cri(cri)
+        except CriError:
+            await cri.close()
+            raise
         image_cri = cri if cfg.image_endpoint == cfg.runtime_endpoint else \
             CriClient(cfg.image_endpoint, timeout=cfg.runtime_request_timeout, observer=observer)
         await image_cri.open()
-        return cls(cri, image_cri, version.runtime_name, version.runtime_version, version.runtime_api_version)
+        return cls(cri, image_cri, version.runtime_name, version.runtime_version, version.runtime_api_version,
+                   driver)
+
+    def configured(self, cfg: AgentConfig) -> AgentConfig:
+        """`cfg` with the runtime's cgroup driver when it told one (upstream getCgroupDriverFromCRI overwrites
+        the configuration before configz is registered and the container manager is built)."""
+        if self.cgroup_driver and self.cgroup_driver != cfg.cgroup_driver:
+            return dataclasses.replace(cfg, cgroup_driver=self.cgroup_driver)
+        return cfg
 
     @property
     def node_version(self) -> str:
@@ -205,6 +262,7 @@ class Node:
         allocation checkpoints are read here; AllocationError when one is unusable; so are the pods' user namespace
         records: UsernsError). `metrics` is the registry
         `runtime`'s observer already counts into (a new one otherwise)."""
+        cfg = runtime.configured(cfg)  # the runtime's cgroup driver, when it tells
         self.cfg, self.runtime, self.host = cfg, runtime, host
         cri = runtime.cri
         self.layout = cfg.layout
@@ -224,7 +282,7 @@ class Node:
         self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api)
         self.allocations = AllocationManager(self.layout)
         self.userns = new_userns_manager(cfg, host)
-        self.cgroups = PodCgroups()
+        self.cgroups = PodCgroups(layout=cfg.cgroup_layout)
         # Admissions, resizes and the CPU manager's own changes one at a time (upstream allocationMutex).
         allocating = asyncio.Lock()
         self.cpu_manager = CPUManager(
@@ -292,7 +350,8 @@ class Node:
                                                                              self.heartbeat.uid))
         self.static_pods = StaticPodSource(cfg, self.api, self.workers, lambda: self.heartbeat.uid) \
             if cfg.pod_manifest_path else None
-        self.stats = StatsCollector(cri, node_name=cfg.node_name, layout=self.layout)
+        self.stats = StatsCollector(cri, node_name=cfg.node_name, layout=self.layout,
+                                    pod_cgroup_candidates=self.cgroups.layout.pod_cgroup_candidates)
         self.eviction = EvictionManager(
             cfg.eviction_config, observe=self._observe_signals, active_pods=self._eviction_candidates,
             evict=self._evict, container_gc=self.container_gc.delete_all_unused,
@@ -319,7 +378,7 @@ class Node:
         allocatable = self.container_manager.allocatable_memory
         return await asyncio.to_thread(
             signals.observe, self.cfg.root_dir, mountpoint or None,
-            pods_cgroup=None if allocatable is None else Path(cm_helpers.CGROUP_ROOT.lstrip("/")),
+            pods_cgroup=None if allocatable is None else Path(self.cgroups.layout.pods_root.lstrip("/")),
             allocatable_memory=allocatable)
 
     async def _image_fs_mountpoint(self) -> str:

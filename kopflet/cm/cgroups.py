@@ -1,8 +1,14 @@
-"""Pod cgroups on the node: the I/O half of `kopflet.cm.helpers` (upstream pkg/kubelet/cm podContainerManager and
-cgroupManager, cgroupfs driver).
+"""Pod cgroups on the node: the I/O half of `kopflet.cm.helpers` and `kopflet.cm.cgroup_names` (upstream
+pkg/kubelet/cm podContainerManager and cgroupManager).
 
-The pod's cgroup (``/kubepods[/burstable|/besteffort]/pod<uid>``) is created with its limits before the sandbox,
-so the runtime nests the sandbox and the containers under it, and rewritten when an in-place resize changes the
+Where the cgroups are is the `cgroup_names.CgroupLayout`'s (cgroupRoot, cgroupsPerQOS, the driver). They are always
+written through cgroupfs: with the systemd driver the names are systemd's slices
+(``/kubepods.slice/kubepods-burstable.slice/...``), which upstream creates through systemd's D-Bus API; the agent
+refuses to start with that driver where systemd is not running (`systemd_running`), so those writes are not made
+on such a host. Without cgroupsPerQOS there are no pod cgroups: the pod cgroup calls are not made.
+
+The pod's cgroup (``/kubepods[/burstable|/besteffort]/pod<uid>`` by default) is created with its limits before the
+sandbox, so the runtime nests the sandbox and the containers under it, and rewritten when an in-place resize changes the
 pod's resources. cgroup v1 gets the cpu, memory and pids controllers written (runc makes the other controllers'
 directories when it places the sandbox); cgroup v2 gets one directory with its controllers enabled.
 
@@ -18,9 +24,15 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kopflet.cm import helpers
+from kopflet.api import spec
+from kopflet.cm import cgroup_names, helpers
 
 FS_ROOT = "/sys/fs/cgroup"
+SYSTEMD_RUNTIME_DIR = "/run/systemd/system"
+"""sd_booted(3): systemd is the init system when this is a directory (opencontainers/cgroups IsRunningSystemd)."""
+# upstream cgroupV1impl.Validate's allowlist (hugetlb only where it is mounted) and getSupportedUnifiedControllers.
+V1_VALIDATED_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "systemd", "pids", "hugetlb")
+V2_VALIDATED_CONTROLLERS = frozenset({"cpu", "cpuset", "memory", "hugetlb", "pids"})
 
 
 class CgroupError(Exception):
@@ -31,12 +43,53 @@ def is_cgroup2(fs_root: str = FS_ROOT) -> bool:
     return (Path(fs_root) / "cgroup.controllers").exists()
 
 
+def systemd_running(runtime_dir: str = SYSTEMD_RUNTIME_DIR) -> bool:
+    """opencontainers/cgroups systemd.IsRunningSystemd: /run/systemd/system is a directory (not a symlink to one)."""
+    path = Path(runtime_dir)
+    return path.is_dir() and not path.is_symlink()
+
+
 class PodCgroups:
     """Create, update, read and remove pod cgroups under `fs_root` (``/sys/fs/cgroup``; tests pass a tree)."""
 
-    def __init__(self, fs_root: str = FS_ROOT, *, v2: bool | None = None) -> None:
+    def __init__(self, fs_root: str = FS_ROOT, *, v2: bool | None = None,
+                 layout: cgroup_names.CgroupLayout = cgroup_names.DEFAULT_LAYOUT) -> None:
         self.fs_root = Path(fs_root)
         self.v2 = is_cgroup2(fs_root) if v2 is None else v2
+        self.layout = layout
+
+    def pod_cgroup_parent(self, pod: spec.Pod) -> str:
+        """The pod's cgroup (the sandbox's CgroupParent); "" without cgroupsPerQOS: no pod cgroup of its own."""
+        return self.layout.pod_cgroup_parent(pod)
+
+    def validate(self, name: cgroup_names.CgroupName) -> str:
+        """upstream cgroupManager.Validate of `name` in the layout's driver spelling: "" when it exists in every
+        hierarchy the kubelet uses (v1: cpu, cpuacct, cpuset, memory, systemd, pids, and hugetlb where mounted), or
+        has every controller the kubelet uses that the root has (v2); else the error, as NewContainerManager
+        words it."""
+        if not name:
+            return ""  # the root cgroup: every hierarchy's mountpoint, there as long as cgroups are
+        literal = self.layout.literal(name).strip("/")
+        if self.v2:
+            def controllers(directory: Path) -> set[str]:
+                return set((directory / "cgroup.controllers").read_text().split())
+            try:
+                available = controllers(self.fs_root)
+                enabled = controllers(self.fs_root / literal)
+            except OSError as exc:
+                path = self.fs_root / literal / "cgroup.controllers"
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                return cgroup_names.root_unreadable_error(name, f"open {path}: {reason[:1].lower()}{reason[1:]}")
+            missing = (V2_VALIDATED_CONTROLLERS & available) - enabled
+            return cgroup_names.root_controllers_error(name, sorted(missing)) if missing else ""
+        missing_paths = []
+        for controller in V1_VALIDATED_CONTROLLERS:
+            mount = self.fs_root / controller
+            if not mount.is_dir():
+                continue  # only the hierarchies mounted here are looked at (upstream's MountPoints)
+            if not (mount / literal).exists():
+                missing_paths.append(str(mount / literal) if literal else str(mount))
+        return cgroup_names.root_validation_error(name, missing_paths) if missing_paths else ""
 
     def _dir(self, name: str, subsystem: str) -> Path:
         relative = name.strip("/")
@@ -118,15 +171,14 @@ class PodCgroups:
 
     def remove(self, uid: str) -> None:
         """Remove the pod's (now empty) cgroup in every hierarchy, whatever its QoS tier was (upstream
-        podContainerManager.Destroy)."""
-        name = f"pod{uid}"
-        root = helpers.CGROUP_ROOT.strip("/")
-        if not self.fs_root.is_dir():
+        podContainerManager.Destroy); nothing without cgroupsPerQOS (upstream skips it then)."""
+        candidates = self.layout.pod_cgroup_candidates(uid)
+        if not candidates or not self.fs_root.is_dir():
             return
         bases = [self.fs_root] + [p for p in self.fs_root.iterdir() if p.is_dir() and not p.is_symlink()]
         for base in bases:
-            for tier in ("", "burstable", "besteffort"):
-                pod_dir = base / root / tier / name
+            for candidate in candidates:
+                pod_dir = base / candidate.strip("/")
                 if not pod_dir.is_dir():
                     continue
                 for dirpath, _dirs, _files in sorted(os.walk(pod_dir), key=lambda w: -len(w[0])):

@@ -8,6 +8,13 @@ At start, ``kubepods`` gets its limits (`node_allocatable.pods_cgroup_config`) a
 be above a lowered limit until evictions bring it down). The QoS tiers follow the pods: every minute and before
 each new pod cgroup, the Burstable tier's cpu shares are the sum of its pods' requests (`helpers.qos_cgroup_configs`).
 
+Where: ``<cgroupRoot>/kubepods`` in the cgroup driver's spelling (`cgroup_names.CgroupLayout`); cgroupRoot must
+exist in every hierarchy first (upstream NewContainerManager's check), else a `CgroupConfigError`. Without
+cgroupsPerQOS there is no ``kubepods`` and no QoS tier (upstream's noop QoS container manager): only a non-empty
+cgroupRoot gets the whole node's shares, memory and pids, as upstream's enforceNodeAllocatableCgroups still writes.
+With the systemd driver where systemd is not running, the agent does not start (`CgroupConfigError`: upstream's
+libcontainer refuses the first cgroup it creates with the same error, and the kubelet exits).
+
 Before any of that, the kernel tunables the kubelet expects are checked (`kernel_tunables`): set to its values, or
 with ``protectKernelDefaults`` a `KernelTunablesError` when one differs, and the agent does not start.
 
@@ -24,8 +31,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 
 from kopflet.api import qos, spec
-from kopflet.cm import helpers, kernel_tunables, node_allocatable
-from kopflet.cm.cgroups import CgroupError, PodCgroups
+from kopflet.cm import cgroup_names, helpers, kernel_tunables, node_allocatable
+from kopflet.cm.cgroups import SYSTEMD_RUNTIME_DIR, CgroupError, PodCgroups, systemd_running
 
 logger = logging.getLogger(__name__)
 
@@ -124,15 +131,23 @@ class KernelTunables:
             raise KernelTunablesError(kernel_tunables.aggregate(errors))
 
 
+class CgroupConfigError(Exception):
+    """cgroupRoot does not exist, or the systemd driver is asked for where systemd is not running: the agent does
+    not start (upstream NewContainerManager's "invalid configuration", or its container manager's start failing)."""
+
+
 class ContainerManager:
     """Owns ``kubepods`` and its QoS tiers; `start` once, then `run` for the periodic QoS update."""
 
     def __init__(self, cgroups: PodCgroups, *, capacity: Mapping[str, Fraction], system_reserved: Mapping[str, str],
                  kube_reserved: Mapping[str, str], enforcement: Iterable[str], hugepage_sizes: Sequence[str],
                  active_pods: Callable[[], Iterable[spec.Pod]], node_event: NodeEvent,
-                 kernel: KernelTunables | None = None) -> None:
-        """`kernel`: the tunables to check and set at start (None: left alone, for a hollow node or a test)."""
-        self.cgroups, self.kernel = cgroups, kernel
+                 kernel: KernelTunables | None = None, systemd_dir: str = SYSTEMD_RUNTIME_DIR) -> None:
+        """`kernel`: the tunables to check and set at start (None: left alone, for a hollow node or a test).
+        The cgroups' layout (`cgroups.layout`) says where ``kubepods`` is; `systemd_dir` is where a running systemd
+        is seen (tests pass a directory)."""
+        self.cgroups, self.kernel, self.systemd_dir = cgroups, kernel, systemd_dir
+        self.layout = cgroups.layout
         self.enforcement = frozenset(enforcement)
         self.pods_config = node_allocatable.pods_cgroup_config(capacity, system_reserved, kube_reserved,
                                                                self.enforcement)
@@ -151,26 +166,44 @@ class ContainerManager:
         """Create the top cgroups and enforce node allocatable (upstream setupNode). The enforcement is retried in
         the background while the kernel refuses it, as upstream's goroutine does. KernelTunablesError first, when
         the kernel tunables are not as needed (setupKernelTunables)."""
+        await self.check_layout()
         if self.kernel is not None:
             await asyncio.to_thread(self.kernel.setup)
-        root = helpers.CGROUP_ROOT
-        tiers = helpers.qos_cgroup_configs(self.active_pods(), hugepage_sizes=self.hugepage_sizes)
-        async with self._lock:
-            for klass in (qos.BURSTABLE, qos.BEST_EFFORT):
-                # Created with the tier's settings, or brought back to them (upstream qosContainerManager.Start).
-                await asyncio.to_thread(self.cgroups.apply, f"{root}/{klass.lower()}", tiers[klass],
-                                        hugepage_sizes=self.hugepage_sizes)
+        if self.layout.cgroups_per_qos:
+            tiers = helpers.qos_cgroup_configs(self.active_pods(), hugepage_sizes=self.hugepage_sizes)
+            async with self._lock:
+                for klass in (qos.BURSTABLE, qos.BEST_EFFORT):
+                    # Created with the tier's settings, or brought back to them (upstream qosContainerManager.Start).
+                    await asyncio.to_thread(self.cgroups.apply, self.layout.qos_cgroup(klass), tiers[klass],
+                                            hugepage_sizes=self.hugepage_sizes)
+        if not self.layout.root_name:
+            return  # cgroupsPerQOS off and no cgroupRoot: the root cgroup is not the kubelet's to limit (upstream)
         self._enforcing = asyncio.create_task(self._enforce(), name="node-allocatable")
         await asyncio.wait([self._enforcing], timeout=5.0)  # its event is usually the first after Starting
 
+    async def check_layout(self) -> None:
+        """CgroupConfigError unless the cgroup layout can be used here: the systemd driver needs systemd running
+        (opencontainers/cgroups manager.New), and with cgroupsPerQOS cgroupRoot must exist (upstream
+        NewContainerManager: cgroupManager.Validate of the root, in the driver's spelling)."""
+        if self.layout.systemd and not await asyncio.to_thread(systemd_running, self.systemd_dir):
+            # upstream: the first cgroup created fails, then "Failed to start ContainerManager" and the kubelet exits
+            raise CgroupConfigError(f"Failed to start ContainerManager: {cgroup_names.SYSTEMD_NOT_RUNNING}")
+        if self.layout.cgroups_per_qos:
+            error = await asyncio.to_thread(self.cgroups.validate, self.layout.configured_root)
+            if error:
+                raise CgroupConfigError(error)
+            logger.info(f"Container manager verified user specified cgroup-root exists: "
+                        f"{self.layout.literal(self.layout.configured_root)}")
+
     async def _enforce(self) -> None:
-        root = helpers.CGROUP_ROOT
+        root = self.layout.pods_root
         while True:
             try:
                 async with self._lock:
                     await asyncio.to_thread(self.cgroups.apply, root, self.pods_config)
             except (CgroupError, OSError) as exc:
-                message = node_allocatable.failed_message(root, str(exc))
+                # upstream formats the internal name (["kubepods"]), whatever the driver
+                message = node_allocatable.failed_message(cgroup_names.to_cgroupfs(self.layout.root_name), str(exc))
                 logger.warning(message)
                 self.node_event("Warning", node_allocatable.FAILED_REASON, message)
                 await asyncio.sleep(ENFORCE_RETRY_PERIOD)
@@ -182,15 +215,16 @@ class ContainerManager:
     async def update_qos(self) -> None:
         """Bring the QoS tiers to what the active pods need (upstream UpdateCgroups); a failure is logged, as
         upstream's caller does, and the pod sync goes on."""
+        if not self.layout.cgroups_per_qos:
+            return  # upstream qosContainerManagerNoop: no QoS tiers
         configs = helpers.qos_cgroup_configs(self.active_pods(), hugepage_sizes=self.hugepage_sizes)
-        root = helpers.CGROUP_ROOT
         try:
             async with self._lock:
                 for klass in (qos.BURSTABLE, qos.BEST_EFFORT):
-                    await asyncio.to_thread(self.cgroups.apply, f"{root}/{klass.lower()}", configs[klass],
+                    await asyncio.to_thread(self.cgroups.apply, self.layout.qos_cgroup(klass), configs[klass],
                                             hugepage_sizes=self.hugepage_sizes)
                 # kubepods' own QoS settings are hugepages only (its cpu and memory are node allocatable's).
-                await asyncio.to_thread(self.cgroups.apply, root, configs[qos.GUARANTEED],
+                await asyncio.to_thread(self.cgroups.apply, self.layout.pods_root, configs[qos.GUARANTEED],
                                         hugepage_sizes=self.hugepage_sizes)
         except (CgroupError, OSError) as exc:
             logger.warning(f"failed to update the QoS cgroups: {exc}")
@@ -208,5 +242,5 @@ class ContainerManager:
                 await self._enforcing
 
 
-__all__ = ["ENFORCE_RETRY_PERIOD", "QOS_UPDATE_PERIOD", "ContainerManager", "KernelTunables", "KernelTunablesError",
-           "running_in_user_namespace"]
+__all__ = ["ENFORCE_RETRY_PERIOD", "QOS_UPDATE_PERIOD", "CgroupConfigError", "ContainerManager", "KernelTunables",
+           "KernelTunablesError", "running_in_user_namespace"]

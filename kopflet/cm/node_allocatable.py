@@ -38,8 +38,9 @@ FAILED_REASON: Final = "FailedNodeAllocatableEnforcement"
 
 
 def validate_enforcement(values: Iterable[str], *, system_reserved_cgroup: str = "",
-                         kube_reserved_cgroup: str = "") -> list[str]:
-    """upstream ValidateKubeletConfiguration's checks of enforceNodeAllocatable, with its messages, in its order."""
+                         kube_reserved_cgroup: str = "", cgroups_per_qos: bool = True) -> list[str]:
+    """upstream ValidateKubeletConfiguration's checks of enforceNodeAllocatable, with its messages, in its order:
+    every enforcement but ``none`` needs cgroupsPerQOS."""
     values = list(values)
     errors = []
     flag = "enforceNodeAllocatable (--enforce-node-allocatable)"
@@ -54,20 +55,26 @@ def validate_enforcement(values: Iterable[str], *, system_reserved_cgroup: str =
             errors.append(f'invalid configuration: duplicated enforcements "{value}" in {flag}')
             continue
         seen.add(value)
+        if value == NONE:
+            if len(values) > 1:
+                errors.append(f"invalid configuration: {flag} may not contain additional enforcements when "
+                              f'"{NONE}" is specified')
+            continue
+        if value not in (PODS, SYSTEM_RESERVED, SYSTEM_RESERVED_COMPRESSIBLE, KUBE_RESERVED,
+                         KUBE_RESERVED_COMPRESSIBLE):
+            errors.append(f'invalid configuration: option "{value}" specified for {flag}. Valid options are "{PODS}", '
+                          f'"{SYSTEM_RESERVED}", "{SYSTEM_RESERVED_COMPRESSIBLE}", "{KUBE_RESERVED}", '
+                          f'"{KUBE_RESERVED_COMPRESSIBLE}" or "{NONE}"')
+            continue
         if value in (SYSTEM_RESERVED, SYSTEM_RESERVED_COMPRESSIBLE) and not system_reserved_cgroup:
             errors.append(f"invalid configuration: systemReservedCgroup (--system-reserved-cgroup) must be specified "
                           f'when "{SYSTEM_RESERVED}" or "{SYSTEM_RESERVED_COMPRESSIBLE}" included in {flag}')
         elif value in (KUBE_RESERVED, KUBE_RESERVED_COMPRESSIBLE) and not kube_reserved_cgroup:
             errors.append(f"invalid configuration: kubeReservedCgroup (--kube-reserved-cgroup) must be specified "
                           f'when "{KUBE_RESERVED}" or "{KUBE_RESERVED_COMPRESSIBLE}" included in {flag}')
-        elif value == NONE and len(values) > 1:
-            errors.append(f"invalid configuration: {flag} may not contain additional enforcements when "
-                          f'"{NONE}" is specified')
-        elif value not in (PODS, SYSTEM_RESERVED, SYSTEM_RESERVED_COMPRESSIBLE, KUBE_RESERVED,
-                           KUBE_RESERVED_COMPRESSIBLE, NONE):
-            errors.append(f'invalid configuration: option "{value}" specified for {flag}. Valid options are "{PODS}", '
-                          f'"{SYSTEM_RESERVED}", "{SYSTEM_RESERVED_COMPRESSIBLE}", "{KUBE_RESERVED}", '
-                          f'"{KUBE_RESERVED_COMPRESSIBLE}" or "{NONE}"')
+        if not cgroups_per_qos:
+            errors.append(f"invalid configuration: cgroupsPerQOS (--cgroups-per-qos) must be set to true when "
+                          f'"{value}" contained in {flag}')
     return errors
 
 

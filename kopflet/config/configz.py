@@ -122,6 +122,9 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("imageMaximumGCAge", lambda c: _duration(c.image_maximum_gc_age), False),
     ("imageGCHighThresholdPercent", lambda c: c.image_gc_high_threshold_percent, False),
     ("imageGCLowThresholdPercent", lambda c: c.image_gc_low_threshold_percent, False),
+    ("cgroupRoot", lambda c: c.cgroup_root, True),
+    ("cgroupsPerQOS", lambda c: c.cgroups_per_qos, False),
+    ("cgroupDriver", lambda c: c.cgroup_driver, True),  # the runtime's when it tells (configz is set after)
     ("cpuManagerPolicy", lambda c: c.cpu_manager_policy, True),
     ("cpuManagerPolicyOptions", lambda c: _map(c.cpu_manager_policy_options), True),
     ("cpuManagerReconcilePeriod", lambda c: _duration(c.cpu_manager_reconcile_period), False),

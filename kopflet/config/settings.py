@@ -30,7 +30,7 @@ import yaml
 
 from kopflet import gotext, paths
 from kopflet.api import qos, validation
-from kopflet.cm import node_allocatable
+from kopflet.cm import cgroup_names, node_allocatable
 from kopflet.cm.cpumanager import policy_options
 from kopflet.cm.memorymanager import memory_manager
 from kopflet.cm.memorymanager.memory_manager import MemoryReservation
@@ -236,6 +236,17 @@ class AgentConfig:
     """``localStorageCapacityIsolation``: the Node reports ``ephemeral-storage`` capacity and allocatable (so pods
     requesting it are admitted) and pods over their emptyDir ``sizeLimit`` or ``ephemeral-storage`` limits are
     evicted. Off, none of that: for hosts where the root filesystem's usage cannot be measured."""
+    cgroup_root: str = ""
+    """``cgroupRoot``: the cgroup the pods' ``kubepods`` goes under (``/custom`` puts them in ``/custom/kubepods``);
+    "" is the root, ``/``. It must exist. Without cgroupsPerQOS: the cgroup whose limits are set to the whole node
+    (none when "")."""
+    cgroups_per_qos: bool = True
+    """``cgroupsPerQOS``: ``kubepods``, its QoS tiers and a cgroup per pod (the pod-level limits). Off: none of them;
+    the sandboxes get no cgroup parent (the runtime's default), and enforceNodeAllocatable must be empty or
+    ``none``."""
+    cgroup_driver: str = cgroup_names.DRIVER_CGROUPFS
+    """``cgroupDriver``: ``cgroupfs`` or ``systemd`` (slices: ``kubepods.slice``, ``kubepods-burstable.slice`` ...).
+    The runtime's own driver (CRI RuntimeConfig) replaces it when the runtime tells."""
     enforce_node_allocatable: tuple[str, ...] = node_allocatable.DEFAULT_ENFORCEMENT
     """``enforceNodeAllocatable``: with ``pods``, all pods together are held to the node's allocatable (capacity less
     systemReserved and kubeReserved) by the limits on ``kubepods``, and eviction watches
@@ -294,6 +305,12 @@ class AgentConfig:
                 self.eviction_soft_grace_period, self.eviction_minimum_reclaim)),
             pressure_transition_period=self.eviction_pressure_transition_period,
             max_pod_grace_period=self.eviction_max_pod_grace_period)
+
+    @property
+    def cgroup_layout(self) -> cgroup_names.CgroupLayout:
+        """Where the pod cgroups are (cgroupRoot, cgroupsPerQOS, cgroupDriver)."""
+        return cgroup_names.CgroupLayout(cgroup_root=self.cgroup_root, cgroups_per_qos=self.cgroups_per_qos,
+                                         driver=self.cgroup_driver)
 
     @property
     def pod_field_selector(self) -> str:
@@ -569,6 +586,24 @@ def _event_limit_errors(values: Mapping[str, Any]) -> list[str]:
     if qps < 0:
         errors.append(f"invalid configuration: eventRecordQPS (--event-qps) {qps} must not be a negative number")
     return errors
+
+
+def _cgroup_error(values: Mapping[str, Any]) -> str:
+    """cgroupDriver is one of the two drivers (upstream takes anything else for cgroupfs; kopflet refuses a typo
+    rather than ignore it), and cgroupRoot spells as a systemd slice with that driver (upstream panics when
+    converting it); "" when fine."""
+    driver = values.get("cgroup_driver", AgentConfig.cgroup_driver)
+    if driver not in cgroup_names.DRIVERS:
+        return (f"invalid configuration: option {gotext.go_quote(driver)} specified for cgroupDriver "
+                f"(--cgroup-driver). Valid options are {gotext.go_quote(cgroup_names.DRIVER_CGROUPFS)} or "
+                f"{gotext.go_quote(cgroup_names.DRIVER_SYSTEMD)}")
+    layout = cgroup_names.CgroupLayout(cgroup_root=values.get("cgroup_root", ""), driver=driver,
+                                       cgroups_per_qos=values.get("cgroups_per_qos", AgentConfig.cgroups_per_qos))
+    try:
+        layout.pods_root  # noqa: B018 (the name converts)
+    except cgroup_names.CgroupNameError as exc:
+        return f"invalid configuration: cgroupRoot (--cgroup-root) {gotext.go_quote(layout.cgroup_root)}: {exc}"
+    return ""
 
 
 def _memory_manager_error(values: Mapping[str, Any]) -> str:
@@ -1115,6 +1150,22 @@ SETTINGS: tuple[Setting, ...] = (
             "requesting it fit), and a pod over an emptyDir sizeLimit or its ephemeral-storage limits is evicted. "
             "Off: neither, nor does the Ready condition need ephemeral-storage capacity; for hosts where the root "
             "filesystem's usage cannot be measured (upstream names rootless kind).", zero_is_default=False),
+    # The pods' cgroups (upstream KubeletConfiguration CgroupRoot, CgroupsPerQOS, CgroupDriver).
+    Setting("cgroup_root", "cgroup-root", "cgroupRoot", STRING, '""',
+            "The cgroup the pods go under: their kubepods cgroup is <cgroup-root>/kubepods (/custom: /custom/kubepods; "
+            "with the systemd driver /custom.slice/custom-kubepods.slice). It must exist in every cgroup hierarchy. "
+            "Empty: the root cgroup (/kubepods). Without --cgroups-per-qos, the cgroup whose cpu shares, memory and "
+            "pids limits are set to the whole node (empty: none)."),
+    Setting("cgroups_per_qos", "cgroups-per-qos", "cgroupsPerQOS", BOOL, "true",
+            "Create the QoS cgroup hierarchy: kubepods, kubepods/burstable and kubepods/besteffort, and a cgroup per "
+            "pod with its pod-level limits. Off: none of them (sandboxes get no cgroup parent, the runtime's "
+            "default; pod cgroup resizes and QoS updates are skipped), and --enforce-node-allocatable must be "
+            "empty or 'none'.", zero_is_default=False),
+    Setting("cgroup_driver", "cgroup-driver", "cgroupDriver", STRING, '"cgroupfs"',
+            "How cgroups are named: 'cgroupfs' (/kubepods/burstable/pod<uid>) or 'systemd' (slices: "
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid with _ for ->.slice). A runtime "
+            "that tells its own driver (CRI RuntimeConfig, containerd 2.0 and later) overrides it. The systemd "
+            "driver needs systemd running as the init system: the agent does not start otherwise."),
     Setting("enforce_node_allocatable", "enforce-node-allocatable", "enforceNodeAllocatable", ENFORCEMENTS, "[pods]",
             "Comma-separated levels at which node allocatable is enforced: 'pods' holds every pod together to "
             "capacity less --system-reserved and --kube-reserved (the limits on the kubepods cgroup, and the "
@@ -1215,7 +1266,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
     "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
     "nodeLeaseDurationSeconds", "volumeStatsAggPeriod", "kubeletCgroups",
-    "systemCgroups", "cgroupRoot", "cgroupsPerQOS", "cgroupDriver", "singleProcessOOMKill",
+    "systemCgroups", "singleProcessOOMKill",
     "draManagerReconcilePeriod", "qosReserved", "hairpinMode",
     "podCIDR", "resolvConf", "runOnce", "cpuCFSQuota", "cpuCFSQuotaPeriod", "nodeStatusMaxImages",
     "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls",
@@ -1460,10 +1511,14 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
         raise ConfigError("--tls-cert-file (tlsCertFile) and --tls-private-key-file (tlsPrivateKeyFile) must be "
                           "given together, or neither for a self-signed certificate in --cert-dir")
     enforcement_errors = node_allocatable.validate_enforcement(
-        values.get("enforce_node_allocatable", AgentConfig.enforce_node_allocatable))
+        values.get("enforce_node_allocatable", AgentConfig.enforce_node_allocatable),
+        cgroups_per_qos=values.get("cgroups_per_qos", AgentConfig.cgroups_per_qos))
     if enforcement_errors:
         raise ConfigError(enforcement_errors[0] if len(enforcement_errors) == 1 else
                           "[" + ", ".join(enforcement_errors) + "]")  # upstream's aggregate error
+    cgroup_error = _cgroup_error(values)
+    if cgroup_error:
+        raise ConfigError(cgroup_error)
     if values.get("exit_on_lock_contention") and not values.get("lock_file"):
         raise ConfigError(LOCK_CONTENTION_WITHOUT_FILE)  # upstream server.go run, before it takes the lock
     if values.get("bootstrap_kubeconfig") and not values.get("kubeconfig"):

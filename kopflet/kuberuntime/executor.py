@@ -34,6 +34,7 @@ from kopflet.api.events import NORMAL, WARNING
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import KubeApiError, KubeClient
 from kopflet.cm import helpers
+from kopflet.cm.cgroup_names import DEFAULT_LAYOUT, CgroupLayout
 from kopflet.cm.cgroups import CgroupError, PodCgroups
 from kopflet.cm.cpumanager.manager import CPUManager
 from kopflet.cm.devicemanager.devices import AllocationError, RunContainerOptions
@@ -72,6 +73,9 @@ class PodSyncer:
     """The memory manager (None: none), set by the constructor."""
     userns: UsernsManager | None = None
     """The user namespace manager (None: ``hostUsers: false`` pods are refused), set by the constructor."""
+    cgroup_layout: CgroupLayout = DEFAULT_LAYOUT
+    """Where the pod cgroups are (the cgroups' layout, set by the constructor; the default for parts built without
+    `__init__` in tests)."""
 
     def __init__(self, cfg: AgentConfig, cri_client: CriClient, api: KubeClient, recorder: EventRecorder,
                  images: ImageManager, backoff: backoffs.Backoff, dns: sandbox_config.DnsSettings,
@@ -97,6 +101,7 @@ class PodSyncer:
         self.layout = layout if layout is not None else cfg.layout
         self.allocations = allocations if allocations is not None else AllocationManager(self.layout)
         self.cgroups = cgroups if cgroups is not None else PodCgroups()
+        self.cgroup_layout = self.cgroups.layout
         self.services, self.node_allocatable = services, node_allocatable
         self.hugepage_sizes, self.masked_paths = tuple(hugepage_sizes), tuple(masked_paths)
         self.images, self.backoff, self.dns = images, backoff, dns
@@ -137,7 +142,7 @@ class PodSyncer:
             handler, handlers = await self.user_namespace_facts(pod)
             mappings = await self.user_namespace_mappings(pod, handler, handlers)
             config = sandbox_config.build_sandbox_config(pod, actions.attempt, dns=self.dns, layout=self.layout,
-                                                         cgroup_parent=helpers.pod_cgroup_parent(pod),
+                                                         cgroup_parent=self.cgroup_layout.pod_cgroup_parent(pod),
                                                          runtime_handler=handler, runtime_handlers=handlers,
                                                          userns_mappings=mappings)
         except (sandbox_config.SandboxConfigError, LookupError, UsernsError) as exc:
@@ -203,7 +208,9 @@ class PodSyncer:
             await asyncio.to_thread(self.allocations.set_actuated_pod, pod.uid, PodAllocation(
                 containers={c.name: resize.effective(level, c.resources)
                             for c in (*pod.spec.init_containers, *pod.spec.containers)}, pod_level=level))
-        name = helpers.pod_cgroup_parent(pod)
+        name = self.cgroup_layout.pod_cgroup_parent(pod)
+        if not name:
+            return True  # no cgroupsPerQOS: no pod cgroup (upstream podContainerManagerNoop.EnsureExists)
         if await asyncio.to_thread(self.cgroups.exists, name):
             return True
         if self.before_pod_cgroup is not None:
@@ -222,9 +229,11 @@ class PodSyncer:
         below it), then per resource (memory, then cpu) the pod cgroup before the containers when it grows and
         after them when it shrinks, each container with one UpdateContainerResources; stop at the first error.
         Before each pod cgroup write the runtime gets the pod's new resources (UpdatePodSandboxResources)."""
-        name = helpers.pod_cgroup_parent(pod)
+        name = self.cgroup_layout.pod_cgroup_parent(pod)
         target = self.pod_cgroup_config(pod)
-        current = await asyncio.to_thread(self.cgroups.read, name)
+        # No cgroupsPerQOS: no pod cgroup; upstream's noop manager reads nothing (the pod's resources stand as
+        # allocated) and writes nothing, so only the containers are resized.
+        current = await asyncio.to_thread(self.cgroups.read, name) if name else target
         if current is None:  # upstream GetPodCgroupConfig failed: nothing is changed, the next sync tries again
             result.resize_error = f'unable to get pod cgroup memory config for pod "{pod.full_name}"'
             logger.warning(f"{pod.namespace}/{pod.name}: resize failed: {result.resize_error}")
@@ -246,7 +255,8 @@ class PodSyncer:
                 raise _ResizeError(f"failed to notify runtime for UpdatePodSandboxResources "
                                    f"(resource={resource_name}); resize rejected: {exc}") from exc
             try:
-                await asyncio.to_thread(self.cgroups.apply, name, change)
+                if name:  # no cgroupsPerQOS: upstream's noop SetPodCgroupConfig (the runtime was told all the same)
+                    await asyncio.to_thread(self.cgroups.apply, name, change)
             except (CgroupError, OSError):
                 try:
                     await self._update_sandbox_resources(pod, sandbox_id, pod_resources)

@@ -33,7 +33,6 @@ from kopflet.api import spec, times
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS
 from kopflet.cm import admission as resource_admission
-from kopflet.cm import helpers
 from kopflet.cm.cgroups import PodCgroups
 from kopflet.cm.cpumanager.cpu_manager import Pods
 from kopflet.cm.cpumanager.manager import CPUManager
@@ -321,8 +320,9 @@ class PodWorkers:
         node = await self.node_info() if decide.needs_node_info(pod, previous, runtime, worker.memory, allocated) \
             else None
         messages = await asyncio.to_thread(self._termination_messages, runtime)
-        pod_cgroup = await asyncio.to_thread(self.cgroups.read, helpers.pod_cgroup_parent(pod)) \
-            if previous.get("phase") == "Running" else None
+        cgroup_name = self.cgroups.pod_cgroup_parent(pod)  # "" without cgroupsPerQOS: none to read
+        pod_cgroup = await asyncio.to_thread(self.cgroups.read, cgroup_name) \
+            if cgroup_name and previous.get("phase") == "Running" else None
         probes = ProbeResults(readiness=self.prober.readiness(uid), started=self.prober.started(uid),
                               liveness_failures=frozenset(self.prober.liveness_failures(uid)),
                               startup_failures=frozenset(self.prober.startup_failures(uid)))

@@ -30,13 +30,13 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from cri_client import CriClient, CriError
 from cri_client import types as cri
-from kopflet.cm import helpers as cm_helpers
+from kopflet.cm.cgroup_names import DEFAULT_LAYOUT
 from kopflet.paths import Layout, escape_qualified_name
 from kopflet.stats import cadvisor, cgroup_stats, summary
 from kopflet.volumes import plugins
@@ -165,15 +165,19 @@ def read_machine(proc: Path, sysfs: Path, etc: Path) -> summary.MachineInfo:
     )
 
 
-def _find_pod_cgroup(base: Path, uid: str) -> str:
+PodCgroupCandidates = Callable[[str], Sequence[str]]
+"""A pod UID -> where its cgroup may be (`cgroup_names.CgroupLayout.pod_cgroup_candidates`)."""
+
+
+def _find_pod_cgroup(base: Path, uid: str,
+                     candidates: PodCgroupCandidates = DEFAULT_LAYOUT.pod_cgroup_candidates) -> str:
     """The pod's cgroup name under `base` (a hierarchy's root), "" when it has none.
 
-    The pod cgroup is where kopflet puts it (cgroupfs driver, `cm.helpers.pod_cgroup_parent`): under the QoS tier,
-    which the stats do not say, so the three places are tried.
+    The pod cgroup is where kopflet puts it (`cgroup_names.CgroupLayout.pod_cgroup`: cgroupRoot, the driver's
+    spelling): under the QoS tier, which the stats do not say, so the three places are tried. None without
+    cgroupsPerQOS.
     """
-    root = cm_helpers.CGROUP_ROOT
-    candidates = [f"{root}{tier}/pod{uid}" for tier in ("", "/burstable", "/besteffort")]
-    return next((c for c in candidates if (base / c.lstrip("/")).is_dir()), "")
+    return next((c for c in candidates(uid) if (base / c.lstrip("/")).is_dir()), "")
 
 
 def _count_processes(directory: Path) -> int | None:
@@ -210,6 +214,7 @@ def _infra_net_dev(procs_dir: Path, sandbox_id: str, proc: Path) -> str | None:
 
 
 def pod_cgroups(pods: Iterable[summary.PodSample], cgroup_root: Path, proc: Path = Path("/proc"),
+                candidates: PodCgroupCandidates = DEFAULT_LAYOUT.pod_cgroup_candidates,
                 ) -> tuple[summary.PodSample, ...]:
     """Each pod with its cgroup's name, its own CPU, memory, process and network numbers, and the pod's and
     containers' memory limits (blocking: run in a thread).
@@ -224,7 +229,7 @@ def pod_cgroups(pods: Iterable[summary.PodSample], cgroup_root: Path, proc: Path
     now = time.time_ns()
     result = []
     for pod in pods:
-        cgroup = _find_pod_cgroup(memory_base, pod.uid)
+        cgroup = _find_pod_cgroup(memory_base, pod.uid, candidates)
         if not cgroup:
             result.append(pod)
             continue
@@ -394,8 +399,11 @@ class StatsCollector:
         cgroup_root: str = "/sys/fs/cgroup",
         sysfs: str = "/sys",
         etc: str = "/etc",
+        pod_cgroup_candidates: PodCgroupCandidates = DEFAULT_LAYOUT.pod_cgroup_candidates,
     ) -> None:
+        """`pod_cgroup_candidates`: where a pod's cgroup may be (the node's cgroup layout)."""
         self.cri, self.node_name, self.layout = cri_client, node_name, layout
+        self.pod_cgroup_candidates = pod_cgroup_candidates
         self.proc, self.cgroup_root = Path(proc), Path(cgroup_root)
         self.sysfs, self.etc = Path(sysfs), Path(etc)
         self._machine: summary.MachineInfo | None = None
@@ -442,7 +450,7 @@ class StatsCollector:
             pods = summary.pod_samples(sandboxes, containers, container_stats, logs=logs)
             pods = await asyncio.to_thread(self._with_host_files, pods)
             pods = await self._with_volumes(pods)
-            pods = await asyncio.to_thread(pod_cgroups, pods, self.cgroup_root, self.proc)
+            pods = await asyncio.to_thread(pod_cgroups, pods, self.cgroup_root, self.proc, self.pod_cgroup_candidates)
         except CriError as e:
             error = f"failed to list pod stats: {e}"
             logger.warning(error)

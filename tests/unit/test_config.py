@@ -481,6 +481,9 @@ mergeDefaultEvictionSettings: true
 seccompDefault: true
 localStorageCapacityIsolation: false
 enforceNodeAllocatable: [none]
+cgroupRoot: /custom
+cgroupsPerQOS: false
+cgroupDriver: systemd
 readOnlyPort: 0
 streamingConnectionIdleTimeout: 30m
 eventRecordQPS: 0
@@ -525,7 +528,7 @@ def test_full_config_file() -> None:
         eviction_max_pod_grace_period=30, merge_default_eviction_settings=True,
         seccomp_default=True, local_storage_capacity_isolation=False, enforce_node_allocatable=("none",),
         streaming_connection_idle_timeout=1800.0, event_record_qps=0, event_burst=20, pod_pids_limit=1024,
-        protect_kernel_defaults=True,
+        protect_kernel_defaults=True, cgroup_root="/custom", cgroups_per_qos=False, cgroup_driver="systemd",
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 
@@ -592,7 +595,7 @@ def test_config_file_defaulting(body: str, expected: dict[str, Any]) -> None:
     ("fooBar: 1\n", 'unknown field "fooBar"'),
     ("maxpods: 1\n", 'unknown field "maxpods" (did you mean maxPods?)'),
     ("qosReserved: {memory: 50%}\n", 'field "qosReserved" is not supported by kopflet'),
-    ("cgroupDriver: systemd\n", 'field "cgroupDriver" is not supported'),
+    ("systemCgroups: /system\n", 'field "systemCgroups" is not supported'),
     ("readOnlyPort: 10255\n", 'field "readOnlyPort": kopflet serves no read-only port'),
     ("makeIPTablesUtilChains: true\n", 'field "makeIPTablesUtilChains" is not supported'),
     ("authentication: []\n", 'field "authentication": expected a mapping, got a list'),
@@ -651,10 +654,10 @@ def test_config_file_errors_name_the_field(body: str, message: str) -> None:
 
 def test_config_file_reports_every_problem_at_once() -> None:
     with pytest.raises(ConfigError) as info:
-        with_file("fooBar: 1\nmaxPods: many\ncgroupDriver: systemd\n")
+        with_file("fooBar: 1\nmaxPods: many\nsystemCgroups: /system\n")
     text = str(info.value)
     assert text.startswith("config file /k.yaml: 3 problems:")
-    for part in ('unknown field "fooBar"', 'field "maxPods"', 'field "cgroupDriver"'):
+    for part in ('unknown field "fooBar"', 'field "maxPods"', 'field "systemCgroups"'):
         assert part in text
 
 
@@ -788,6 +791,20 @@ def test_usage_lists_every_flag() -> None:
     ([], "containerLogMonitorInterval: 1s\n", r"containerLogMonitorInterval must be .* greater than or equal to 3s"),
     (["--container-log-max-size=ten"], "", r"failed to parse container log max size \"ten\""),
     (["--container-log-max-size=0"], "", r"container log max size must be positive"),
+    # cgroupsPerQOS off needs enforceNodeAllocatable empty or none (upstream ValidateKubeletConfiguration)
+    (["--cgroups-per-qos=false"], "", r"^invalid configuration: cgroupsPerQOS \(--cgroups-per-qos\) must be set to "
+     r"true when \"pods\" contained in enforceNodeAllocatable \(--enforce-node-allocatable\)$"),
+    ([], "cgroupsPerQOS: false\nenforceNodeAllocatable: [pods, system-reserved]\n",
+     r"^\[invalid configuration: cgroupsPerQOS \(--cgroups-per-qos\) must be set to true when \"pods\" contained "
+     r"in enforceNodeAllocatable \(--enforce-node-allocatable\), invalid configuration: systemReservedCgroup "
+     r"\(--system-reserved-cgroup\) must be specified when \"system-reserved\" or \"system-reserved-compressible\" "
+     r"included in enforceNodeAllocatable \(--enforce-node-allocatable\), invalid configuration: cgroupsPerQOS "
+     r"\(--cgroups-per-qos\) must be set to true when \"system-reserved\" contained in enforceNodeAllocatable "
+     r"\(--enforce-node-allocatable\)\]$"),
+    (["--cgroup-driver=systemD"], "", r"^invalid configuration: option \"systemD\" specified for cgroupDriver "
+     r"\(--cgroup-driver\)\. Valid options are \"cgroupfs\" or \"systemd\"$"),
+    (["--cgroup-driver=systemd", "--cgroup-root=/a//b"], "",
+     r"^invalid configuration: cgroupRoot \(--cgroup-root\) \"/a//b\": invalid slice name: a--b-kubepods\.slice$"),
     (["--enforce-node-allocatable=pods,none"], "", r"^invalid configuration: enforceNodeAllocatable "
      r"\(--enforce-node-allocatable\) may not contain additional enforcements when \"none\" is specified$"),
     (["--enforce-node-allocatable=system-reserved"], "", r"^invalid configuration: systemReservedCgroup "

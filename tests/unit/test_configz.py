@@ -24,6 +24,7 @@ DEFAULTS = {
     "nodeStatusUpdateFrequency": "10s", "nodeStatusReportFrequency": "5m0s",
     "imageMinimumGCAge": "2m0s", "imageMaximumGCAge": "0s",
     "imageGCHighThresholdPercent": 85, "imageGCLowThresholdPercent": 80,
+    "cgroupsPerQOS": True, "cgroupDriver": "cgroupfs",
     "cpuManagerPolicy": "none", "cpuManagerReconcilePeriod": "10s", "memoryManagerPolicy": "None",
     "topologyManagerPolicy": "none", "topologyManagerScope": "container",
     "runtimeRequestTimeout": "2m0s", "maxPods": 110, "podPidsLimit": -1, "serializeImagePulls": True,
@@ -106,6 +107,10 @@ def test_defaults_in_the_struct_order() -> None:
     # seccompDefault is the file's (upstream's KubeletConfiguration); --seccomp-default is a KubeletFlags field.
     ({"seccomp_default": True}, {"seccompDefault": True}),
     ({"seccomp_default_flag": True}, {}),
+    # The pods' cgroups: cgroupRoot omitempty, cgroupsPerQOS a defaulted pointer (false written), cgroupDriver the
+    # runtime's when it tells (the agent replaces it before configz is built, as upstream's server.go does).
+    ({"cgroup_root": "/custom", "cgroups_per_qos": False, "cgroup_driver": "systemd", "enforce_node_allocatable": ()},
+     {"cgroupRoot": "/custom", "cgroupsPerQOS": False, "cgroupDriver": "systemd", "enforceNodeAllocatable": None}),
     # The CIS settings: eventRecordQPS and podPidsLimit are defaulted pointers (0 kept), eventBurst and
     # protectKernelDefaults omitempty, readOnlyPort always 0 and so never written (as upstream's disabled port).
     ({"event_record_qps": 0, "event_burst": 0, "pod_pids_limit": 0, "streaming_connection_idle_timeout": 0.0},

@@ -363,6 +363,18 @@ ROUND_TRIPS: dict[str, Case] = {
         convert.image_fs_info_to_pb,
         convert.image_fs_info_from_pb,
     ),
+    # RuntimeConfig: systemd is the enum's zero, so only the linux section's presence tells it from "unset".
+    "runtime-config-systemd": (
+        types.RuntimeConfig(linux_cgroup_driver=types.CGROUP_DRIVER_SYSTEMD),
+        convert.runtime_config_to_pb,
+        convert.runtime_config_from_pb,
+    ),
+    "runtime-config-cgroupfs": (
+        types.RuntimeConfig(linux_cgroup_driver=types.CGROUP_DRIVER_CGROUPFS),
+        convert.runtime_config_to_pb,
+        convert.runtime_config_from_pb,
+    ),
+    "runtime-config-no-linux": (types.RuntimeConfig(), convert.runtime_config_to_pb, convert.runtime_config_from_pb),
 }
 
 

@@ -533,3 +533,42 @@ async def test_a_new_pod_cgroup_gets_the_pod_pids_limit(limit: int, pids_max: in
     if pids_max is not None:
         assert helpers.cgroup_v2_files(config)["pids.max"] == str(pids_max)
         assert helpers.cgroup_v1_files(config)["pids"] == {"pids.max": str(pids_max)}
+
+
+# --------------------------------------------------------------------------------- cgroupsPerQOS off
+
+
+async def test_without_cgroups_per_qos_no_pod_cgroup_is_made() -> None:
+    """upstream podContainerManagerNoop.EnsureExists: nothing; the QoS tiers are not updated either."""
+    from kopflet.cm.cgroup_names import CgroupLayout
+    from kopflet.config.settings import AgentConfig
+    from kopflet.kuberuntime.executor import SyncResult
+
+    syncer, _, recorder = make_syncer({})
+    cgroups = RecordingCgroups()
+    syncer.cfg = AgentConfig(node_name="n", cgroups_per_qos=False, enforce_node_allocatable=())
+    syncer.cgroups, syncer.allocations = cgroups, ActuatedAllocations()  # type: ignore[assignment]
+    syncer.cgroup_layout = CgroupLayout(cgroups_per_qos=False)
+    updated: list[bool] = []
+
+    async def update_qos() -> None:
+        updated.append(True)
+
+    syncer.before_pod_cgroup = update_qos
+    assert await syncer.ensure_pod_cgroup(make_pod(), SyncResult())
+    assert cgroups.applied == [] and updated == [] and recorder.events == []
+
+
+async def test_without_cgroups_per_qos_a_resize_changes_the_containers_only() -> None:
+    """upstream's noop pod container manager: GetPodCgroupConfig reads nothing (the allocated resources stand),
+    SetPodCgroupConfig writes nothing; the runtime is still told the pod's resources before each (skipped) write,
+    as upstream's setPodCgroupConfig does."""
+    from kopflet.cm.cgroup_names import CgroupLayout
+
+    syncer, log, allocations = resize_syncer([])
+    syncer.cgroup_layout = CgroupLayout(cgroups_per_qos=False)
+    result = await run_resize(syncer)
+    assert result.resize_error == ""
+    assert [entry for entry in log if entry[0] != "runtime"] == []  # no read-back, no cgroup write
+    assert log == [GROWN_CPU, GROWN_CPU]  # memory then cpu, the allocated values throughout
+    assert len(allocations.pod_level) == 1  # the pod-level resources count as actuated
