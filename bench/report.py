@@ -16,8 +16,32 @@ from bench.stats import ratios, summary
 REFERENCE = "kubelet"
 
 
+def _cgroup_lines(agents: Mapping[str, Any]) -> list[str]:
+    """Each agent's cgroup settings as its /configz gave them, and whether they match."""
+    shown = {name: agent["cgroups"] for name, agent in agents.items() if "cgroups" in agent}
+    if not shown:
+        return []
+
+    def value(v: Any) -> str:
+        if isinstance(v, list):
+            return "[" + ", ".join(v) + "]"
+        return '""' if v == "" else str(v).lower() if isinstance(v, bool) else str(v)
+
+    def spell(settings: Mapping[str, Any]) -> str:
+        return ", ".join(f"{k} {value(v)}" for k, v in settings.items())
+
+    values = list(shown.values())
+    if len(values) > 1 and all(v == values[0] for v in values):
+        return [f"Cgroup settings, the same for {' and '.join(shown)} (read from each agent's /configz): "
+                f"{spell(values[0])}.", ""]
+    return ["Cgroup settings (read from each agent's /configz): "
+            + "; ".join(f"{name}: {spell(v)}" for name, v in shown.items()) + ".", ""]
+
+
 def _agent_summary(raw: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"version": raw.get("version", "")}
+    if "cgroups" in raw:
+        out["cgroups"] = raw["cgroups"]
     if "error" in raw:
         out["error"] = raw["error"]
     if "sequential" in raw:
@@ -116,6 +140,7 @@ def markdown(results: Mapping[str, Any]) -> str:
                   f"({agents[REFERENCE].get('version', '?')}), on the same containerd, with its defaults (API QPS "
                   "50, burst 100) except what this host needs: cgroupDriver cgroupfs, failCgroupV1 false, "
                   "failSwapOn false." + ("" if "error" in agents[REFERENCE] else " It accepted this containerd."), ""]
+    lines += _cgroup_lines(agents)
     for name, agent in agents.items():
         if "error" in agent:
             lines += [f"**{name} did not complete:** `{agent['error']}`", ""]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import threading
 import time
 import uuid
@@ -24,6 +25,23 @@ from cri_client import CriClient, types
 from kopflet.paths import DEFAULT_CONTAINER_LOGS_DIR, DEFAULT_POD_LOG_ROOT
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
+
+# The settings that decide how much cgroup work an agent does per pod, read back from each agent's /configz so
+# the report shows that both ran with the same ones (issue 20: like-for-like figures).
+CGROUP_SETTINGS = ("cgroupsPerQOS", "cgroupDriver", "cgroupRoot", "enforceNodeAllocatable", "cpuManagerPolicy",
+                   "memoryManagerPolicy", "topologyManagerPolicy")
+
+
+def node_cgroup_settings(core: kubernetes.client.CoreV1Api, node: str) -> dict:
+    """The running agent's cgroup settings, through the apiserver's node proxy to its /configz."""
+    response = core.connect_get_node_proxy_with_path(node, "configz", _preload_content=False, _request_timeout=30)
+    return cgroup_settings(json.loads(response.data))
+
+
+def cgroup_settings(configz: dict) -> dict:
+    config = configz.get("kubeletconfig", {})
+    # cgroupRoot is omitempty in v1beta1: absent means "" (the root of each hierarchy).
+    return {key: config.get(key, "" if key == "cgroupRoot" else None) for key in CGROUP_SETTINGS}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,6 +104,7 @@ class Run:
         wait_until(lambda: cluster.node_ready_since(self.core, self.node, since), 120, "the node to be Ready",
                    self.agent)
         self.results["version"] = self.agent.version()
+        self.results["cgroups"] = node_cgroup_settings(self.core, self.node)
         self.results["ready_after_start_seconds"] = round(time.monotonic() - t0, 2)
         time.sleep(self.plan.settle_seconds)  # the first relists and syncs are start-up, not idle
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import audit, report, stats, workload
+from bench import audit, report, run, stats, workload
 from bench.__main__ import README_END, README_START, readme_block
 
 
@@ -153,3 +153,32 @@ def test_workloads_are_bound_and_exit_on_sigterm():
     kinds = {("volumes" in p["spec"], "initContainers" in p["spec"])
              for p in (workload.churn_pod(f"c{i}", "n", i) for i in range(3))}
     assert kinds == {(False, False), (True, False), (False, True)}
+
+
+CGROUPS = {"cgroupsPerQOS": True, "cgroupDriver": "cgroupfs", "cgroupRoot": "", "enforceNodeAllocatable": ["pods"],
+           "cpuManagerPolicy": "none", "memoryManagerPolicy": "None", "topologyManagerPolicy": "none"}
+
+
+def test_cgroup_settings_come_from_configz_with_an_omitted_root_as_empty():
+    configz = {"kubeletconfig": {**{k: v for k, v in CGROUPS.items() if k != "cgroupRoot"}, "podPidsLimit": -1}}
+    assert run.cgroup_settings(configz) == CGROUPS
+
+
+def test_the_report_says_when_both_agents_ran_with_the_same_cgroup_settings():
+    results = _results()
+    for agent in results["agents"].values():
+        agent["cgroups"] = dict(CGROUPS)
+    results["summary"] = report.summarize(results)
+    assert ("Cgroup settings, the same for kopflet and kubelet (read from each agent's /configz): cgroupsPerQOS "
+            'true, cgroupDriver cgroupfs, cgroupRoot "", enforceNodeAllocatable [pods], cpuManagerPolicy none, '
+            "memoryManagerPolicy None, topologyManagerPolicy none.") in report.markdown(results)
+
+
+def test_the_report_shows_each_agents_cgroup_settings_when_they_differ():
+    results = _results()
+    results["agents"]["kopflet"]["cgroups"] = dict(CGROUPS)
+    results["agents"]["kubelet"]["cgroups"] = {**CGROUPS, "cgroupsPerQOS": False}
+    results["summary"] = report.summarize(results)
+    md = report.markdown(results)
+    assert "the same for" not in md
+    assert "kopflet: cgroupsPerQOS true," in md and "; kubelet: cgroupsPerQOS false," in md
