@@ -53,6 +53,9 @@ def readme_block(results: dict, md_name: str) -> str:
                      f"| {ms(a.get('exit_to_status', {}), 'p50')} | {ms(a['delete'], 'p50')} "
                      f"| {a['footprint'].get('idle', {}).get('rss_mib', '-')} "
                      f"| {a.get('api', {}).get('per_pod_total', '-')} |")
+    cgroups = report.cgroup_lines(s["agents"])
+    if cgroups:
+        lines += ["", cgroups[0]]
     lines += ["", README_END]
     return "\n".join(lines)
 
@@ -101,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
             results["agents"][name] = {**r.results, "error": f"{type(exc).__name__}: {exc}"}
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / (now.strftime("%Y-%m-%d") + ("-quick" if args.quick else ""))
+    if not args.quick and stem.with_suffix(".json").exists():
+        stem = stem.with_name(stem.name + now.strftime("-%H%M"))  # a second full run that day keeps the first
     write_outputs(results, stem, update_readme=not args.quick)
     return 1 if any("error" in a for a in results["agents"].values()) else 0
 

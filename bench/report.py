@@ -16,7 +16,7 @@ from bench.stats import ratios, summary
 REFERENCE = "kubelet"
 
 
-def _cgroup_lines(agents: Mapping[str, Any]) -> list[str]:
+def cgroup_lines(agents: Mapping[str, Any]) -> list[str]:
     """Each agent's cgroup settings as its /configz gave them, and whether they match."""
     shown = {name: agent["cgroups"] for name, agent in agents.items() if "cgroups" in agent}
     if not shown:
@@ -140,7 +140,7 @@ def markdown(results: Mapping[str, Any]) -> str:
                   f"({agents[REFERENCE].get('version', '?')}), on the same containerd, with its defaults (API QPS "
                   "50, burst 100) except what this host needs: cgroupDriver cgroupfs, failCgroupV1 false, "
                   "failSwapOn false." + ("" if "error" in agents[REFERENCE] else " It accepted this containerd."), ""]
-    lines += _cgroup_lines(agents)
+    lines += cgroup_lines(agents)
     for name, agent in agents.items():
         if "error" in agent:
             lines += [f"**{name} did not complete:** `{agent['error']}`", ""]

@@ -14,7 +14,16 @@ from devstack import processes, stack
 from devstack.layout import Layout
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent
-from tests.e2e.test_pod_lifecycle import container, events, is_ready, phase, pod_manifest, runtime_sandboxes, wait_pod
+from tests.e2e.test_pod_lifecycle import (
+    container,
+    events,
+    is_ready,
+    phase,
+    pod_manifest,
+    runtime_sandboxes,
+    wait_node_idle,
+    wait_pod,
+)
 
 MAX_PODS = 3
 
@@ -78,17 +87,6 @@ def test_untolerated_no_execute_taint(small_agent: Agent, admin: Kubectl, layout
         admin.run("taint", "node", layout.node_name, "kopflet-test=yes:NoExecute-", check=False)
         admin.run("delete", "pod", "tolerant", "-n", namespace, "--wait=false", check=False)
         processes.start(cm.name, cm.argv, pids=layout.pids, logs=layout.logs, healthy=cm.healthy, timeout=cm.timeout)
-
-
-def wait_node_idle(admin: Kubectl, node: str, timeout: float = 90) -> None:
-    """No pod on the node counts towards max-pods: pods left by earlier tests are gone or terminal."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pods = admin.json("get", "pods", "-A", "--field-selector", f"spec.nodeName={node}")["items"]
-        if all(p.get("status", {}).get("phase") in ("Succeeded", "Failed") for p in pods):
-            return
-        time.sleep(1)
-    raise AssertionError(f"pods still active on {node}: {[p['metadata']['name'] for p in pods]}")
 
 
 def test_out_of_pods(small_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:

@@ -35,7 +35,7 @@ from kopflet.cm.cpumanager import state as checkpoint
 from kopflet.cm.cpumanager.static_policy import State
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent, agent_with
-from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, wait_gone, wait_pod
+from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, wait_gone, wait_node_idle, wait_pod
 
 pytestmark = pytest.mark.skipif(os.path.exists("/sys/fs/cgroup/cgroup.controllers"),
                                 reason="reads the cgroup v1 hierarchy this machine has")
@@ -124,6 +124,7 @@ def test_guaranteed_pods_get_cpus_of_their_own_and_the_rest_share_the_others(
         static_node: None, admin: Kubectl, layout: Layout, namespace: str, tmp_path: Path) -> None:
     node = layout.node_name
     with running(layout, tmp_path, ARGS) as agent:
+        wait_node_idle(admin, node)
         try:
             # A new checkpoint: every CPU shared, nothing assigned; the reserved CPU counts as the cpu reservation.
             state = read_state()

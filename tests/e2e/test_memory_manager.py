@@ -40,7 +40,7 @@ from kopflet.cm.memorymanager import state as checkpoint
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent, agent_with
 from tests.e2e.test_cpu_manager import EXCLUSIVE, rejected, wait_for
-from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, wait_gone, wait_pod
+from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, wait_gone, wait_node_idle, wait_pod
 
 pytestmark = pytest.mark.skipif(os.path.exists("/sys/fs/cgroup/cgroup.controllers"),
                                 reason="reads the cgroup v1 hierarchy this machine has")
@@ -117,6 +117,7 @@ def test_guaranteed_pods_get_numa_memory_and_what_cannot_fit_is_rejected(
         static_node: None, admin: Kubectl, layout: Layout, namespace: str, tmp_path: Path) -> None:
     node = layout.node_name
     with running(layout, tmp_path, ARGS) as agent:
+        wait_node_idle(admin, node)
         try:
             # A new checkpoint: node 0's memory less the 256Mi reserved, all free; the hugepage sizes with 0 pages.
             state = read_state()

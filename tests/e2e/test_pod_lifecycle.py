@@ -58,6 +58,18 @@ def wait_gone(admin: Kubectl, namespace: str, name: str, timeout: float = 60.0) 
     raise AssertionError(f"pod {namespace}/{name} still exists after {timeout}s")
 
 
+def wait_node_idle(admin: Kubectl, node: str, timeout: float = 90) -> None:
+    """No pod on the node counts towards admission (max-pods, cpu, memory): pods left by earlier tests, whose
+    namespaces are deleted without waiting, are gone or terminal. Call it with an agent running: it finishes them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = admin.json("get", "pods", "-A", "--field-selector", f"spec.nodeName={node}")["items"]
+        if all(p.get("status", {}).get("phase") in ("Succeeded", "Failed") for p in pods):
+            return
+        time.sleep(1)
+    raise AssertionError(f"pods still active on {node}: {[p['metadata']['name'] for p in pods]}")
+
+
 def events(admin: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
     items = admin.json("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}")["items"]
     return sorted(items, key=lambda e: e.get("firstTimestamp") or "")

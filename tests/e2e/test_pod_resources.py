@@ -41,7 +41,7 @@ from tests.conftest import Kubectl
 from tests.e2e import test_memory_manager as memory_manager
 from tests.e2e.conftest import agent_with
 from tests.e2e.test_cpu_manager import ARGS, EXCLUSIVE, STATE_FILE, burstable, guaranteed, remove_state_file
-from tests.e2e.test_pod_lifecycle import container, is_ready, pod_manifest, wait_gone, wait_pod
+from tests.e2e.test_pod_lifecycle import container, is_ready, pod_manifest, wait_gone, wait_node_idle, wait_pod
 
 SOCKET = Paths(str(STATE_FILE.parent)).pod_resources_socket  # <root-dir> as the CPU manager's test finds it
 TIMEOUT = 10.0
@@ -94,6 +94,7 @@ def test_exclusive_cpus_and_allocatable_cpus_under_the_static_policy(
         static_node: None, admin: Kubectl, layout: Layout, namespace: str, tmp_path: Path) -> None:
     node = layout.node_name
     with running(layout, tmp_path, ARGS), lister() as client:
+        wait_node_idle(admin, node)
         try:
             assert stat.S_ISSOCK(os.stat(SOCKET).st_mode)
             assert stat.S_IMODE(os.stat(os.path.dirname(SOCKET)).st_mode) == 0o750
@@ -178,6 +179,7 @@ def test_memory_blocks_under_the_static_memory_policy(
         static_memory_node: None, admin: Kubectl, layout: Layout, namespace: str, tmp_path: Path) -> None:
     node = layout.node_name
     with running(layout, tmp_path, memory_manager.ARGS), lister() as client:
+        wait_node_idle(admin, node)
         try:
             # upstream GetAllocatableMemory: per NUMA node and type the allocatable bytes the checkpoint records
             # (this machine has one node; hugepage sizes without pages have none and are left out)

@@ -169,9 +169,11 @@ def test_the_report_says_when_both_agents_ran_with_the_same_cgroup_settings():
     for agent in results["agents"].values():
         agent["cgroups"] = dict(CGROUPS)
     results["summary"] = report.summarize(results)
-    assert ("Cgroup settings, the same for kopflet and kubelet (read from each agent's /configz): cgroupsPerQOS "
-            'true, cgroupDriver cgroupfs, cgroupRoot "", enforceNodeAllocatable [pods], cpuManagerPolicy none, '
-            "memoryManagerPolicy None, topologyManagerPolicy none.") in report.markdown(results)
+    sentence = ("Cgroup settings, the same for kopflet and kubelet (read from each agent's /configz): cgroupsPerQOS "
+                'true, cgroupDriver cgroupfs, cgroupRoot "", enforceNodeAllocatable [pods], cpuManagerPolicy none, '
+                "memoryManagerPolicy None, topologyManagerPolicy none.")
+    assert sentence in report.markdown(results)
+    assert readme_block(results, "x.md").endswith(f"|\n\n{sentence}\n\n{README_END}")
 
 
 def test_the_report_shows_each_agents_cgroup_settings_when_they_differ():
