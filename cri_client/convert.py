@@ -305,6 +305,8 @@ def sandbox_security_context_from_pb(m: pb.LinuxSandboxSecurityContext) -> types
 def linux_sandbox_config_to_pb(lc: types.LinuxSandboxConfig) -> pb.LinuxPodSandboxConfig:
     m = pb.LinuxPodSandboxConfig(cgroup_parent=lc.cgroup_parent, sysctls=_map(lc.sysctls))
     _put(m, "security_context", lc.security_context, sandbox_security_context_to_pb)
+    _put(m, "overhead", lc.overhead, linux_resources_to_pb)
+    _put(m, "resources", lc.resources, linux_resources_to_pb)
     return m
 
 
@@ -313,6 +315,8 @@ def linux_sandbox_config_from_pb(m: pb.LinuxPodSandboxConfig) -> types.LinuxSand
         cgroup_parent=m.cgroup_parent,
         security_context=_get(m, "security_context", sandbox_security_context_from_pb),
         sysctls=_map(m.sysctls),
+        overhead=_get(m, "overhead", linux_resources_from_pb),
+        resources=_get(m, "resources", linux_resources_from_pb),
     )
 
 

@@ -297,11 +297,14 @@ class SandboxSecurityContext:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LinuxSandboxConfig:
-    """`LinuxPodSandboxConfig`: cgroup parent, security context and namespaced sysctls of a pod."""
+    """`LinuxPodSandboxConfig`: cgroup parent, security context and namespaced sysctls of a pod, and the pod's
+    resources without its overhead and the overhead apart (for runtimes that size a sandbox or a VM by them)."""
 
     cgroup_parent: str = ""
     security_context: SandboxSecurityContext | None = None
     sysctls: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    overhead: LinuxContainerResources | None = None
+    resources: LinuxContainerResources | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

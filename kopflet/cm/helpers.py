@@ -16,7 +16,10 @@ InPlacePodLevelResourcesVerticalScaling beta and on, DRANodeAllocatableResources
   `getCPULimit` / `getMemoryLimit` / `generateLinuxContainerResources`) and its oom_score_adj
   (pkg/kubelet/qos/policy.go with pod-level memory requests);
 - the QoS-tier cgroups (`kubepods`, `kubepods/burstable`, `kubepods/besteffort`) as
-  `qosContainerManagerImpl.UpdateCgroups` (cm/qos_container_manager_linux.go) sets them.
+  `qosContainerManagerImpl.UpdateCgroups` (cm/qos_container_manager_linux.go) sets them;
+- `podHasExclusiveCPUs` / `containerHasExclusiveCPUs` (cm/container_manager.go), which decide, with
+  DisableCPUQuotaWithExclusiveCPUs (locked on at 1.37), that a container the CPU manager gave CPUs of its own, its
+  sandbox and its pod cgroup run without CFS quota.
 
 Pure: no I/O. The pod given is the *allocated* pod: during an in-place resize the caller first rewrites the
 spec with the allocated resources (`allocated_pod`), as upstream's allocation manager does
@@ -27,8 +30,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 
 from kopflet.api import qos, spec
@@ -227,6 +231,30 @@ def allocated_pod(pod: spec.Pod, containers: Mapping[str, spec.Resources],
     return dataclasses.replace(pod, spec=pod_spec)
 
 
+# ------------------------------------------------------------------------------------- exclusive CPUs
+
+ExclusiveCPUs = Mapping[str, Collection[int]]
+"""One pod's exclusive CPUs by container name, as the CPU manager holds them (upstream `GetExclusiveCPUs` asked for
+each container): a container absent, or with none, runs on the shared pool; nothing under the none policy."""
+
+NO_EXCLUSIVE_CPUS: ExclusiveCPUs = MappingProxyType({})
+"""No container has CPUs of its own: the none policy, or no CPU manager."""
+
+
+def container_has_exclusive_cpus(exclusive_cpus: ExclusiveCPUs, container: str) -> bool:
+    """Upstream `containerHasExclusiveCPUs` (cm/container_manager.go): the CPU manager gave `container` CPUs of its
+    own, so its CFS quota is not enforced (DisableCPUQuotaWithExclusiveCPUs, locked on at 1.37: a quota on pinned
+    CPUs only throttles them). PodLevelResourceManagers is off at 1.37: no pod-level isolation to ask about."""
+    return bool(exclusive_cpus.get(container))
+
+
+def pod_has_exclusive_cpus(pod: spec.Pod, exclusive_cpus: ExclusiveCPUs) -> bool:
+    """Upstream `podHasExclusiveCPUs`: any init or regular container of `pod` has exclusive CPUs (ephemeral ones are
+    not asked; they never get any), so the pod cgroup and the sandbox run without CFS quota."""
+    return any(container_has_exclusive_cpus(exclusive_cpus, c.name)
+               for c in (*pod.spec.init_containers, *pod.spec.containers))
+
+
 # --------------------------------------------------------------------------------------- the pod cgroup
 
 
@@ -238,14 +266,17 @@ def pod_resource_config(pod: spec.Pod, *, cpu_cfs_quota: bool = True, cpu_cfs_qu
                         enforce_memory_qos: bool = False,
                         memory_reservation_policy: str = MEMORY_RESERVATION_NONE,
                         memory_throttling_factor: float | None = None, page_size: int = DEFAULT_PAGE_SIZE,
-                        pod_pids_limit: int | None = None, qos_class: str | None = None) -> ResourceConfig:
+                        pod_pids_limit: int | None = None, qos_class: str | None = None,
+                        exclusive_cpus: ExclusiveCPUs = NO_EXCLUSIVE_CPUS) -> ResourceConfig:
     """The pod cgroup's settings (upstream `ResourceConfigForPod`, plus what `EnsureExists` adds).
 
     `pod` is the allocated pod (`allocated_pod`). Requests and limits are summed as upstream (sidecars and init
     containers, pod-level resources replacing the sums, overhead added). cpu shares always, from the requests
     (2 for BestEffort); Guaranteed pods get quota, period and memory limit; Burstable ones get quota and period
     only if every init and regular container has a cpu limit or the pod has a pod-level cpu limit, and the
-    memory limit likewise. Quota is -1 (unlimited) without `cpu_cfs_quota`. `cpu_cfs_quota_period` is in µs.
+    memory limit likewise. Quota is -1 (unlimited) without `cpu_cfs_quota`, and when a container has CPUs of its
+    own in `exclusive_cpus` (the CPU manager's for this pod: `pod_has_exclusive_cpus`; upstream EnsureExists and
+    doPodResizeAction pass enforceCPULimits=false then). `cpu_cfs_quota_period` is in µs.
 
     `enforce_memory_qos` is upstream's "MemoryQoS gate on (the default) and cgroup v2": with the TieredReservation
     `memory_reservation_policy` the pod's memory request goes to memory.min (Guaranteed) or memory.low, and with
@@ -264,7 +295,7 @@ def pod_resource_config(pod: spec.Pod, *, cpu_cfs_quota: bool = True, cpu_cfs_qu
 
     cpu_shares = milli_cpu_to_shares(qos.milli_value(requests.get(CPU, 0)))
     cpu_quota = milli_cpu_to_quota(qos.milli_value(limits.get(CPU, 0)), cpu_cfs_quota_period)
-    if not cpu_cfs_quota:
+    if not cpu_cfs_quota or pod_has_exclusive_cpus(pod, exclusive_cpus):  # upstream's enforceCPULimits false
         cpu_quota = -1
     memory = qos.value(limits.get(MEMORY, 0))
 
@@ -670,15 +701,18 @@ __all__ = [
     "MILLI_CPU_TO_CPU",
     "MIN_QUOTA_PERIOD",
     "MIN_SHARES",
+    "NO_EXCLUSIVE_CPUS",
     "QUOTA_PERIOD",
     "SHARES_PER_CPU",
     "ContainerLimits",
+    "ExclusiveCPUs",
     "ResourceConfig",
     "aggregate_container_requests",
     "allocated_pod",
     "cgroup_v1_files",
     "cgroup_v2_files",
     "container_effective_limits",
+    "container_has_exclusive_cpus",
     "container_oom_score_adj",
     "container_resource_config",
     "cpu_config_from_v1",
@@ -693,6 +727,7 @@ __all__ = [
     "milli_cpu_to_quota",
     "milli_cpu_to_shares",
     "pod_cgroup_parent",
+    "pod_has_exclusive_cpus",
     "pod_level_requests_set",
     "pod_level_resources_set",
     "pod_limits",

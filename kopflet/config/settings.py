@@ -1174,7 +1174,8 @@ SETTINGS: tuple[Setting, ...] = (
     # The CPU manager (upstream pkg/kubelet/cm/cpumanager).
     Setting("cpu_manager_policy", "cpu-manager-policy", "cpuManagerPolicy", STRING, '"none"',
             "CPU manager policy: 'none' or 'static' (a Guaranteed pod's containers with integer CPU requests get "
-            "exclusive CPUs, every other container the shared pool; needs a CPU reservation: --kube-reserved or "
+            "exclusive CPUs and no CFS quota, every other container the shared pool; needs a CPU reservation: "
+            "--kube-reserved or "
             "--system-reserved cpu, or --reserved-cpus). A policy change needs <root-dir>/cpu_manager_state "
             "removed (drain the node first)."),
     Setting("cpu_manager_policy_options", "cpu-manager-policy-options", "cpuManagerPolicyOptions", POLICY_OPTIONS,

@@ -146,7 +146,8 @@ def hugepage_limits(pod: spec.Pod, container: spec.ContainerSpec,
 def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capacity: int,
                     cpu_cfs_quota: bool = True, memory_oom_group: bool = False,
                     hugepage_sizes: Sequence[str] = (), cpuset_cpus: str = "",
-                    cpuset_mems: str = "") -> cri.LinuxContainerResources:
+                    cpuset_mems: str = "",
+                    exclusive_cpus: helpers.ExclusiveCPUs = helpers.NO_EXCLUSIVE_CPUS) -> cri.LinuxContainerResources:
     """The container's cgroup settings (upstream `generateLinuxContainerResources`).
 
     cpu shares from the cpu request, or from the cpu limit when no request is set (what the apiserver
@@ -156,15 +157,22 @@ def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capa
     (`hugepage_page_sizes`), each given a limit (`hugepage_limits`). Swap is not configured. `cpuset_cpus` is what
     the CPU manager gives the container (upstream PreCreateContainer: its exclusive CPUs or the shared pool under
     the static policy; "" leaves the runtime's default), `cpuset_mems` the NUMA nodes of the memory manager's
-    blocks for it (the Static policy; "" leaves the runtime's default).
+    blocks for it (the Static policy; "" leaves the runtime's default). `exclusive_cpus` are the pod's exclusive
+    CPUs by container (`helpers.ExclusiveCPUs`): when this container has some, its quota is -1, unlimited, with the
+    period still set (upstream DisableCPUQuotaWithExclusiveCPUs, locked on at 1.37; nothing without
+    `cpu_cfs_quota`).
     """
     # Under pod-level resources a container without its own cpu/memory limit takes the pod's (upstream
     # getCPULimit/getMemoryLimit), and the pod-level memory request counts in its OOM score.
     effective = helpers.container_effective_limits(pod, container)
+    quota = 0
+    if cpu_cfs_quota:  # upstream calculateLinuxResources(..., disableCPUQuota)
+        quota = -1 if helpers.container_has_exclusive_cpus(exclusive_cpus, container.name) else \
+            helpers.milli_cpu_to_quota(effective.cpu_limit_milli)
     return cri.LinuxContainerResources(
         cpu_shares=helpers.milli_cpu_to_shares(effective.cpu_request_milli),
         cpu_period=helpers.QUOTA_PERIOD if cpu_cfs_quota else 0,
-        cpu_quota=helpers.milli_cpu_to_quota(effective.cpu_limit_milli) if cpu_cfs_quota else 0,
+        cpu_quota=quota,
         memory_limit_in_bytes=effective.memory_limit,
         oom_score_adj=helpers.container_oom_score_adj(pod, container, memory_capacity),
         hugepage_limits=hugepage_limits(pod, container, hugepage_sizes),
@@ -179,9 +187,9 @@ def calculate_linux_resources(cpu_request: qos.Quantity | None, cpu_limit: qos.Q
                               disable_cpu_quota: bool = False,
                               memory_oom_group: bool = False) -> cri.LinuxContainerResources:
     """cgroup settings from bare cpu and memory quantities, not from a container (upstream
-    `calculateLinuxResources`, which the pod's overhead goes through): shares from the request, or from the limit
-    when only that is given; a memory limit only when non-zero; period and quota with CFS quota on (-1 when
-    `disable_cpu_quota`)."""
+    `calculateLinuxResources`, which the pod's overhead and the sandbox's resources go through): shares from the
+    request, or from the limit when only that is given; a memory limit only when non-zero; period and quota with
+    CFS quota on (-1 when `disable_cpu_quota`)."""
     shares_from = cpu_limit if cpu_request is None and cpu_limit is not None else cpu_request
     memory = qos.value(memory_limit) if memory_limit is not None else 0
     period = quota = 0
@@ -192,6 +200,23 @@ def calculate_linux_resources(cpu_request: qos.Quantity | None, cpu_limit: qos.Q
         cpu_shares=helpers.milli_cpu_to_shares(qos.milli_cpu(shares_from)),
         cpu_period=period, cpu_quota=quota, memory_limit_in_bytes=memory,
         unified={"memory.oom.group": "1"} if memory_oom_group else {})
+
+
+def sandbox_linux_resources(pod: spec.Pod, *, cpu_cfs_quota: bool = True,
+                            exclusive_cpus: helpers.ExclusiveCPUs = helpers.NO_EXCLUSIVE_CPUS,
+                            memory_oom_group: bool = False) -> cri.LinuxContainerResources:
+    """The sandbox's ``LinuxPodSandboxConfig.resources`` at RunPodSandbox (upstream `calculateSandboxResources`):
+    the pod's requests and limits without its overhead (sent apart: `resize.overhead_linux_resources`), pod-level
+    resources replacing the containers' sums, through `calculate_linux_resources`; the cpu request only when one is
+    set. With a container holding exclusive CPUs (`helpers.pod_has_exclusive_cpus`) the quota is -1 (upstream
+    DisableCPUQuotaWithExclusiveCPUs)."""
+    raw = {key: value for key, value in pod.spec.raw.items() if key != "overhead"}  # upstream's ExcludeOverhead
+    bare = dataclasses.replace(pod, spec=dataclasses.replace(pod.spec, raw=raw))
+    requests, limits = helpers.pod_requests(bare), helpers.pod_limits(bare)
+    return calculate_linux_resources(requests.get(helpers.CPU), limits.get(helpers.CPU, 0),
+                                     limits.get(helpers.MEMORY, 0), cpu_cfs_quota=cpu_cfs_quota,
+                                     disable_cpu_quota=helpers.pod_has_exclusive_cpus(pod, exclusive_cpus),
+                                     memory_oom_group=memory_oom_group)
 
 
 # ------------------------------------------------------------------------------------------- security
@@ -419,7 +444,8 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
                            cpuset_cpus: str = "", cpuset_mems: str = "",
                            devices: Sequence[cri.Device] = (),
                            cdi_devices: Sequence[str] = (),
-                           device_annotations: Mapping[str, str] = {}) -> cri.ContainerConfig:
+                           device_annotations: Mapping[str, str] = {},
+                           exclusive_cpus: helpers.ExclusiveCPUs = helpers.NO_EXCLUSIVE_CPUS) -> cri.ContainerConfig:
     """The ContainerConfig for CreateContainer (upstream `generateContainerConfig`).
 
     `restart_count` is the new instance's (the previous instance's count + 1, 0 for the first): it becomes
@@ -428,8 +454,9 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
     ephemeral container with a targetContainerName, the target's container id (`target_pid_namespace`).
     `masked_paths` are the node's default masked paths, `seccomp_profile_root` its ``<root-dir>/seccomp``,
     `seccomp_default` the kubelet's ``seccompDefault`` and `userns` the sandbox's user namespace
-    (`container_security_context`); `hugepage_sizes` its hugepage sizes, `cpuset_cpus` the CPU manager's cpuset
-    and `cpuset_mems` the memory manager's NUMA nodes for it (`linux_resources`). `devices`, `cdi_devices` and
+    (`container_security_context`); `hugepage_sizes` its hugepage sizes, `cpuset_cpus` the CPU manager's cpuset,
+    `exclusive_cpus` the pod's exclusive CPUs (no CFS quota for a container holding some) and `cpuset_mems` the
+    memory manager's NUMA nodes for it (`linux_resources`). `devices`, `cdi_devices` and
     `device_annotations` come from the device plugins' Allocate answers (upstream makeDevices, makeCDIDevices;
     newContainerAnnotations lets the kubelet's own annotations override the plugins'); their envs and mounts are
     the caller's, before the container's own. runAsNonRoot is the
@@ -460,7 +487,8 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
         linux=cri.LinuxContainerConfig(
             resources=linux_resources(pod, container, memory_capacity=memory_capacity, cpu_cfs_quota=cpu_cfs_quota,
                                       memory_oom_group=memory_oom_group, hugepage_sizes=hugepage_sizes,
-                                      cpuset_cpus=cpuset_cpus, cpuset_mems=cpuset_mems),
+                                      cpuset_cpus=cpuset_cpus, cpuset_mems=cpuset_mems,
+                                      exclusive_cpus=exclusive_cpus),
             security_context=target_pid_namespace(
                 container_security_context(pod, container, masked_paths=masked_paths,
                                            seccomp_profile_root=seccomp_profile_root,
@@ -487,6 +515,7 @@ __all__ = [
     "possible_cpus",
     "proc_mount_paths",
     "restart_count_from_log_names",
+    "sandbox_linux_resources",
     "seccomp_profile",
     "should_mount_etc_hosts",
     "target_pid_namespace",

@@ -67,6 +67,8 @@ MINIMUM_GRACE_PERIOD = 2
 
 
 class PodSyncer:
+    cpus: CPUManager | None = None
+    """The CPU manager (None: none; also for parts built without `__init__` in tests), set by the constructor."""
     devices: DeviceManager | None = None
     """The device manager (None: no device plugins; also for parts built without `__init__` in tests)."""
     memory: MemoryManager | None = None
@@ -141,10 +143,14 @@ class PodSyncer:
         try:
             handler, handlers = await self.user_namespace_facts(pod)
             mappings = await self.user_namespace_mappings(pod, handler, handlers)
-            config = sandbox_config.build_sandbox_config(pod, actions.attempt, dns=self.dns, layout=self.layout,
-                                                         cgroup_parent=self.cgroup_layout.pod_cgroup_parent(pod),
-                                                         runtime_handler=handler, runtime_handlers=handlers,
-                                                         userns_mappings=mappings)
+            # upstream applySandboxResources: the pod's resources (no CFS quota when a container has exclusive
+            # CPUs: calculateSandboxResources) and its overhead apart
+            config = sandbox_config.build_sandbox_config(
+                pod, actions.attempt, dns=self.dns, layout=self.layout,
+                cgroup_parent=self.cgroup_layout.pod_cgroup_parent(pod), runtime_handler=handler,
+                runtime_handlers=handlers, userns_mappings=mappings,
+                resources=container_config.sandbox_linux_resources(pod, exclusive_cpus=self.exclusive_cpus(pod)),
+                overhead=resize.overhead_linux_resources(pod))
         except (sandbox_config.SandboxConfigError, LookupError, UsernsError) as exc:
             # Upstream createPodSandbox: generatePodSandboxConfig's error (a hostUsers: false pod on a runtime
             # without user namespaces, or with no ID range left, among them) becomes the FailedCreatePodSandBox
@@ -185,9 +191,16 @@ class PodSyncer:
 
     # ---------------------------------------------------------------------------------- pod cgroup, resize
 
+    def exclusive_cpus(self, pod: spec.Pod) -> helpers.ExclusiveCPUs:
+        """The pod's exclusive CPUs by container, as the CPU manager holds them since admission (upstream
+        GetExclusiveCPUs); none without a CPU manager or under its none policy."""
+        return self.cpus.exclusive_cpus(pod.uid) if self.cpus is not None else helpers.NO_EXCLUSIVE_CPUS
+
     def pod_cgroup_config(self, pod: spec.Pod) -> helpers.ResourceConfig:
-        """The allocated pod's cgroup settings (upstream ResourceConfigForPod with the kubelet's flags)."""
-        return helpers.pod_resource_config(pod)
+        """The allocated pod's cgroup settings (upstream ResourceConfigForPod with the kubelet's flags): CFS quota -1
+        when a container has exclusive CPUs (upstream EnsureExists and doPodResizeAction with
+        DisableCPUQuotaWithExclusiveCPUs: enforceCPULimits false)."""
+        return helpers.pod_resource_config(pod, exclusive_cpus=self.exclusive_cpus(pod))
 
     def new_pod_cgroup_config(self, pod: spec.Pod) -> helpers.ResourceConfig:
         """The settings a new pod cgroup is made with: `pod_cgroup_config` and, when ``podPidsLimit`` is positive,
@@ -344,7 +357,8 @@ class PodSyncer:
                                    limits={k: v for k, v in resources.limits.items() if _nonzero(v)})
         shaped = dataclasses.replace(container, resources=resources)
         linux = container_config.linux_resources(pod, shaped, memory_capacity=self.node_memory_capacity,
-                                                 hugepage_sizes=self.hugepage_sizes)
+                                                 hugepage_sizes=self.hugepage_sizes,
+                                                 exclusive_cpus=self.exclusive_cpus(pod))
         await self.cri.containers.update_resources(update.container_id, linux)
         result.resized.append(update.container_id)
         actuated = self.allocations.actuation(pod.uid)
@@ -492,7 +506,8 @@ class PodSyncer:
                 userns=_sandbox_user_namespace(config), cpuset_cpus=cpus, cpuset_mems=mems,
                 devices=[cri.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
                          for d in device_opts.devices],
-                cdi_devices=device_opts.cdi_devices, device_annotations=dict(device_opts.annotations))
+                cdi_devices=device_opts.cdi_devices, device_annotations=dict(device_opts.annotations),
+                exclusive_cpus=self.exclusive_cpus(pod))  # no CFS quota on exclusive CPUs
             container_id = await self.cri.containers.create(sandbox_id, ccfg, config)
         except container_config.ContainerConfigError as exc:  # upstream generateContainerConfig's errors
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))

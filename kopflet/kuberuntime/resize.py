@@ -329,8 +329,10 @@ def pod_status_resources(pod: spec.Pod, *, running: bool, cgroup: Any,
         if memory is not None:
             requests[MEMORY] = quantity_text(memory, binary=True)
     quota = getattr(cgroup, "cpu_quota", None)
-    if quota is not None:
-        milli = helpers.quota_to_milli_cpu(quota, getattr(cgroup, "cpu_period", None) or 100000)
+    # upstream CPULimitsFromConfig: no limit read back for an unlimited quota (-1: cpuCFSQuota off, or exclusive
+    # CPUs), and then the previous status keeps its value, as for an unreadable cgroup
+    milli = 0 if quota is None else helpers.quota_to_milli_cpu(quota, getattr(cgroup, "cpu_period", None) or 100000)
+    if milli > 0:
         if milli > MIN_MILLI_CPU_LIMIT or qos.milli_cpu(limits.get(CPU)) > MIN_MILLI_CPU_LIMIT:
             limits[CPU] = _milli_text(milli)
     elif CPU in old_limits:

@@ -427,10 +427,13 @@ def sort_pod_ips(ips: Sequence[str], node_ips: Sequence[str] = ()) -> list[str]:
 
 
 def linux_sandbox_config(pod: spec.Pod, cgroup_parent: str = "",
-                         userns: cri.UserNamespace | None = None) -> cri.LinuxSandboxConfig:
+                         userns: cri.UserNamespace | None = None, *,
+                         resources: cri.LinuxContainerResources | None = None,
+                         overhead: cri.LinuxContainerResources | None = None) -> cri.LinuxSandboxConfig:
     """Upstream `generatePodSandboxLinuxConfig`: cgroup parent, sysctls and the sandbox security context
     (namespaces with `userns`, runAsUser/Group, groups, SELinux, privileged if any container is, seccomp
-    RuntimeDefault).
+    RuntimeDefault), with the caller's `resources` and `overhead` (upstream applySandboxResources:
+    `container_config.sandbox_linux_resources`, `resize.overhead_linux_resources`).
 
     The sandbox's seccomp profile is RuntimeDefault whatever the pod asks (upstream forces it, issue #84623: the
     pause container needs nothing more, and a pod-level profile then cannot keep the sandbox from starting); the
@@ -453,19 +456,24 @@ def linux_sandbox_config(pod: spec.Pod, cgroup_parent: str = "",
             privileged=has_privileged_container(pod),
             seccomp=cri.SecurityProfile(profile_type=cri.ProfileType.RUNTIME_DEFAULT),
         ),
+        overhead=overhead,
+        resources=resources,
     )
 
 
 def build_sandbox_config(pod: spec.Pod, attempt: int, *, dns: DnsSettings, layout: paths.Layout,
                          cgroup_parent: str = "", runtime_handler: str = "",
                          runtime_handlers: Sequence[cri.RuntimeHandler] = (),
-                         userns_mappings: cri.UserNamespace | None = None) -> cri.PodSandboxConfig:
+                         userns_mappings: cri.UserNamespace | None = None,
+                         resources: cri.LinuxContainerResources | None = None,
+                         overhead: cri.LinuxContainerResources | None = None) -> cri.PodSandboxConfig:
     """The PodSandboxConfig for RunPodSandbox (upstream `generatePodSandboxConfig`).
 
     The log directory is the pod's under `layout`'s log root (`BuildPodLogsDirectory`). Hostname only off the
     host network (the runtime uses the node's otherwise). DNS warnings are dropped here: call `pod_dns_config`
     to get them for events. `runtime_handler` and `runtime_handlers` decide ``hostUsers: false``, and
-    `userns_mappings` is then the pod's user namespace (`user_namespace`). Raises SandboxConfigError.
+    `userns_mappings` is then the pod's user namespace (`user_namespace`). `resources` and `overhead` are the
+    pod's, as upstream applySandboxResources adds them (None: left out). Raises SandboxConfigError.
     """
     hostname = ""
     if not pod.spec.host_network:
@@ -480,7 +488,8 @@ def build_sandbox_config(pod: spec.Pod, attempt: int, *, dns: DnsSettings, layou
         labels=labels.sandbox_labels(pod),
         annotations=labels.sandbox_annotations(pod),
         linux=linux_sandbox_config(pod, cgroup_parent, user_namespace(
-            pod, runtime_handler=runtime_handler, runtime_handlers=runtime_handlers, mappings=userns_mappings)),
+            pod, runtime_handler=runtime_handler, runtime_handlers=runtime_handlers, mappings=userns_mappings),
+            resources=resources, overhead=overhead),
     )
 
 

@@ -76,6 +76,11 @@ SANDBOX_CONFIG_FULL = types.PodSandboxConfig(
             apparmor=types.SecurityProfile(profile_type=types.ProfileType.LOCALHOST, localhost_ref="k8s-prof"),
         ),
         sysctls={"net.ipv4.ip_unprivileged_port_start": "0"},
+        # an empty overhead is sent as a message all the same (upstream's pointer to an empty struct); -1: no CFS
+        # quota, as a pod with exclusive CPUs gets it
+        overhead=types.LinuxContainerResources(),
+        resources=types.LinuxContainerResources(cpu_shares=2048, cpu_period=100000, cpu_quota=-1,
+                                                memory_limit_in_bytes=256 * 2**20),
     ),
 )
 CONTAINER_CONFIG_FULL = types.ContainerConfig(

@@ -52,6 +52,7 @@ __all__ = [
     "allocatable_cpu_ids",
     "container_cpu_ids",
     "new_policy",
+    "pod_exclusive_cpus",
     "reconcile_updates",
     "remove_stale_state",
     "reserved_cpu_set",
@@ -273,6 +274,13 @@ def container_cpu_ids(state: State, pod_uid: str, container: str) -> tuple[int, 
     pool, or the none policy). Sorted (upstream's order is a Go map's)."""
     cpus = state.get(pod_uid, container)
     return () if cpus is None else tuple(cpus.sorted())
+
+
+def pod_exclusive_cpus(state: State, pod_uid: str) -> dict[str, CPUSet]:
+    """Upstream `GetExclusiveCPUs` for each container of the pod: the non-empty assignments the state holds for it
+    (none under the none policy, whose state has no assignments), by container name. What decides that a container,
+    its pod cgroup and its sandbox run without CFS quota (`helpers.pod_has_exclusive_cpus`)."""
+    return {name: cpus for name, cpus in state.assignments.get(pod_uid, {}).items() if cpus}
 
 
 def allocatable_cpu_ids(policy: StaticPolicy | None) -> tuple[int, ...]:

@@ -17,6 +17,8 @@ runtime:
   the new ``cpusetCpus`` for each running container whose cpuset changed, as upstream's `reconcileState`.
 - `get_cpus`, `get_pod_cpus`, `get_allocatable_cpus`: the pod-resources API's CPUs provider (upstream's container
   manager implements podresources.CPUsProvider).
+- `exclusive_cpus`: a pod's exclusive CPUs by container (upstream GetExclusiveCPUs), which take the CFS quota off
+  the containers holding them, their pod cgroup and their sandbox (DisableCPUQuotaWithExclusiveCPUs).
 """
 
 from __future__ import annotations
@@ -156,6 +158,11 @@ class CPUManager:
         if self.policy is None:
             return ""
         return str(self.state.cpuset_or_default(pod_uid, container))
+
+    def exclusive_cpus(self, pod_uid: str) -> dict[str, CPUSet]:
+        """The pod's exclusive CPUs by container name (upstream GetExclusiveCPUs for each): none on the shared pool,
+        none under the none policy. What `helpers.pod_has_exclusive_cpus` and the container configs decide on."""
+        return cpu_manager.pod_exclusive_cpus(self.state, pod_uid)
 
     def container_created(self, container_id: str, cpus: str) -> None:
         """A container was created with `cpus` (upstream AddContainer's lastUpdateState)."""
