@@ -226,9 +226,10 @@ class PodSyncer:
     async def resize(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, actions: resize.ResizeActions,
                      result: SyncResult) -> None:
         """Upstream doPodResizeAction: check memory decreases against usage first (nothing changes if one would go
-        below it), then per resource (memory, then cpu) the pod cgroup before the containers when it grows and
-        after them when it shrinks, each container with one UpdateContainerResources; stop at the first error.
-        Before each pod cgroup write the runtime gets the pod's new resources (UpdatePodSandboxResources)."""
+        below it), then per resource (memory, then cpu) the pod cgroup's values
+        that grow before the containers and those that shrink after them (`resize.pod_cgroup_writes`), each
+        container with one UpdateContainerResources; stop at the first error. Before each pod cgroup write the
+        runtime gets the pod's new resources (UpdatePodSandboxResources)."""
         name = self.cgroup_layout.pod_cgroup_parent(pod)
         target = self.pod_cgroup_config(pod)
         # No cgroupsPerQOS: no pod cgroup; upstream's noop manager reads nothing (the pod's resources stand as
@@ -270,16 +271,19 @@ class PodSyncer:
             await self._check_memory_decreases(pod, name, target, current, actions)
             memory_done = {update.name for update in actions.memory_updates}
             for resource_name, updates in ((resize.MEMORY, actions.memory_updates), (resize.CPU, actions.cpu_updates)):
-                # Each pod cgroup value that grows is written before the containers, each that shrinks after them
-                # (cgroup v1 refuses a child quota above its parent's): upstream doPodResizeAction.
-                growing, shrinking = _pod_cgroup_changes(resource_name, target, current)
-                if growing:
-                    await set_pod_cgroup(resource_name, growing)
+                if not resize.resource_pass_runs(actions, resource_name):
+                    continue
+                # Pod cgroup values that grow are written before the containers, those that shrink after them,
+                # each limit and request on its own (cgroup v1 refuses a child quota above its parent's):
+                # upstream doPodResizeAction's resizeContainers.
+                before, after = resize.pod_cgroup_writes(resource_name, target, current)
+                for change in before:
+                    await set_pod_cgroup(resource_name, change)
                 for update in updates:
                     await self._update_container(
                         pod, update, result, other_done=resource_name == resize.CPU and update.name in memory_done)
-                if shrinking:
-                    await set_pod_cgroup(resource_name, shrinking)
+                for change in after:
+                    await set_pod_cgroup(resource_name, change)
         except (CgroupError, CriError, _ResizeError, OSError) as exc:
             result.resize_error = exc.go_text if isinstance(exc, CriError) else str(exc)
             logger.warning(f"{pod.namespace}/{pod.name}: resize failed: {result.resize_error}")
@@ -847,39 +851,6 @@ def _path_error(op: str, exc: OSError) -> str:
 class _ResizeError(Exception):
     """A resize refused before anything changed (upstream validatePodResizeAction), or refused by the runtime
     (UpdatePodSandboxResources) before a pod cgroup write."""
-
-
-def _pod_cgroup_changes(resource_name: str, target: helpers.ResourceConfig, current: helpers.ResourceConfig | None
-                        ) -> tuple[helpers.ResourceConfig | None, helpers.ResourceConfig | None]:
-    """The pod cgroup values of one resource to write before the containers (growing) and after them (shrinking).
-
-    Memory: the limit, left as it is when the pod has none (limits cannot be removed). CPU: the quota (with its
-    period; unlimited is the largest) and the shares, each on its own, as upstream writes them.
-    """
-    def grows(new: int, old: int | None) -> bool:
-        return old is None or new > old
-
-    if resource_name == resize.MEMORY:
-        if not target.memory:
-            return None, None
-        have = current.memory if current is not None and current.memory and current.memory > 0 else None
-        change = helpers.ResourceConfig(memory=target.memory)
-        return (change, None) if have is None or target.memory > have else (None, change)
-    before: dict[str, int] = {}
-    after: dict[str, int] = {}
-    if target.cpu_quota is not None:
-        unlimited = 2**63
-        new = target.cpu_quota if target.cpu_quota > 0 else unlimited
-        old = None if current is None or current.cpu_quota is None else \
-            (current.cpu_quota if current.cpu_quota > 0 else unlimited)
-        side = before if grows(new, old) else after
-        side["cpu_quota"] = target.cpu_quota
-        if target.cpu_period:
-            side["cpu_period"] = target.cpu_period
-    if target.cpu_shares:
-        old_shares = current.cpu_shares if current is not None else None
-        (before if grows(target.cpu_shares, old_shares) else after)["cpu_shares"] = target.cpu_shares
-    return (helpers.ResourceConfig(**before) if before else None, helpers.ResourceConfig(**after) if after else None)
 
 
 def _quantities(values: resize.Values, kind: str) -> dict[str, str]:

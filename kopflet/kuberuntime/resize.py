@@ -209,6 +209,59 @@ def restart_message(name: str) -> str:
     return f"Container {name} resize requires restart"
 
 
+# ------------------------------------------------------------------------------------- actuation order
+# Upstream doPodResizeAction: memory, then cpu; for each, its pass runs only when a container's resource changes,
+# a container restarts or starts with other values (UpdatePodResources) or the pod-level resources changed.
+
+
+def resource_pass_runs(actions: ResizeActions, resource: str) -> bool:
+    """Whether doPodResizeAction's pass for `resource` runs (upstream: ContainersToUpdate[resource],
+    UpdatePodResources or UpdatePodLevelResources)."""
+    updates = actions.memory_updates if resource == MEMORY else actions.cpu_updates
+    return bool(updates) or actions.update_pod_resources or actions.update_pod_level_resources
+
+
+PodCgroupWrites = tuple[helpers.ResourceConfig, ...]
+
+
+def pod_cgroup_writes(resource: str, target: helpers.ResourceConfig, current: helpers.ResourceConfig
+                      ) -> tuple[PodCgroupWrites, PodCgroupWrites]:
+    """The pod cgroup writes of one resource's pass: (before the containers' UpdateContainerResources, after them).
+
+    Upstream doPodResizeAction's resizeContainers: a limit that grows, then a request that grows, are written
+    before the containers; a request that shrinks, then a limit that shrinks, after them; equal values are not
+    written (nor is the runtime told). `target` is ResourceConfigForPod; `current` the pod cgroup read back
+    (GetPodCgroupConfig). The values compare as the int64s upstream has, so unlimited counts as what the kernel
+    reads: cpu quota -1 (v1 and v2's "max") is the smallest, memory is 9223372036854771712 on v1 (the largest)
+    and -1 on v2 ("max", the smallest). A target without a memory limit or cpu quota (a Burstable pod that does
+    not declare one for every container) keeps the current one: limits are never removed. Memory requests are
+    never written; the memory limit write carries the unified (memory.min/low/high) settings with it; the cpu
+    limit write is quota and period, the request write cpu shares.
+    """
+    if resource == MEMORY:
+        old = current.memory
+        new = target.memory if target.memory is not None else old
+        if new is None or new == old:
+            return (), ()
+        limit = helpers.ResourceConfig(memory=new, unified=dict(target.unified))
+        return ((limit,), ()) if old is None or new > old else ((), (limit,))
+    before: list[helpers.ResourceConfig] = []
+    after: list[helpers.ResourceConfig] = []
+    old_quota = current.cpu_quota
+    new_quota = target.cpu_quota if target.cpu_quota is not None else old_quota
+    if new_quota is not None and new_quota != old_quota:
+        limit = helpers.ResourceConfig(cpu_quota=new_quota, cpu_period=target.cpu_period)
+        (before if old_quota is None or new_quota > old_quota else after).append(limit)
+    old_shares, new_shares = current.cpu_shares, target.cpu_shares
+    request = helpers.ResourceConfig(cpu_shares=new_shares)
+    if new_shares is not None and new_shares != old_shares:
+        if old_shares is None or new_shares > old_shares:
+            before.append(request)  # limits grow before requests: requests <= limits throughout
+        else:
+            after.insert(0, request)  # requests shrink before limits
+    return tuple(before), tuple(after)
+
+
 # ------------------------------------------------------------------------------------------------ status
 
 MIN_SHARES_MILLI = 2

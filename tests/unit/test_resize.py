@@ -202,27 +202,65 @@ def test_quantity_text(value: Fraction, binary: bool, text: str) -> None:
 
 # ------------------------------------------------------------------------------- pod cgroup write order
 
+RC = helpers.ResourceConfig
+V1_UNLIMITED = helpers.CGROUP_V1_MEMORY_UNLIMITED
+
+
+def quota(value: int) -> helpers.ResourceConfig:
+    return RC(cpu_quota=value, cpu_period=100000)
+
+
 @pytest.mark.parametrize(("resource", "target", "current", "before", "after"), [
+    # Upstream doPodResizeAction's resizeContainers: limit up, request up | containers | request down, limit down.
+    ("cpu", RC(cpu_shares=409, cpu_quota=80000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=40000),
+     (quota(80000), RC(cpu_shares=409)), ()),
+    ("cpu", RC(cpu_shares=102, cpu_quota=20000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=40000),
+     (), (RC(cpu_shares=102), quota(20000))),
     # Request up, limit down (the rollback of "requests and limits in opposite directions"): shares first, the
     # quota after the containers, or cgroup v1 refuses a child quota above its parent's.
-    ("cpu", helpers.ResourceConfig(cpu_shares=409, cpu_quota=40000, cpu_period=100000),
-     helpers.ResourceConfig(cpu_shares=204, cpu_quota=80000, cpu_period=100000),
-     helpers.ResourceConfig(cpu_shares=409), helpers.ResourceConfig(cpu_quota=40000, cpu_period=100000)),
-    ("cpu", helpers.ResourceConfig(cpu_shares=102, cpu_quota=-1, cpu_period=100000),
-     helpers.ResourceConfig(cpu_shares=204, cpu_quota=80000, cpu_period=100000),
-     # unlimited is largest
-     helpers.ResourceConfig(cpu_quota=-1, cpu_period=100000), helpers.ResourceConfig(cpu_shares=102)),
-    ("memory", helpers.ResourceConfig(memory=64 * MI), helpers.ResourceConfig(memory=96 * MI),
-     None, helpers.ResourceConfig(memory=64 * MI)),
-    ("memory", helpers.ResourceConfig(memory=128 * MI), helpers.ResourceConfig(memory=96 * MI),
-     helpers.ResourceConfig(memory=128 * MI), None),
-    ("memory", helpers.ResourceConfig(), helpers.ResourceConfig(memory=96 * MI), None, None),  # no limit: left alone
+    ("cpu", RC(cpu_shares=409, cpu_quota=40000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=80000),
+     (RC(cpu_shares=409),), (quota(40000),)),
+    ("cpu", RC(cpu_shares=102, cpu_quota=80000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=40000),
+     (quota(80000),), (RC(cpu_shares=102),)),
+    # Unlimited is -1 as the kernel reads it (v1 cfs_quota_us, v2 "max"), compared as a number: the smallest.
+    # A quota set where there was none grows (before the containers); one removed shrinks (after them).
+    ("cpu", RC(cpu_shares=204, cpu_quota=30000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=-1),
+     (quota(30000),), ()),
+    ("cpu", RC(cpu_shares=102, cpu_quota=-1, cpu_period=100000), RC(cpu_shares=204, cpu_quota=80000),
+     (), (RC(cpu_shares=102), quota(-1))),
+    # No quota in the target (a Burstable pod with a container without a cpu limit): the current one stays.
+    ("cpu", RC(cpu_shares=307), RC(cpu_shares=204, cpu_quota=-1), (RC(cpu_shares=307),), ()),
+    ("cpu", RC(cpu_shares=307), RC(cpu_shares=204, cpu_quota=50000), (RC(cpu_shares=307),), ()),
+    # Nothing changes: nothing is written, the runtime is not told.
+    ("cpu", RC(cpu_shares=204, cpu_quota=40000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=40000), (), ()),
+    ("memory", RC(memory=64 * MI), RC(memory=96 * MI), (), (RC(memory=64 * MI),)),
+    ("memory", RC(memory=128 * MI), RC(memory=96 * MI), (RC(memory=128 * MI),), ()),
+    ("memory", RC(memory=96 * MI), RC(memory=96 * MI), (), ()),
+    ("memory", RC(), RC(memory=96 * MI), (), ()),  # no limit: left alone (limits are never removed)
+    # An unlimited pod cgroup getting a limit: v1 reads 9223372036854771712 (larger: after the containers), v2
+    # reads "max" as -1 (smaller: before them).
+    ("memory", RC(memory=64 * MI), RC(memory=V1_UNLIMITED), (), (RC(memory=64 * MI),)),
+    ("memory", RC(memory=64 * MI), RC(memory=-1), (RC(memory=64 * MI),), ()),
+    # The limit write carries the unified memory settings (MemoryQoS on v2).
+    ("memory", RC(memory=64 * MI, cpu_shares=2, unified={"memory.high": "60000000"}), RC(memory=96 * MI),
+     (), (RC(memory=64 * MI, unified={"memory.high": "60000000"}),)),
 ])
 def test_pod_cgroup_values_that_grow_go_before_the_containers(resource: str, target: helpers.ResourceConfig,
                                                               current: helpers.ResourceConfig, before: Any,
                                                               after: Any) -> None:
-    from kopflet.kuberuntime.executor import _pod_cgroup_changes
-    assert _pod_cgroup_changes(resource, target, current) == (before, after)
+    assert resize.pod_cgroup_writes(resource, target, current) == (before, after)
+
+
+@pytest.mark.parametrize(("actions", "memory", "cpu"), [
+    (resize.ResizeActions(), False, False),
+    (resize.ResizeActions(memory_updates=(object(),)), True, False),  # type: ignore[arg-type]
+    (resize.ResizeActions(cpu_updates=(object(),)), False, True),  # type: ignore[arg-type]
+    (resize.ResizeActions(update_pod_resources=True), True, True),
+    (resize.ResizeActions(update_pod_level_resources=True), True, True),
+])
+def test_which_passes_run(actions: resize.ResizeActions, memory: bool, cpu: bool) -> None:
+    assert resize.resource_pass_runs(actions, resize.MEMORY) is memory
+    assert resize.resource_pass_runs(actions, resize.CPU) is cpu
 
 
 def test_pod_status_cpu_request_survives_the_cgroup_v2_weight_round_trip() -> None:
