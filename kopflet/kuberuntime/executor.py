@@ -225,8 +225,8 @@ class PodSyncer:
 
     async def resize(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, actions: resize.ResizeActions,
                      result: SyncResult) -> None:
-        """Upstream doPodResizeAction: check memory decreases against usage first (nothing changes if one would go
-        below it), then per resource (memory, then cpu) the pod cgroup's values
+        """Upstream doPodResizeAction: check memory decreases against usage first when a container's memory changes
+        (nothing changes if one would go below it), then per resource (memory, then cpu) the pod cgroup's values
         that grow before the containers and those that shrink after them (`resize.pod_cgroup_writes`), each
         container with one UpdateContainerResources; stop at the first error. Before each pod cgroup write the
         runtime gets the pod's new resources (UpdatePodSandboxResources)."""
@@ -268,7 +268,8 @@ class PodSyncer:
             pod_resources = merged
 
         try:
-            await self._check_memory_decreases(pod, name, target, current, actions)
+            if resize.memory_check_runs(actions):
+                await self._check_memory_decreases(pod, name, target, current, actions)
             memory_done = {update.name for update in actions.memory_updates}
             for resource_name, updates in ((resize.MEMORY, actions.memory_updates), (resize.CPU, actions.cpu_updates)):
                 if not resize.resource_pass_runs(actions, resource_name):
@@ -308,32 +309,34 @@ class PodSyncer:
 
     async def _check_memory_decreases(self, pod: spec.Pod, cgroup: str, target: helpers.ResourceConfig,
                                       current: helpers.ResourceConfig, actions: resize.ResizeActions) -> None:
-        """Upstream validateMemoryResizeAction: a memory limit set or lowered must stay above what is in use."""
-        errors: list[str] = []
-        if target.memory and (not current.memory or current.memory < 0
-                              or target.memory < current.memory):
-            usage = await asyncio.to_thread(self.cgroups.memory_usage, cgroup)
-            if usage is None:
-                errors.append("missing pod memory usage")
-            elif usage >= target.memory:
-                errors.append(f"attempting to set pod memory limit ({target.memory}) below current usage ({usage})")
-        for update in actions.memory_updates:
-            new, old = update.desired.memory_limit, update.current.memory_limit
-            if not new or (old and new >= old):
-                continue
+        """Upstream validateMemoryResizeAction: a memory limit added or lowered must stay above what is in use. The
+        usage is read only when one is (upstream PodCPUAndMemoryStats): the pod's from its cgroup, the containers'
+        from the runtime's stats."""
+        pod_limit, container_limits = resize.memory_limit_decreases(target, current, actions.memory_updates)
+        if pod_limit is None and not container_limits:
+            return
+        usage = await self._memory_usage(cgroup, [u for u in actions.memory_updates if u.name in container_limits])
+        error = resize.memory_resize_error(pod.full_name, pod_limit, container_limits, usage)
+        if error:
+            raise _ResizeError(error)
+
+    async def _memory_usage(self, cgroup: str, updates: Sequence[resize.ContainerUpdate]) -> resize.MemoryUsage:
+        """The pod's and the `updates`' containers' memory usage as upstream's PodCPUAndMemoryStats gives it: the
+        pod's from its cgroup (cAdvisor's), the containers' from the runtime's stats. The pod cgroup unreadable,
+        or the runtime failing, is "unreadable"; a container the runtime no longer knows has no stats."""
+        pod_usage = await asyncio.to_thread(self.cgroups.memory_usage, cgroup)
+        if pod_usage is None:
+            return resize.MemoryUsage(readable=False)
+        containers: dict[str, int | None] = {}
+        for update in updates:
             try:
                 stats = await self.cri.containers.stats(update.container_id)
-                usage = stats.memory.usage_bytes if stats.memory is not None else None
-            except CriError:
-                usage = None
-            if usage is None:
-                errors.append(f'missing container "{update.name}" memory usage')
-            elif usage >= new:
-                errors.append(f'attempting to set container "{update.name}" memory limit ({new}) below current '
-                              f"usage ({usage})")
-        if errors:
-            joined = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
-            raise _ResizeError(f"cannot decrease memory limits: {joined}")
+            except CriError as exc:
+                if exc.not_found:
+                    continue
+                return resize.MemoryUsage(readable=False)
+            containers[update.name] = stats.memory.usage_bytes if stats.memory is not None else None
+        return resize.MemoryUsage(pod=pod_usage, containers=containers)
 
     async def _update_container(self, pod: spec.Pod, update: resize.ContainerUpdate, result: SyncResult, *,
                                 other_done: bool = False) -> None:

@@ -262,6 +262,79 @@ def pod_cgroup_writes(resource: str, target: helpers.ResourceConfig, current: he
     return tuple(before), tuple(after)
 
 
+# ------------------------------------------------------------------------------ memory decrease check
+
+
+def memory_check_runs(actions: ResizeActions) -> bool:
+    """Upstream validatePodResizeAction checks memory only when a container's memory changes in place or a
+    container restarts or starts with other values (ContainersToUpdate[memory] or UpdatePodResources), not for a
+    change of the pod-level resources alone: a pod limit lowered that way is left to the kernel's write."""
+    return bool(actions.memory_updates) or actions.update_pod_resources
+
+
+def memory_limit_decreases(target: helpers.ResourceConfig, current: helpers.ResourceConfig,
+                           updates: Sequence[ContainerUpdate]) -> tuple[int | None, dict[str, int]]:
+    """(the pod's new memory limit if it is added or lowered, else None; each container whose memory limit is
+    added or lowered -> its new limit), as upstream validateMemoryResizeAction decides it. The pod limit compares
+    as the int64s read back, so on cgroup v2 an unlimited pod cgroup ("max", -1) never counts as lowered."""
+    pod_limit = target.memory if target.memory is not None and (
+        current.memory is None or target.memory < current.memory) else None
+    containers: dict[str, int] = {}
+    for update in updates:
+        new, old = update.desired.memory_limit, update.current.memory_limit
+        if new and (not old or new < old):
+            containers[update.name] = new
+    return pod_limit, containers
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MemoryUsage:
+    """What upstream's PodCPUAndMemoryStats gives the memory check: usage in bytes."""
+
+    readable: bool = True
+    """False: the stats could not be read at all (upstream "unable to read memory usage for pod")."""
+    pod: int | None = None
+    """The pod cgroup's usage; None: the stats have none."""
+    containers: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
+    """Container name -> its usage (None: stats without memory); a container absent has no stats."""
+
+
+def _aggregate(messages: Sequence[str]) -> str:
+    """utilerrors.NewAggregate(...).Error(): one message as is, more deduplicated within brackets."""
+    unique = list(dict.fromkeys(messages))
+    return unique[0] if len(unique) == 1 else "[" + ", ".join(unique) + "]"
+
+
+def memory_resize_error(pod_name: str, pod_limit: int | None, container_limits: Mapping[str, int],
+                        usage: MemoryUsage) -> str:
+    """Upstream validateMemoryResizeAction's error ("" when the resize may go on) for the decreases
+    `memory_limit_decreases` found; `pod_name` is format.Pod's ``name_namespace(uid)``.
+
+    A container's message, as upstream writes it, carries the pod's usage, not the container's (the comparison
+    is with the container's own usage)."""
+    if pod_limit is None and not container_limits:
+        return ""
+    if not usage.readable:
+        return f'unable to read memory usage for pod "{pod_name}"'
+    errors: list[str] = []
+    if pod_limit is not None:
+        if usage.pod is None:
+            errors.append("missing pod memory usage")
+        elif usage.pod >= pod_limit:
+            errors.append(f"attempting to set pod memory limit ({pod_limit}) below current usage ({usage.pod})")
+    for name, limit in container_limits.items():
+        if name not in usage.containers:
+            continue  # no stats for it: upstream looks only at the containers the stats list
+        used = usage.containers[name]
+        if used is None:
+            errors.append(f'missing container "{name}" memory usage')
+        elif used >= limit:
+            shown = usage.pod if usage.pod is not None else used
+            errors.append(f'attempting to set container "{name}" memory limit ({limit}) below current usage '
+                          f"({shown})")
+    return f"cannot decrease memory limits: {_aggregate(errors)}" if errors else ""
+
+
 # ------------------------------------------------------------------------------------------------ status
 
 MIN_SHARES_MILLI = 2

@@ -503,6 +503,50 @@ async def test_an_unlimited_cpu_quota_is_the_smallest_when_ordering_the_pod_cgro
     assert log == expected
 
 
+POD_64 = helpers.ResourceConfig(cpu_shares=102, memory=64 * MI)
+POD_96 = helpers.ResourceConfig(cpu_shares=102, memory=96 * MI)
+
+
+async def test_pod_level_resources_lowered_alone_are_written_without_the_usage_check() -> None:
+    """Upstream validatePodResizeAction runs for container memory updates and restarts, not UpdatePodLevelResources
+    alone: the pod cgroup's lower limit is written (after the containers) and the kernel has the last word."""
+    from kopflet.kuberuntime import resize
+
+    syncer, log = order_syncer(POD_64, POD_96, pod_usage=80 * MI)
+    result = await resize_with(syncer, resize.ResizeActions(update_pod_level_resources=True))
+    assert result.resize_error == ""
+    assert log == [("runtime", ("sb", 64 * MI, 102, 0)), ("cgroup", helpers.ResourceConfig(memory=64 * MI))]
+
+
+@pytest.mark.parametrize(("actions", "pod_usage", "error", "usage_read"), [
+    # A container's memory changing in place: the pod limit is checked against the pod's usage.
+    ("container", 80 * MI, "cannot decrease memory limits: attempting to set pod memory limit (67108864) below "
+                           "current usage (83886080)", True),
+    ("container", 10 * MI, "", True),
+    ("container", None, 'unable to read memory usage for pod "p_ns(u)"', True),
+    # A restart for resize (UpdatePodResources): checked too.
+    ("restart", 80 * MI, "cannot decrease memory limits: attempting to set pod memory limit (67108864) below "
+                         "current usage (83886080)", True),
+    # Pod-level only: not checked, not read.
+    ("pod-level", None, "", False),
+])
+async def test_the_pod_memory_limit_is_checked_against_its_usage_when_upstream_checks_it(
+        actions: str, pod_usage: int | None, error: str, usage_read: bool) -> None:
+    from kopflet.kuberuntime import resize
+
+    syncer, log = order_syncer(POD_64, POD_96, pod_usage=pod_usage, container_usage=MI)
+    cpu_only = update(resize.CPU, resize.Values(cpu_request=200), resize.Values(cpu_request=100))
+    chosen = {"container": resize.ResizeActions(memory_updates=(update(
+                  resize.MEMORY, resize.Values(memory_request=32 * MI), resize.Values(memory_request=16 * MI)),)),
+              "restart": resize.ResizeActions(update_pod_resources=True, cpu_updates=(cpu_only,)),
+              "pod-level": resize.ResizeActions(update_pod_level_resources=True)}[actions]
+    result = await resize_with(syncer, chosen)
+    assert result.resize_error == error
+    assert any(entry[0] == "usage" for entry in log) is usage_read
+    if error:
+        assert [entry for entry in log if entry[0] != "usage"] == []  # refused before anything changed
+
+
 # ------------------------------------------------------------------------- the user namespace manager
 
 U = 65536
