@@ -24,6 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from kopflet import gotext
 from kopflet.api import spec
 from kopflet.cm import cgroup_names, helpers
 
@@ -35,8 +36,34 @@ V1_VALIDATED_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "systemd", "pi
 V2_VALIDATED_CONTROLLERS = frozenset({"cpu", "cpuset", "memory", "hugetlb", "pids"})
 
 
+CFS_PERIOD = "cpu.cfs_period_us"
+CFS_QUOTA = "cpu.cfs_quota_us"
+V1_MEMORY_LIMIT = "memory.limit_in_bytes"
+
+
 class CgroupError(Exception):
-    """A pod cgroup value the kernel refused (upstream: "failed to set ..." from libcontainer)."""
+    """A cgroup value the kernel refused, worded as libcontainer's error (upstream's message)."""
+
+
+def write_file(path: Path, value: str) -> None:
+    """One cgroup file write (one write(2): the kernel takes the value or refuses it with an errno)."""
+    path.write_text(value)
+
+
+def _write_error(path: Path, value: str, exc: OSError) -> CgroupError:
+    """libcontainer's error for a refused write: cgroups.WriteFile's ``failed to write "<value>": write <path>:
+    <errno text>``; for v1's memory.limit_in_bytes refused as busy (the usage does not fit below the new limit),
+    fs.setMemory's ``unable to set memory limit to <value> (current usage: <usage>, peak usage: <peak>)``."""
+    if path.name == V1_MEMORY_LIMIT and exc.errno == errno.EBUSY:
+        try:
+            usage = int((path.parent / "memory.usage_in_bytes").read_text().strip())
+            peak = int((path.parent / "memory.max_usage_in_bytes").read_text().strip())
+        except (OSError, ValueError):
+            pass
+        else:
+            return CgroupError(f"unable to set memory limit to {value} (current usage: {usage}, peak usage: {peak})")
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return CgroupError(f"failed to write {gotext.go_quote(value)}: write {path}: {reason[:1].lower()}{reason[1:]}")
 
 
 def is_cgroup2(fs_root: str = FS_ROOT) -> bool:
@@ -142,17 +169,33 @@ class PodCgroups:
         return self._dir(name, "" if self.v2 else "cpu").is_dir()
 
     def _write_all(self, directory: Path, values: Mapping[str, str]) -> None:
-        # cgroup v1 refuses a CFS period/quota pair one at a time in some orders (quota below the minimum for the
-        # old period): write the period first, as libcontainer does.
-        for filename in sorted(values, key=lambda f: (not f.endswith("period_us"), f)):
+        """Write `values` in their order (libcontainer's: `helpers.cgroup_v1_files`, `cgroup_v2_files`), a file
+        this kernel lacks skipped.
+
+        cgroup v1's CFS period and quota are two files the kernel checks as a pair against the parent's and the
+        children's quotas: a new period may be refused (EINVAL) with the old quota and accepted with the new one.
+        As libcontainer's CpuGroup.Set, such a refusal is let go when a quota is written too, and the period is
+        written again after the quota. (v2's cpu.max takes both in one write.)"""
+        refused_period: OSError | None = None
+        for filename, value in values.items():
             path = directory / filename
             if not path.exists():
                 continue  # a controller this kernel lacks (e.g. no pids): upstream skips it too
             try:
-                path.write_text(values[filename])
+                write_file(path, value)
             except OSError as exc:
-                reason = "device or resource busy" if exc.errno == errno.EBUSY else exc.strerror or str(exc)
-                raise CgroupError(f"failed to write {values[filename]!r} to {path}: {reason}") from exc
+                if filename == CFS_PERIOD and exc.errno == errno.EINVAL and CFS_QUOTA in values:
+                    refused_period = exc  # retried after the quota
+                    continue
+                raise _write_error(path, value, exc) from exc
+            if filename == CFS_QUOTA and refused_period is not None:
+                refused_period = None
+                try:
+                    write_file(directory / CFS_PERIOD, values[CFS_PERIOD])
+                except OSError as exc:
+                    raise _write_error(directory / CFS_PERIOD, values[CFS_PERIOD], exc) from exc
+        if refused_period is not None:  # no quota file to write after all: the period's refusal stands
+            raise _write_error(directory / CFS_PERIOD, values[CFS_PERIOD], refused_period) from refused_period
 
     def _ensure_v2(self, name: str) -> None:
         """Each ancestor enables the controllers for its children (cgroup.subtree_control), as runc's fs2 does."""

@@ -445,7 +445,7 @@ def cgroup_v1_files(config: ResourceConfig, *,
     `container_config.hugepage_page_sizes`), None when the hugetlb controller is not mounted. The
     ``.rsvd.`` hugetlb files are skipped, with every later one, when the kernel has none. If writing
     cpu.cfs_period_us fails with EINVAL while a quota is written too, libcontainer writes the quota and then the
-    period again. `config.unified` is v2-only and ignored.
+    period again (`cgroups.PodCgroups` does the same). `config.unified` is v2-only and ignored.
     """
     files: dict[str, dict[str, str]] = {}
     if config.memory is not None and config.memory != 0:

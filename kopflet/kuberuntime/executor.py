@@ -238,10 +238,11 @@ class PodSyncer:
 
     async def resize(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, actions: resize.ResizeActions,
                      result: SyncResult) -> None:
-        """Upstream doPodResizeAction: check memory decreases against usage first (nothing changes if one would go
-        below it), then per resource (memory, then cpu) the pod cgroup before the containers when it grows and
-        after them when it shrinks, each container with one UpdateContainerResources; stop at the first error.
-        Before each pod cgroup write the runtime gets the pod's new resources (UpdatePodSandboxResources)."""
+        """Upstream doPodResizeAction: check memory decreases against usage first when a container's memory changes
+        (nothing changes if one would go below it), then per resource (memory, then cpu) the pod cgroup's values
+        that grow before the containers and those that shrink after them (`resize.pod_cgroup_writes`), each
+        container with one UpdateContainerResources; stop at the first error. Before each pod cgroup write the
+        runtime gets the pod's new resources (UpdatePodSandboxResources)."""
         name = self.cgroup_layout.pod_cgroup_parent(pod)
         target = self.pod_cgroup_config(pod)
         # No cgroupsPerQOS: no pod cgroup; upstream's noop manager reads nothing (the pod's resources stand as
@@ -280,19 +281,23 @@ class PodSyncer:
             pod_resources = merged
 
         try:
-            await self._check_memory_decreases(pod, name, target, current, actions)
+            if resize.memory_check_runs(actions):
+                await self._check_memory_decreases(pod, name, target, current, actions)
             memory_done = {update.name for update in actions.memory_updates}
             for resource_name, updates in ((resize.MEMORY, actions.memory_updates), (resize.CPU, actions.cpu_updates)):
-                # Each pod cgroup value that grows is written before the containers, each that shrinks after them
-                # (cgroup v1 refuses a child quota above its parent's): upstream doPodResizeAction.
-                growing, shrinking = _pod_cgroup_changes(resource_name, target, current)
-                if growing:
-                    await set_pod_cgroup(resource_name, growing)
+                if not resize.resource_pass_runs(actions, resource_name):
+                    continue
+                # Pod cgroup values that grow are written before the containers, those that shrink after them,
+                # each limit and request on its own (cgroup v1 refuses a child quota above its parent's):
+                # upstream doPodResizeAction's resizeContainers.
+                before, after = resize.pod_cgroup_writes(resource_name, target, current)
+                for change in before:
+                    await set_pod_cgroup(resource_name, change)
                 for update in updates:
                     await self._update_container(
                         pod, update, result, other_done=resource_name == resize.CPU and update.name in memory_done)
-                if shrinking:
-                    await set_pod_cgroup(resource_name, shrinking)
+                for change in after:
+                    await set_pod_cgroup(resource_name, change)
         except (CgroupError, CriError, _ResizeError, OSError) as exc:
             result.resize_error = exc.go_text if isinstance(exc, CriError) else str(exc)
             logger.warning(f"{pod.namespace}/{pod.name}: resize failed: {result.resize_error}")
@@ -317,32 +322,34 @@ class PodSyncer:
 
     async def _check_memory_decreases(self, pod: spec.Pod, cgroup: str, target: helpers.ResourceConfig,
                                       current: helpers.ResourceConfig, actions: resize.ResizeActions) -> None:
-        """Upstream validateMemoryResizeAction: a memory limit set or lowered must stay above what is in use."""
-        errors: list[str] = []
-        if target.memory and (not current.memory or current.memory < 0
-                              or target.memory < current.memory):
-            usage = await asyncio.to_thread(self.cgroups.memory_usage, cgroup)
-            if usage is None:
-                errors.append("missing pod memory usage")
-            elif usage >= target.memory:
-                errors.append(f"attempting to set pod memory limit ({target.memory}) below current usage ({usage})")
-        for update in actions.memory_updates:
-            new, old = update.desired.memory_limit, update.current.memory_limit
-            if not new or (old and new >= old):
-                continue
+        """Upstream validateMemoryResizeAction: a memory limit added or lowered must stay above what is in use. The
+        usage is read only when one is (upstream PodCPUAndMemoryStats): the pod's from its cgroup, the containers'
+        from the runtime's stats."""
+        pod_limit, container_limits = resize.memory_limit_decreases(target, current, actions.memory_updates)
+        if pod_limit is None and not container_limits:
+            return
+        usage = await self._memory_usage(cgroup, [u for u in actions.memory_updates if u.name in container_limits])
+        error = resize.memory_resize_error(pod.full_name, pod_limit, container_limits, usage)
+        if error:
+            raise _ResizeError(error)
+
+    async def _memory_usage(self, cgroup: str, updates: Sequence[resize.ContainerUpdate]) -> resize.MemoryUsage:
+        """The pod's and the `updates`' containers' memory usage as upstream's PodCPUAndMemoryStats gives it: the
+        pod's from its cgroup (cAdvisor's), the containers' from the runtime's stats. The pod cgroup unreadable,
+        or the runtime failing, is "unreadable"; a container the runtime no longer knows has no stats."""
+        pod_usage = await asyncio.to_thread(self.cgroups.memory_usage, cgroup)
+        if pod_usage is None:
+            return resize.MemoryUsage(readable=False)
+        containers: dict[str, int | None] = {}
+        for update in updates:
             try:
                 stats = await self.cri.containers.stats(update.container_id)
-                usage = stats.memory.usage_bytes if stats.memory is not None else None
-            except CriError:
-                usage = None
-            if usage is None:
-                errors.append(f'missing container "{update.name}" memory usage')
-            elif usage >= new:
-                errors.append(f'attempting to set container "{update.name}" memory limit ({new}) below current '
-                              f"usage ({usage})")
-        if errors:
-            joined = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
-            raise _ResizeError(f"cannot decrease memory limits: {joined}")
+            except CriError as exc:
+                if exc.not_found:
+                    continue
+                return resize.MemoryUsage(readable=False)
+            containers[update.name] = stats.memory.usage_bytes if stats.memory is not None else None
+        return resize.MemoryUsage(pod=pod_usage, containers=containers)
 
     async def _update_container(self, pod: spec.Pod, update: resize.ContainerUpdate, result: SyncResult, *,
                                 other_done: bool = False) -> None:
@@ -862,39 +869,6 @@ def _path_error(op: str, exc: OSError) -> str:
 class _ResizeError(Exception):
     """A resize refused before anything changed (upstream validatePodResizeAction), or refused by the runtime
     (UpdatePodSandboxResources) before a pod cgroup write."""
-
-
-def _pod_cgroup_changes(resource_name: str, target: helpers.ResourceConfig, current: helpers.ResourceConfig | None
-                        ) -> tuple[helpers.ResourceConfig | None, helpers.ResourceConfig | None]:
-    """The pod cgroup values of one resource to write before the containers (growing) and after them (shrinking).
-
-    Memory: the limit, left as it is when the pod has none (limits cannot be removed). CPU: the quota (with its
-    period; unlimited is the largest) and the shares, each on its own, as upstream writes them.
-    """
-    def grows(new: int, old: int | None) -> bool:
-        return old is None or new > old
-
-    if resource_name == resize.MEMORY:
-        if not target.memory:
-            return None, None
-        have = current.memory if current is not None and current.memory and current.memory > 0 else None
-        change = helpers.ResourceConfig(memory=target.memory)
-        return (change, None) if have is None or target.memory > have else (None, change)
-    before: dict[str, int] = {}
-    after: dict[str, int] = {}
-    if target.cpu_quota is not None:
-        unlimited = 2**63
-        new = target.cpu_quota if target.cpu_quota > 0 else unlimited
-        old = None if current is None or current.cpu_quota is None else \
-            (current.cpu_quota if current.cpu_quota > 0 else unlimited)
-        side = before if grows(new, old) else after
-        side["cpu_quota"] = target.cpu_quota
-        if target.cpu_period:
-            side["cpu_period"] = target.cpu_period
-    if target.cpu_shares:
-        old_shares = current.cpu_shares if current is not None else None
-        (before if grows(target.cpu_shares, old_shares) else after)["cpu_shares"] = target.cpu_shares
-    return (helpers.ResourceConfig(**before) if before else None, helpers.ResourceConfig(**after) if after else None)
 
 
 def _quantities(values: resize.Values, kind: str) -> dict[str, str]:

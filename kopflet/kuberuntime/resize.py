@@ -209,6 +209,132 @@ def restart_message(name: str) -> str:
     return f"Container {name} resize requires restart"
 
 
+# ------------------------------------------------------------------------------------- actuation order
+# Upstream doPodResizeAction: memory, then cpu; for each, its pass runs only when a container's resource changes,
+# a container restarts or starts with other values (UpdatePodResources) or the pod-level resources changed.
+
+
+def resource_pass_runs(actions: ResizeActions, resource: str) -> bool:
+    """Whether doPodResizeAction's pass for `resource` runs (upstream: ContainersToUpdate[resource],
+    UpdatePodResources or UpdatePodLevelResources)."""
+    updates = actions.memory_updates if resource == MEMORY else actions.cpu_updates
+    return bool(updates) or actions.update_pod_resources or actions.update_pod_level_resources
+
+
+PodCgroupWrites = tuple[helpers.ResourceConfig, ...]
+
+
+def pod_cgroup_writes(resource: str, target: helpers.ResourceConfig, current: helpers.ResourceConfig
+                      ) -> tuple[PodCgroupWrites, PodCgroupWrites]:
+    """The pod cgroup writes of one resource's pass: (before the containers' UpdateContainerResources, after them).
+
+    Upstream doPodResizeAction's resizeContainers: a limit that grows, then a request that grows, are written
+    before the containers; a request that shrinks, then a limit that shrinks, after them; equal values are not
+    written (nor is the runtime told). `target` is ResourceConfigForPod; `current` the pod cgroup read back
+    (GetPodCgroupConfig). The values compare as the int64s upstream has, so unlimited counts as what the kernel
+    reads: cpu quota -1 (v1 and v2's "max") is the smallest, memory is 9223372036854771712 on v1 (the largest)
+    and -1 on v2 ("max", the smallest). A target without a memory limit or cpu quota (a Burstable pod that does
+    not declare one for every container) keeps the current one: limits are never removed. Memory requests are
+    never written; the memory limit write carries the unified (memory.min/low/high) settings with it; the cpu
+    limit write is quota and period, the request write cpu shares.
+    """
+    if resource == MEMORY:
+        old = current.memory
+        new = target.memory if target.memory is not None else old
+        if new is None or new == old:
+            return (), ()
+        limit = helpers.ResourceConfig(memory=new, unified=dict(target.unified))
+        return ((limit,), ()) if old is None or new > old else ((), (limit,))
+    before: list[helpers.ResourceConfig] = []
+    after: list[helpers.ResourceConfig] = []
+    old_quota = current.cpu_quota
+    new_quota = target.cpu_quota if target.cpu_quota is not None else old_quota
+    if new_quota is not None and new_quota != old_quota:
+        limit = helpers.ResourceConfig(cpu_quota=new_quota, cpu_period=target.cpu_period)
+        (before if old_quota is None or new_quota > old_quota else after).append(limit)
+    old_shares, new_shares = current.cpu_shares, target.cpu_shares
+    request = helpers.ResourceConfig(cpu_shares=new_shares)
+    if new_shares is not None and new_shares != old_shares:
+        if old_shares is None or new_shares > old_shares:
+            before.append(request)  # limits grow before requests: requests <= limits throughout
+        else:
+            after.insert(0, request)  # requests shrink before limits
+    return tuple(before), tuple(after)
+
+
+# ------------------------------------------------------------------------------ memory decrease check
+
+
+def memory_check_runs(actions: ResizeActions) -> bool:
+    """Upstream validatePodResizeAction checks memory only when a container's memory changes in place or a
+    container restarts or starts with other values (ContainersToUpdate[memory] or UpdatePodResources), not for a
+    change of the pod-level resources alone: a pod limit lowered that way is left to the kernel's write."""
+    return bool(actions.memory_updates) or actions.update_pod_resources
+
+
+def memory_limit_decreases(target: helpers.ResourceConfig, current: helpers.ResourceConfig,
+                           updates: Sequence[ContainerUpdate]) -> tuple[int | None, dict[str, int]]:
+    """(the pod's new memory limit if it is added or lowered, else None; each container whose memory limit is
+    added or lowered -> its new limit), as upstream validateMemoryResizeAction decides it. The pod limit compares
+    as the int64s read back, so on cgroup v2 an unlimited pod cgroup ("max", -1) never counts as lowered."""
+    pod_limit = target.memory if target.memory is not None and (
+        current.memory is None or target.memory < current.memory) else None
+    containers: dict[str, int] = {}
+    for update in updates:
+        new, old = update.desired.memory_limit, update.current.memory_limit
+        if new and (not old or new < old):
+            containers[update.name] = new
+    return pod_limit, containers
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MemoryUsage:
+    """What upstream's PodCPUAndMemoryStats gives the memory check: usage in bytes."""
+
+    readable: bool = True
+    """False: the stats could not be read at all (upstream "unable to read memory usage for pod")."""
+    pod: int | None = None
+    """The pod cgroup's usage; None: the stats have none."""
+    containers: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
+    """Container name -> its usage (None: stats without memory); a container absent has no stats."""
+
+
+def _aggregate(messages: Sequence[str]) -> str:
+    """utilerrors.NewAggregate(...).Error(): one message as is, more deduplicated within brackets."""
+    unique = list(dict.fromkeys(messages))
+    return unique[0] if len(unique) == 1 else "[" + ", ".join(unique) + "]"
+
+
+def memory_resize_error(pod_name: str, pod_limit: int | None, container_limits: Mapping[str, int],
+                        usage: MemoryUsage) -> str:
+    """Upstream validateMemoryResizeAction's error ("" when the resize may go on) for the decreases
+    `memory_limit_decreases` found; `pod_name` is format.Pod's ``name_namespace(uid)``.
+
+    A container's message, as upstream writes it, carries the pod's usage, not the container's (the comparison
+    is with the container's own usage)."""
+    if pod_limit is None and not container_limits:
+        return ""
+    if not usage.readable:
+        return f'unable to read memory usage for pod "{pod_name}"'
+    errors: list[str] = []
+    if pod_limit is not None:
+        if usage.pod is None:
+            errors.append("missing pod memory usage")
+        elif usage.pod >= pod_limit:
+            errors.append(f"attempting to set pod memory limit ({pod_limit}) below current usage ({usage.pod})")
+    for name, limit in container_limits.items():
+        if name not in usage.containers:
+            continue  # no stats for it: upstream looks only at the containers the stats list
+        used = usage.containers[name]
+        if used is None:
+            errors.append(f'missing container "{name}" memory usage')
+        elif used >= limit:
+            shown = usage.pod if usage.pod is not None else used
+            errors.append(f'attempting to set container "{name}" memory limit ({limit}) below current usage '
+                          f"({shown})")
+    return f"cannot decrease memory limits: {_aggregate(errors)}" if errors else ""
+
+
 # ------------------------------------------------------------------------------------------------ status
 
 MIN_SHARES_MILLI = 2

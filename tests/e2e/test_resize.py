@@ -10,6 +10,8 @@ import json
 import os
 from typing import Any
 
+import pytest
+
 from devstack.layout import Layout
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent
@@ -166,3 +168,81 @@ def test_requests_up_and_limits_down_in_one_resize(running_agent: Agent, admin: 
     assert host_read(pod_cgroup(pod, "cpu") + "/cpu.cfs_quota_us") == "30000"
     assert host_read(pod_cgroup(pod, "cpu") + "/cpu.shares") == "204"
     assert cgroup_read(admin, namespace, "opposite", "main", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us") == "30000"
+
+
+def host_write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def test_a_pod_cgroup_on_another_cfs_period_is_resized_with_the_period_retried(
+        running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
+    """cgroup v1 refuses a new cpu.cfs_period_us whose old quota would then fall below a child's: libcontainer lets
+    that EINVAL go when a quota follows, writes the quota, then the period again (CpuGroup.Set). The pod cgroup is
+    put on a 50 ms period (the container's 0.2 CPU kept), so writing the agent's 100 ms period first is refused."""
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        pytest.skip("cgroup v2: cpu.max takes quota and period in one write, nothing to retry")
+    admin.apply(pod_manifest("period", namespace, layout.node_name,
+                             [container("main", "sleep 3600", resources={"requests": {"cpu": "100m"},
+                                                                          "limits": {"cpu": "200m"}})],
+                             terminationGracePeriodSeconds=0))
+    pod = wait_pod(admin, namespace, "period", is_ready, what="Ready")
+    cpu = pod_cgroup(pod, "cpu")
+    host_write(cpu + "/cpu.cfs_period_us", "50000")  # 20000 / 50000: still above the container's 0.2
+    host_write(cpu + "/cpu.cfs_quota_us", "10000")  # 10000 / 50000 = 0.2: 100000 alone would make it 0.1
+    wanted = {"requests": {"cpu": "100m"}, "limits": {"cpu": "300m"}}
+    resize(admin, namespace, "period", {"spec": {"containers": [{"name": "main", "resources": wanted}]}})
+    pod = wait_pod(admin, namespace, "period", settled(2), what="resized")
+    assert host_read(cpu + "/cpu.cfs_period_us") == "100000"
+    assert host_read(cpu + "/cpu.cfs_quota_us") == "30000"
+    assert cgroup_read(admin, namespace, "period", "main", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us") == "30000"
+    assert statuses(pod)["main"]["resources"] == wanted
+
+
+def test_a_pod_level_memory_limit_lowered_below_usage_alone_is_refused_by_the_kernel(
+        running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
+    """Only the pod-level limit falls (each container keeps its own): upstream validatePodResizeAction does not
+    check usage (no container memory update), the pod cgroup's memory.limit_in_bytes is written and cgroup v1
+    refuses it as busy, in libcontainer's words ("unable to set memory limit to ..."). The pod's limits stand."""
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        pytest.skip("cgroup v2: memory.max below the usage reclaims and OOM-kills instead of refusing")
+    own = {"requests": {"memory": "8Mi"}, "limits": {"memory": "32Mi"}}
+    level = {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
+    admin.apply(pod_manifest("podlevel", namespace, layout.node_name,
+                             [container("a", "head -c 25m /dev/zero > /dev/shm/a; sleep 3600", resources=own),
+                              container("b", "head -c 25m /dev/zero > /dev/shm/b; sleep 3600", resources=own)],
+                             resources=level, terminationGracePeriodSeconds=0))
+    pod = wait_pod(admin, namespace, "podlevel", is_ready, what="Ready")
+    memory = pod_cgroup(pod, "memory")
+    assert host_read(memory + "/memory.limit_in_bytes") == str(128 * MI)
+    assert int(host_read(memory + "/memory.usage_in_bytes")) > 48 * MI  # the two 25 MiB tmpfs files
+    resize(admin, namespace, "podlevel", {"spec": {"resources": {"requests": {"memory": "32Mi"},
+                                                                 "limits": {"memory": "40Mi"}}}})
+    pod = wait_pod(admin, namespace, "podlevel",
+                   lambda p: (condition(p, "PodResizeInProgress") or {}).get("reason") == "Error",
+                   what="PodResizeInProgress Error")
+    message = condition(pod, "PodResizeInProgress")["message"]  # type: ignore[index]
+    assert message.startswith(f"unable to set memory limit to {40 * MI} (current usage: "), message
+    assert host_read(memory + "/memory.limit_in_bytes") == str(128 * MI)
+    assert pod["status"]["resources"]["limits"]["memory"] == "128Mi"
+
+
+def test_a_cpu_limit_given_to_the_last_container_without_one_sets_the_pod_quota(
+        running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
+    """A Burstable pod with a container without a cpu limit has no pod quota (-1). Giving it one makes every
+    container limited: the pod cgroup gets the summed quota, written before the containers (upstream compares
+    the int64 quotas: -1 is the smallest, so this is an increase)."""
+    admin.apply(pod_manifest("unlimited", namespace, layout.node_name,
+                             [container("a", "sleep 3600", resources={"requests": {"cpu": "100m"},
+                                                                       "limits": {"cpu": "200m"}}),
+                              container("b", "sleep 3600", resources={"requests": {"cpu": "100m"}})],
+                             terminationGracePeriodSeconds=0))
+    pod = wait_pod(admin, namespace, "unlimited", is_ready, what="Ready")
+    cpu = pod_cgroup(pod, "cpu")
+    assert host_read(cpu + "/cpu.cfs_quota_us") == "-1"
+    wanted = {"requests": {"cpu": "100m"}, "limits": {"cpu": "100m"}}
+    resize(admin, namespace, "unlimited", {"spec": {"containers": [{"name": "b", "resources": wanted}]}})
+    pod = wait_pod(admin, namespace, "unlimited", settled(2), what="resized")
+    assert host_read(cpu + "/cpu.cfs_quota_us") == "30000"
+    assert cgroup_read(admin, namespace, "unlimited", "b", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us") == "10000"
+    assert statuses(pod)["b"]["resources"] == wanted

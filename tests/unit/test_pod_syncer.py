@@ -352,6 +352,7 @@ async def run_resize(syncer: PodSyncer) -> Any:
 
 # What the runtime is told before each write (sandbox, memory, shares, quota), the merged resources so far.
 GROWN_MEMORY = ("runtime", ("sb", 128 * MI, 102, 10000))
+GROWN_QUOTA = ("runtime", ("sb", 128 * MI, 102, 20000))
 GROWN_CPU = ("runtime", ("sb", 128 * MI, 204, 20000))
 
 
@@ -361,12 +362,14 @@ GROWN_CPU = ("runtime", ("sb", 128 * MI, 204, 20000))
 ], ids=["accepted", "UNIMPLEMENTED", "containerd 2.2"])
 async def test_a_resize_tells_the_runtime_before_each_pod_cgroup_write(errors: list[CriError | None]) -> None:
     """Upstream setPodCgroupConfig: UpdatePodSandboxResources with the resources merged so far, then the write; a
-    runtime without the call (updatePodSandboxResources: best effort) changes nothing."""
-    syncer, log, allocations = resize_syncer(errors)
+    runtime without the call (updatePodSandboxResources: best effort) changes nothing. Upstream resizeContainers:
+    the cpu limit (quota and period) and the request (shares) are two writes, the limit first when both grow."""
+    syncer, log, allocations = resize_syncer(errors + errors)
     result = await run_resize(syncer)
     assert result.resize_error == ""
     assert log == [GROWN_MEMORY, ("cgroup", helpers.ResourceConfig(memory=128 * MI)),
-                   GROWN_CPU, ("cgroup", helpers.ResourceConfig(cpu_shares=204, cpu_quota=20000, cpu_period=100000))]
+                   GROWN_QUOTA, ("cgroup", helpers.ResourceConfig(cpu_quota=20000, cpu_period=100000)),
+                   GROWN_CPU, ("cgroup", helpers.ResourceConfig(cpu_shares=204))]
     assert len(allocations.pod_level) == 1
 
 
@@ -385,12 +388,163 @@ async def test_a_failed_pod_cgroup_write_tells_the_runtime_the_previous_resource
         rollback_error: CriError | None) -> None:
     """Upstream setPodCgroupConfig: after a failed write the runtime gets the resources before it (a failure of
     that is only logged); the write's error is the resize's."""
-    syncer, log, allocations = resize_syncer([None, None, rollback_error], fail_on="cpu_shares")
+    syncer, log, allocations = resize_syncer([None, None, None, rollback_error], fail_on="cpu_shares")
     result = await run_resize(syncer)
     assert result.resize_error == "failed to write cpu_shares"
-    assert log == [GROWN_MEMORY, ("cgroup", helpers.ResourceConfig(memory=128 * MI)), GROWN_CPU,
-                   ("runtime", ("sb", 128 * MI, 102, 10000))]  # the memory write stays: only cpu is rolled back
+    # The memory and quota writes stay: only the shares are rolled back.
+    assert log == [GROWN_MEMORY, ("cgroup", helpers.ResourceConfig(memory=128 * MI)),
+                   GROWN_QUOTA, ("cgroup", helpers.ResourceConfig(cpu_quota=20000, cpu_period=100000)),
+                   GROWN_CPU, GROWN_QUOTA]
     assert allocations.pod_level == []
+
+
+# ------------------------------------------------------- resize: pod cgroup vs containers, the memory check
+
+
+class OrderCgroups:
+    """A pod cgroup reading `current`, its memory usage `usage` (None: unreadable); writes and reads logged."""
+
+    def __init__(self, log: list[tuple[str, Any]], current: helpers.ResourceConfig, usage: int | None) -> None:
+        self.log, self.current, self.usage = log, current, usage
+
+    def read(self, name: str) -> helpers.ResourceConfig:
+        return self.current
+
+    def apply(self, name: str, config: helpers.ResourceConfig) -> None:
+        self.log.append(("cgroup", config))
+
+    def memory_usage(self, name: str) -> int | None:
+        self.log.append(("usage", name))
+        return self.usage
+
+
+class OrderContainers:
+    """UpdateContainerResources logged; ContainerStats answering `usage` bytes."""
+
+    def __init__(self, log: list[tuple[str, Any]], usage: int) -> None:
+        self.log, self.usage = log, usage
+
+    async def update_resources(self, container_id: str, resources: cri.LinuxContainerResources) -> None:
+        self.log.append(("container", (container_id, resources.cpu_quota, resources.memory_limit_in_bytes)))
+
+    async def stats(self, container_id: str) -> cri.ContainerStats:
+        return cri.ContainerStats(id=container_id, memory=cri.MemoryUsage(usage_bytes=self.usage))
+
+
+class OrderAllocations:
+    def __init__(self) -> None:
+        self.pod_level: list[Any] = []
+
+    def actuation(self, uid: str) -> None:
+        return None
+
+    def set_actuated_container(self, uid: str, name: str, resources: Any) -> None:
+        pass
+
+    def set_actuated_pod_level(self, uid: str, level: Any) -> None:
+        self.pod_level.append(level)
+
+
+def order_syncer(target: helpers.ResourceConfig, current: helpers.ResourceConfig, *, pod_usage: int | None = None,
+                 container_usage: int = 0) -> tuple[PodSyncer, list[tuple[str, Any]]]:
+    syncer, cri_fake, _ = make_syncer({})
+    log: list[tuple[str, Any]] = []
+    cri_fake.sandboxes = ResizeSandboxes(log, [])  # type: ignore[assignment]
+    cri_fake.containers = OrderContainers(log, container_usage)  # type: ignore[assignment]
+    syncer.cgroups = OrderCgroups(log, current, pod_usage)  # type: ignore[assignment]
+    syncer.allocations = OrderAllocations()  # type: ignore[assignment]
+    syncer.node_memory_capacity, syncer.hugepage_sizes = 8 * 2**30, ()
+    syncer.pod_cgroup_config = lambda pod: target  # type: ignore[method-assign,assignment,return-value]
+    return syncer, log
+
+
+def update(resource: str, desired: Any, current: Any) -> Any:
+    from kopflet.kuberuntime import resize
+    return resize.ContainerUpdate(name="app", container_id="c-app", resource=resource, desired=desired,
+                                  current=current)
+
+
+async def resize_with(syncer: PodSyncer, actions: Any) -> Any:
+    from kopflet.kuberuntime.executor import SyncResult
+
+    result = SyncResult()
+    await syncer.resize(make_pod(), runtime("app"), actions, result)
+    return result
+
+
+CPU_SET = helpers.ResourceConfig(cpu_shares=102, cpu_quota=30000, cpu_period=100000, memory=64 * MI)
+CPU_UNLIMITED = helpers.ResourceConfig(cpu_shares=102, cpu_quota=-1, cpu_period=100000, memory=64 * MI)
+
+
+@pytest.mark.parametrize(("target", "current", "limit", "expected"), [
+    # A cpu quota set where the pod cgroup had none (-1, the smallest): the pod cgroup before the container.
+    (CPU_SET, CPU_UNLIMITED, (300, 0), [("runtime", ("sb", 64 * MI, 102, 30000)),
+                                        ("cgroup", helpers.ResourceConfig(cpu_quota=30000, cpu_period=100000)),
+                                        ("container", ("c-app", 30000, 0))]),
+    # Back to unlimited (cpuCFSQuota off, or exclusive CPUs upstream): the container first, then the pod cgroup.
+    (CPU_UNLIMITED, CPU_SET, (0, 300), [("container", ("c-app", 0, 0)),
+                                        ("runtime", ("sb", 64 * MI, 102, -1)),
+                                        ("cgroup", helpers.ResourceConfig(cpu_quota=-1, cpu_period=100000))]),
+    # The pod's quota unchanged: only the container.
+    (CPU_SET, CPU_SET, (300, 200), [("container", ("c-app", 30000, 0))]),
+])
+async def test_an_unlimited_cpu_quota_is_the_smallest_when_ordering_the_pod_cgroup_and_the_containers(
+        target: helpers.ResourceConfig, current: helpers.ResourceConfig, limit: tuple[int, int],
+        expected: list[tuple[str, Any]]) -> None:
+    """Upstream doPodResizeAction compares the int64 quotas: -1 grows to any limit and any limit shrinks to -1."""
+    from kopflet.kuberuntime import resize
+
+    syncer, log = order_syncer(target, current)
+    desired, actuated = limit
+    actions = resize.ResizeActions(cpu_updates=(update(resize.CPU, resize.Values(cpu_limit=desired),
+                                                       resize.Values(cpu_limit=actuated)),))
+    result = await resize_with(syncer, actions)
+    assert result.resize_error == ""
+    assert log == expected
+
+
+POD_64 = helpers.ResourceConfig(cpu_shares=102, memory=64 * MI)
+POD_96 = helpers.ResourceConfig(cpu_shares=102, memory=96 * MI)
+
+
+async def test_pod_level_resources_lowered_alone_are_written_without_the_usage_check() -> None:
+    """Upstream validatePodResizeAction runs for container memory updates and restarts, not UpdatePodLevelResources
+    alone: the pod cgroup's lower limit is written (after the containers) and the kernel has the last word."""
+    from kopflet.kuberuntime import resize
+
+    syncer, log = order_syncer(POD_64, POD_96, pod_usage=80 * MI)
+    result = await resize_with(syncer, resize.ResizeActions(update_pod_level_resources=True))
+    assert result.resize_error == ""
+    assert log == [("runtime", ("sb", 64 * MI, 102, 0)), ("cgroup", helpers.ResourceConfig(memory=64 * MI))]
+
+
+@pytest.mark.parametrize(("actions", "pod_usage", "error", "usage_read"), [
+    # A container's memory changing in place: the pod limit is checked against the pod's usage.
+    ("container", 80 * MI, "cannot decrease memory limits: attempting to set pod memory limit (67108864) below "
+                           "current usage (83886080)", True),
+    ("container", 10 * MI, "", True),
+    ("container", None, 'unable to read memory usage for pod "p_ns(u)"', True),
+    # A restart for resize (UpdatePodResources): checked too.
+    ("restart", 80 * MI, "cannot decrease memory limits: attempting to set pod memory limit (67108864) below "
+                         "current usage (83886080)", True),
+    # Pod-level only: not checked, not read.
+    ("pod-level", None, "", False),
+])
+async def test_the_pod_memory_limit_is_checked_against_its_usage_when_upstream_checks_it(
+        actions: str, pod_usage: int | None, error: str, usage_read: bool) -> None:
+    from kopflet.kuberuntime import resize
+
+    syncer, log = order_syncer(POD_64, POD_96, pod_usage=pod_usage, container_usage=MI)
+    cpu_only = update(resize.CPU, resize.Values(cpu_request=200), resize.Values(cpu_request=100))
+    chosen = {"container": resize.ResizeActions(memory_updates=(update(
+                  resize.MEMORY, resize.Values(memory_request=32 * MI), resize.Values(memory_request=16 * MI)),)),
+              "restart": resize.ResizeActions(update_pod_resources=True, cpu_updates=(cpu_only,)),
+              "pod-level": resize.ResizeActions(update_pod_level_resources=True)}[actions]
+    result = await resize_with(syncer, chosen)
+    assert result.resize_error == error
+    assert any(entry[0] == "usage" for entry in log) is usage_read
+    if error:
+        assert [entry for entry in log if entry[0] != "usage"] == []  # refused before anything changed
 
 
 # ------------------------------------------------------------------------- the user namespace manager
@@ -561,14 +715,14 @@ async def test_without_cgroups_per_qos_no_pod_cgroup_is_made() -> None:
 
 async def test_without_cgroups_per_qos_a_resize_changes_the_containers_only() -> None:
     """upstream's noop pod container manager: GetPodCgroupConfig reads nothing (the allocated resources stand),
-    SetPodCgroupConfig writes nothing; the runtime is still told the pod's resources before each (skipped) write,
-    as upstream's setPodCgroupConfig does."""
+    SetPodCgroupConfig writes nothing. With the pod's resources taken as they are allocated nothing differs, so
+    resizeContainers has no pod cgroup write to make and the runtime is not told (upstream itself dereferences the
+    noop manager's nil config here)."""
     from kopflet.cm.cgroup_names import CgroupLayout
 
     syncer, log, allocations = resize_syncer([])
     syncer.cgroup_layout = CgroupLayout(cgroups_per_qos=False)
     result = await run_resize(syncer)
     assert result.resize_error == ""
-    assert [entry for entry in log if entry[0] != "runtime"] == []  # no read-back, no cgroup write
-    assert log == [GROWN_CPU, GROWN_CPU]  # memory then cpu, the allocated values throughout
+    assert log == []  # no read-back, no cgroup write, nothing to tell the runtime
     assert len(allocations.pod_level) == 1  # the pod-level resources count as actuated

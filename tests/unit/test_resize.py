@@ -109,6 +109,28 @@ def test_pod_level_limits_fill_in_for_containers_and_pod_level_changes_are_seen(
     assert [u.resource for u in actions.cpu_updates] == ["cpu"]  # the merged container limit moved too
 
 
+@pytest.mark.parametrize(("container", "memory_updates", "checked"), [
+    # The container has its own memory limit: only the pod-level resources change, upstream does not check usage.
+    (res({"memory": "32Mi"}, {"memory": "48Mi"}), [], False),
+    # It takes the pod's limit: its merged limit falls too, a container memory update, and the usage is checked.
+    (res({"memory": "32Mi"}), ["c1"], True),
+])
+def test_a_pod_level_memory_limit_lowered_is_checked_only_through_a_container(
+        container: Resources, memory_updates: list[str], checked: bool) -> None:
+    """Upstream validatePodResizeAction: ContainersToUpdate[memory] or UpdatePodResources, not
+    UpdatePodLevelResources."""
+    before = make_pod({"c1": container}, pod_level=res({"memory": "32Mi"}, {"memory": "128Mi"}))
+    level = before.spec.raw["resources"]
+    actuated = PodAllocation(containers={"c1": resize.effective(Resources(limits=level["limits"]),
+                                                                before.spec.containers[0].resources)},
+                             pod_level=Resources(requests=level["requests"], limits=level["limits"]))
+    after = make_pod({"c1": container}, pod_level=res({"memory": "32Mi"}, {"memory": "64Mi"}))
+    actions = resize.compute(after, running("c1"), actuated)
+    assert actions.update_pod_level_resources and not actions.update_pod_resources
+    assert [u.name for u in actions.memory_updates] == memory_updates
+    assert resize.memory_check_runs(actions) is checked
+
+
 # --------------------------------------------------------------------------------------- in progress
 
 
@@ -202,27 +224,122 @@ def test_quantity_text(value: Fraction, binary: bool, text: str) -> None:
 
 # ------------------------------------------------------------------------------- pod cgroup write order
 
+RC = helpers.ResourceConfig
+V1_UNLIMITED = helpers.CGROUP_V1_MEMORY_UNLIMITED
+
+
+def quota(value: int) -> helpers.ResourceConfig:
+    return RC(cpu_quota=value, cpu_period=100000)
+
+
 @pytest.mark.parametrize(("resource", "target", "current", "before", "after"), [
+    # Upstream doPodResizeAction's resizeContainers: limit up, request up | containers | request down, limit down.
+    ("cpu", RC(cpu_shares=409, cpu_quota=80000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=40000),
+     (quota(80000), RC(cpu_shares=409)), ()),
+    ("cpu", RC(cpu_shares=102, cpu_quota=20000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=40000),
+     (), (RC(cpu_shares=102), quota(20000))),
     # Request up, limit down (the rollback of "requests and limits in opposite directions"): shares first, the
     # quota after the containers, or cgroup v1 refuses a child quota above its parent's.
-    ("cpu", helpers.ResourceConfig(cpu_shares=409, cpu_quota=40000, cpu_period=100000),
-     helpers.ResourceConfig(cpu_shares=204, cpu_quota=80000, cpu_period=100000),
-     helpers.ResourceConfig(cpu_shares=409), helpers.ResourceConfig(cpu_quota=40000, cpu_period=100000)),
-    ("cpu", helpers.ResourceConfig(cpu_shares=102, cpu_quota=-1, cpu_period=100000),
-     helpers.ResourceConfig(cpu_shares=204, cpu_quota=80000, cpu_period=100000),
-     # unlimited is largest
-     helpers.ResourceConfig(cpu_quota=-1, cpu_period=100000), helpers.ResourceConfig(cpu_shares=102)),
-    ("memory", helpers.ResourceConfig(memory=64 * MI), helpers.ResourceConfig(memory=96 * MI),
-     None, helpers.ResourceConfig(memory=64 * MI)),
-    ("memory", helpers.ResourceConfig(memory=128 * MI), helpers.ResourceConfig(memory=96 * MI),
-     helpers.ResourceConfig(memory=128 * MI), None),
-    ("memory", helpers.ResourceConfig(), helpers.ResourceConfig(memory=96 * MI), None, None),  # no limit: left alone
+    ("cpu", RC(cpu_shares=409, cpu_quota=40000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=80000),
+     (RC(cpu_shares=409),), (quota(40000),)),
+    ("cpu", RC(cpu_shares=102, cpu_quota=80000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=40000),
+     (quota(80000),), (RC(cpu_shares=102),)),
+    # Unlimited is -1 as the kernel reads it (v1 cfs_quota_us, v2 "max"), compared as a number: the smallest.
+    # A quota set where there was none grows (before the containers); one removed shrinks (after them).
+    ("cpu", RC(cpu_shares=204, cpu_quota=30000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=-1),
+     (quota(30000),), ()),
+    ("cpu", RC(cpu_shares=102, cpu_quota=-1, cpu_period=100000), RC(cpu_shares=204, cpu_quota=80000),
+     (), (RC(cpu_shares=102), quota(-1))),
+    # No quota in the target (a Burstable pod with a container without a cpu limit): the current one stays.
+    ("cpu", RC(cpu_shares=307), RC(cpu_shares=204, cpu_quota=-1), (RC(cpu_shares=307),), ()),
+    ("cpu", RC(cpu_shares=307), RC(cpu_shares=204, cpu_quota=50000), (RC(cpu_shares=307),), ()),
+    # Nothing changes: nothing is written, the runtime is not told.
+    ("cpu", RC(cpu_shares=204, cpu_quota=40000, cpu_period=100000), RC(cpu_shares=204, cpu_quota=40000), (), ()),
+    ("memory", RC(memory=64 * MI), RC(memory=96 * MI), (), (RC(memory=64 * MI),)),
+    ("memory", RC(memory=128 * MI), RC(memory=96 * MI), (RC(memory=128 * MI),), ()),
+    ("memory", RC(memory=96 * MI), RC(memory=96 * MI), (), ()),
+    ("memory", RC(), RC(memory=96 * MI), (), ()),  # no limit: left alone (limits are never removed)
+    # An unlimited pod cgroup getting a limit: v1 reads 9223372036854771712 (larger: after the containers), v2
+    # reads "max" as -1 (smaller: before them).
+    ("memory", RC(memory=64 * MI), RC(memory=V1_UNLIMITED), (), (RC(memory=64 * MI),)),
+    ("memory", RC(memory=64 * MI), RC(memory=-1), (RC(memory=64 * MI),), ()),
+    # The limit write carries the unified memory settings (MemoryQoS on v2).
+    ("memory", RC(memory=64 * MI, cpu_shares=2, unified={"memory.high": "60000000"}), RC(memory=96 * MI),
+     (), (RC(memory=64 * MI, unified={"memory.high": "60000000"}),)),
 ])
 def test_pod_cgroup_values_that_grow_go_before_the_containers(resource: str, target: helpers.ResourceConfig,
                                                               current: helpers.ResourceConfig, before: Any,
                                                               after: Any) -> None:
-    from kopflet.kuberuntime.executor import _pod_cgroup_changes
-    assert _pod_cgroup_changes(resource, target, current) == (before, after)
+    assert resize.pod_cgroup_writes(resource, target, current) == (before, after)
+
+
+@pytest.mark.parametrize(("actions", "memory", "cpu", "check"), [
+    (resize.ResizeActions(), False, False, False),
+    (resize.ResizeActions(memory_updates=(object(),)), True, False, True),  # type: ignore[arg-type]
+    (resize.ResizeActions(cpu_updates=(object(),)), False, True, False),  # type: ignore[arg-type]
+    (resize.ResizeActions(update_pod_resources=True), True, True, True),
+    # Pod-level resources alone: both passes, but no usage check (upstream validatePodResizeAction).
+    (resize.ResizeActions(update_pod_level_resources=True), True, True, False),
+])
+def test_which_passes_run_and_when_memory_usage_is_checked(actions: resize.ResizeActions, memory: bool, cpu: bool,
+                                                           check: bool) -> None:
+    assert resize.resource_pass_runs(actions, resize.MEMORY) is memory
+    assert resize.resource_pass_runs(actions, resize.CPU) is cpu
+    assert resize.memory_check_runs(actions) is check
+
+
+def memory_update(name: str, desired: int, current: int) -> resize.ContainerUpdate:
+    return resize.ContainerUpdate(name=name, container_id=f"id-{name}", resource=resize.MEMORY,
+                                  desired=resize.Values(memory_limit=desired),
+                                  current=resize.Values(memory_limit=current))
+
+
+@pytest.mark.parametrize(("target", "current", "updates", "pod_limit", "containers"), [
+    (RC(memory=64 * MI), RC(memory=96 * MI), (), 64 * MI, {}),  # lowered
+    (RC(memory=128 * MI), RC(memory=96 * MI), (), None, {}),  # raised
+    (RC(memory=96 * MI), RC(memory=96 * MI), (), None, {}),
+    (RC(), RC(memory=96 * MI), (), None, {}),  # no pod limit
+    (RC(memory=64 * MI), RC(), (), 64 * MI, {}),  # added (nothing read back)
+    (RC(memory=64 * MI), RC(memory=V1_UNLIMITED), (), 64 * MI, {}),  # added on v1: below 9223372036854771712
+    (RC(memory=64 * MI), RC(memory=-1), (), None, {}),  # added on v2: "max" is -1, not above 64Mi
+    (RC(), RC(), (memory_update("a", 32 * MI, 64 * MI), memory_update("b", 64 * MI, 32 * MI),
+                  memory_update("c", 32 * MI, 0), memory_update("d", 0, 0)), None, {"a": 32 * MI, "c": 32 * MI}),
+])
+def test_which_memory_limits_decrease(target: helpers.ResourceConfig, current: helpers.ResourceConfig,
+                                      updates: tuple[resize.ContainerUpdate, ...], pod_limit: int | None,
+                                      containers: dict[str, int]) -> None:
+    assert resize.memory_limit_decreases(target, current, updates) == (pod_limit, containers)
+
+
+Usage = resize.MemoryUsage
+
+
+@pytest.mark.parametrize(("pod_limit", "containers", "usage", "error"), [
+    (None, {}, Usage(readable=False), ""),  # nothing decreases: the usage is not even looked at
+    (64, {}, Usage(pod=10), ""),
+    (64, {}, Usage(pod=64), "cannot decrease memory limits: attempting to set pod memory limit (64) below current "
+                            "usage (64)"),
+    (64, {}, Usage(), "cannot decrease memory limits: missing pod memory usage"),
+    (64, {}, Usage(readable=False), 'unable to read memory usage for pod "p_ns(u)"'),
+    (None, {"a": 32}, Usage(readable=False), 'unable to read memory usage for pod "p_ns(u)"'),
+    (None, {"a": 32}, Usage(pod=50, containers={"a": 20}), ""),
+    # The container's own usage decides; its message shows the pod's (upstream's text).
+    (None, {"a": 32}, Usage(pod=50, containers={"a": 40}),
+     'cannot decrease memory limits: attempting to set container "a" memory limit (32) below current usage (50)'),
+    (None, {"a": 32}, Usage(containers={"a": 40}),
+     'cannot decrease memory limits: attempting to set container "a" memory limit (32) below current usage (40)'),
+    (None, {"a": 32}, Usage(pod=50, containers={"a": None}),
+     'cannot decrease memory limits: missing container "a" memory usage'),
+    (None, {"a": 32}, Usage(pod=50), ""),  # no stats for the container: not looked at
+    (64, {"a": 32, "b": 16}, Usage(pod=70, containers={"a": 40, "b": 20}),
+     "cannot decrease memory limits: [attempting to set pod memory limit (64) below current usage (70), "
+     'attempting to set container "a" memory limit (32) below current usage (70), '
+     'attempting to set container "b" memory limit (16) below current usage (70)]'),
+])
+def test_the_memory_check_refuses_limits_at_or_below_usage(pod_limit: int | None, containers: dict[str, int],
+                                                           usage: resize.MemoryUsage, error: str) -> None:
+    """Upstream validateMemoryResizeAction and TestValidatePodResizeAction."""
+    assert resize.memory_resize_error("p_ns(u)", pod_limit, containers, usage) == error
 
 
 def test_pod_status_cpu_request_survives_the_cgroup_v2_weight_round_trip() -> None:
