@@ -91,12 +91,25 @@ def cpus_of(admin: Kubectl, namespace: str, pod: str) -> tuple[str, str]:
     return out[0].strip(), out[1].split(":", 1)[1].strip()
 
 
-def host_cpuset(pod: dict[str, Any]) -> str:
-    """The same file from the host: ``/sys/fs/cgroup/cpuset/kubepods[/<qos>]/pod<uid>/<container id>``."""
+def host_cgroup(pod: dict[str, Any], controller: str, name: str, *, container: bool = True) -> str:
+    """A cgroup v1 file from the host: ``/sys/fs/cgroup/<controller>/kubepods[/<qos>]/pod<uid>[/<container id>]``."""
     uid = pod["metadata"]["uid"]
     tier = {"Guaranteed": "", "Burstable": "burstable/", "BestEffort": "besteffort/"}[pod["status"]["qosClass"]]
-    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
-    return Path(f"/sys/fs/cgroup/cpuset/kubepods/{tier}pod{uid}/{cid}/cpuset.cpus").read_text().strip()
+    path = Path(f"/sys/fs/cgroup/{controller}/kubepods/{tier}pod{uid}")
+    if container:
+        path /= pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    return (path / name).read_text().strip()
+
+
+def host_cpuset(pod: dict[str, Any]) -> str:
+    """The container's ``cpuset.cpus`` read from the host."""
+    return host_cgroup(pod, "cpuset", "cpuset.cpus")
+
+
+def cfs(pod: dict[str, Any], *, container: bool = True) -> tuple[str, str]:
+    """The CFS quota and period of the container (or its pod cgroup), read from the host."""
+    return (host_cgroup(pod, "cpu", "cpu.cfs_quota_us", container=container),
+            host_cgroup(pod, "cpu", "cpu.cfs_period_us", container=container))
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout: float = RECONCILE_WAIT) -> None:
@@ -144,6 +157,12 @@ def test_guaranteed_pods_get_cpus_of_their_own_and_the_rest_share_the_others(
             assert pinned["status"]["qosClass"] == "Guaranteed"
             assert cpus_of(admin, namespace, "pinned") == (str(EXCLUSIVE), str(EXCLUSIVE))
             assert host_cpuset(pinned) == str(EXCLUSIVE)
+            # upstream DisableCPUQuotaWithExclusiveCPUs (locked on at v1.37): no CFS quota on exclusive CPUs, for
+            # the container and its pod cgroup alike, seen from the host and from inside the container.
+            assert cfs(pinned) == ("-1", "100000")
+            assert cfs(pinned, container=False) == ("-1", "100000")
+            assert admin.run("exec", "-n", namespace, "pinned", "-c", "main", "--", "cat",
+                             "/sys/fs/cgroup/cpu/cpu.cfs_quota_us").stdout.strip() == "-1"
             state = read_state()
             assert (state.default_cpu_set, dict(state.entries)) == \
                 ("0", {pinned["metadata"]["uid"]: {"main": str(EXCLUSIVE)}})
@@ -184,6 +203,17 @@ def test_guaranteed_pods_get_cpus_of_their_own_and_the_rest_share_the_others(
                 wait_for(lambda: cpus_of(admin, namespace, "shared") == (ALL, ALL), "the CPUs back in the pool")
                 wait_for(lambda: (read_state().default_cpu_set, dict(read_state().entries)) == (ALL, {}),
                          "the checkpoint without the pod")
+
+                # A Guaranteed pod without an integer CPU count stays on the shared pool and keeps its quota.
+                half = {"requests": {"cpu": "500m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "64Mi"}}
+                admin.apply(pod_manifest("fractional", namespace, node,
+                                         [container("main", "sleep 3600", resources=half)],
+                                         terminationGracePeriodSeconds=0))
+                fractional = wait_pod(admin, namespace, "fractional", is_ready, what="Ready")
+                assert fractional["status"]["qosClass"] == "Guaranteed"
+                assert host_cpuset(fractional) == ALL
+                assert cfs(fractional) == ("50000", "100000")
+                assert cfs(fractional, container=False) == ("50000", "100000")
             finally:
                 admin.run("delete", "pods", "--all", "-n", namespace, "--wait=true", "--timeout=60s", check=False)
                 assert again.stop() == 0
