@@ -331,7 +331,7 @@ class Node:
             metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating, devices=self.device_manager,
             memory=self.memory_manager)
         self.housekeeping = Housekeeping(self.api, self.relist, self.workers, self.teardown, self.layout,
-                                         cfg.pod_field_selector, userns=self.userns)
+                                         cfg.pod_field_selector, userns=self.userns, cgroups=self.cgroups)
         self.container_gc = ContainerGC(self.relist, self.executor, gc.GCPolicy(
             min_age=cfg.minimum_container_ttl_duration, max_per_pod_container=cfg.maximum_dead_containers_per_container,
             max_containers=cfg.maximum_dead_containers), terminated=self.workers.terminated)

@@ -171,6 +171,21 @@ class CgroupLayout:
         """The sandbox's CgroupParent (upstream GetPodCgroupParent): the pod's cgroup by its QoS class."""
         return self.pod_cgroup(pod.uid, qos.qos_class(pod))
 
+    def internal_name(self, literal: str) -> CgroupName:
+        """upstream cgroupManager.CgroupName: a literal cgroupfs path back to a name (systemd slices decoded)."""
+        if self.systemd and is_systemd_style_name(literal):
+            return parse_systemd(literal)
+        return parse_cgroupfs(literal)
+
+    def pod_uid(self, qos_literal: str, entry: str) -> str | None:
+        """The pod UID of the directory `entry` under a QoS tier's literal path, None when it is not a pod's cgroup
+        (upstream GetAllPodsFromCgroups: the last component split on ``pod`` into exactly two parts)."""
+        base = self.internal_name(f"{qos_literal.rstrip('/')}/{entry}")[-1]
+        if POD_CGROUP_PREFIX not in base:
+            return None
+        parts = base.split(POD_CGROUP_PREFIX)
+        return parts[1] if len(parts) == 2 and parts[1] else None
+
     def pod_cgroup_candidates(self, uid: str) -> tuple[str, ...]:
         """Where a pod of unknown class may have its cgroup (Guaranteed, Burstable, BestEffort); none without
         cgroupsPerQOS."""

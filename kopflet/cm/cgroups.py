@@ -21,11 +21,12 @@ import contextlib
 import dataclasses
 import errno
 import os
+import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kopflet import gotext
-from kopflet.api import spec
+from kopflet.api import qos, spec
 from kopflet.cm import cgroup_names, helpers
 
 FS_ROOT = "/sys/fs/cgroup"
@@ -212,14 +213,73 @@ class PodCgroups:
             current = current / part
             current.mkdir(exist_ok=True)
 
+    def _hierarchies(self) -> list[Path]:
+        """Where each hierarchy's tree starts: ``fs_root`` on v2, each mounted controller's directory on v1 (the
+        comounted aliases, symlinks, skipped)."""
+        return [self.fs_root] + [p for p in self.fs_root.iterdir() if p.is_dir() and not p.is_symlink()]
+
+    def pod_cgroups(self) -> dict[str, list[str]]:
+        """upstream GetAllPodsFromCgroups: the pods with a cgroup under a QoS tier in any hierarchy, each UID with
+        its cgroups' literal names; nothing without cgroupsPerQOS."""
+        if not self.layout.cgroups_per_qos or not self.fs_root.is_dir():
+            return {}
+        found: dict[str, list[str]] = {}
+        tiers = [self.layout.qos_cgroup(klass) for klass in (qos.BEST_EFFORT, qos.BURSTABLE, qos.GUARANTEED)]
+        for base in self._hierarchies():
+            for tier in tiers:
+                try:
+                    entries = [e.name for e in os.scandir(base / tier.strip("/")) if e.is_dir(follow_symlinks=False)]
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                for entry in entries:
+                    uid = self.layout.pod_uid(tier, entry)
+                    name = f"{tier.rstrip('/')}/{entry}"
+                    if uid is not None and name not in found.setdefault(uid, []):
+                        found[uid].append(name)
+        return found
+
+    def pids(self, name: str) -> list[int]:
+        """upstream cgroupManager.Pids: every process in the cgroup `name` or below it, in any hierarchy."""
+        pids: set[int] = set()
+        for base in self._hierarchies():
+            for dirpath, _dirs, files in os.walk(base / name.strip("/")):
+                if "cgroup.procs" not in files:
+                    continue
+                with contextlib.suppress(OSError, ValueError):
+                    pids.update(int(line) for line in Path(dirpath, "cgroup.procs").read_text().split())
+        return sorted(pids)
+
+    def reduce_cpu_limits(self, name: str) -> None:
+        """upstream ReduceCPULimits: the minimum cpu shares for an orphaned pod's cgroup whose volumes remain."""
+        self.apply(name, helpers.ResourceConfig(cpu_shares=helpers.MIN_SHARES))
+
+    def destroy(self, uid: str, names: Sequence[str]) -> None:
+        """upstream podContainerManager.Destroy of an orphaned pod's cgroup: its processes killed (SIGKILL, up to
+        five tries; one already gone counts as killed), then the cgroup removed. CgroupError when some survive."""
+        for name in names:
+            left: list[int] = []
+            for _attempt in range(5):
+                left = []
+                for pid in self.pids(name):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    except OSError:
+                        left.append(pid)
+                if not left:
+                    break
+            if left:
+                raise CgroupError(f"failed to kill all the processes attached to the {name} cgroups : {left}")
+        self.remove(uid)
+
     def remove(self, uid: str) -> None:
         """Remove the pod's (now empty) cgroup in every hierarchy, whatever its QoS tier was (upstream
         podContainerManager.Destroy); nothing without cgroupsPerQOS (upstream skips it then)."""
         candidates = self.layout.pod_cgroup_candidates(uid)
         if not candidates or not self.fs_root.is_dir():
             return
-        bases = [self.fs_root] + [p for p in self.fs_root.iterdir() if p.is_dir() and not p.is_symlink()]
-        for base in bases:
+        for base in self._hierarchies():
             for candidate in candidates:
                 pod_dir = base / candidate.strip("/")
                 if not pod_dir.is_dir():

@@ -14,6 +14,7 @@ import os
 from cri_client import CriError
 from kopflet import paths
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
+from kopflet.cm.cgroups import CgroupError, PodCgroups
 from kopflet.kuberuntime.executor import pod_log_dirs
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pods.teardown import Teardown
@@ -28,10 +29,12 @@ PERIOD = 30.0
 
 class Housekeeping:
     def __init__(self, api: KubeClient, relist: RuntimeCache, workers: PodWorkers, teardown: Teardown,
-                 layout: paths.Layout, field_selector: str, userns: UsernsManager | None = None) -> None:
-        """`userns` is the user namespace manager, whose orphaned ranges each round frees."""
+                 layout: paths.Layout, field_selector: str, userns: UsernsManager | None = None,
+                 cgroups: PodCgroups | None = None) -> None:
+        """`userns` is the user namespace manager, whose orphaned ranges each round frees; `cgroups` the pod
+        cgroups, whose orphans each round destroys."""
         self.api, self.relist, self.workers, self.teardown = api, relist, workers, teardown
-        self.layout, self.field_selector, self.userns = layout, field_selector, userns
+        self.layout, self.field_selector, self.userns, self.cgroups = layout, field_selector, userns, cgroups
 
     async def cleanup_orphans(self) -> int:
         """Tear down the runtime pods, pod directories and pod log directories no worker has and the apiserver does
@@ -43,7 +46,8 @@ class Housekeeping:
         log_dirs = {paths.pod_uid_from_log_dir(d.name)
                     for d in await asyncio.to_thread(pod_log_dirs, self.layout.pod_log_root)}
         dirs += sorted(log_dirs - set(dirs))
-        candidates = [uid for uid in (*self.relist.pods, *dirs) if uid not in self.workers]
+        cgroups = await asyncio.to_thread(self.cgroups.pod_cgroups) if self.cgroups is not None else {}
+        candidates = [uid for uid in (*self.relist.pods, *dirs, *cgroups) if uid not in self.workers]
         if not candidates:
             # every runtime pod and directory has a worker: nothing to confirm with the apiserver
             await self.cleanup_user_namespaces(set())
@@ -62,8 +66,30 @@ class Housekeeping:
             if uid not in listed and uid not in self.workers and uid not in self.relist.pods and uid not in orphans:
                 logger.info(f"removing the directory of orphaned pod {uid}")
                 await self.teardown.pod(uid)
+        await self.cleanup_pod_cgroups({uid: names for uid, names in cgroups.items()
+                                        if uid not in listed and uid not in orphans})
         await self.cleanup_user_namespaces(listed)
         return len(orphans)
+
+    async def cleanup_pod_cgroups(self, found: dict[str, list[str]]) -> None:
+        """upstream cleanupOrphanedPodCgroups: the cgroups of pods that are not running (no worker, nothing on the
+        runtime; the caller leaves out the pods the apiserver lists and those torn down this round) are destroyed,
+        their processes killed first. A pod whose volumes directory is still there keeps its cgroup at the minimum
+        cpu shares until the volumes are gone (memory-backed volumes' charges stay in it). Failures are logged;
+        the next round tries again."""
+        for uid, names in found.items():
+            if uid in self.workers or uid in self.relist.pods or self.cgroups is None:
+                continue
+            try:
+                if await asyncio.to_thread(os.path.isdir, self.layout.volumes_dir(uid)):
+                    logger.info(f"orphaned pod {uid} found, but volumes not yet removed: reducing cpu to minimum")
+                    for name in names:
+                        await asyncio.to_thread(self.cgroups.reduce_cpu_limits, name)
+                    continue
+                logger.info(f"orphaned pod {uid} found, removing pod cgroups")
+                await asyncio.to_thread(self.cgroups.destroy, uid, names)
+            except (CgroupError, OSError) as exc:
+                logger.warning(f"failed to destroy orphaned pod cgroup of pod {uid}: {exc}")
 
     async def cleanup_user_namespaces(self, listed: set[str]) -> None:
         """Upstream HandlePodCleanups' CleanupOrphanedPodUsernsAllocations: free the user namespace ranges of pods

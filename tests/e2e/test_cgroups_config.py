@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,3 +161,29 @@ def test_configz_shows_the_cgroup_settings(admin: Kubectl, layout: Layout, tmp_p
         keys = list(config)
         assert keys.index("cgroupRoot") < keys.index("cgroupsPerQOS") < keys.index("cgroupDriver") \
             < keys.index("cpuManagerPolicy")
+
+
+def test_an_orphaned_pod_cgroup_is_destroyed_with_its_processes(layout: Layout, tmp_path: Path) -> None:
+    # What a pod gone while no agent ran can leave: its cgroup under a QoS tier, with a process still in it (the
+    # upstream kubelet's housekeeping, cleanupOrphanedPodCgroups, kills it and removes the cgroup).
+    uid = f"{os.urandom(4).hex()}-orphan"
+    controllers = [c for c in ("cpu", "memory", "pids") if (CGROUP / c).is_dir()]
+    directories = [CGROUP / c / "kubepods" / "besteffort" / f"pod{uid}" for c in controllers]
+    stray = subprocess.Popen(["sleep", "600"])
+    try:
+        with running(layout, tmp_path, "") as agent:
+            for directory in directories:
+                directory.mkdir(parents=True)
+                (directory / "cgroup.procs").write_text(str(stray.pid))
+            agent.wait_for(rf"orphaned pod {uid} found, removing pod cgroups", timeout=60)  # a 30 s round
+            assert stray.wait(timeout=30) == -9
+            deadline = time.monotonic() + 60  # removed once the process is gone: that round or the next
+            while any(d.exists() for d in directories) and time.monotonic() < deadline:
+                time.sleep(1)
+            assert not [d for d in directories if d.exists()]
+    finally:
+        stray.kill()
+        stray.wait()
+        for directory in directories:
+            with contextlib.suppress(OSError):
+                directory.rmdir()

@@ -1,0 +1,129 @@
+"""Orphaned pod cgroups: found under the QoS tiers as upstream's GetAllPodsFromCgroups finds them, and destroyed by
+housekeeping as upstream's cleanupOrphanedPodCgroups destroys them (their processes killed first), unless the pod
+may still run or its volumes are still there."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from kopflet.cm.cgroup_names import DRIVER_SYSTEMD, CgroupLayout
+from kopflet.cm.cgroups import PodCgroups
+from kopflet.paths import Layout
+from kopflet.pods.housekeeping import Housekeeping
+
+SYSTEMD = CgroupLayout(driver=DRIVER_SYSTEMD)
+
+
+@pytest.mark.parametrize(("layout", "tier", "entry", "uid"), [
+    (CgroupLayout(), "/kubepods/burstable", "pod12-ab", "12-ab"),
+    (CgroupLayout(), "/kubepods", "pod7", "7"),
+    (CgroupLayout(), "/kubepods", "burstable", None),
+    (CgroupLayout(), "/kubepods", "besteffort", None),
+    (CgroupLayout(), "/kubepods", "pod", None),
+    (CgroupLayout(), "/kubepods", "podpod1", None),  # split on "pod" into three parts: not a pod (upstream)
+    (CgroupLayout(), "/kubepods", "notpods", "s"),  # upstream only splits on "pod": anything under kubepods counts
+    (CgroupLayout(cgroup_root="/custom"), "/custom/kubepods/besteffort", "pod9", "9"),
+    (SYSTEMD, "/kubepods.slice/kubepods-burstable.slice", "kubepods-burstable-pod12_ab.slice", "12-ab"),
+    (SYSTEMD, "/kubepods.slice", "kubepods-pod3_4.slice", "3-4"),
+    (SYSTEMD, "/kubepods.slice", "kubepods-besteffort.slice", None),
+])
+def test_a_pods_uid_is_read_from_its_cgroups_name(layout: CgroupLayout, tier: str, entry: str,
+                                                  uid: str | None) -> None:
+    assert layout.pod_uid(tier, entry) == uid
+
+
+def _v1(tmp_path: Path, *cgroups: str) -> Path:
+    root = tmp_path / "cgroup"
+    for controller in ("cpu", "memory", "pids"):
+        (root / controller / "kubepods/burstable").mkdir(parents=True)
+        (root / controller / "kubepods/besteffort").mkdir(parents=True)
+    for cgroup in cgroups:
+        (root / cgroup).mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def test_pod_cgroups_are_found_in_any_hierarchy_and_tier(tmp_path: Path) -> None:
+    root = _v1(tmp_path, "cpu/kubepods/poda", "memory/kubepods/poda", "memory/kubepods/besteffort/podb",
+               "pids/kubepods/burstable/podc", "cpu/kubepods/other", "cpu/elsewhere/podd")
+    (root / "cpu/kubepods/podfile").write_text("")  # not a directory
+    found = PodCgroups(str(root), v2=False).pod_cgroups()
+    assert found == {"a": ["/kubepods/poda"], "b": ["/kubepods/besteffort/podb"],
+                     "c": ["/kubepods/burstable/podc"]}
+
+
+def test_pod_cgroups_on_cgroup_v2_and_without_cgroups_per_qos(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    (root / "kubepods/burstable/podx").mkdir(parents=True)
+    (root / "kubepods/poda").mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    assert PodCgroups(str(root), v2=True).pod_cgroups() == {"x": ["/kubepods/burstable/podx"], "a": ["/kubepods/poda"]}
+    assert PodCgroups(str(root), v2=True, layout=CgroupLayout(cgroups_per_qos=False)).pod_cgroups() == {}
+
+
+def test_destroy_kills_the_processes_in_the_cgroup_first(tmp_path: Path) -> None:
+    root = _v1(tmp_path, "cpu/kubepods/podk/container")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        # cgroupfs lists a cgroup's processes in cgroup.procs, here of a container below the pod's cgroup
+        (root / "cpu/kubepods/podk/container/cgroup.procs").write_text(f"{sleeper.pid}\n")
+        PodCgroups(str(root), v2=False).destroy("k", ["/kubepods/podk"])
+        assert sleeper.wait(timeout=10) == -9
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+class Relist:
+    def __init__(self, pods: set[str]) -> None:
+        self.pods: dict[str, Any] = {uid: SimpleNamespace(namespace="ns", name=uid) for uid in pods}
+        self.synced = asyncio.Event()
+        self.synced.set()
+
+
+class Api:
+    def __init__(self, uids: list[str]) -> None:
+        self.uids = uids
+
+    async def list_pods(self, field_selector: str) -> list[dict[str, Any]]:
+        return [{"metadata": {"uid": uid}} for uid in self.uids]
+
+
+class Teardown:
+    def __init__(self) -> None:
+        self.pods: list[str] = []
+
+    async def pod(self, uid: str, namespace: str = "", name: str = "") -> None:
+        self.pods.append(uid)
+
+
+async def test_housekeeping_destroys_only_the_cgroups_of_pods_that_cannot_be_running(tmp_path: Path) -> None:
+    pods = {uid: f"kubepods/besteffort/pod{uid}" for uid in ("orphan", "worker", "listed", "running", "volumes")}
+    root = _v1(tmp_path, *(f"{controller}/{path}" for controller in ("cpu", "memory") for path in pods.values()))
+    (root / "cpu" / pods["volumes"] / "cpu.shares").write_text("1024")
+    layout = Layout(str(tmp_path / "root"), pod_log_root=str(tmp_path / "logs"))
+    os.makedirs(layout.volumes_dir("volumes"))  # its volumes are not cleaned up yet
+    teardown = Teardown()
+    keeper = Housekeeping(Api(["listed"]), Relist({"running"}), {"worker"}, teardown, layout,  # type: ignore[arg-type]
+                          "spec.nodeName=n", cgroups=PodCgroups(str(root), v2=False))
+    await keeper.cleanup_orphans()
+    left = {path.name for path in (root / "cpu/kubepods/besteffort").iterdir()}
+    assert left == {"podworker", "podlisted", "podrunning", "podvolumes"}
+    assert not (root / "memory" / pods["orphan"]).exists()
+    # upstream ReduceCPULimits while the volumes remain
+    assert (root / "cpu" / pods["volumes"] / "cpu.shares").read_text() == "2"
+    # the runtime's orphan is torn down (which removes its cgroup); the orphaned directory too (the fake leaves it)
+    assert teardown.pods == ["running", "volumes"]
+
+    # its volumes gone, the next round destroys its cgroup too
+    os.rmdir(layout.volumes_dir("volumes"))
+    (root / "cpu" / pods["volumes"] / "cpu.shares").unlink()
+    await keeper.cleanup_orphans()
+    assert {path.name for path in (root / "cpu/kubepods/besteffort").iterdir()} == {"podworker", "podlisted",
+                                                                                    "podrunning"}
