@@ -47,6 +47,7 @@ _FORMATS = {
     "bool": "true/false",
     "duration": "duration",
     "mapStringString": "key=value,...",
+    "mapStringBool": "Name=true\\|false,...",
     "strings": "strings",
     "[]Taint": "taints",
     "Level": "integer",
@@ -97,7 +98,8 @@ def render() -> str:
         "1. **Flags**: the command line of `kopflet [flags]`, after the flags in "
         f"`${settings.ARGS_ENV}` (a shell-quoted string). Under `kopf run operator/main.py`, which owns the command "
         f"line, `${settings.ARGS_ENV}` is the only place for them. The later of a repeated flag wins, except that "
-        "`--node-labels`, `--system-reserved` and `--kube-reserved` merge and `--cluster-dns` and "
+        "`--node-labels`, `--system-reserved`, `--kube-reserved`, `--qos-reserved` and `--feature-gates` merge (the "
+        "last also over the file's `featureGates`) and `--cluster-dns` and "
         "`--allowed-unsafe-sysctls` append, as upstream.",
         f"2. **The config file** (`--config`, else `${settings.CONFIG_ENV}`). As upstream, a zero value in the file "
         "(`maxPods: 0`, `syncFrequency: 0s`, `\"\"`) means the default, except the fields marked *zero is a value* "

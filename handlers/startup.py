@@ -73,6 +73,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
         settings.watching.server_timeout = ROTATION_WATCH_TIMEOUT
     memo.config = cfg
     logger.info(f"kopflet for node {cfg.node_name!r}: watching pods with {cfg.pod_field_selector!r}")
+    for warning in cfg.startup_warnings:  # accepted settings without effect: never silently
+        logger.warning(warning)
 
 
 def stop_operator() -> None:

@@ -307,7 +307,7 @@ class Node:
             enforcement=cfg.enforce_node_allocatable, hugepage_sizes=host.hugepage_sizes,
             active_pods=lambda: [pod for pod, _ in self.workers.active_pods()],
             node_event=lambda type_, reason, message: self.recorder.node_event(type_, reason, message),
-            kernel=KernelTunables(protect=cfg.protect_kernel_defaults))
+            kernel=KernelTunables(protect=cfg.protect_kernel_defaults), qos_reserved=cfg.qos_reserved_in_force)
         servers, searches, options = sandbox_config.parse_resolv_conf(host.resolv_conf)
         dns = sandbox_config.DnsSettings(cluster_dns=cfg.cluster_dns, cluster_domain=cfg.cluster_domain,
                                          host_servers=servers, host_searches=searches, host_options=options)

@@ -158,11 +158,22 @@ class PodCgroups:
         return dataclasses.replace(cpu, memory=memory)
 
     def memory_usage(self, name: str) -> int | None:
-        """The pod cgroup's memory usage in bytes (memory.usage_in_bytes / memory.current), None if unknown."""
+        """The cgroup's memory usage in bytes (memory.usage_in_bytes / memory.current: upstream cgroupManager
+        MemoryUsage), None if unknown."""
         path = self._dir(name, "") / "memory.current" if self.v2 else \
             self._dir(name, "memory") / "memory.usage_in_bytes"
         try:
             return int(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def memory_limit(self, name: str) -> int | None:
+        """The cgroup's memory limit in bytes as the kernel reads it back (memory.limit_in_bytes / memory.max:
+        `helpers.memory_limit_from_file`, -1 for v2's "max"), None if unknown."""
+        path = self._dir(name, "") / "memory.max" if self.v2 else \
+            self._dir(name, "memory") / V1_MEMORY_LIMIT
+        try:
+            return helpers.memory_limit_from_file(path.read_text())
         except (OSError, ValueError):
             return None
 

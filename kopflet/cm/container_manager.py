@@ -7,6 +7,11 @@ At start, ``kubepods`` gets its limits (`node_allocatable.pods_cgroup_config`) a
 ``FailedNodeAllocatableEnforcement`` warning says why not, retried each minute until it holds (the pods' usage may
 be above a lowered limit until evictions bring it down). The QoS tiers follow the pods: every minute and before
 each new pod cgroup, the Burstable tier's cpu shares are the sum of its pods' requests (`helpers.qos_cgroup_configs`).
+With the QOSReserved gate and ``qosReserved: {memory: N%}``, the same update gives the Burstable and BestEffort tiers
+memory limits (upstream setMemoryReserve: allocatable less N% of the higher classes' memory requests); a tier the
+kernel will not limit below its usage is held at its usage instead (upstream retrySetMemoryReserve). Without them,
+no memory limit is written on the tiers (nor taken off: a limit left by an earlier run stays, as upstream, with a
+warning at start).
 
 Where: ``<cgroupRoot>/kubepods`` in the cgroup driver's spelling (`cgroup_names.CgroupLayout`); cgroupRoot must
 exist in every hierarchy first (upstream NewContainerManager's check), else a `CgroupConfigError`. Without
@@ -142,15 +147,21 @@ class ContainerManager:
     def __init__(self, cgroups: PodCgroups, *, capacity: Mapping[str, Fraction], system_reserved: Mapping[str, str],
                  kube_reserved: Mapping[str, str], enforcement: Iterable[str], hugepage_sizes: Sequence[str],
                  active_pods: Callable[[], Iterable[spec.Pod]], node_event: NodeEvent,
-                 kernel: KernelTunables | None = None, systemd_dir: str = SYSTEMD_RUNTIME_DIR) -> None:
+                 kernel: KernelTunables | None = None, systemd_dir: str = SYSTEMD_RUNTIME_DIR,
+                 qos_reserved: Mapping[str, int] | None = None) -> None:
         """`kernel`: the tunables to check and set at start (None: left alone, for a hollow node or a test).
         The cgroups' layout (`cgroups.layout`) says where ``kubepods`` is; `systemd_dir` is where a running systemd
-        is seen (tests pass a directory)."""
+        is seen (tests pass a directory). `qos_reserved`: resource -> percent (`AgentConfig.qos_reserved_in_force`)
+        with the QOSReserved gate on, None with it off."""
         self.cgroups, self.kernel, self.systemd_dir = cgroups, kernel, systemd_dir
         self.layout = cgroups.layout
         self.enforcement = frozenset(enforcement)
         self.pods_config = node_allocatable.pods_cgroup_config(capacity, system_reserved, kube_reserved,
                                                                self.enforcement)
+        self.qos_reserved = None if qos_reserved is None else dict(qos_reserved)
+        # upstream GetNodeAllocatableAbsolute: capacity less both reservations, whatever the enforcement
+        absolute = node_allocatable.allocatable_absolute(capacity, system_reserved, kube_reserved)
+        self.allocatable_absolute_memory = qos.value(absolute.get(qos.MEMORY, 0))
         self.hugepage_sizes = tuple(hugepage_sizes)
         self.active_pods, self.node_event = active_pods, node_event
         self._lock = asyncio.Lock()
@@ -176,6 +187,10 @@ class ContainerManager:
                     # Created with the tier's settings, or brought back to them (upstream qosContainerManager.Start).
                     await asyncio.to_thread(self.cgroups.apply, self.layout.qos_cgroup(klass), tiers[klass],
                                             hugepage_sizes=self.hugepage_sizes)
+            await self._check_stale_memory_limits()
+            if self.memory_reserved is not None:
+                # upstream's wait.Until runs UpdateCgroups at once: the reserve holds from the start, not a minute on
+                await self.update_qos()
         if not self.layout.root_name:
             return  # cgroupsPerQOS off and no cgroupRoot: the root cgroup is not the kubelet's to limit (upstream)
         self._enforcing = asyncio.create_task(self._enforce(), name="node-allocatable")
@@ -212,22 +227,89 @@ class ContainerManager:
             self.node_event("Normal", node_allocatable.ENFORCED_REASON, node_allocatable.ENFORCED_MESSAGE)
             return
 
+    @property
+    def memory_reserved(self) -> int | None:
+        """The percent of memory requests reserved (qosReserved's memory with the QOSReserved gate on), else None."""
+        return None if self.qos_reserved is None else self.qos_reserved.get(qos.MEMORY)
+
+    def qos_configs(self, pods: Iterable[spec.Pod]) -> dict[str, helpers.ResourceConfig]:
+        """The tiers' settings for the active `pods` (keyed by class; Guaranteed is ``kubepods``)."""
+        pods = list(pods)
+        percent = self.memory_reserved
+        if percent is not None and self.allocatable_absolute_memory == 0:
+            logger.debug("Allocatable memory reported as 0, might be in standalone mode, not setting QoS memory limits")
+        elif percent is not None and logger.isEnabledFor(logging.DEBUG):
+            requests = helpers.qos_memory_requests(pods)
+            for klass in (qos.GUARANTEED, qos.BURSTABLE):
+                logger.debug(f"QoS pod memory limit: qos={klass} limits={requests[klass]} percentReserve={percent}")
+        return helpers.qos_cgroup_configs(pods, hugepage_sizes=self.hugepage_sizes,
+                                          qos_reserved_memory_percent=percent,
+                                          allocatable_memory=self.allocatable_absolute_memory)
+
+    def _tiers(self) -> tuple[tuple[str, str], ...]:
+        """(class, cgroup) in the order they are written: burstable, besteffort, then kubepods (whose own QoS
+        settings are hugepages only; its cpu and memory are node allocatable's)."""
+        return ((qos.BURSTABLE, self.layout.qos_cgroup(qos.BURSTABLE)),
+                (qos.BEST_EFFORT, self.layout.qos_cgroup(qos.BEST_EFFORT)),
+                (qos.GUARANTEED, self.layout.pods_root))
+
+    def _apply_all(self, configs: Mapping[str, helpers.ResourceConfig], *, stop_at_error: bool) -> Exception | None:
+        """Write each tier's settings (blocking); the first error, after trying every tier unless `stop_at_error`."""
+        first: Exception | None = None
+        for klass, name in self._tiers():
+            try:
+                self.cgroups.apply(name, configs[klass], hugepage_sizes=self.hugepage_sizes)
+            except (CgroupError, OSError) as exc:
+                first = first or exc
+                if stop_at_error:
+                    break
+        return first
+
+    def _update_qos_sync(self, configs: dict[str, helpers.ResourceConfig]) -> None:
+        """Upstream UpdateCgroups' writes (blocking). Gate on: every tier is written; if one was refused and memory is
+        reserved, each tier using more than its new limit is given its usage as the limit (retrySetMemoryReserve),
+        then every tier is written once more, stopping at an error, which is raised."""
+        if self.qos_reserved is not None:
+            if self._apply_all(configs, stop_at_error=False) is None:
+                logger.debug("Updated QoS cgroup configuration")
+                return
+            if self.memory_reserved is not None:
+                usage = [(klass, self.cgroups.memory_usage(name)) for klass, name in self._tiers()]
+                if any(used is None for _, used in usage):
+                    logger.debug("Failed to get resource stats: the memory usage of a QoS cgroup cannot be read")
+                configs = helpers.qos_memory_retry_limits(configs, usage)
+        error = self._apply_all(configs, stop_at_error=True)
+        if error is not None:
+            raise error
+        logger.debug("Updated QoS cgroup configuration")
+
     async def update_qos(self) -> None:
         """Bring the QoS tiers to what the active pods need (upstream UpdateCgroups); a failure is logged, as
         upstream's caller does, and the pod sync goes on."""
         if not self.layout.cgroups_per_qos:
             return  # upstream qosContainerManagerNoop: no QoS tiers
-        configs = helpers.qos_cgroup_configs(self.active_pods(), hugepage_sizes=self.hugepage_sizes)
         try:
             async with self._lock:
-                for klass in (qos.BURSTABLE, qos.BEST_EFFORT):
-                    await asyncio.to_thread(self.cgroups.apply, self.layout.qos_cgroup(klass), configs[klass],
-                                            hugepage_sizes=self.hugepage_sizes)
-                # kubepods' own QoS settings are hugepages only (its cpu and memory are node allocatable's).
-                await asyncio.to_thread(self.cgroups.apply, self.layout.pods_root, configs[qos.GUARANTEED],
-                                        hugepage_sizes=self.hugepage_sizes)
+                configs = self.qos_configs(self.active_pods())
+                await asyncio.to_thread(self._update_qos_sync, configs)
         except (CgroupError, OSError) as exc:
+            # upstream: "Failed to update QoS cgroup configuration", then its caller's "Failed to reserve QoS requests"
             logger.warning(f"failed to update the QoS cgroups: {exc}")
+
+    async def _check_stale_memory_limits(self) -> None:
+        """Without a memory reserve, say so when a tier still has a memory limit (an earlier run's qosReserved):
+        upstream leaves it there silently; kopflet leaves it too, but not silently."""
+        if self.memory_reserved is not None:
+            return
+        for klass in (qos.BURSTABLE, qos.BEST_EFFORT):
+            name = self.layout.qos_cgroup(klass)
+            limit = await asyncio.to_thread(self.cgroups.memory_limit, name)
+            # unlimited reads as -1 ("max", v2) or PAGE_COUNTER_MAX pages (v1), above 2^62 whatever the page size
+            if limit is not None and 0 <= limit < 1 << 62:
+                logger.warning(f"the QoS cgroup {name} has a memory limit of {limit} bytes, left by an earlier "
+                               f"qosReserved: without the QOSReserved gate and qosReserved memory it is not updated "
+                               f"(nor removed, as upstream); write -1 (cgroup v1) or max (v2) to its memory limit to "
+                               f"remove it")
 
     async def run(self) -> None:
         """The periodic QoS update (upstream wait.Until UpdateCgroups, every minute)."""

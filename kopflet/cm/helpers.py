@@ -16,7 +16,9 @@ InPlacePodLevelResourcesVerticalScaling beta and on, DRANodeAllocatableResources
   `getCPULimit` / `getMemoryLimit` / `generateLinuxContainerResources`) and its oom_score_adj
   (pkg/kubelet/qos/policy.go with pod-level memory requests);
 - the QoS-tier cgroups (`kubepods`, `kubepods/burstable`, `kubepods/besteffort`) as
-  `qosContainerManagerImpl.UpdateCgroups` (cm/qos_container_manager_linux.go) sets them;
+  `qosContainerManagerImpl.UpdateCgroups` (cm/qos_container_manager_linux.go) sets them, with the memory limits of
+  qosReserved (`setMemoryReserve`, `retrySetMemoryReserve`) and its parsing (cm/container_manager.go
+  `ParseQOSReserved`);
 - `podHasExclusiveCPUs` / `containerHasExclusiveCPUs` (cm/container_manager.go), which decide, with
   DisableCPUQuotaWithExclusiveCPUs (locked on at 1.37), that a container the CPU manager gave CPUs of its own, its
   sandbox and its pod cgroup run without CFS quota.
@@ -30,11 +32,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
+from kopflet import gotext
 from kopflet.api import qos, spec
 from kopflet.lifecycle import admission
 
@@ -639,6 +643,93 @@ def hugepage_size_bytes(size: str) -> int:
     raise ValueError(f"not a hugepage size: {size!r}")
 
 
+def parse_percentage(text: str) -> int:
+    """Upstream `parsePercentage`: ``N%`` with N a decimal int64 from 0 to 100 (every trailing ``%`` trimmed, as
+    strings.TrimRight does); ValueError with upstream's text otherwise."""
+    if not text.endswith("%"):
+        raise ValueError(f"percentage expected, got '{text}'")
+    number = text.rstrip("%")
+    if not re.fullmatch(r"[+-]?[0-9]+", number) or not -(2**63) <= int(number) < 2**63:  # strconv.ParseInt(s, 10, 0)
+        raise ValueError(f"invalid number in percentage '{text}'")
+    percentage = int(number)
+    if not 0 <= percentage <= 100:
+        raise ValueError("percentage must be between 0 and 100")
+    return percentage
+
+
+def parse_qos_reserved(values: Mapping[str, str]) -> dict[str, int]:
+    """Upstream `ParseQOSReserved` (``--qos-reserved`` / ``qosReserved``): resource -> percent of the higher QoS
+    classes' requests kept from the lower ones; only ``memory``. ValueError with upstream's text: ``cannot reserve
+    "cpu" resource``, ``failed to parse percentage "50" for "memory" resource: percentage expected, got '50'``.
+    Names are looked at in order (upstream walks a Go map, so which of two bad entries it names varies)."""
+    reservations: dict[str, int] = {}
+    for name in sorted(values):
+        if name != MEMORY:
+            raise ValueError(f"cannot reserve {gotext.go_quote(name)} resource")
+        text = values[name]
+        try:
+            reservations[name] = parse_percentage(text)
+        except ValueError as exc:
+            raise ValueError(f"failed to parse percentage {gotext.go_quote(text)} for {gotext.go_quote(name)} "
+                             f"resource: {exc}") from None
+    return reservations
+
+
+def qos_memory_requests(pods: Iterable[spec.Pod]) -> dict[str, int]:
+    """Upstream `getQoSMemoryRequests`: the summed memory requests of the Guaranteed and of the Burstable `pods`,
+    in bytes, each pod's by `pod_requests` (pod-level requests, init and sidecar containers, overhead: upstream's
+    `resource.PodRequests`) rounded up to a byte; BestEffort pods count for nothing."""
+    requests = {qos.GUARANTEED: 0, qos.BURSTABLE: 0}
+    for pod in pods:
+        klass = pod_qos_class(pod)
+        if klass == qos.BEST_EFFORT:
+            continue
+        requests[klass] += qos.value(pod_requests(pod).get(MEMORY, 0))
+    return requests
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class QOSMemoryLimits:
+    """The QoS tiers' memory limits of qosReserved, in bytes (upstream setMemoryReserve)."""
+
+    burstable: int
+    best_effort: int
+
+
+def qos_reserved_memory_limits(requests: Mapping[str, int], allocatable_memory: int,
+                               percent: int) -> QOSMemoryLimits | None:
+    """Upstream `setMemoryReserve`: the Burstable tier may use the node's allocatable memory (capacity less
+    systemReserved and kubeReserved, never the eviction thresholds: `GetNodeAllocatableAbsolute`) less `percent` of
+    the Guaranteed pods' memory requests; the BestEffort tier that, less `percent` of the Burstable pods' requests.
+    (int64 arithmetic: the product, then a division truncated.) None when the allocatable memory is 0 (upstream:
+    "might be in standalone mode, not setting QoS memory limits").
+
+    Nothing is clamped, as upstream: a limit at or below zero is handed to the cgroup as it is (0 writes nothing,
+    -1 is "unlimited", below that the kernel refuses it), and the retry (`qos_memory_retry_limits`) then holds the
+    tier at its usage."""
+    if allocatable_memory <= 0:
+        return None
+    burstable = allocatable_memory - requests.get(qos.GUARANTEED, 0) * percent // 100
+    return QOSMemoryLimits(burstable=burstable,
+                           best_effort=burstable - requests.get(qos.BURSTABLE, 0) * percent // 100)
+
+
+def qos_memory_retry_limits(configs: Mapping[str, ResourceConfig],
+                            usage: Sequence[tuple[str, int | None]]) -> dict[str, ResourceConfig]:
+    """Upstream `retrySetMemoryReserve`, after a QoS update failed: each tier whose memory usage is above the limit
+    just tried gets its usage as the limit (the kernel refuses a limit below what is in use on cgroup v1; held at
+    its usage, the tier cannot grow), the others keep theirs. `usage` is (class, bytes) in the order they were
+    read; None (unreadable) stops the adjustments there, as upstream returns at the first error."""
+    adjusted = dict(configs)
+    for klass, used in usage:
+        if used is None:
+            break
+        limit = adjusted[klass].memory
+        if limit is not None and used > limit:
+            adjusted[klass] = dataclasses.replace(adjusted[klass], memory=used)
+    return adjusted
+
+
 def qos_cgroup_configs(pods: Iterable[spec.Pod], *, hugepage_sizes: Sequence[str] = (),
                        enforce_memory_qos: bool = False, memory_reservation_policy: str = MEMORY_RESERVATION_NONE,
                        qos_reserved_memory_percent: int | None = None,
@@ -650,18 +741,16 @@ def qos_cgroup_configs(pods: Iterable[spec.Pod], *, hugepage_sizes: Sequence[str
     the Burstable pods (2 if none); kubepods: no cpu setting here. All three: every node hugepage size unbounded
     (2^62). With TieredReservation memory QoS (cgroup v2): kubepods memory.min = Guaranteed + Burstable memory
     requests and memory.low = Burstable ones, burstable memory.low = Burstable ones. With the QOSReserved gate
-    (alpha, off) and a memory percentage: burstable memory = allocatable - percent of the Guaranteed requests,
-    besteffort = that - percent of the Burstable requests.
+    (alpha, off) and a memory percentage (`qos_reserved_memory_percent`, None without either): burstable and
+    besteffort memory limits as `qos_reserved_memory_limits` over `allocatable_memory`; kubepods none (its limit is
+    node allocatable's).
     """
+    pods = list(pods)
     burstable_milli_cpu = 0
-    memory_requests = {qos.GUARANTEED: 0, qos.BURSTABLE: 0}
     for pod in pods:
-        klass = pod_qos_class(pod)
-        requests = pod_requests(pod)
-        if klass == qos.BURSTABLE:
-            burstable_milli_cpu += qos.milli_value(requests.get(CPU, 0))
-        if klass != qos.BEST_EFFORT:
-            memory_requests[klass] += qos.value(requests.get(MEMORY, 0))
+        if pod_qos_class(pod) == qos.BURSTABLE:
+            burstable_milli_cpu += qos.milli_value(pod_requests(pod).get(CPU, 0))
+    memory_requests = qos_memory_requests(pods)
     unbounded = {hugepage_size_bytes(size): HUGEPAGES_UNBOUNDED for size in hugepage_sizes}
     configs = {
         qos.GUARANTEED: ResourceConfig(hugepage_limits=unbounded),
@@ -674,11 +763,11 @@ def qos_cgroup_configs(pods: Iterable[spec.Pod], *, hugepage_sizes: Sequence[str
             CGROUP2_MEMORY_MIN: str(guaranteed + burstable), CGROUP2_MEMORY_LOW: str(burstable)})
         configs[qos.BURSTABLE] = dataclasses.replace(configs[qos.BURSTABLE],
                                                      unified={CGROUP2_MEMORY_LOW: str(burstable)})
-    if qos_reserved_memory_percent is not None and allocatable_memory > 0:
-        burstable_limit = allocatable_memory - guaranteed * qos_reserved_memory_percent // 100
-        best_effort_limit = burstable_limit - burstable * qos_reserved_memory_percent // 100
-        configs[qos.BURSTABLE] = dataclasses.replace(configs[qos.BURSTABLE], memory=burstable_limit)
-        configs[qos.BEST_EFFORT] = dataclasses.replace(configs[qos.BEST_EFFORT], memory=best_effort_limit)
+    if qos_reserved_memory_percent is not None:
+        limits = qos_reserved_memory_limits(memory_requests, allocatable_memory, qos_reserved_memory_percent)
+        if limits is not None:
+            configs[qos.BURSTABLE] = dataclasses.replace(configs[qos.BURSTABLE], memory=limits.burstable)
+            configs[qos.BEST_EFFORT] = dataclasses.replace(configs[qos.BEST_EFFORT], memory=limits.best_effort)
     return configs
 
 
@@ -706,6 +795,7 @@ __all__ = [
     "SHARES_PER_CPU",
     "ContainerLimits",
     "ExclusiveCPUs",
+    "QOSMemoryLimits",
     "ResourceConfig",
     "aggregate_container_requests",
     "allocated_pod",
@@ -726,6 +816,8 @@ __all__ = [
     "memory_limit_from_file",
     "milli_cpu_to_quota",
     "milli_cpu_to_shares",
+    "parse_percentage",
+    "parse_qos_reserved",
     "pod_cgroup_parent",
     "pod_has_exclusive_cpus",
     "pod_level_requests_set",
@@ -736,6 +828,9 @@ __all__ = [
     "pod_requests",
     "pod_resource_config",
     "qos_cgroup_configs",
+    "qos_memory_requests",
+    "qos_memory_retry_limits",
+    "qos_reserved_memory_limits",
     "quota_to_milli_cpu",
     "runc_cpu_shares_to_weight",
     "shares_to_milli_cpu",

@@ -30,12 +30,12 @@ import yaml
 
 from kopflet import gotext, paths
 from kopflet.api import qos, validation
-from kopflet.cm import cgroup_names, node_allocatable
+from kopflet.cm import cgroup_names, helpers, node_allocatable
 from kopflet.cm.cpumanager import policy_options
 from kopflet.cm.memorymanager import memory_manager
 from kopflet.cm.memorymanager.memory_manager import MemoryReservation
 from kopflet.cm.topologymanager import policy as topology_policy
-from kopflet.config import tls_options
+from kopflet.config import feature_gates, tls_options
 from kopflet.eviction import thresholds
 from kopflet.lifecycle import admission
 
@@ -57,6 +57,7 @@ CONFIG_KIND = "KubeletConfiguration"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # Resources the kubelet accepts in systemReserved / kubeReserved (pkg/kubelet: parseResourceList).
 RESERVABLE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pid")
+MEMORY_RESOURCE = "memory"
 
 _DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -284,6 +285,42 @@ class AgentConfig:
     """``seccompDefault``: containers that set no seccomp profile get RuntimeDefault instead of Unconfined."""
     seccomp_default_flag: bool = False
     """``--seccomp-default``: the same, as upstream's separate kubelet flag (either one turns it on)."""
+    feature_gates: Mapping[str, bool] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    """``featureGates`` (``--feature-gates``): gate -> on, as given (the flag's merged over the file's); only the
+    gates kopflet implements (`feature_gates.IMPLEMENTED`: QOSReserved)."""
+    qos_reserved: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
+    """``qosReserved`` (``--qos-reserved``): resource -> percentage, as given (``memory: 50%``; checked by
+    `helpers.parse_qos_reserved`). In force only with the QOSReserved gate on (`qos_reserved_in_force`)."""
+
+    @property
+    def qos_reserved_gate(self) -> bool:
+        """Whether the QOSReserved feature gate is on (alpha, off by default)."""
+        return feature_gates.enabled(self.feature_gates, feature_gates.QOS_RESERVED)
+
+    @property
+    def qos_reserved_in_force(self) -> Mapping[str, int] | None:
+        """What the container manager reserves (upstream's NodeConfig.QOSReserved, which UpdateCgroups reads only
+        with the QOSReserved gate on): resource -> percent with the gate on, None with it off."""
+        if not self.qos_reserved_gate:
+            return None
+        return MappingProxyType(helpers.parse_qos_reserved(self.qos_reserved))
+
+    @property
+    def startup_warnings(self) -> tuple[str, ...]:
+        """Settings accepted but without effect, logged at start so that none is silently ignored (upstream
+        accepts qosReserved with its gate off and ignores it without a word)."""
+        warnings = []
+        if self.qos_reserved and not self.qos_reserved_gate:
+            warnings.append(f"qosReserved (--qos-reserved) is ignored: the {feature_gates.QOS_RESERVED} feature gate "
+                            f"is disabled (enable it with --feature-gates={feature_gates.QOS_RESERVED}=true or "
+                            f"featureGates: {{{feature_gates.QOS_RESERVED}: true}})")
+        elif self.qos_reserved and not self.cgroups_per_qos:
+            warnings.append("qosReserved (--qos-reserved) is ignored: without cgroupsPerQOS (--cgroups-per-qos) "
+                            "there are no QoS cgroups to limit")
+        elif self.qos_reserved_gate and MEMORY_RESOURCE not in self.qos_reserved:
+            warnings.append(f"the {feature_gates.QOS_RESERVED} feature gate is enabled but qosReserved "
+                            f"(--qos-reserved) reserves no memory: the QoS cgroups get no memory limits")
+        return tuple(warnings)
 
     @property
     def effective_seccomp_default(self) -> bool:
@@ -812,6 +849,32 @@ def _verbosity(text: str) -> int:
     return _non_negative(text)
 
 
+def _gates(gates: Mapping[str, bool]) -> Mapping[str, bool]:
+    try:
+        return feature_gates.check(gates)
+    except feature_gates.FeatureGateError as exc:
+        raise _Invalid(str(exc)) from None
+
+
+def _feature_gates(text: str) -> Mapping[str, bool]:
+    """``--feature-gates=QOSReserved=true,...`` (upstream's MapStringBool), only gates kopflet implements."""
+    try:
+        gates = feature_gates.parse_flag(text)
+    except feature_gates.FeatureGateError as exc:
+        raise _Invalid(str(exc)) from None
+    return _gates(gates)
+
+
+def _qos_reserved(pairs: Mapping[str, str]) -> Mapping[str, str]:
+    """``qosReserved``: checked as upstream's ParseQOSReserved at start (only memory, ``N%`` from 0 to 100), kept as
+    written for configz."""
+    try:
+        helpers.parse_qos_reserved(pairs)
+    except ValueError as exc:
+        raise _Invalid(str(exc)) from None
+    return _frozen(pairs)
+
+
 # YAML values (the config file): the JSON types the Go struct decodes.
 
 def _yaml_string(value: Any) -> str:
@@ -848,6 +911,16 @@ def _yaml_string_map(value: Any) -> dict[str, str]:
         if not isinstance(item, str):
             raise _Invalid(f"expected a mapping of strings, got {_show(item)} for {_show(key)}")
     return {str(key): item for key, item in value.items()}
+
+
+def _yaml_feature_gates(value: Any) -> Mapping[str, bool]:
+    """``featureGates``: a mapping of gate names to YAML booleans (map[string]bool)."""
+    if not isinstance(value, Mapping):
+        raise _Invalid(f"expected a mapping of feature gate names to true or false, got {_show(value)}")
+    for key, item in value.items():
+        if not isinstance(item, bool):
+            raise _Invalid(f"expected true or false, got {_show(item)} for {_show(key)}")
+    return _gates({str(key): item for key, item in value.items()})
 
 
 def _yaml_taints(value: Any) -> tuple[Taint, ...]:
@@ -887,6 +960,10 @@ class _Kind:
 
 def _merge(old: Mapping[str, str], new: Mapping[str, str]) -> Mapping[str, str]:
     return _frozen({**old, **new})
+
+
+def _merge_gates(old: Mapping[str, bool], new: Mapping[str, bool]) -> Mapping[str, bool]:
+    return MappingProxyType({**old, **new})
 
 
 def _append(old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -939,6 +1016,10 @@ POLICY_OPTIONS = _Kind("mapStringString", lambda t: _frozen(_pair(t)), lambda v:
 # --reserved-memory: repeated flags append (upstream ReservedMemoryVar).
 RESERVED_MEMORY = _Kind("reserved-memory", _reserved_memory_flag, _yaml_reserved_memory, accumulate=_append)
 ENFORCEMENTS = _Kind("strings", lambda t: tuple(_csv(t)), lambda v: tuple(_yaml_strings(v)), accumulate=_append)
+# Repeated --feature-gates merge, as upstream's MapStringBool; so do the file's and the flags' (load).
+FEATURE_GATES = _Kind("mapStringBool", _feature_gates, _yaml_feature_gates, accumulate=_merge_gates)
+QOS_RESERVED_MAP = _Kind("mapStringString", lambda t: _qos_reserved(_pairs(t)),
+                         lambda v: _qos_reserved(_yaml_string_map(v)), accumulate=_merge)
 LOG_MONITOR_INTERVAL = _Kind("duration", _log_monitor_interval, _text_then(_log_monitor_interval))
 # readOnlyPort: upstream's range check, then kopflet's own refusal of any port at all.
 READ_ONLY_PORT = _Kind("int32", _read_only_port, lambda v: _read_only_port(str(_yaml_integer(v))))
@@ -1171,6 +1252,21 @@ SETTINGS: tuple[Setting, ...] = (
             "capacity less --system-reserved and --kube-reserved (the limits on the kubepods cgroup, and the "
             "allocatableMemory.available eviction signal); 'none' or empty: no enforcement. 'system-reserved' and "
             "'kube-reserved' need their cgroups, which kopflet does not manage."),
+    # Feature gates (upstream --feature-gates): only the ones kopflet implements; QoS-level memory reservations
+    # (upstream qosReserved, behind the QOSReserved gate: cm/qos_container_manager_linux.go setMemoryReserve).
+    Setting("feature_gates", "feature-gates", "featureGates", FEATURE_GATES, "none",
+            "Feature gates as Name=true|false pairs, comma separated (in the file a mapping of names to booleans); "
+            "the flag's are merged over the file's, as upstream. kopflet implements one gate, QOSReserved (alpha, "
+            "default false: qosReserved). Any other gate stops the agent at start: 'unrecognized feature gate: "
+            "<name>' (upstream's message) for a name upstream does not know either, else that kopflet does not "
+            "implement it."),
+    Setting("qos_reserved", "qos-reserved", "qosReserved", QOS_RESERVED_MAP, "none",
+            "memory=<N>% (N from 0 to 100; only memory, as upstream): with the QOSReserved feature gate on, the "
+            "burstable QoS cgroup's memory limit is the node's allocatable memory (capacity less --system-reserved "
+            "and --kube-reserved memory) less N% of the Guaranteed pods' memory requests, and the besteffort one's "
+            "that less N% of the Burstable pods' requests, so lower classes cannot use what higher ones requested. "
+            "Updated every minute and before each new pod cgroup; a tier using more than its new limit is held at "
+            "its usage. With the gate off it is ignored, with a warning at start (upstream ignores it silently)."),
     # The CPU manager (upstream pkg/kubelet/cm/cpumanager).
     Setting("cpu_manager_policy", "cpu-manager-policy", "cpuManagerPolicy", STRING, '"none"',
             "CPU manager policy: 'none' or 'static' (a Guaranteed pod's containers with integer CPU requests get "
@@ -1268,11 +1364,11 @@ UNSUPPORTED_FIELDS = frozenset({
     "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
     "nodeLeaseDurationSeconds", "volumeStatsAggPeriod", "kubeletCgroups",
     "systemCgroups", "singleProcessOOMKill",
-    "draManagerReconcilePeriod", "qosReserved", "hairpinMode",
+    "draManagerReconcilePeriod", "hairpinMode",
     "podCIDR", "resolvConf", "runOnce", "cpuCFSQuota", "cpuCFSQuotaPeriod", "nodeStatusMaxImages",
     "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls",
     "podsPerCore", "enableControllerAttachDetach",
-    "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit", "featureGates",
+    "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit",
     "failSwapOn", "memorySwap",     "configMapAndSecretChangeDetectionStrategy",
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup",
     "volumePluginDir", "providerID", "kernelMemcgNotification", "logging", "enableSystemLogHandler",
@@ -1478,6 +1574,9 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     env_values = parse_legacy_env(environ)
 
     values: dict[str, Any] = {**env_values, **file_values, **flags}
+    if "feature_gates" in file_values and "feature_gates" in flags:
+        # upstream kubeletConfigFlagPrecedence: the file's gates stay unless a flag sets the same gate
+        values["feature_gates"] = _merge_gates(file_values["feature_gates"], flags["feature_gates"])
     values["node_name"] = _node_name(flags.get("node_name"), environ, hostname)
     values.setdefault("image_endpoint", values.get("runtime_endpoint", DEFAULT_RUNTIME_ENDPOINT))
     if "node_status_report_frequency" not in values and "node_status_update_frequency" in file_values:

@@ -490,6 +490,8 @@ eventRecordQPS: 0
 eventBurst: 20
 podPidsLimit: 1024
 protectKernelDefaults: true
+featureGates: {QOSReserved: true}
+qosReserved: {memory: 50%}
 """
 
 
@@ -529,6 +531,7 @@ def test_full_config_file() -> None:
         seccomp_default=True, local_storage_capacity_isolation=False, enforce_node_allocatable=("none",),
         streaming_connection_idle_timeout=1800.0, event_record_qps=0, event_burst=20, pod_pids_limit=1024,
         protect_kernel_defaults=True, cgroup_root="/custom", cgroups_per_qos=False, cgroup_driver="systemd",
+        feature_gates={"QOSReserved": True}, qos_reserved={"memory": "50%"},
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 
@@ -594,7 +597,7 @@ def test_config_file_defaulting(body: str, expected: dict[str, Any]) -> None:
 @pytest.mark.parametrize(("body", "message"), [
     ("fooBar: 1\n", 'unknown field "fooBar"'),
     ("maxpods: 1\n", 'unknown field "maxpods" (did you mean maxPods?)'),
-    ("qosReserved: {memory: 50%}\n", 'field "qosReserved" is not supported by kopflet'),
+    ("hairpinMode: promiscuous-bridge\n", 'field "hairpinMode" is not supported by kopflet'),
     ("systemCgroups: /system\n", 'field "systemCgroups" is not supported'),
     ("readOnlyPort: 10255\n", 'field "readOnlyPort": kopflet serves no read-only port'),
     ("makeIPTablesUtilChains: true\n", 'field "makeIPTablesUtilChains" is not supported'),

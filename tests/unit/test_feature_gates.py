@@ -1,0 +1,229 @@
+"""featureGates / --feature-gates and qosReserved / --qos-reserved as settings (issue 20).
+
+kopflet implements one gate, QOSReserved; every other name is refused at start, with upstream's message for a name
+upstream does not know either. qosReserved is parsed as upstream's ParseQOSReserved, in force only with the gate on,
+and a warning at start says when it is not.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kopflet.config import configz, feature_gates, settings
+from kopflet.config.feature_gates import FeatureGateError
+from kopflet.config.settings import AgentConfig, ConfigError
+from kopflet.config.upstream_feature_gates import KUBERNETES_VERSION, UPSTREAM_FEATURE_GATES
+from tests.unit.test_config import run, with_file
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _generator() -> Any:
+    loaded = importlib.util.spec_from_file_location("gen_feature_gates", REPO / "tests" / "data" /
+                                                    "gen_feature_gates.py")
+    assert loaded is not None and loaded.loader is not None
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    return module
+
+
+GEN = _generator()
+VERSION, STAGING = GEN.pinned_versions()
+
+
+# ------------------------------------------------------------------------------------- upstream's gate names
+
+
+def test_the_gate_list_is_of_the_pinned_release() -> None:
+    assert KUBERNETES_VERSION == VERSION
+    # one of each source: pkg/features, the apiserver's, client-go's, the logs API's, zpages', the special gates
+    for name in ("QOSReserved", "PodLevelResources", "InPlacePodVerticalScaling", "APIResponseCompression",
+                 "WatchListClient", "ContextualLogging", "ComponentFlagz", "AllAlpha", "AllBeta"):
+        assert name in UPSTREAM_FEATURE_GATES
+    assert "LoggingStableOptions" not in UPSTREAM_FEATURE_GATES  # declared, never registered upstream
+    assert len(UPSTREAM_FEATURE_GATES) > 200
+
+
+@pytest.mark.skipif(not (GEN.kubernetes_dir(VERSION) / "pkg" / "features" / "kube_features.go").is_file(),
+                    reason="the pinned module is not in the Go module cache")
+def test_the_gate_list_is_generated_from_the_pinned_sources() -> None:
+    assert GEN.TARGET.read_text(encoding="utf-8") == GEN.render(VERSION, STAGING), \
+        "kopflet/config/upstream_feature_gates.py is out of date: run tests/data/gen_feature_gates.py"
+
+
+# ------------------------------------------------------------------------------------------- the flag's syntax
+
+
+@pytest.mark.parametrize(("text", "gates"), [
+    ("QOSReserved=true", {"QOSReserved": True}),
+    ("QOSReserved=false", {"QOSReserved": False}),
+    (" QOSReserved = 1 ", {"QOSReserved": True}),  # names and values trimmed
+    ("QOSReserved=T,,", {"QOSReserved": True}),  # empty pairs skipped
+    ("QOSReserved=true,QOSReserved=False", {"QOSReserved": False}),  # the last wins
+    ("", {}),
+    ("A=true,B=0", {"A": True, "B": False}),  # the syntax only: names are checked apart
+])
+def test_parse_flag(text: str, gates: dict[str, bool]) -> None:
+    assert feature_gates.parse_flag(text) == gates
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("QOSReserved", "malformed pair, expect string=bool"),
+    ("QOSReserved=yes", 'invalid value of QOSReserved: yes, err: strconv.ParseBool: parsing "yes": invalid syntax'),
+    ("QOSReserved=", 'invalid value of QOSReserved: , err: strconv.ParseBool: parsing "": invalid syntax'),
+])
+def test_parse_flag_errors_are_upstreams(text: str, message: str) -> None:
+    """component-base cli/flag MapStringBool.Set's errors."""
+    with pytest.raises(FeatureGateError) as caught:
+        feature_gates.parse_flag(text)
+    assert str(caught.value) == message
+
+
+# ------------------------------------------------------------------------------------------- which gates
+
+
+@pytest.mark.parametrize(("gates", "errors"), [
+    ({}, []),
+    ({"QOSReserved": True}, []),
+    ({"QOSReserved": False}, []),
+    ({"NoSuchGate": True}, ["unrecognized feature gate: NoSuchGate"]),
+    ({"qosreserved": True}, ["unrecognized feature gate: qosreserved"]),  # names are case-sensitive, as upstream
+    ({"PodLevelResources": True},
+     ["cannot set feature gate PodLevelResources to true, kopflet does not implement it (the only feature gate it "
+      "takes is QOSReserved)"]),
+    ({"AllAlpha": False, "QOSReserved": True},
+     ["cannot set feature gate AllAlpha to false, kopflet does not implement it (the only feature gate it takes is "
+      "QOSReserved)"]),
+    ({"Zed": True, "Alpha": False, "QOSReserved": True},
+     ["unrecognized feature gate: Alpha", "unrecognized feature gate: Zed"]),
+])
+def test_only_implemented_gates_are_taken(gates: dict[str, bool], errors: list[str]) -> None:
+    assert feature_gates.problems(gates) == errors
+
+
+def test_check_aggregates_as_upstream() -> None:
+    with pytest.raises(FeatureGateError) as caught:
+        feature_gates.check({"B": True, "A": True})
+    assert str(caught.value) == "[unrecognized feature gate: A, unrecognized feature gate: B]"
+    assert feature_gates.check({"QOSReserved": True}) == {"QOSReserved": True}
+
+
+@pytest.mark.parametrize(("gates", "on"), [({}, False), ({"QOSReserved": False}, False), ({"QOSReserved": True}, True)])
+def test_qos_reserved_is_alpha_and_off_by_default(gates: dict[str, bool], on: bool) -> None:
+    assert feature_gates.enabled(gates, feature_gates.QOS_RESERVED) is on
+
+
+# ------------------------------------------------------------------------------------------- as settings
+
+
+@pytest.mark.parametrize(("argv", "body", "gates"), [
+    ((), "", {}),
+    (("--feature-gates=QOSReserved=true",), "", {"QOSReserved": True}),
+    ((), "featureGates: {QOSReserved: true}\n", {"QOSReserved": True}),
+    (("--feature-gates=QOSReserved=false",), "featureGates: {QOSReserved: true}\n", {"QOSReserved": False}),
+    (("--feature-gates=QOSReserved=false", "--feature-gates=QOSReserved=true"), "", {"QOSReserved": True}),
+    (("--feature-gates=",), "featureGates: {QOSReserved: true}\n", {"QOSReserved": True}),  # merged, not replaced
+    ((), "featureGates: {}\n", {}),
+], ids=["none", "flag", "file", "flag over file", "repeated flags", "empty flag keeps the file's", "empty map"])
+def test_feature_gates_from_flags_and_file(argv: tuple[str, ...], body: str, gates: dict[str, bool]) -> None:
+    """Upstream kubeletConfigFlagPrecedence: the flags' gates are merged over the file's."""
+    assert dict(with_file(body, *argv).feature_gates) == gates
+
+
+@pytest.mark.parametrize(("argv", "body", "message"), [
+    (("--feature-gates=Foo=true",), "", "--feature-gates: unrecognized feature gate: Foo"),
+    (("--feature-gates=PodLevelResources=true",), "",
+     "--feature-gates: cannot set feature gate PodLevelResources to true, kopflet does not implement it"),
+    (("--feature-gates=QOSReserved",), "", "--feature-gates: malformed pair, expect string=bool"),
+    ((), "featureGates: {Foo: true}\n", 'field "featureGates": unrecognized feature gate: Foo'),
+    ((), "featureGates: {QOSReserved: 'true'}\n", 'field "featureGates": expected true or false, got "true" for '
+                                                  '"QOSReserved"'),
+    ((), "featureGates: [QOSReserved]\n", 'field "featureGates": expected a mapping of feature gate names'),
+])
+def test_feature_gate_errors_name_where_they_are(argv: tuple[str, ...], body: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        with_file(body, *argv)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(("argv", "body", "reserved"), [
+    ((), "", {}),
+    (("--qos-reserved=memory=50%",), "", {"memory": "50%"}),
+    ((), "qosReserved: {memory: 100%}\n", {"memory": "100%"}),
+    (("--qos-reserved=memory=0%",), "qosReserved: {memory: 100%}\n", {"memory": "0%"}),  # a flag replaces the map
+    (("--qos-reserved=",), "qosReserved: {memory: 100%}\n", {}),
+], ids=["none", "flag", "file", "flag over file", "empty flag"])
+def test_qos_reserved_from_flags_and_file(argv: tuple[str, ...], body: str, reserved: dict[str, str]) -> None:
+    assert dict(with_file(body, *argv).qos_reserved) == reserved
+
+
+@pytest.mark.parametrize(("argv", "body", "message"), [
+    (("--qos-reserved=cpu=50%",), "", '--qos-reserved: cannot reserve "cpu" resource'),
+    (("--qos-reserved=memory=50",), "",
+     "--qos-reserved: failed to parse percentage \"50\" for \"memory\" resource: percentage expected, got '50'"),
+    ((), "qosReserved: {memory: 101%}\n",
+     'field "qosReserved": failed to parse percentage "101%" for "memory" resource: percentage must be between 0 '
+     'and 100'),
+    ((), "qosReserved: {memory: 50}\n", 'field "qosReserved": expected a mapping of strings, got 50'),
+    # parsed whether or not the gate is on, as upstream's server.go does
+    (("--qos-reserved=memory=x%",), "featureGates: {QOSReserved: false}\n", "invalid number in percentage 'x%'"),
+])
+def test_qos_reserved_errors(argv: tuple[str, ...], body: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        with_file(body, *argv)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(("argv", "in_force", "warnings"), [
+    ((), None, ()),
+    (("--qos-reserved=memory=50%",), None,
+     ("qosReserved (--qos-reserved) is ignored: the QOSReserved feature gate is disabled (enable it with "
+      "--feature-gates=QOSReserved=true or featureGates: {QOSReserved: true})",)),
+    (("--qos-reserved=memory=50%", "--feature-gates=QOSReserved=false"), None,
+     ("qosReserved (--qos-reserved) is ignored: the QOSReserved feature gate is disabled (enable it with "
+      "--feature-gates=QOSReserved=true or featureGates: {QOSReserved: true})",)),
+    (("--qos-reserved=memory=50%", "--feature-gates=QOSReserved=true"), {"memory": 50}, ()),
+    (("--feature-gates=QOSReserved=true",), {},
+     ("the QOSReserved feature gate is enabled but qosReserved (--qos-reserved) reserves no memory: the QoS cgroups "
+      "get no memory limits",)),
+    (("--qos-reserved=memory=50%", "--feature-gates=QOSReserved=true", "--cgroups-per-qos=false",
+      "--enforce-node-allocatable="), {"memory": 50},
+     ("qosReserved (--qos-reserved) is ignored: without cgroupsPerQOS (--cgroups-per-qos) there are no QoS cgroups "
+      "to limit",)),
+], ids=["nothing", "gate off", "gate explicitly off", "gate on", "gate on, nothing reserved", "no QoS cgroups"])
+def test_what_is_in_force_and_the_start_up_warnings(argv: tuple[str, ...], in_force: dict[str, int] | None,
+                                                    warnings: tuple[str, ...]) -> None:
+    cfg = run(argv)
+    assert (None if cfg.qos_reserved_in_force is None else dict(cfg.qos_reserved_in_force)) == in_force
+    assert cfg.startup_warnings == warnings
+
+
+def test_neither_is_refused_as_unsupported_any_more() -> None:
+    assert not {"featureGates", "qosReserved"} & settings.UNSUPPORTED_FIELDS
+    assert "--feature-gates" in settings.usage() and "--qos-reserved" in settings.usage()
+
+
+# ------------------------------------------------------------------------------------------------- configz
+
+
+def test_configz_places_them_in_the_v1beta1_order() -> None:
+    """types.go: qosReserved after topologyManagerPolicyOptions, featureGates after protectKernelDefaults; both
+    omitempty maps, as given."""
+    body = configz.kubelet_configuration(AgentConfig(
+        node_name="n", feature_gates={"QOSReserved": True}, qos_reserved={"memory": "50%"},
+        topology_manager_policy_options={"prefer-closest-numa-nodes": "true"}, protect_kernel_defaults=True))
+    keys = list(body)
+    assert body["qosReserved"] == {"memory": "50%"}
+    assert body["featureGates"] == {"QOSReserved": True}
+    assert keys.index("qosReserved") == keys.index("topologyManagerPolicyOptions") + 1
+    assert keys[keys.index("qosReserved") + 1] == "runtimeRequestTimeout"
+    assert keys.index("featureGates") == keys.index("protectKernelDefaults") + 1
+    assert keys[keys.index("featureGates") + 1] == "containerLogMaxSize"
+    empty = configz.kubelet_configuration(AgentConfig(node_name="n"))
+    assert "qosReserved" not in empty and "featureGates" not in empty
+    assert '"featureGates":{"QOSReserved":true}' in configz.configz_body(AgentConfig(
+        node_name="n", feature_gates={"QOSReserved": True}))
