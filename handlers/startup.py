@@ -75,6 +75,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     logger.info(f"kopflet for node {cfg.node_name!r}: watching pods with {cfg.pod_field_selector!r}")
     for warning in cfg.startup_warnings:  # accepted settings without effect: never silently
         logger.warning(warning)
+    for note in cfg.startup_notes:  # accepted no-ops (feature gates at upstream's default): said, not warned
+        logger.info(note)
 
 
 def stop_operator() -> None:

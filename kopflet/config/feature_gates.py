@@ -1,11 +1,15 @@
-"""``featureGates`` / ``--feature-gates``: the gates kopflet implements, and a clear refusal of every other one.
+"""``featureGates`` / ``--feature-gates``: the gates kopflet implements, the ones it takes as no-ops, and a clear
+refusal of every other value.
 
 Upstream's kubelet takes any gate its registry knows (cmd/kubelet/app/server.go: ``SetFromMap`` of the flags' gates,
 then of the file's merged with them) and refuses an unknown name with ``unrecognized feature gate: X``. kopflet
 implements one gate, ``QOSReserved`` (alpha, off by default at v1.37.1: the QoS tiers' memory limits of
-``qosReserved``); it cannot honour the others, so naming any of them stops the agent at start rather than being
-ignored. A name upstream knows gets kopflet's own refusal, in upstream's words for a gate it will not set; a name
-upstream does not know either gets upstream's message (`upstream_feature_gates` lists the registry of v1.37.1).
+``qosReserved``), both ways. Any other gate upstream knows it takes only at upstream v1.37.1's default, as a no-op
+(kopflet behaves as upstream does with the gate at its default; a kubelet config copied from a node that spells out
+defaults keeps working), and names it in an INFO line at start. Set to the other value it stops the agent rather
+than being ignored: in upstream's words for a gate locked to its default (``cannot set feature gate X to v, feature
+is locked to d``), else saying kopflet does not implement the gate's non-default behaviour. A name upstream does not
+know either gets upstream's message. `upstream_feature_gates` lists v1.37.1's registry with the defaults.
 
 Pure: the flag's text and the file's mapping in, the gates or an error message out.
 """
@@ -16,7 +20,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from kopflet.config.upstream_feature_gates import UPSTREAM_FEATURE_GATES
+from kopflet.config.upstream_feature_gates import (
+    EMULATION_VERSION,
+    LOCKED_TO_DEFAULT,
+    PRE_ALPHA,
+    UPSTREAM_FEATURE_GATES,
+)
 
 QOS_RESERVED: Final = "QOSReserved"
 """pkg/features QOSReserved: alpha since 1.11, default false."""
@@ -59,20 +68,46 @@ def parse_flag(text: str) -> dict[str, bool]:
     return gates
 
 
+def _go_bool(value: bool) -> str:
+    return str(value).lower()
+
+
 def problems(gates: Mapping[str, bool]) -> list[str]:
-    """Why `gates` cannot be set, one message per name kopflet does not implement, in name order: upstream's
-    ``unrecognized feature gate: X`` for a name its registry lacks too, kopflet's refusal for the others."""
+    """Why `gates` cannot be set, one message per gate kopflet cannot take, in name order: upstream's
+    ``unrecognized feature gate: X`` for a name its registry lacks too; for a gate it knows set to other than its
+    v1.37.1 default, upstream's lock message for a gate locked to its default (component-base featuregate
+    unsafeSetFromMap), else kopflet's refusal. A gate at its default is no problem (`no_ops`)."""
     errors = []
     for name in sorted(gates):
+        value = gates[name]
         if name in IMPLEMENTED:
             continue
         if name not in UPSTREAM_FEATURE_GATES:
             errors.append(f"unrecognized feature gate: {name}")
             continue
-        implemented = ", ".join(sorted(IMPLEMENTED))
-        errors.append(f"cannot set feature gate {name} to {str(gates[name]).lower()}, kopflet does not implement it "
-                      f"(the only feature gate it takes is {implemented})")
+        default = UPSTREAM_FEATURE_GATES[name]
+        if name in PRE_ALPHA:  # upstream refuses either value of a gate not yet introduced at its version
+            major, minor = EMULATION_VERSION.split(".")
+            errors.append(f"cannot set feature gate {name} to {_go_bool(value)}, feature is PreAlpha at emulated "
+                          f"version {EMULATION_VERSION}, min compatibility version {major}.{int(minor) - 1}")
+        elif value == default:
+            continue
+        elif name in LOCKED_TO_DEFAULT:
+            errors.append(f"cannot set feature gate {name} to {_go_bool(value)}, feature is locked to "
+                          f"{_go_bool(default)}")
+        else:
+            implemented = ", ".join(sorted(IMPLEMENTED))
+            errors.append(f"cannot set feature gate {name} to {_go_bool(value)}, kopflet does not implement it "
+                          f"(it takes {name} only at upstream's default, {_go_bool(default)}; the only feature "
+                          f"gate it implements both ways is {implemented})")
     return errors
+
+
+def no_ops(gates: Mapping[str, bool]) -> list[str]:
+    """The gates of `gates` kopflet takes without doing anything: known upstream, not implemented here, and set
+    to their upstream default (so kopflet behaves as upstream does with them), in name order."""
+    return [name for name in sorted(gates) if name not in IMPLEMENTED and name not in PRE_ALPHA
+            and UPSTREAM_FEATURE_GATES.get(name) is gates[name]]
 
 
 def check(gates: Mapping[str, bool]) -> Mapping[str, bool]:
@@ -88,5 +123,5 @@ def enabled(gates: Mapping[str, bool], name: str) -> bool:
     return gates.get(name, IMPLEMENTED[name])
 
 
-__all__ = ["IMPLEMENTED", "QOS_RESERVED", "FeatureGateError", "check", "enabled", "parse_bool", "parse_flag",
-           "problems"]
+__all__ = ["IMPLEMENTED", "QOS_RESERVED", "FeatureGateError", "check", "enabled", "no_ops", "parse_bool",
+           "parse_flag", "problems"]

@@ -286,8 +286,9 @@ class AgentConfig:
     seccomp_default_flag: bool = False
     """``--seccomp-default``: the same, as upstream's separate kubelet flag (either one turns it on)."""
     feature_gates: Mapping[str, bool] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
-    """``featureGates`` (``--feature-gates``): gate -> on, as given (the flag's merged over the file's); only the
-    gates kopflet implements (`feature_gates.IMPLEMENTED`: QOSReserved)."""
+    """``featureGates`` (``--feature-gates``): gate -> on, as given (the flag's merged over the file's): the gates
+    kopflet implements (`feature_gates.IMPLEMENTED`: QOSReserved) either way, any other upstream gate only at its
+    v1.37.1 default (a no-op, `startup_notes`)."""
     qos_reserved: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
     """``qosReserved`` (``--qos-reserved``): resource -> percentage, as given (``memory: 50%``; checked by
     `helpers.parse_qos_reserved`). In force only with the QOSReserved gate on (`qos_reserved_in_force`)."""
@@ -321,6 +322,13 @@ class AgentConfig:
             warnings.append(f"the {feature_gates.QOS_RESERVED} feature gate is enabled but qosReserved "
                             f"(--qos-reserved) reserves no memory: the QoS cgroups get no memory limits")
         return tuple(warnings)
+
+    @property
+    def startup_notes(self) -> tuple[str, ...]:
+        """Settings accepted as no-ops, logged at INFO at start: upstream feature gates set to their v1.37.1
+        default, which kopflet takes without implementing (it behaves as upstream does at that default)."""
+        return tuple(f"feature gate {name}={str(self.feature_gates[name]).lower()} is upstream's default: accepted, "
+                     f"nothing to do" for name in feature_gates.no_ops(self.feature_gates))
 
     @property
     def effective_seccomp_default(self) -> bool:
@@ -857,7 +865,8 @@ def _gates(gates: Mapping[str, bool]) -> Mapping[str, bool]:
 
 
 def _feature_gates(text: str) -> Mapping[str, bool]:
-    """``--feature-gates=QOSReserved=true,...`` (upstream's MapStringBool), only gates kopflet implements."""
+    """``--feature-gates=QOSReserved=true,...`` (upstream's MapStringBool): gates kopflet implements, or others at
+    their upstream default."""
     try:
         gates = feature_gates.parse_flag(text)
     except feature_gates.FeatureGateError as exc:
@@ -1252,14 +1261,18 @@ SETTINGS: tuple[Setting, ...] = (
             "capacity less --system-reserved and --kube-reserved (the limits on the kubepods cgroup, and the "
             "allocatableMemory.available eviction signal); 'none' or empty: no enforcement. 'system-reserved' and "
             "'kube-reserved' need their cgroups, which kopflet does not manage."),
-    # Feature gates (upstream --feature-gates): only the ones kopflet implements; QoS-level memory reservations
-    # (upstream qosReserved, behind the QOSReserved gate: cm/qos_container_manager_linux.go setMemoryReserve).
+    # Feature gates (upstream --feature-gates): the ones kopflet implements, others only at their default; QoS-level
+    # memory reservations (upstream qosReserved, behind the QOSReserved gate: cm/qos_container_manager_linux.go
+    # setMemoryReserve).
     Setting("feature_gates", "feature-gates", "featureGates", FEATURE_GATES, "none",
             "Feature gates as Name=true|false pairs, comma separated (in the file a mapping of names to booleans); "
             "the flag's are merged over the file's, as upstream. kopflet implements one gate, QOSReserved (alpha, "
-            "default false: qosReserved). Any other gate stops the agent at start: 'unrecognized feature gate: "
-            "<name>' (upstream's message) for a name upstream does not know either, else that kopflet does not "
-            "implement it."),
+            "default false: qosReserved). Any other gate upstream v1.37.1 knows is accepted only at that release's "
+            "default, as a no-op (kopflet behaves as upstream does with it at its default; logged at start); set "
+            "to the other value it stops the agent at start: 'cannot set feature gate <name> to <value>, feature "
+            "is locked to <default>' (upstream's message) for a gate locked to its default, else that kopflet "
+            "does not implement its non-default behaviour. A name upstream does not know either stops it with "
+            "'unrecognized feature gate: <name>' (upstream's message)."),
     Setting("qos_reserved", "qos-reserved", "qosReserved", QOS_RESERVED_MAP, "none",
             "memory=<N>% (N from 0 to 100; only memory, as upstream): with the QOSReserved feature gate on, the "
             "burstable QoS cgroup's memory limit is the node's allocatable memory (capacity less --system-reserved "

@@ -7,7 +7,9 @@ Guaranteed (and Burstable) pods requested."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -175,13 +177,33 @@ def test_qos_reserved_without_its_gate_is_ignored_with_a_warning(admin: Kubectl,
 
 @pytest.mark.parametrize(("gates", "message"), [
     ("NoSuchGate=true", "unrecognized feature gate: NoSuchGate"),
-    ("PodLevelResources=true", "cannot set feature gate PodLevelResources to true, kopflet does not implement it"),
-])
+    # PodLevelResources is beta and on by default at v1.37.1, not locked: off is behaviour kopflet does not have
+    ("PodLevelResources=false", "cannot set feature gate PodLevelResources to false, kopflet does not implement it"),
+    # GA and locked to true at v1.37.1: upstream's own refusal
+    ("InPlacePodVerticalScaling=false",
+     "cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true"),
+], ids=["unknown", "not its default", "locked"])
 def test_a_gate_kopflet_does_not_implement_stops_the_agent(layout: Layout, tmp_path: Path, gates: str,
                                                           message: str) -> None:
     agent = Agent(layout, tmp_path / "agent.log", env={"KOPFLET_ARGS": f"--feature-gates={gates}"})
     agent.start()
     try:
-        agent.wait_for(f"--feature-gates: {message}")
+        agent.wait_for(f"--feature-gates: {re.escape(message)}")
+        assert "Activity 'start_agent' succeeded" not in agent.output()
     finally:
         agent.stop()
+
+
+def test_gates_at_upstreams_defaults_start_as_no_ops(admin: Kubectl, layout: Layout, tmp_path: Path) -> None:
+    """A kubelet config copied from a v1.37.1 node that spells out defaults (PodLevelResources and the locked
+    InPlacePodVerticalScaling on, AllAlpha off) starts; each is named at start, and configz shows the gates as
+    given."""
+    gates = "PodLevelResources=true,InPlacePodVerticalScaling=true,AllAlpha=false"
+    with running(layout, tmp_path, f"--feature-gates={gates}") as agent:
+        for name, value in (("AllAlpha", "false"), ("InPlacePodVerticalScaling", "true"),
+                            ("PodLevelResources", "true")):
+            agent.wait_for(f"feature gate {name}={value} is upstream's default: accepted, nothing to do")
+        raw = admin.run("get", "--raw", f"/api/v1/nodes/{layout.node_name}/proxy/configz").stdout
+        assert json.loads(raw)["kubeletconfig"]["featureGates"] == {
+            "PodLevelResources": True, "InPlacePodVerticalScaling": True, "AllAlpha": False}
+        assert "Traceback" not in agent.output()

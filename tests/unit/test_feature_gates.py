@@ -1,8 +1,9 @@
 """featureGates / --feature-gates and qosReserved / --qos-reserved as settings (issue 20).
 
-kopflet implements one gate, QOSReserved; every other name is refused at start, with upstream's message for a name
-upstream does not know either. qosReserved is parsed as upstream's ParseQOSReserved, in force only with the gate on,
-and a warning at start says when it is not.
+kopflet implements one gate, QOSReserved; any other gate upstream v1.37.1 knows is taken only at its default there
+(a no-op, noted at start), and refused at start at the other value (upstream's words for a gate locked to its
+default); a name upstream does not know either gets upstream's message. qosReserved is parsed as upstream's
+ParseQOSReserved, in force only with the gate on, and a warning at start says when it is not.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ import pytest
 from kopflet.config import configz, feature_gates, settings
 from kopflet.config.feature_gates import FeatureGateError
 from kopflet.config.settings import AgentConfig, ConfigError
-from kopflet.config.upstream_feature_gates import KUBERNETES_VERSION, UPSTREAM_FEATURE_GATES
+from kopflet.config.upstream_feature_gates import (
+    EMULATION_VERSION,
+    KUBERNETES_VERSION,
+    LOCKED_TO_DEFAULT,
+    PRE_ALPHA,
+    UPSTREAM_FEATURE_GATES,
+)
 from tests.unit.test_config import run, with_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,6 +53,46 @@ def test_the_gate_list_is_of_the_pinned_release() -> None:
         assert name in UPSTREAM_FEATURE_GATES
     assert "LoggingStableOptions" not in UPSTREAM_FEATURE_GATES  # declared, never registered upstream
     assert len(UPSTREAM_FEATURE_GATES) > 200
+    assert EMULATION_VERSION == "1.37"
+    assert LOCKED_TO_DEFAULT <= UPSTREAM_FEATURE_GATES.keys() and PRE_ALPHA <= UPSTREAM_FEATURE_GATES.keys()
+
+
+@pytest.mark.parametrize(("name", "default", "locked"), [
+    ("QOSReserved", False, False),  # 1.11 alpha
+    ("PodLevelResources", True, False),  # 1.32 alpha, 1.34 beta on
+    ("MemoryQoS", True, False),  # 1.22 alpha, 1.37 beta on: an entry at exactly the emulation version counts
+    ("InPlacePodVerticalScaling", True, True),  # 1.35 GA, LockToDefault
+    ("CPUManagerPolicyAlphaOptions", False, False),
+    ("AllowOverwriteTerminationGracePeriodSeconds", False, True),  # 1.35 deprecated, locked to false
+    ("CustomCPUCFSQuotaPeriod", True, False),  # 1.36 GA; "LockToDefault in 1.37" is only a comment upstream
+    ("DRAFractionalCapacityRange", False, False),  # its 1.37 on-by-default entry needs min compatibility 1.37 (>1.36)
+    ("ContextualLogging", True, False),  # component-base logs API
+    ("AllAlpha", False, False), ("AllBeta", False, False),  # component-base's special gates
+])
+def test_each_gate_has_its_default_at_the_emulation_version(name: str, default: bool, locked: bool) -> None:
+    """component-base featureSpecAtEmulationAndMinCompatVersion at 1.37 (min compatibility 1.36)."""
+    assert UPSTREAM_FEATURE_GATES[name] is default
+    assert (name in LOCKED_TO_DEFAULT) is locked
+
+
+def test_the_generator_picks_the_spec_at_the_emulation_version() -> None:
+    """The rule on its own, with entries past the emulation version and a MinCompatibilityVersion one."""
+    specs = (
+        '{Version: version.MustParse("1.30"), Default: false, PreRelease: featuregate.Alpha},\n'
+        '{Version: version.MustParse("1.36"), Default: true, PreRelease: featuregate.Beta},\n'
+        '{Version: version.MustParse("1.37"), Default: true, PreRelease: featuregate.GA, LockToDefault: true},\n'
+        '{Version: version.MustParse("1.38"), Default: false, PreRelease: featuregate.Deprecated},\n'
+    )
+    assert GEN._spec_at(specs, (1, 37)) == (True, True, False)
+    assert GEN._spec_at(specs, (1, 36)) == (True, False, False)
+    assert GEN._spec_at(specs, (1, 29)) == (False, False, True)  # none yet: PreAlpha, default false
+    compat = (
+        '{Version: version.MustParse("1.37"), Default: false, PreRelease: featuregate.Beta},\n'
+        '{Version: version.MustParse("1.37"), Default: true, PreRelease: featuregate.Beta, '
+        'MinCompatibilityVersion: version.MustParse("1.37")},\n'
+    )
+    assert GEN._spec_at(compat, (1, 37)) == (False, False, False)
+    assert GEN._spec_at(compat, (1, 38)) == (True, False, False)
 
 
 @pytest.mark.skipif(not (GEN.kubernetes_dir(VERSION) / "pkg" / "features" / "kube_features.go").is_file(),
@@ -86,23 +133,64 @@ def test_parse_flag_errors_are_upstreams(text: str, message: str) -> None:
 # ------------------------------------------------------------------------------------------- which gates
 
 
-@pytest.mark.parametrize(("gates", "errors"), [
-    ({}, []),
-    ({"QOSReserved": True}, []),
-    ({"QOSReserved": False}, []),
-    ({"NoSuchGate": True}, ["unrecognized feature gate: NoSuchGate"]),
-    ({"qosreserved": True}, ["unrecognized feature gate: qosreserved"]),  # names are case-sensitive, as upstream
-    ({"PodLevelResources": True},
-     ["cannot set feature gate PodLevelResources to true, kopflet does not implement it (the only feature gate it "
-      "takes is QOSReserved)"]),
-    ({"AllAlpha": False, "QOSReserved": True},
-     ["cannot set feature gate AllAlpha to false, kopflet does not implement it (the only feature gate it takes is "
-      "QOSReserved)"]),
-    ({"Zed": True, "Alpha": False, "QOSReserved": True},
-     ["unrecognized feature gate: Alpha", "unrecognized feature gate: Zed"]),
+NOT_IMPLEMENTED = ("cannot set feature gate {name} to {value}, kopflet does not implement it (it takes {name} only "
+                   "at upstream's default, {default}; the only feature gate it implements both ways is QOSReserved)")
+
+
+@pytest.mark.parametrize(("gates", "errors", "no_ops"), [
+    ({}, [], []),
+    ({"QOSReserved": True}, [], []),  # implemented both ways: never a no-op
+    ({"QOSReserved": False}, [], []),
+    ({"NoSuchGate": True}, ["unrecognized feature gate: NoSuchGate"], []),
+    ({"NoSuchGate": False}, ["unrecognized feature gate: NoSuchGate"], []),
+    ({"qosreserved": True}, ["unrecognized feature gate: qosreserved"], []),  # names are case-sensitive, as upstream
+    # at the v1.37.1 default: taken, nothing to do
+    ({"PodLevelResources": True}, [], ["PodLevelResources"]),
+    ({"InPlacePodVerticalScaling": True}, [], ["InPlacePodVerticalScaling"]),  # locked, at its default
+    ({"AllAlpha": False, "QOSReserved": True}, [], ["AllAlpha"]),
+    ({"CPUManagerPolicyAlphaOptions": False, "ContextualLogging": True}, [],
+     ["CPUManagerPolicyAlphaOptions", "ContextualLogging"]),
+    # the other value: kopflet's refusal, upstream's for a locked gate
+    ({"PodLevelResources": False},
+     [NOT_IMPLEMENTED.format(name="PodLevelResources", value="false", default="true")], []),
+    ({"CPUManagerPolicyAlphaOptions": True},
+     [NOT_IMPLEMENTED.format(name="CPUManagerPolicyAlphaOptions", value="true", default="false")], []),
+    ({"AllAlpha": True, "QOSReserved": True}, [NOT_IMPLEMENTED.format(name="AllAlpha", value="true", default="false")],
+     []),
+    ({"InPlacePodVerticalScaling": False},
+     ["cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true"], []),
+    ({"AllowOverwriteTerminationGracePeriodSeconds": True},
+     ["cannot set feature gate AllowOverwriteTerminationGracePeriodSeconds to true, feature is locked to false"], []),
+    # mixed: every problem in name order, no-ops listed apart
+    ({"Zed": True, "Alpha": False, "QOSReserved": True, "PodLevelResources": True},
+     ["unrecognized feature gate: Alpha", "unrecognized feature gate: Zed"], ["PodLevelResources"]),
+    ({"PodLevelResources": False, "MemoryQoS": True, "InPlacePodVerticalScaling": False},
+     ["cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true",
+      NOT_IMPLEMENTED.format(name="PodLevelResources", value="false", default="true")], ["MemoryQoS"]),
 ])
-def test_only_implemented_gates_are_taken(gates: dict[str, bool], errors: list[str]) -> None:
+def test_which_gates_are_taken(gates: dict[str, bool], errors: list[str], no_ops: list[str]) -> None:
     assert feature_gates.problems(gates) == errors
+    assert feature_gates.no_ops(gates) == no_ops
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_pre_alpha_gate_is_refused_either_way(monkeypatch: pytest.MonkeyPatch, value: bool) -> None:
+    """Upstream refuses a gate with no spec at its emulation version whatever the value (none such at v1.37.1)."""
+    monkeypatch.setattr(feature_gates, "UPSTREAM_FEATURE_GATES", {**UPSTREAM_FEATURE_GATES, "Future": False})
+    monkeypatch.setattr(feature_gates, "PRE_ALPHA", frozenset({"Future"}))
+    assert feature_gates.problems({"Future": value}) == [
+        f"cannot set feature gate Future to {str(value).lower()}, feature is PreAlpha at emulated version 1.37, min "
+        f"compatibility version 1.36"]
+    assert feature_gates.no_ops({"Future": value}) == []
+
+
+def test_every_known_gate_is_taken_at_its_default_and_refused_otherwise() -> None:
+    for name, default in UPSTREAM_FEATURE_GATES.items():
+        if name in feature_gates.IMPLEMENTED:
+            continue
+        assert feature_gates.problems({name: default}) == [], name
+        assert feature_gates.no_ops({name: default}) == [name]
+        assert len(feature_gates.problems({name: not default})) == 1, name
 
 
 def test_check_aggregates_as_upstream() -> None:
@@ -136,8 +224,12 @@ def test_feature_gates_from_flags_and_file(argv: tuple[str, ...], body: str, gat
 
 @pytest.mark.parametrize(("argv", "body", "message"), [
     (("--feature-gates=Foo=true",), "", "--feature-gates: unrecognized feature gate: Foo"),
-    (("--feature-gates=PodLevelResources=true",), "",
-     "--feature-gates: cannot set feature gate PodLevelResources to true, kopflet does not implement it"),
+    (("--feature-gates=PodLevelResources=false",), "",
+     "--feature-gates: cannot set feature gate PodLevelResources to false, kopflet does not implement it"),
+    ((), "featureGates: {InPlacePodVerticalScaling: false}\n",
+     'field "featureGates": cannot set feature gate InPlacePodVerticalScaling to false, feature is locked to true'),
+    (("--feature-gates=CPUManagerPolicyAlphaOptions=true",), "featureGates: {PodLevelResources: true}\n",
+     "--feature-gates: cannot set feature gate CPUManagerPolicyAlphaOptions to true, kopflet does not implement it"),
     (("--feature-gates=QOSReserved",), "", "--feature-gates: malformed pair, expect string=bool"),
     ((), "featureGates: {Foo: true}\n", 'field "featureGates": unrecognized feature gate: Foo'),
     ((), "featureGates: {QOSReserved: 'true'}\n", 'field "featureGates": expected true or false, got "true" for '
@@ -200,6 +292,25 @@ def test_what_is_in_force_and_the_start_up_warnings(argv: tuple[str, ...], in_fo
     cfg = run(argv)
     assert (None if cfg.qos_reserved_in_force is None else dict(cfg.qos_reserved_in_force)) == in_force
     assert cfg.startup_warnings == warnings
+
+
+@pytest.mark.parametrize(("argv", "body", "gates", "notes"), [
+    ((), "", {}, ()),
+    (("--feature-gates=QOSReserved=true",), "", {"QOSReserved": True}, ()),
+    (("--feature-gates=PodLevelResources=true",), "", {"PodLevelResources": True},
+     ("feature gate PodLevelResources=true is upstream's default: accepted, nothing to do",)),
+    ((), "featureGates: {InPlacePodVerticalScaling: true, AllAlpha: false, QOSReserved: true}\n",
+     {"InPlacePodVerticalScaling": True, "AllAlpha": False, "QOSReserved": True},
+     ("feature gate AllAlpha=false is upstream's default: accepted, nothing to do",
+      "feature gate InPlacePodVerticalScaling=true is upstream's default: accepted, nothing to do")),
+], ids=["nothing", "implemented", "flag at the default", "file at the defaults"])
+def test_gates_at_their_default_start_with_a_note(argv: tuple[str, ...], body: str, gates: dict[str, bool],
+                                                  notes: tuple[str, ...]) -> None:
+    """A kubelet config that spells out upstream's defaults starts; the gates are kept as given (configz)."""
+    cfg = with_file(body, *argv)
+    assert dict(cfg.feature_gates) == gates
+    assert cfg.startup_notes == notes
+    assert configz.kubelet_configuration(cfg).get("featureGates", {}) == gates
 
 
 def test_neither_is_refused_as_unsupported_any_more() -> None:
