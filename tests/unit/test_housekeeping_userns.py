@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from kopflet.paths import Layout
@@ -14,8 +16,10 @@ from kopflet.userns.userns_manager import UsernsManager
 
 
 class Relist:
-    def __init__(self) -> None:
-        self.pods: dict[str, Any] = {}
+    """The runtime cache: `pods` are the UIDs the runtime still runs something of."""
+
+    def __init__(self, pods: Iterable[str] = ()) -> None:
+        self.pods: dict[str, Any] = {uid: SimpleNamespace(namespace="ns", name=uid) for uid in pods}
         self.synced = asyncio.Event()
         self.synced.set()
 

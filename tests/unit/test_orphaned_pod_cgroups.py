@@ -4,12 +4,9 @@ may still run or its volumes are still there."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
@@ -17,6 +14,7 @@ from kopflet.cm.cgroup_names import DRIVER_SYSTEMD, CgroupLayout
 from kopflet.cm.cgroups import PodCgroups
 from kopflet.paths import Layout
 from kopflet.pods.housekeeping import Housekeeping
+from tests.unit.test_housekeeping_userns import Api, Relist, Teardown
 
 SYSTEMD = CgroupLayout(driver=DRIVER_SYSTEMD)
 
@@ -78,29 +76,6 @@ def test_destroy_kills_the_processes_in_the_cgroup_first(tmp_path: Path) -> None
     finally:
         sleeper.kill()
         sleeper.wait()
-
-
-class Relist:
-    def __init__(self, pods: set[str]) -> None:
-        self.pods: dict[str, Any] = {uid: SimpleNamespace(namespace="ns", name=uid) for uid in pods}
-        self.synced = asyncio.Event()
-        self.synced.set()
-
-
-class Api:
-    def __init__(self, uids: list[str]) -> None:
-        self.uids = uids
-
-    async def list_pods(self, field_selector: str) -> list[dict[str, Any]]:
-        return [{"metadata": {"uid": uid}} for uid in self.uids]
-
-
-class Teardown:
-    def __init__(self) -> None:
-        self.pods: list[str] = []
-
-    async def pod(self, uid: str, namespace: str = "", name: str = "") -> None:
-        self.pods.append(uid)
 
 
 async def test_housekeeping_destroys_only_the_cgroups_of_pods_that_cannot_be_running(tmp_path: Path) -> None:
