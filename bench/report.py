@@ -59,6 +59,7 @@ def _agent_summary(raw: Mapping[str, Any]) -> dict[str, Any]:
         out["churn"] = {"cycles": c["cycles"], "parallel": c["parallel"], "seconds": c["seconds"],
                         "failures": len(c["failures"]), "start": summary(c["start"]), "leftovers": c["leftovers"],
                         "leftovers_at_once": c.get("leftovers_at_once", {}), "rss_after_mib": c["rss_after_mib"],
+                        "leftovers_before": raw.get("leftovers_before"),
                         "rss_after_gc_mib": c.get("rss_after_gc_mib", c["rss_after_mib"])}
     if "soak" in raw:
         out["soak"] = soak.summarize(raw["soak"])
@@ -200,15 +201,18 @@ def markdown(results: Mapping[str, Any]) -> str:
             breakdown = ", ".join(f"{k}: {v}" for k, v in sorted(a["per_pod"].items(), key=lambda kv: -kv[1]))
             lines.append(f"| {name} | {a['per_pod_total']} | {a['idle_per_minute_total']} | {breakdown} |")
     lines += ["", "## Churn (create → Running → delete → gone, mixed specs)", "",
-              "Leftovers are counted right after the last pod is gone and again after one upstream GC period.", "",
-              "| agent | cycles | parallel | seconds | failures | start p50 ms | start p99 ms | leftovers at once "
-              "| leftovers after GC period | RSS after MiB (idle) |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "Leftovers are counted before the agent starts (what earlier runs left), right after the last pod is "
+              "gone and again after one upstream GC period.", "",
+              "| agent | cycles | parallel | seconds | failures | start p50 ms | start p99 ms "
+              "| before the agent started | leftovers at once | leftovers after GC period | RSS after MiB (idle) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, agent in agents.items():
         if "churn" in agent:
             c = agent["churn"]
             idle_rss = agent.get("footprint", {}).get("idle", {}).get("rss_mib", "-")
             lines.append(f"| {name} | {c['cycles']} | {c['parallel']} | {c['seconds']} | {c['failures']} "
                          f"| {_ms(c['start'].get('p50'))} | {_ms(c['start'].get('p99'))} "
+                         f"| {_counts(c['leftovers_before']) if c.get('leftovers_before') is not None else '-'} "
                          f"| {_counts(c['leftovers_at_once'])} | {_counts(c['leftovers'])} "
                          f"| {c['rss_after_gc_mib']} ({idle_rss}) |")
     lines += _soak_markdown(results, agents)

@@ -98,6 +98,8 @@ class Run:
     # ---------------------------------------------------------------------------------------- phases
 
     def start_agent(self) -> None:
+        # What an earlier run or agent left is not this agent's doing: counted before it starts.
+        self.results["leftovers_before"] = self._leftovers()
         since = time.time()
         t0 = time.monotonic()
         self.agent.start()

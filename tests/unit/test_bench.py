@@ -184,3 +184,12 @@ def test_the_report_shows_each_agents_cgroup_settings_when_they_differ():
     md = report.markdown(results)
     assert "the same for" not in md
     assert "kopflet: cgroupsPerQOS true," in md and "; kubelet: cgroupsPerQOS false," in md
+
+
+def test_the_churn_table_shows_what_was_left_before_the_agent_started():
+    results = _results()
+    results["agents"]["kopflet"]["leftovers_before"] = {"sandboxes": 0, "pod_cgroups": 8}
+    results["summary"] = report.summarize(results)
+    md = report.markdown(results)
+    assert "| kopflet | 4 | 2 | 9.0 | 0 | 1000 | 1200 | pod_cgroups 8 | none | none |" in md
+    assert "| kubelet | 4 | 2 | 9.0 | 0 | 1000 | 1200 | - | none | none |" in md  # a run from before it was counted
