@@ -173,7 +173,7 @@ class CgroupLayout:
 
     def internal_name(self, literal: str) -> CgroupName:
         """upstream cgroupManager.CgroupName: a literal cgroupfs path back to a name (systemd slices decoded)."""
-        if self.systemd and is_systemd_style_name(literal):
+        if self.systemd:
             return parse_systemd(literal)
         return parse_cgroupfs(literal)
 

@@ -17,6 +17,7 @@ Blocking file I/O: call these through ``asyncio.to_thread``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import errno
@@ -85,6 +86,10 @@ class PodCgroups:
         self.fs_root = Path(fs_root)
         self.v2 = is_cgroup2(fs_root) if v2 is None else v2
         self.layout = layout
+        self.lock = asyncio.Lock()
+        """Held while a pod cgroup is looked for and made (a worker) or found orphaned and destroyed
+        (housekeeping), so a pod starting meanwhile never loses the cgroup it is about to use (upstream runs both
+        on the one sync loop)."""
 
     def pod_cgroup_parent(self, pod: spec.Pod) -> str:
         """The pod's cgroup (the sandbox's CgroupParent); "" without cgroupsPerQOS: no pod cgroup of its own."""
@@ -225,9 +230,12 @@ class PodCgroups:
             current.mkdir(exist_ok=True)
 
     def _hierarchies(self) -> list[Path]:
-        """Where each hierarchy's tree starts: ``fs_root`` on v2, each mounted controller's directory on v1 (the
-        comounted aliases, symlinks, skipped)."""
-        return [self.fs_root] + [p for p in self.fs_root.iterdir() if p.is_dir() and not p.is_symlink()]
+        """Where each hierarchy's tree starts: ``fs_root`` on v2 (only: its top-level cgroups are other owners'
+        trees, a container's or a nested cluster's), each mounted controller's directory on v1 (the comounted
+        aliases, symlinks, skipped). Upstream: the subsystems' mount points."""
+        if self.v2:
+            return [self.fs_root]
+        return [p for p in self.fs_root.iterdir() if p.is_dir() and not p.is_symlink()]
 
     def pod_cgroups(self) -> dict[str, list[str]]:
         """upstream GetAllPodsFromCgroups: the pods with a cgroup under a QoS tier in any hierarchy, each UID with
@@ -261,8 +269,10 @@ class PodCgroups:
         return sorted(pids)
 
     def reduce_cpu_limits(self, name: str) -> None:
-        """upstream ReduceCPULimits: the minimum cpu shares for an orphaned pod's cgroup whose volumes remain."""
-        self.apply(name, helpers.ResourceConfig(cpu_shares=helpers.MIN_SHARES))
+        """upstream ReduceCPULimits: the minimum cpu shares for an orphaned pod's cgroup whose volumes remain; an
+        update only (upstream cgroupManager.Update): a cgroup already gone is not made again."""
+        if self.exists(name):
+            self.apply(name, helpers.ResourceConfig(cpu_shares=helpers.MIN_SHARES))
 
     def destroy(self, uid: str, names: Sequence[str]) -> None:
         """upstream podContainerManager.Destroy of an orphaned pod's cgroup: its processes killed (SIGKILL, up to
@@ -283,6 +293,10 @@ class PodCgroups:
             if left:
                 raise CgroupError(f"failed to kill all the processes attached to the {name} cgroups : {left}")
         self.remove(uid)
+        busy = [str(base / name.strip("/")) for base in self._hierarchies() for name in names
+                if (base / name.strip("/")).is_dir()]
+        if busy:  # killed processes still exiting: the next round removes them (libcontainer retries the rmdir)
+            raise CgroupError(f"failed to remove {busy}: still in use")
 
     def remove(self, uid: str) -> None:
         """Remove the pod's (now empty) cgroup in every hierarchy, whatever its QoS tier was (upstream

@@ -204,7 +204,12 @@ class ContainerManager:
             # upstream: the first cgroup created fails, then "Failed to start ContainerManager" and the kubelet exits
             raise CgroupConfigError(f"Failed to start ContainerManager: {cgroup_names.SYSTEMD_NOT_RUNNING}")
         if self.layout.cgroups_per_qos:
-            error = await asyncio.to_thread(self.cgroups.validate, self.layout.configured_root)
+            try:
+                error = await asyncio.to_thread(self.cgroups.validate, self.layout.configured_root)
+            except cgroup_names.CgroupNameError as exc:
+                # a root the runtime's systemd driver cannot spell (the config was checked for its own driver)
+                raise CgroupConfigError(
+                    f"invalid configuration: cgroupRoot {self.layout.cgroup_root!r}: {exc}") from exc
             if error:
                 raise CgroupConfigError(error)
             logger.info(f"Container manager verified user specified cgroup-root exists: "

@@ -224,16 +224,18 @@ class PodSyncer:
         name = self.cgroup_layout.pod_cgroup_parent(pod)
         if not name:
             return True  # no cgroupsPerQOS: no pod cgroup (upstream podContainerManagerNoop.EnsureExists)
-        if await asyncio.to_thread(self.cgroups.exists, name):
-            return True
-        if self.before_pod_cgroup is not None:
-            await self.before_pod_cgroup()  # upstream SyncPod: UpdateQOSCgroups when the pod cgroup does not exist
-        try:
-            await asyncio.to_thread(self.cgroups.apply, name, self.new_pod_cgroup_config(pod))
-        except (CgroupError, OSError) as exc:
-            result.sandbox_error = f"Failed to create pod sandbox: failed to ensure that the pod cgroup exists: {exc}"
-            self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
-            return False
+        async with self.cgroups.lock:  # housekeeping destroys orphaned pod cgroups under it
+            if await asyncio.to_thread(self.cgroups.exists, name):
+                return True
+            if self.before_pod_cgroup is not None:
+                await self.before_pod_cgroup()  # upstream SyncPod: UpdateQOSCgroups when the pod cgroup does not exist
+            try:
+                await asyncio.to_thread(self.cgroups.apply, name, self.new_pod_cgroup_config(pod))
+            except (CgroupError, OSError) as exc:
+                result.sandbox_error = \
+                    f"Failed to create pod sandbox: failed to ensure that the pod cgroup exists: {exc}"
+                self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
+                return False
         return True
 
     async def resize(self, pod: spec.Pod, runtime: podstate.RuntimePodStatus, actions: resize.ResizeActions,
@@ -743,6 +745,8 @@ class PodSyncer:
         too (upstream SyncTerminatedPod: usernsManager.Release once the volumes and the pod cgroup are gone)."""
         await self.volumes.cleanup(uid)
         await asyncio.to_thread(_remove_tree, Path(self.layout.volumes_dir(uid)))
+        # upstream SyncTerminatedPod: the pod cgroup goes once the volumes are gone (nothing of the pod runs)
+        await asyncio.to_thread(self.cgroups.remove, uid)
         if self.userns is not None:
             await asyncio.to_thread(self.userns.release, uid)
 

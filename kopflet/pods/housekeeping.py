@@ -66,6 +66,8 @@ class Housekeeping:
             if uid not in listed and uid not in self.workers and uid not in self.relist.pods and uid not in orphans:
                 logger.info(f"removing the directory of orphaned pod {uid}")
                 await self.teardown.pod(uid)
+        # The runtime's orphans took their cgroups with them; the rest is looked at again under the lock (a
+        # directory's teardown that left its volumes leaves the cgroup at the minimum shares).
         await self.cleanup_pod_cgroups({uid: names for uid, names in cgroups.items()
                                         if uid not in listed and uid not in orphans})
         await self.cleanup_user_namespaces(listed)
@@ -77,19 +79,22 @@ class Housekeeping:
         their processes killed first. A pod whose volumes directory is still there keeps its cgroup at the minimum
         cpu shares until the volumes are gone (memory-backed volumes' charges stay in it). Failures are logged;
         the next round tries again."""
+        if self.cgroups is None:
+            return
         for uid, names in found.items():
-            if uid in self.workers or uid in self.relist.pods or self.cgroups is None:
-                continue
-            try:
-                if await asyncio.to_thread(os.path.isdir, self.layout.volumes_dir(uid)):
-                    logger.info(f"orphaned pod {uid} found, but volumes not yet removed: reducing cpu to minimum")
-                    for name in names:
-                        await asyncio.to_thread(self.cgroups.reduce_cpu_limits, name)
+            async with self.cgroups.lock:
+                if uid in self.workers or uid in self.relist.pods:
                     continue
-                logger.info(f"orphaned pod {uid} found, removing pod cgroups")
-                await asyncio.to_thread(self.cgroups.destroy, uid, names)
-            except (CgroupError, OSError) as exc:
-                logger.warning(f"failed to destroy orphaned pod cgroup of pod {uid}: {exc}")
+                try:
+                    if await asyncio.to_thread(os.path.isdir, self.layout.volumes_dir(uid)):
+                        logger.info(f"orphaned pod {uid} found, but volumes not yet removed: reducing cpu to minimum")
+                        for name in names:
+                            await asyncio.to_thread(self.cgroups.reduce_cpu_limits, name)
+                        continue
+                    logger.info(f"orphaned pod {uid} found, removing pod cgroups")
+                    await asyncio.to_thread(self.cgroups.destroy, uid, names)
+                except (CgroupError, OSError) as exc:
+                    logger.warning(f"failed to destroy orphaned pod cgroup of pod {uid}: {exc}")
 
     async def cleanup_user_namespaces(self, listed: set[str]) -> None:
         """Upstream HandlePodCleanups' CleanupOrphanedPodUsernsAllocations: free the user namespace ranges of pods
@@ -114,7 +119,7 @@ class Housekeeping:
         while True:
             try:
                 await self.cleanup_orphans()
-            except (*API_ERRORS, CriError) as exc:
+            except (*API_ERRORS, CriError, OSError) as exc:
                 logger.warning(f"housekeeping failed, retrying later: {exc}")
             await asyncio.sleep(period)
 

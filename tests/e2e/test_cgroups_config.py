@@ -21,7 +21,7 @@ import pytest
 from devstack.layout import Layout
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent, agent_with
-from tests.e2e.test_pod_lifecycle import container, is_ready, pod_manifest, wait_pod
+from tests.e2e.test_pod_lifecycle import container, is_ready, phase, pod_manifest, wait_pod
 
 pytestmark = pytest.mark.skipif(os.path.exists("/sys/fs/cgroup/cgroup.controllers"),
                                 reason="reads the cgroup v1 hierarchy this machine has")
@@ -187,3 +187,19 @@ def test_an_orphaned_pod_cgroup_is_destroyed_with_its_processes(layout: Layout, 
         for directory in directories:
             with contextlib.suppress(OSError):
                 directory.rmdir()
+
+
+def test_a_finished_pods_cgroup_goes_with_its_volumes(admin: Kubectl, layout: Layout, namespace: str,
+                                                      tmp_path: Path) -> None:
+    # upstream SyncTerminatedPod: once a terminal pod's volumes are gone its pod cgroup is destroyed, while the Pod
+    # object (and its dead container, for logs) stays
+    with running(layout, tmp_path, ""):
+        admin.apply(pod_manifest("done", namespace, layout.node_name, [container("main", "true")],
+                                 restartPolicy="Never"))
+        pod = wait_pod(admin, namespace, "done", phase("Succeeded"), what="Succeeded")
+        cgroup = CGROUP / "memory" / "kubepods" / "besteffort" / f"pod{pod['metadata']['uid']}"
+        deadline = time.monotonic() + 60
+        while cgroup.exists() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert not cgroup.exists()
+        assert admin.run("logs", "-n", namespace, "done", check=False).returncode == 0

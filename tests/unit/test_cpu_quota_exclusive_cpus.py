@@ -248,6 +248,7 @@ class RecordingCgroups:
     def __init__(self) -> None:
         self.applied: list[tuple[str, helpers.ResourceConfig]] = []
         self.current = helpers.ResourceConfig()
+        self.lock = asyncio.Lock()
 
     def exists(self, name: str) -> bool:
         return False

@@ -4,6 +4,7 @@ may still run or its volumes are still there."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kopflet.cm.cgroup_names import DRIVER_SYSTEMD, CgroupLayout
-from kopflet.cm.cgroups import PodCgroups
+from kopflet.cm.cgroups import CgroupError, PodCgroups
 from kopflet.paths import Layout
 from kopflet.pods.housekeeping import Housekeeping
 from tests.unit.test_housekeeping_userns import Api, Relist, Teardown
@@ -71,7 +72,8 @@ def test_destroy_kills_the_processes_in_the_cgroup_first(tmp_path: Path) -> None
     try:
         # cgroupfs lists a cgroup's processes in cgroup.procs, here of a container below the pod's cgroup
         (root / "cpu/kubepods/podk/container/cgroup.procs").write_text(f"{sleeper.pid}\n")
-        PodCgroups(str(root), v2=False).destroy("k", ["/kubepods/podk"])
+        with pytest.raises(CgroupError, match="still in use"):  # a built tree's files keep its directories
+            PodCgroups(str(root), v2=False).destroy("k", ["/kubepods/podk"])
         assert sleeper.wait(timeout=10) == -9
     finally:
         sleeper.kill()
@@ -102,3 +104,37 @@ async def test_housekeeping_destroys_only_the_cgroups_of_pods_that_cannot_be_run
     await keeper.cleanup_orphans()
     assert {path.name for path in (root / "cpu/kubepods/besteffort").iterdir()} == {"podworker", "podlisted",
                                                                                     "podrunning"}
+
+
+def test_on_cgroup_v2_only_the_nodes_own_tree_is_looked_at(tmp_path: Path) -> None:
+    # another owner's tree one level down (a container's, a nested cluster's) is not this node's
+    root = tmp_path / "cgroup"
+    (root / "lxc.payload.other/kubepods/besteffort/podforeign").mkdir(parents=True)
+    (root / "lxc.payload.other/kubepods/besteffort/podforeign/cgroup.procs").write_text("1\n")
+    (root / "kubepods/besteffort/podmine").mkdir(parents=True)
+    cgroups = PodCgroups(str(root), v2=True)
+    assert cgroups.pod_cgroups() == {"mine": ["/kubepods/besteffort/podmine"]}
+    assert cgroups.pids("/kubepods/besteffort/podforeign") == []
+    cgroups.remove("foreign")
+    assert (root / "lxc.payload.other/kubepods/besteffort/podforeign").is_dir()
+
+
+def test_reducing_a_cgroup_already_gone_does_not_make_it_again(tmp_path: Path) -> None:
+    root = _v1(tmp_path)
+    PodCgroups(str(root), v2=False).reduce_cpu_limits("/kubepods/besteffort/podgone")
+    assert not (root / "cpu/kubepods/besteffort/podgone").exists()
+
+
+async def test_a_pod_whose_worker_starts_while_housekeeping_waits_keeps_its_cgroup(tmp_path: Path) -> None:
+    root = _v1(tmp_path, "cpu/kubepods/podnew", "memory/kubepods/podnew")
+    cgroups = PodCgroups(str(root), v2=False)
+    workers: set[str] = set()
+    keeper = Housekeeping(Api([]), Relist(), workers, Teardown(),  # type: ignore[arg-type]
+                          Layout(str(tmp_path / "root"), pod_log_root=str(tmp_path / "logs")), "spec.nodeName=n",
+                          cgroups=cgroups)
+    async with cgroups.lock:  # a worker making the pod's cgroup
+        cleanup = asyncio.create_task(keeper.cleanup_orphans())
+        await asyncio.sleep(0.2)  # housekeeping found the cgroup and waits for the lock
+        workers.add("new")
+    await cleanup
+    assert (root / "cpu/kubepods/podnew").is_dir() and (root / "memory/kubepods/podnew").is_dir()

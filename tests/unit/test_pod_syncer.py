@@ -651,6 +651,7 @@ class RecordingCgroups:
 
     def __init__(self) -> None:
         self.applied: list[tuple[str, helpers.ResourceConfig]] = []
+        self.lock = asyncio.Lock()
 
     def exists(self, name: str) -> bool:
         return False
