@@ -167,8 +167,10 @@ def test_qos_reserved_without_its_gate_is_ignored_with_a_warning(admin: Kubectl,
         assert all(limit >= V1_UNLIMITED for limit in tier_limits())
     # a limit left on a tier (an earlier run's qosReserved) is left, as upstream, but reported
     (CGROUP / "memory" / "kubepods" / "besteffort" / "memory.limit_in_bytes").write_text(str(64 * 2**30))
+    stale = tmp_path / "stale"  # the second agent's log
+    stale.mkdir()
     try:
-        with running(layout, tmp_path / "stale", "") as agent:
+        with running(layout, stale, "") as agent:
             agent.wait_for(r"the QoS cgroup /kubepods/besteffort has a memory limit of 68719476736 bytes")
             assert read("memory", "kubepods/besteffort", "memory.limit_in_bytes") == 64 * 2**30
     finally:
