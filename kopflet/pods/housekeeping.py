@@ -75,10 +75,10 @@ class Housekeeping:
 
     async def cleanup_pod_cgroups(self, found: dict[str, list[str]]) -> None:
         """upstream cleanupOrphanedPodCgroups: the cgroups of pods that are not running (no worker, nothing on the
-        runtime; the caller leaves out the pods the apiserver lists and those torn down this round) are destroyed,
-        their processes killed first. A pod whose volumes directory is still there keeps its cgroup at the minimum
-        cpu shares until the volumes are gone (memory-backed volumes' charges stay in it). Failures are logged;
-        the next round tries again."""
+        runtime; the caller leaves out the pods the apiserver lists and the runtime orphans torn down this round) are
+        destroyed, their processes killed first. A pod whose volumes directory is still there keeps its cgroup at
+        the minimum cpu shares until the volumes are gone (memory-backed volumes' charges stay in it). Failures are
+        logged; the next round tries again."""
         if self.cgroups is None:
             return
         for uid, names in found.items():
