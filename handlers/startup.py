@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import os
 import signal
 import socket
 import ssl
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -43,6 +45,18 @@ RUNTIME_RETRY_DELAY = 5.0
 # With rotateCertificates, Kopf's watch requests end after this (client-go reflectors ask for 5-10 minutes): Kopf
 # takes a renewed client certificate at its first request after its credentials' expiration, and its pod watch is
 # otherwise one request for as long as the apiserver keeps it (30-60 minutes).
+class EndlessBackoffs:
+    """Kopf's retries of a failed API request (a refused connection, a 5xx, a timeout), never given up: Kopf's
+    default gives up after about a minute and the operator exits. A kubelet outlives any apiserver outage
+    (client-go's reflectors and the status manager retry forever), and on a kubeadm node the apiserver is a
+    static pod this very agent starts. Iterable but not sized, which Kopf takes as no limit."""
+
+    STEPS = (1, 1, 2, 3, 5, 8, 13)
+
+    def __iter__(self) -> Iterator[float]:
+        return itertools.chain(self.STEPS, itertools.repeat(self.STEPS[-1]))
+
+
 ROTATION_WATCH_TIMEOUT = 300  # an int: Kopf sends it as timeoutSeconds, which the apiserver parses as one
 # How long to wait before asking for a client certificate again when the last request was not answered in time
 # (upstream exits then, and its service manager starts it again).
@@ -69,6 +83,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     settings.peering.mandatory = False
     settings.posting.enabled = False  # Kopf's own log events are not kubelet events
     settings.scanning.disabled = True  # a node may not list CRDs or namespaces; pods are all it watches
+    settings.networking.error_backoffs = EndlessBackoffs()
     if cfg.rotate_certificates:
         settings.watching.server_timeout = ROTATION_WATCH_TIMEOUT
     memo.config = cfg

@@ -449,7 +449,9 @@ class Node:
         self.workers.wake(uids)
 
     async def start(self) -> None:
-        """Register the node, then start the loops (upstream Run): the services cache, the static pod source (its
+        """Register the node (or, while the apiserver cannot be reached, keep trying in the heartbeat loop, as
+        upstream's registerWithAPIServer does beside the pods' work), then start the loops (upstream Run): the
+        services cache, the static pod source (its
         first scan before housekeeping may run: static pods' containers are not orphans), the relist, the
         heartbeats, housekeeping, the kubelet API and the pod-resources API. OSError or ssl.SSLError when an API
         cannot be served; CPUManagerError or MemoryManagerError, before anything else, when the CPU, memory or
@@ -460,8 +462,8 @@ class Node:
         await self.memory_manager.start()
         await self.device_manager.start()  # the checkpoint restored, then kubelet.sock served
         await self.api.open()
-        await self.heartbeat.register()
-        self.recorder.node_event("Normal", "Starting", "Starting kubelet.", self.heartbeat.uid)
+        if await self.heartbeat.try_register():
+            self._registered()
         await self.container_manager.start()
         cfg = self.cfg
         if cfg.port:
@@ -475,7 +477,8 @@ class Node:
             self._tasks.append(asyncio.create_task(self.static_pods.run(), name="static-pods"))
         self._tasks += [
             asyncio.create_task(self.relist.run(self.workers.wake), name="runtime-relist"),
-            asyncio.create_task(self.heartbeat.run(), name="node-heartbeat"),
+            asyncio.create_task(self.heartbeat.run(on_registered=self._registered_late), name="node-heartbeat"),
+            asyncio.create_task(self.status.run(), name="status-manager"),
             asyncio.create_task(self.housekeeping.run(), name="housekeeping"),
             asyncio.create_task(self.container_gc.run(), name="container-gc"),
             asyncio.create_task(self.image_gc.run(), name="image-gc"),
@@ -486,6 +489,17 @@ class Node:
             asyncio.create_task(self.cpu_manager.run(), name="cpu-manager"),
             asyncio.create_task(self.memory_manager.run(), name="memory-manager"),
         ]
+
+    def _registered(self) -> None:
+        """The Node exists: upstream's "Starting kubelet." event."""
+        self.recorder.node_event("Normal", "Starting", "Starting kubelet.", self.heartbeat.uid)
+
+    def _registered_late(self) -> None:
+        """The Node exists only now (the apiserver could not be reached at start; it may be one of the static
+        pods): the event, and at once the static pods' mirror pods, which name the Node as their owner."""
+        self._registered()
+        if self.static_pods is not None:
+            self._tasks.append(asyncio.create_task(self.static_pods.ensure_mirrors(), name="mirror-pods"))
 
     async def _serving_tls(self) -> ServingTLS:
         """The kubelet API's certificate (NewMainKubelet): the files' pair, reloaded when they change

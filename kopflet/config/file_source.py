@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from kopflet.client.kubeapi import API_ERRORS, KubeApiError, KubeClient
+from kopflet.client.kubeapi import API_ERRORS, KubeClient
 from kopflet.config import static_pods
 from kopflet.config.settings import AgentConfig
 from kopflet.config.static_pods import ManifestError, StaticPod
@@ -106,12 +106,12 @@ class StaticPodSource:
 
         Mirrors are found by listing this node's pods: the Node authorizer answers a GET of a pod that
         does not exist (yet) with 403, not 404, since it has no relationship to the node."""
-        if not self.pods:
-            return
+        if not self.pods or not self.node_uid():
+            return  # upstream syncPod makes no mirror pod while the Node cannot be had (not registered yet)
         try:
             bound = {(p["metadata"]["namespace"], p["metadata"]["name"]): p
                      for p in await self.api.list_pods(self.cfg.pod_field_selector)}
-        except KubeApiError as exc:
+        except API_ERRORS as exc:
             logger.warning(f"cannot list this node's pods to check mirror pods: {exc}")
             return
         for pod in self.pods.values():
@@ -126,7 +126,7 @@ class StaticPodSource:
                 await self.api.request("POST", f"/api/v1/namespaces/{pod.namespace}/pods",
                                        body=static_pods.mirror_pod(pod, self.cfg.node_name, self.node_uid()))
                 self.workers.status_lost(pod.uid)
-            except KubeApiError as exc:
+            except API_ERRORS as exc:
                 logger.warning(f"mirror pod {pod.namespace}/{pod.name}: {exc}")
 
     async def _delete_mirror(self, pod: StaticPod) -> None:
@@ -137,7 +137,7 @@ class StaticPodSource:
             if mirror is not None and (mirror["metadata"].get("annotations") or {}).get(
                     static_pods.CONFIG_MIRROR) == pod.uid:
                 await self.api.delete_pod(pod.namespace, pod.name, mirror["metadata"]["uid"])
-        except KubeApiError as exc:
+        except API_ERRORS as exc:
             logger.warning(f"mirror pod {pod.namespace}/{pod.name}: {exc}")
 
     async def run(self) -> None:

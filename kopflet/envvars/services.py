@@ -26,9 +26,11 @@ class ServiceCache:
         self._services: dict[tuple[str, str], service_env.Service] = {}
         self._synced = asyncio.Event()
 
-    async def env(self, namespace: str, enable_service_links: bool) -> dict[str, str]:
-        """The service link variables for a pod in `namespace`; raises ValueError before the first list."""
-        if not self._synced.is_set():
+    async def env(self, namespace: str, enable_service_links: bool, *, static: bool = False) -> dict[str, str]:
+        """The service link variables for a pod in `namespace`; raises ValueError before the first list, except
+        for a static pod, which gets what is known (upstream makeEnvironmentVariables: a static pod must start
+        without the apiserver, which may be one of the static pods)."""
+        if not self._synced.is_set() and not static:
             try:
                 await asyncio.wait_for(self._synced.wait(), SYNC_WAIT)
             except TimeoutError:

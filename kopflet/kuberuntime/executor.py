@@ -588,7 +588,8 @@ class PodSyncer:
         service_env: Mapping[str, str] = {}
         if self.services is not None:
             try:
-                service_env = await self.services.env(pod.namespace, pod.spec.enable_service_links)
+                service_env = await self.services.env(pod.namespace, pod.spec.enable_service_links,
+                                                       static=spec.is_static(pod))
             except ValueError as exc:
                 raise container_env.EnvError(str(exc)) from None
         return container_env.resolve_env(

@@ -32,6 +32,8 @@ LEASE_DURATION = 40  # nodeLeaseDurationSeconds
 RENEW_INTERVAL = 10.0  # upstream: 25% of the lease duration
 LEASE_NAMESPACE = "kube-node-lease"
 KUBELET_VERSION = f"v{__version__}-kopflet"
+# upstream registerWithAPIServer: 100 ms before the first try, doubled after each, at most 7 s apart.
+REGISTER_FIRST_STEP, REGISTER_MAX_STEP = 0.1, 7.0
 
 
 def _now() -> datetime.datetime:
@@ -160,8 +162,32 @@ class NodeAgent:
         await self.renew_lease()
         await self.post_status(force=True)
 
-    async def run(self) -> None:
-        """Lease renewals and status updates until cancelled; API or runtime outages are waited out."""
+    async def try_register(self) -> bool:
+        """One registration attempt: False (logged) when the apiserver cannot be reached or refuses."""
+        try:
+            await self.register()
+        except API_ERRORS as exc:
+            # upstream tryRegisterWithAPIServer's "Unable to register node with API server"
+            logger.warning(f"Unable to register node {self.cfg.node_name} with API server: {exc}")
+            return False
+        return True
+
+    async def register_with_api_server(self) -> None:
+        """Register, tried until it works (upstream registerWithAPIServer): the agent runs its static pods
+        meanwhile, and the apiserver may be one of them (a kubeadm control plane)."""
+        step = REGISTER_FIRST_STEP
+        while True:
+            await asyncio.sleep(step)
+            step = min(step * 2, REGISTER_MAX_STEP)
+            if await self.try_register():
+                return
+
+    async def run(self, on_registered: Callable[[], None] = lambda: None) -> None:
+        """Registration if the start could not register, then lease renewals and status updates until cancelled;
+        API or runtime outages are waited out. `on_registered` is called once the Node exists."""
+        if not self.uid:
+            await self.register_with_api_server()
+            on_registered()
         loop = asyncio.get_running_loop()
         next_status = loop.time() + self.cfg.node_status_update_frequency
         while True:

@@ -52,7 +52,7 @@ from kopflet.pods import decide
 from kopflet.pods.decide import Lifecycle, Memory, Observation, Plan, ProbeResults
 from kopflet.pods.teardown import Teardown
 from kopflet.prober.manager import ProbeManager
-from kopflet.status.manager import StatusManager
+from kopflet.status.manager import RETRY_PERIOD, StatusManager
 
 logger = logging.getLogger(__name__)
 
@@ -247,6 +247,7 @@ class PodWorkers:
                 delay = ERROR_RETRY
             if worker.gone and worker.uid not in self.relist.pods:
                 self.workers.pop(worker.uid, None)
+                self.status.forget(worker.uid)
                 return
 
     async def _sync(self, worker: _Worker) -> float:
@@ -392,7 +393,11 @@ class PodWorkers:
             if failed:
                 wake = 0.0
         if plan.delete:
-            await self.status.delete(pod.namespace, pod.name, pod.uid)
+            if self.status.unsent(pod.uid):
+                # upstream canBeDeleted: the final status lands first; the delete is tried again after it
+                wake = min(wake, RETRY_PERIOD) if wake > 0 else RETRY_PERIOD
+            else:
+                await self.status.delete(pod.namespace, pod.name, pod.uid)
         if plan.evict is not None and (plan.evict.containers or plan.evict.sandboxes):
             await self.executor.remove(plan.evict.containers, plan.evict.sandboxes)
         if plan.observe_start:

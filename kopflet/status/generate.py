@@ -839,6 +839,29 @@ def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[st
     return {"status": body} if body else {}
 
 
+def apply_status_patch(previous: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """The status the apiserver would hold after `patch` (a `status_patch` answer) on `previous`: the status
+    manager's cache while the apiserver cannot take the patch. Keyed lists merge as the strategic merge does
+    (an item replaces the one of its key, ``$patch: delete`` removes it, the others stay); other fields are
+    replaced, and removed when null."""
+    out = copy.deepcopy(dict(previous))
+    for key, value in (patch.get("status") or {}).items():
+        if value is None:
+            out.pop(key, None)
+        elif key in MERGE_KEYS:
+            merge_key = MERGE_KEYS[key]
+            items = {item.get(merge_key): item for item in out.get(key) or []}
+            for item in value:
+                if item.get("$patch") == "delete":
+                    items.pop(item.get(merge_key), None)
+                else:
+                    items[item.get(merge_key)] = copy.deepcopy(item)
+            out[key] = list(items.values())
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
 __all__ = [
     "ALL_CONTAINERS_RESTARTING",
     "FAILED",
@@ -847,6 +870,7 @@ __all__ = [
     "SUCCEEDED",
     "all_containers_restarting",
     "all_containers_restarting_condition",
+    "apply_status_patch",
     "compute_pod_status",
     "containers_ready_condition",
     "get_phase",

@@ -3,32 +3,100 @@
 Every status the agent sends goes through `StatusManager.write`: the smallest strategic merge patch between what
 the API holds and what the agent wants (`generate.status_patch`), nothing when nothing changed. The final DELETE of a
 terminated pod is here too, as upstream's status manager sends it once the terminal status is written.
+
+A status the apiserver cannot take (unreachable, an error, a static pod whose mirror pod is not there yet) does not
+hold up the pod's sync: as upstream's status manager, which caches the status and sends it from its own loop, the
+write answers with the status the API would hold, and `run` sends it again every `RETRY_PERIOD` until it lands.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import logging
 from collections.abc import Mapping
 from typing import Any
 
-from kopflet.client.kubeapi import KubeClient
+from kopflet.client.kubeapi import API_ERRORS, KubeClient
 from kopflet.status import generate
+
+logger = logging.getLogger(__name__)
+
+RETRY_PERIOD = 10.0  # upstream status manager's syncPeriod
+"""How often the statuses the apiserver did not take are sent again."""
+
+
+@dataclasses.dataclass
+class _Unsent:
+    """A pod's status the apiserver does not hold yet: what it last held (`base`) and what it should (`status`)."""
+
+    namespace: str
+    name: str
+    base: Mapping[str, Any]
+    status: Mapping[str, Any]
+    failures: int = 0
 
 
 class StatusManager:
     def __init__(self, api: KubeClient) -> None:
         self.api = api
+        self._unsent: dict[str, _Unsent] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
 
     async def write(self, namespace: str, name: str, uid: str, previous: Mapping[str, Any],
                     desired: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Send what changed from `previous` to `desired`; the status the API now holds, or None when nothing was
-        sent or the object under that name is another pod (upstream checks the UID the same way)."""
+        """Send what changed from `previous` to `desired`; the status the API now holds (or will, once it takes
+        it), or None when nothing was sent or the object under that name is another pod (upstream checks the UID
+        the same way)."""
         patch = generate.status_patch(previous, desired)
-        if not patch:
+        unsent = self._unsent.get(uid)
+        if not patch and unsent is None:
             return None
-        updated = await self.api.patch_pod_status(namespace, name, patch)
-        if updated.get("metadata", {}).get("uid") != uid:
-            return None
-        return dict(updated.get("status") or {})
+        wanted = generate.apply_status_patch(previous, patch)
+        base = unsent.base if unsent is not None else previous
+        self._unsent[uid] = _Unsent(namespace, name, base, wanted, unsent.failures if unsent is not None else 0)
+        sent, held = await self._send(uid)
+        return held if sent else wanted
+
+    def unsent(self, uid: str) -> bool:
+        """Whether the pod has a status the apiserver has not taken yet."""
+        return uid in self._unsent
+
+    async def _send(self, uid: str) -> tuple[bool, dict[str, Any] | None]:
+        """Patch the pod's unsent status: (False, None) when the apiserver did not take it (kept for `run`),
+        else (True, the status the API holds, or None when nothing was sent or the name is another pod's)."""
+        async with self._locks.setdefault(uid, asyncio.Lock()):
+            unsent = self._unsent.get(uid)
+            if unsent is None:
+                return True, None
+            patch = generate.status_patch(unsent.base, unsent.status)
+            try:
+                updated = await self.api.patch_pod_status(unsent.namespace, unsent.name, patch) if patch else None
+            except API_ERRORS as exc:
+                # said once per outage, not every RETRY_PERIOD: a static pod waits for the apiserver it may run
+                unsent.failures += 1
+                logger.log(logging.WARNING if unsent.failures == 1 else logging.DEBUG,
+                           f"pod {unsent.namespace}/{unsent.name}: status not written, sending it again every "
+                           f"{RETRY_PERIOD:.0f}s until it is: {exc}")
+                return False, None
+            if self._unsent.get(uid) is unsent:
+                del self._unsent[uid]
+                self._locks.pop(uid, None)
+            if updated is None or updated.get("metadata", {}).get("uid") != uid:
+                return True, None
+            return True, dict(updated.get("status") or {})
+
+    async def run(self) -> None:
+        """Send the statuses the apiserver did not take, every RETRY_PERIOD, until cancelled."""
+        while True:
+            await asyncio.sleep(RETRY_PERIOD)
+            for uid in list(self._unsent):
+                await self._send(uid)
+
+    def forget(self, uid: str) -> None:
+        """The pod is gone from the agent: its unsent status goes too (upstream RemoveOrphanedStatuses)."""
+        self._unsent.pop(uid, None)
+        self._locks.pop(uid, None)
 
     async def delete(self, namespace: str, name: str, uid: str) -> bool:
         """The final delete of a terminated pod: grace 0 and a UID precondition (upstream canBeDeleted and

@@ -288,3 +288,37 @@ async def test_node_status_and_admission_follow_isolation(isolation: bool, exist
     assert next(c for c in status["conditions"] if c["type"] == "Ready")["status"] == ready
     info = await agent.admission_info()
     assert info.allocatable.get("ephemeral-storage") == allocatable
+
+
+class LateApi(FakeApi):
+    """An apiserver that refuses the first `down` requests (a kubeadm control plane this node starts itself)."""
+
+    def __init__(self, down: int) -> None:
+        super().__init__(None)
+        self.down, self.refused = down, 0
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "") -> dict[str, Any]:
+        if self.refused < self.down:
+            self.refused += 1
+            raise ConnectionRefusedError(111, "Connect call failed")
+        return await super().request(method, path, body, content_type)
+
+
+async def test_registration_is_tried_again_with_upstreams_backoff_until_the_apiserver_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        sleeps.append(delay)
+
+    monkeypatch.setattr(heartbeat.asyncio, "sleep", sleep)
+    api = LateApi(down=8)
+    agent = heartbeat.NodeAgent(AgentConfig(node_name="n1"), api, FakeCri(), "containerd://2",  # type: ignore[arg-type]
+                                FACTS)
+    assert not await agent.try_register()
+    assert agent.uid == ""
+    await agent.register_with_api_server()
+    assert agent.uid == "u1"
+    assert api.patched  # the first status went with it
+    # upstream registerWithAPIServer: 100 ms, doubling, at most 7 s
+    assert sleeps == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 7.0]

@@ -53,3 +53,55 @@ async def test_the_final_delete_names_the_uid() -> None:
     api = FakeApi()
     assert await StatusManager(api).delete("ns", "p", "u1")  # type: ignore[arg-type]
     assert api.calls == [("delete", "ns", "p", "u1")]
+
+
+class DownApi(FakeApi):
+    """An apiserver that refuses connections until `up` is set (a kubeadm control plane not started yet)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = False
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        if not self.up:
+            self.calls.append(("refused", namespace, name, patch))
+            raise ConnectionRefusedError(111, "Connect call failed")
+        return await super().patch_pod_status(namespace, name, patch)
+
+
+async def test_a_status_the_apiserver_cannot_take_is_answered_from_the_cache_and_sent_later() -> None:
+    api = DownApi()
+    manager = StatusManager(api)  # type: ignore[arg-type]
+    running = {**PREVIOUS, "phase": "Running", "podIP": "10.0.0.5"}
+    written = await manager.write("ns", "p", "u1", PREVIOUS, running)
+    assert written == running  # the sync goes on with what the API will hold
+    assert manager.unsent("u1")
+    # a later sync diffs against what the API last held, not against the cache
+    ready = {**running, "conditions": [*running["conditions"], {"type": "Ready", "status": "True"}]}
+    assert await manager.write("ns", "p", "u1", running, ready) == ready
+    api.up = True
+    await manager._send("u1")
+    assert not manager.unsent("u1")
+    assert api.calls[-1] == ("patch", "ns", "p", {"status": {
+        "phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]}})
+
+
+async def test_an_unchanged_status_still_sends_what_is_unsent() -> None:
+    api = DownApi()
+    manager = StatusManager(api)  # type: ignore[arg-type]
+    running = {**PREVIOUS, "phase": "Running"}
+    await manager.write("ns", "p", "u1", PREVIOUS, running)
+    api.up = True
+    assert await manager.write("ns", "p", "u1", running, running) == {"phase": "Running"}  # what the API answered
+    assert not manager.unsent("u1")
+    assert api.calls[-1] == ("patch", "ns", "p", {"status": {"phase": "Running"}})
+
+
+async def test_a_forgotten_pod_is_not_sent_again() -> None:
+    api = DownApi()
+    manager = StatusManager(api)  # type: ignore[arg-type]
+    await manager.write("ns", "p", "u1", PREVIOUS, {**PREVIOUS, "phase": "Running"})
+    manager.forget("u1")
+    api.up = True
+    assert await manager._send("u1") == (True, None)
+    assert [c[0] for c in api.calls] == ["refused"]

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kopflet.status import generate
 from kopflet.status.generate import status_patch
 
 READY = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
@@ -31,3 +32,33 @@ BASE: dict[str, Any] = {"phase": "Running", "conditions": [READY, FOREIGN], "pod
 ])
 def test_status_patch(current: dict[str, Any], desired: dict[str, Any], expected: dict[str, Any]) -> None:
     assert status_patch(current, desired) == expected
+
+
+APPLY_CASES = [
+    pytest.param({"phase": "Pending"}, {"status": {"phase": "Running"}}, {"phase": "Running"}, id="replace"),
+    pytest.param({"phase": "Running", "podIP": "10.0.0.5"}, {"status": {"podIP": None}}, {"phase": "Running"},
+                 id="null-removes"),
+    pytest.param({"conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}]},
+                 {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+                 {"conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]},
+                 id="conditions-merge-by-type"),
+    pytest.param({"conditions": [{"type": "PodResizePending", "status": "True"}, {"type": "Ready", "status": "True"}]},
+                 {"status": {"conditions": [{"type": "PodResizePending", "$patch": "delete"}]}},
+                 {"conditions": [{"type": "Ready", "status": "True"}]}, id="delete-directive"),
+    pytest.param({}, {}, {}, id="empty"),
+]
+
+
+@pytest.mark.parametrize(("previous", "patch", "expected"), APPLY_CASES)
+def test_apply_status_patch_is_what_the_apiserver_would_hold(previous: dict[str, Any], patch: dict[str, Any],
+                                                            expected: dict[str, Any]) -> None:
+    assert generate.apply_status_patch(previous, patch) == expected
+
+
+@pytest.mark.parametrize("previous,new", [
+    ({"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}], "podIP": "1.2.3.4"},
+     {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "hostIP": "5.6.7.8"}),
+    ({}, {"phase": "Running", "podIPs": [{"ip": "10.0.0.1"}]}),
+])
+def test_applying_the_patch_gives_the_new_status(previous: dict[str, Any], new: dict[str, Any]) -> None:
+    assert generate.apply_status_patch(previous, generate.status_patch(previous, new)) == new
