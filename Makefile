@@ -8,7 +8,7 @@ export KOPFLET_CACHE ?= /var/cache/kopflet
 PYTEST_ARGS ?=
 
 .PHONY: dev test bench conformance reliability deps venv binaries runtime userns-smoke agent-image proto lint unit down \
-	status
+	status cluster cluster-down
 
 dev: deps venv binaries
 	$(PY) -m devstack dev
@@ -36,6 +36,15 @@ conformance: deps venv binaries
 RELIABILITY_ARGS ?=
 reliability: deps venv binaries
 	$(PY) -m devstack run -- $(PY) -m reliability $(RELIABILITY_ARGS)
+
+# A kubeadm cluster whose kubelet is kopflet (devstack/cluster.py): `kubeadm init` on this machine, the control
+# plane as static pods, kube-proxy and CoreDNS on the node. Not with `make dev` (same ports); `make cluster-down`
+# is `kubeadm reset` and stops it all.
+cluster: deps venv binaries
+	$(PY) -m devstack cluster up
+
+cluster-down: venv
+	$(PY) -m devstack cluster down
 
 unit: venv
 	$(PY) -m pytest -q tests/unit

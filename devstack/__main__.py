@@ -5,6 +5,8 @@
 - ``up`` / ``down`` / ``status``: manage the stack without the agent.
 - ``run -- CMD``: bring the stack up, run CMD with the stack's environment, then stop what it
   started (``make test`` uses this).
+- ``cluster {up,down,status}``: a kubeadm cluster whose kubelet is kopflet, in place of the stack's own control
+  plane (``make cluster``; ``devstack/cluster.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from devstack import configs, processes, stack
+from devstack import cluster, configs, processes, stack
 from devstack.layout import REPO, Layout
 
 
@@ -161,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("up", help="start the stack (idempotent)")
     sub.add_parser("down", help="stop the stack")
     sub.add_parser("status", help="what runs")
+    cluster_cmd = sub.add_parser("cluster", help="a kubeadm cluster with kopflet as its kubelet")
+    cluster_cmd.add_argument("action", choices=("up", "down", "status"))
     run = sub.add_parser("run", help="stack up, run a command, stop what was started")
     run.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -178,6 +182,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"devstack: `make dev` (pid {holder}) owns the stack; press Ctrl-C there.", file=sys.stderr)
                 return 1
             stack.down(layout)
+            return 0
+        if args.command == "cluster":
+            if args.action == "up":
+                cluster.up(layout)
+            elif args.action == "down":
+                cluster.down(layout)
+            else:
+                return cluster.status(layout)
             return 0
         if args.command == "status":
             names = stack.running(layout)

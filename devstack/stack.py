@@ -255,8 +255,9 @@ def fill_private_registry(layout: Layout) -> None:
                         f"docker://{layout.private_registry_addr}/{target}"], check=True)
 
 
-def up(layout: Layout, on_started: Callable[[str], None] = lambda name: None) -> list[str]:
-    """Start every component not yet running; return the names this call started."""
+def up(layout: Layout, on_started: Callable[[str], None] = lambda name: None,
+       only: Sequence[str] | None = None) -> list[str]:
+    """Start every component (or ``only`` those) not yet running; return the names this call started."""
     build_binaries()
     restarted = reconfigured(layout)
     for name in restarted:
@@ -265,6 +266,8 @@ def up(layout: Layout, on_started: Callable[[str], None] = lambda name: None) ->
     prepare(layout)
     started: list[str] = []
     for comp in components(layout):
+        if only is not None and comp.name not in only:
+            continue
         if processes.read_pid(layout.pids / f"{comp.name}.pid") is None:
             for port in comp.ports:
                 owner = processes.port_owner(port)

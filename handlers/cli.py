@@ -19,6 +19,7 @@ import kopf
 import handlers  # noqa: F401  (registers every handler, as operator/main.py does for `kopf run`)
 from handlers import configuring
 from kopflet.config import settings as configuration
+from kopflet.config.upstream_feature_gates import KUBERNETES_VERSION
 
 USAGE_ERROR = 2
 
@@ -28,6 +29,15 @@ def _version() -> str:
         return metadata.version("kopflet")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def version_line(program: str) -> str:
+    """``--version``. Installed as the node's ``kubelet`` (kubeadm runs ``kubelet --version`` in its preflight and
+    parses upstream's ``Kubernetes vX.Y.Z``), the answer is upstream's line for the release kopflet follows, with
+    kopflet's own version as build metadata, which semver leaves out of version comparisons."""
+    if os.path.basename(program) == "kubelet":
+        return f"Kubernetes {KUBERNETES_VERSION}+kopflet.{_version()}"
+    return f"kopflet {_version()} (Kubernetes {KUBERNETES_VERSION})"
 
 
 def _wants(args: Sequence[str], *flags: str) -> bool:
@@ -41,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(configuration.usage("kopflet"))
         return 0
     if _wants(args, "--version"):
-        print(f"kopflet {_version()}")
+        print(version_line(sys.argv[0] if argv is None else "kopflet"))
         return 0
 
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import configparser
 import logging
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -50,6 +51,14 @@ def test_help_lists_the_kubelet_flags() -> None:
 def test_version() -> None:
     proc = kopflet("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("kopflet ")
+    assert proc.stdout.rstrip().endswith("(Kubernetes v1.37.1)")
+
+
+def test_as_the_nodes_kubelet_the_version_is_upstreams_line_as_kubeadm_parses_it() -> None:
+    # kubeadm's preflight (KubeletVersion, SystemVerification): ^\s*Kubernetes v(semver)\s*$
+    line = cli.version_line("/usr/local/bin/kubelet")
+    assert re.fullmatch(r"\s*Kubernetes v(\d+)\.(\d+)\.(\d+)([-0-9a-zA-Z_.+]*)?\s*", line), line
+    assert line.startswith("Kubernetes v1.37.1+kopflet.")
 
 
 @pytest.mark.parametrize(("args", "env", "message"), [

@@ -1,0 +1,194 @@
+"""A kubeadm cluster whose kubelet is kopflet: ``python -m devstack cluster {up,down,status}`` (``make cluster``).
+
+`up` starts the stack's registry and containerd (not its hand-made control plane: kubeadm makes its own), puts
+the images kubeadm pulls into the registry (built from the project's binaries, `images/build.py`), starts the
+kubelet "unit" (`devstack/kubelet_unit.py`: kopflet with the flags kubeadm's systemd drop-in gives the kubelet),
+and runs ``kubeadm init``. kubeadm writes the kubelet's config, certificates and control-plane manifests; kopflet
+runs etcd, kube-apiserver, kube-controller-manager and kube-scheduler as static pods, registers the node, and
+then runs the kube-proxy DaemonSet and the CoreDNS Deployment kubeadm installs. The node carries no
+control-plane taint (the kubeadm config's ``taints: []``), as kubeadm documents for a single-node cluster, so
+ordinary pods run on it too.
+
+`down` is ``kubeadm reset`` after the kubelet stops, plus what reset leaves to the user: kube-proxy's iptables
+rules (``kube-proxy --cleanup``) and the CNI state; then the registry and containerd stop.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from devstack import processes, stack
+from devstack.layout import REPO, Layout, host_ip
+
+KUBELET_UNIT = "kubelet"
+KUBEADM_CONFIG_NAME = "kubeadm.yaml"
+ADMIN_CONF = Path("/etc/kubernetes/admin.conf")
+INIT_TIMEOUT = 900.0
+ADDONS_TIMEOUT = 300.0
+BASE_COMPONENTS = ("registry", "registry-private", "containerd")
+
+
+def cgroup_v1(root: Path = Path("/sys/fs/cgroup")) -> bool:
+    return not (root / "cgroup.controllers").exists()
+
+
+def ignored_preflight(v1: bool) -> tuple[str, ...]:
+    """On a cgroup v1 host kubeadm's SystemVerification fails ("cgroups v1 support is deprecated"), and kubeadm asks
+    for the check to be skipped explicitly, with the kubelet's failCgroupV1 false (KEP 5573), as for upstream's
+    kubelet."""
+    return ("SystemVerification",) if v1 else ()
+
+
+def kubeadm_config(layout: Layout, advertise_address: str, *, v1: bool) -> str:
+    """kubeadm's v1beta4 configuration for this node: the stack's containerd, its pod and service ranges, the
+    cgroupfs driver (no systemd here), cgroup v1 allowed on a v1 host, and no control-plane taint."""
+    fail_cgroup_v1 = "failCgroupV1: false\n" if v1 else ""
+    return f"""\
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: {advertise_address}
+  bindPort: {layout.apiserver_port}
+nodeRegistration:
+  name: {layout.node_name}
+  criSocket: {layout.runtime_endpoint}
+  imagePullPolicy: IfNotPresent
+  taints: []
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: {layout.versions['KUBERNETES_VERSION']}
+networking:
+  podSubnet: {layout.pod_cidr}
+  serviceSubnet: {layout.service_cidr}
+  dnsDomain: {layout.cluster_domain}
+---
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+{fail_cgroup_v1}"""
+
+
+def _log(msg: str) -> None:
+    print(f"devstack cluster: {msg}", file=sys.stderr, flush=True)
+
+
+def cluster_dir(layout: Layout) -> Path:
+    return layout.root / "cluster"
+
+
+def kubeadm(layout: Layout) -> str:
+    return str(layout.bin_dir / "kubeadm")
+
+
+def kubectl(layout: Layout, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(layout.bin_dir / "kubectl"), f"--kubeconfig={ADMIN_CONF}", *args],
+                          capture_output=True, text=True, check=check, timeout=120)
+
+
+def build(layout: Layout) -> None:
+    """kubeadm, kube-proxy, etcd and CoreDNS binaries, then every image kubeadm pulls, into the registry."""
+    subprocess.run(["bash", str(REPO / "devstack" / "build-binaries.sh"), "--cluster"], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def kubelet_bin(layout: Layout) -> Path:
+    """kopflet installed as the node's ``kubelet`` (a symlink): kubeadm's preflight runs ``kubelet --version``."""
+    return cluster_dir(layout) / "bin" / "kubelet"
+
+
+def install_kubelet(layout: Layout) -> None:
+    link = kubelet_bin(layout)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    kopflet = Path(sys.executable).with_name("kopflet")
+    if not link.is_symlink() or link.readlink() != kopflet:
+        link.unlink(missing_ok=True)
+        link.symlink_to(kopflet)
+
+
+def start_kubelet(layout: Layout) -> None:
+    processes.start(KUBELET_UNIT, [sys.executable, "-m", "devstack.kubelet_unit", f"--kopflet={kubelet_bin(layout)}"],
+                    pids=layout.pids, logs=layout.logs, healthy=lambda: True, env={"PYTHONPATH": str(REPO)})
+
+
+def init(layout: Layout) -> None:
+    """``kubeadm init`` with the config above; its output goes to the cluster log."""
+    directory = cluster_dir(layout)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / KUBEADM_CONFIG_NAME
+    v1 = cgroup_v1()
+    config.write_text(kubeadm_config(layout, host_ip(), v1=v1))
+    log = layout.logs / "kubeadm-init.log"
+    _log(f"kubeadm init (log: {log})")
+    ignored = ignored_preflight(v1)
+    env = {**os.environ, "PATH": f"{kubelet_bin(layout).parent}:{os.environ.get('PATH', '')}"}
+    with log.open("ab") as out:
+        proc = subprocess.run([kubeadm(layout), "init", f"--config={config}", "--v=1",
+                               *([f"--ignore-preflight-errors={','.join(ignored)}"] if ignored else [])],
+                              stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=INIT_TIMEOUT,
+                              env=env)
+    if proc.returncode != 0:
+        raise processes.StackError(f"kubeadm init failed ({proc.returncode}); its log {log} ends:\n"
+                                   f"{processes.tail(log)}\nthe kubelet's ({layout.logs / 'kubelet.log'}):\n"
+                                   f"{processes.tail(layout.logs / 'kubelet.log')}")
+
+
+def wait_addons(layout: Layout) -> None:
+    """kube-proxy on the node and CoreDNS ready: what a user checks after ``kubeadm init``."""
+    deadline = time.monotonic() + ADDONS_TIMEOUT
+    for kind, name in (("daemonset", "kube-proxy"), ("deployment", "coredns")):
+        remaining = max(1, int(deadline - time.monotonic()))
+        proc = kubectl(layout, "-n", "kube-system", "rollout", "status", f"{kind}/{name}", f"--timeout={remaining}s",
+                       check=False)
+        if proc.returncode != 0:
+            pods = kubectl(layout, "get", "pods", "-A", "-o", "wide", check=False).stdout
+            raise processes.StackError(f"{kind}/{name} did not roll out: {proc.stderr.strip()}\n{pods}")
+
+
+def up(layout: Layout) -> None:
+    if ADMIN_CONF.exists() and processes.read_pid(layout.pids / f"{KUBELET_UNIT}.pid") is not None:
+        _log("the cluster is up already")
+        return
+    for name in ("kube-apiserver", "etcd"):
+        if processes.read_pid(layout.pids / f"{name}.pid") is not None:
+            raise processes.StackError(f"the dev stack's {name} runs: it takes the ports kubeadm's control plane "
+                                       f"needs; stop it first (make down)")
+    build(layout)
+    stack.up(layout, only=BASE_COMPONENTS)
+    install_kubelet(layout)
+    start_kubelet(layout)
+    if not ADMIN_CONF.exists():
+        init(layout)
+    wait_addons(layout)
+    _log(f"up: export KUBECONFIG={ADMIN_CONF}; kubectl get nodes,pods -A -o wide")
+
+
+def reset(layout: Layout) -> None:
+    """``kubeadm reset`` and what it leaves for the user to clean: kube-proxy's rules, the CNI state."""
+    if shutil.which("iptables") and (layout.bin_dir / "kube-proxy").exists():
+        subprocess.run([str(layout.bin_dir / "kube-proxy"), "--cleanup"], capture_output=True, check=False,
+                       timeout=120)
+    if (layout.bin_dir / "kubeadm").exists():
+        subprocess.run([kubeadm(layout), "reset", "--force", f"--cri-socket={layout.runtime_endpoint}"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=600)
+
+
+def down(layout: Layout) -> None:
+    if processes.stop(KUBELET_UNIT, pids=layout.pids, timeout=60):
+        _log("stopped the kubelet (kopflet)")
+    if processes.read_pid(layout.pids / "containerd.pid") is not None:
+        reset(layout)
+    stack.down(layout, only=BASE_COMPONENTS)
+
+
+def status(layout: Layout) -> int:
+    running = processes.read_pid(layout.pids / f"{KUBELET_UNIT}.pid") is not None
+    print(f"{'kubelet (kopflet)':24} {'running' if running else 'stopped'}")
+    if ADMIN_CONF.exists():
+        print(kubectl(layout, "get", "nodes,pods", "-A", "-o", "wide", check=False).stdout, end="")
+    return 0

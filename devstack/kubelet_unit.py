@@ -1,0 +1,104 @@
+"""The kubelet's systemd unit as kubeadm's packages install it, for a machine without systemd: kopflet in its place.
+
+kubeadm's `kubelet.service` with its `10-kubeadm.conf` drop-in runs, again and again::
+
+    EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env      # KUBELET_KUBEADM_ARGS, written by kubeadm
+    EnvironmentFile=-/etc/default/kubelet                    # KUBELET_EXTRA_ARGS, the user's
+    ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+    Restart=always
+    RestartSec=10
+
+with `--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf` and
+`--config=/var/lib/kubelet/config.yaml`. Before `kubeadm init` or `join` writes the config the kubelet exits at once
+and systemd starts it again ten seconds later; this runner does the same, reading the environment files at each
+start as systemd does. ``python -m devstack.kubelet_unit [--kopflet PATH]``; SIGTERM stops kopflet and the runner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+KUBEADM_FLAGS_ENV = Path("/var/lib/kubelet/kubeadm-flags.env")
+DEFAULTS_ENV = Path("/etc/default/kubelet")
+KUBECONFIG_ARGS = ("--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+                   "--kubeconfig=/etc/kubernetes/kubelet.conf")
+CONFIG_ARGS = ("--config=/var/lib/kubelet/config.yaml",)
+RESTART_SEC = 10.0
+
+
+def parse_environment_file(text: str) -> dict[str, str]:
+    """systemd's EnvironmentFile= syntax as kubeadm writes it: ``KEY=value`` lines, the value optionally quoted,
+    ``#`` and ``;`` comment lines."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;" or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+def exec_start(kopflet: str, env: Mapping[str, str]) -> list[str]:
+    """ExecStart's command line: ``$VAR`` expands to the variable split at whitespace, as systemd does."""
+    return [kopflet, *KUBECONFIG_ARGS, *CONFIG_ARGS,
+            *shlex.split(env.get("KUBELET_KUBEADM_ARGS", "")), *shlex.split(env.get("KUBELET_EXTRA_ARGS", ""))]
+
+
+def read_env(paths: Sequence[Path]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for path in paths:  # the leading "-": a missing file is no error
+        try:
+            env.update(parse_environment_file(path.read_text()))
+        except OSError:
+            continue
+    return env
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devstack.kubelet_unit", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kopflet", default=str(Path(sys.executable).with_name("kopflet")))
+    args = parser.parse_args(argv)
+    child: subprocess.Popen[bytes] | None = None
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not stopping:
+        command = exec_start(args.kopflet, read_env([KUBEADM_FLAGS_ENV, DEFAULTS_ENV]))
+        print(f"kubelet.service: starting {shlex.join(command)}", flush=True)
+        child = subprocess.Popen(command, env=dict(os.environ))
+        while True:
+            try:
+                code = child.wait()
+                break
+            except InterruptedError:
+                continue
+        if stopping:
+            break
+        print(f"kubelet.service: main process exited, code={code}; restarting in {RESTART_SEC:.0f}s", flush=True)
+        deadline = time.monotonic() + RESTART_SEC
+        while not stopping and time.monotonic() < deadline:
+            time.sleep(0.5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
