@@ -7,7 +7,9 @@ to: the pod sandbox's pause image from our own C source, and every image upstrea
 (test/utils/image/manifest.go at the pinned release) built the way upstream builds it, from the same
 sources (busybox from its release tarball, agnhost and nnp from the pinned Kubernetes module, kitten and
 nautilus from that module's test/images) and Debian's packages of the tools where upstream installs
-Alpine's (curl, nc, dig, ip, socat, bash, nginx, ...).
+Alpine's (curl, nc, dig, ip, socat, bash, nginx, ...). When --bin-dir holds build-binaries.sh --cluster's output,
+the images `kubeadm init` pulls are added (kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
+etcd, coredns/coredns): upstream's binaries on upstream's distroless bases, made of Debian's packages.
 
 Builds are reproducible (fixed mtimes and owners, sorted tar entries, gzip mtime 0, canonical
 JSON), so an unchanged input gives the same manifest digest, and the push is skipped when the
