@@ -5,6 +5,15 @@
 # --kubelet also builds the upstream kubelet of the same release: `make bench` measures kopflet beside it.
 # --e2e also builds upstream's e2e test binary (e2e.test, from k8s.io/kubernetes/test/e2e with its own
 # e2e_test.go) and the ginkgo CLI at the version that module graph selects: `make conformance` runs them.
+# --cluster also builds what the images of a `kubeadm init` cluster hold (images/build.py packs them):
+#   $out/kubeadm, $out/kube-proxy and $out/kube-log-runner (which upstream's server images carry as /go-runner,
+#   build/server-image/Dockerfile) from the same k8s.io/kubernetes module and ldflags as the others;
+#   $out/cluster/etcd, etcdctl, etcdutl: etcd $CLUSTER_ETCD_VERSION, the release kubeadm's DefaultEtcdVersion
+#   names (registry.k8s.io/etcd is etcd's own release image since cluster/images/etcd left the kubernetes
+#   repository), built as etcd's scripts/build_lib.sh builds them (CGO off, -trimpath, GitSHA stamped);
+#   $out/cluster/coredns: CoreDNS $COREDNS_VERSION (kubeadm's CoreDNSVersion) from its module root, with
+#   the checked-in generated plugin list, as its Makefile builds it (-tags grpcnotrace, -s -w).
+#   Version files beside them (cluster/etcd.version, cluster/coredns.version) say what was built.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -20,16 +29,22 @@ k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 # e2e test (tests/e2e/test_device_plugins.py says what it needs at run time).
 test_bins=(agnhost nnp sample-device-plugin)
 e2e_bins=()
+cluster_bins=()
 for arg in "$@"; do
   case $arg in
     --kubelet) k8s_bins+=(kubelet) ;;
     --e2e) e2e_bins=(e2e.test ginkgo) ;;
-    *) echo "usage: $0 [--kubelet] [--e2e]" >&2; exit 2 ;;
+    --cluster)
+      k8s_bins+=(kubeadm kube-proxy)
+      cluster_bins=(kube-log-runner cluster/etcd cluster/etcdctl cluster/etcdutl cluster/coredns) ;;
+    *) echo "usage: $0 [--kubelet] [--e2e] [--cluster]" >&2; exit 2 ;;
   esac
 done
 
 missing=0
-for b in etcd "${k8s_bins[@]}" "${test_bins[@]}" "${e2e_bins[@]}"; do [ -x "$out/$b" ] || missing=1; done
+for b in etcd "${k8s_bins[@]}" "${test_bins[@]}" "${e2e_bins[@]}" "${cluster_bins[@]}"; do
+  [ -x "$out/$b" ] || missing=1
+done
 [ -f "$out/e2e-images/.complete" ] || missing=1
 if [ "$missing" = 0 ]; then echo "$out"; exit 0; fi
 
@@ -86,9 +101,12 @@ cat > "$d/tools.go" <<'GO'
 package tools
 
 import (
+	_ "k8s.io/component-base/logs/kube-log-runner"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubeadm"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/test/images/agnhost"
@@ -110,6 +128,13 @@ for b in "${k8s_bins[@]}"; do
   go build -trimpath -tags tools -ldflags "$ldflags" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b" >&2
   mv "$out/$b.tmp" "$out/$b"
 done
+# kube-log-runner lives in the component-base staging module; upstream builds it static with the same flags.
+if [ "${#cluster_bins[@]}" -gt 0 ] && [ ! -x "$out/kube-log-runner" ]; then
+  echo "building kube-log-runner $KUBERNETES_VERSION ..." >&2
+  go build -trimpath -tags tools -ldflags "$ldflags" -o "$out/kube-log-runner.tmp" \
+    k8s.io/component-base/logs/kube-log-runner >&2
+  mv "$out/kube-log-runner.tmp" "$out/kube-log-runner"
+fi
 kdir=$(go list -m -f "{{.Dir}}" k8s.io/kubernetes)
 # The image tag upstream publishes for this agnhost source, which its Makefile also stamps into the binary
 # (-X main.Version): `agnhost --version` answers it. A binary without the stamp is rebuilt.
@@ -173,6 +198,76 @@ GO
     echo "building ginkgo $(go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2) ..." >&2
     go build -trimpath -tags tools -ldflags "-s -w" -o "$out/ginkgo.tmp" github.com/onsi/ginkgo/v2/ginkgo >&2
     mv "$out/ginkgo.tmp" "$out/ginkgo"
+  fi
+fi
+# --- the kubeadm cluster's etcd and CoreDNS (--cluster) -------------------------------------------
+if [ "${#cluster_bins[@]}" -gt 0 ]; then
+  c="$out/cluster"; mkdir -p "$c"
+  if [ ! -x "$c/etcd" ] || [ ! -x "$c/etcdctl" ] || [ ! -x "$c/etcdutl" ] \
+    || [ "$(cat "$c/etcd.version" 2>/dev/null)" != "$CLUSTER_ETCD_VERSION" ]; then
+    d="$cache/build/etcd-cluster-$CLUSTER_ETCD_VERSION"; mkdir -p "$d"
+    cat > "$d/go.mod" <<GO
+module kopflet.local/etcd-cluster
+go 1.26
+require (
+	go.etcd.io/etcd/etcdctl/v3 $CLUSTER_ETCD_VERSION
+	go.etcd.io/etcd/etcdutl/v3 $CLUSTER_ETCD_VERSION
+	go.etcd.io/etcd/server/v3 $CLUSTER_ETCD_VERSION
+)
+GO
+    cat > "$d/tools.go" <<'GO'
+//go:build tools
+
+// Package tools pins the etcd commands this module builds: each module's root is its main package.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/etcdctl/v3"
+	_ "go.etcd.io/etcd/etcdutl/v3"
+	_ "go.etcd.io/etcd/server/v3"
+)
+GO
+    # etcd's build stamps the release commit (git rev-parse --short HEAD) into the api module's GitSHA;
+    # the proxy's record of the tag gives that commit.
+    sha=$(cd "$d" && go mod download -json "go.etcd.io/etcd/v3@$CLUSTER_ETCD_VERSION" \
+      | sed -n 's/.*"Hash": "\([0-9a-f]\{7\}\).*/\1/p')
+    (
+      cd "$d" && go mod tidy >&2
+      for m in server etcdctl etcdutl; do
+        b=$m; [ "$m" = server ] && b=etcd
+        echo "building $b $CLUSTER_ETCD_VERSION ..." >&2
+        go build -trimpath -tags tools -installsuffix=cgo \
+          -ldflags "-X=go.etcd.io/etcd/api/v3/version.GitSHA=${sha:-GitNotFound}" \
+          -o "$c/$b.tmp" "go.etcd.io/etcd/$m/v3" >&2
+        mv "$c/$b.tmp" "$c/$b"
+      done
+    )
+    echo "$CLUSTER_ETCD_VERSION" > "$c/etcd.version"
+  fi
+  if [ ! -x "$c/coredns" ] || [ "$(cat "$c/coredns.version" 2>/dev/null)" != "$COREDNS_VERSION" ]; then
+    d="$cache/build/coredns-$COREDNS_VERSION"; mkdir -p "$d"
+    cat > "$d/go.mod" <<GO
+module kopflet.local/coredns
+go 1.26
+require github.com/coredns/coredns $COREDNS_VERSION
+GO
+    cat > "$d/tools.go" <<'GO'
+//go:build tools
+
+// Package tools pins CoreDNS's main package (the module root; its plugins are core/plugin/zplugin.go's).
+package tools
+
+import _ "github.com/coredns/coredns"
+GO
+    (
+      cd "$d" && go mod tidy >&2
+      echo "building coredns $COREDNS_VERSION ..." >&2
+      # Its Makefile: CGO off, -tags grpcnotrace, -s -w, GitCommit from `git describe` (no checkout here: empty).
+      go build -trimpath -tags tools,grpcnotrace -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=" \
+        -o "$c/coredns.tmp" github.com/coredns/coredns >&2
+      mv "$c/coredns.tmp" "$c/coredns"
+    )
+    echo "$COREDNS_VERSION" > "$c/coredns.version"
   fi
 fi
 echo "$out"

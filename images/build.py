@@ -7,7 +7,9 @@ to: the pod sandbox's pause image from our own C source, and every image upstrea
 (test/utils/image/manifest.go at the pinned release) built the way upstream builds it, from the same
 sources (busybox from its release tarball, agnhost and nnp from the pinned Kubernetes module, kitten and
 nautilus from that module's test/images) and Debian's packages of the tools where upstream installs
-Alpine's (curl, nc, dig, ip, socat, bash, nginx, ...).
+Alpine's (curl, nc, dig, ip, socat, bash, nginx, ...). When --bin-dir holds build-binaries.sh --cluster's output,
+the images `kubeadm init` pulls are added (kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
+etcd, coredns/coredns): upstream's binaries on upstream's distroless bases, made of Debian's packages.
 
 Builds are reproducible (fixed mtimes and owners, sorted tar entries, gzip mtime 0, canonical
 JSON), so an unchanged input gives the same manifest digest, and the push is skipped when the
@@ -30,6 +32,7 @@ import json
 import os
 import platform
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -78,11 +81,27 @@ class Entry:
     target: str = ""  # symlink target
     uid: int = 0
     gid: int = 0
+    xattrs: tuple[tuple[str, bytes], ...] = ()  # extended attributes, e.g. file capabilities
 
 
-def file_(path: str, data: bytes, mode: int = 0o644, uid: int = 0, gid: int = 0) -> Entry:
+def file_(
+    path: str, data: bytes, mode: int = 0o644, uid: int = 0, gid: int = 0, xattrs: dict[str, bytes] | None = None
+) -> Entry:
     """A regular file."""
-    return Entry(path.strip("/"), "file", mode, data=data, uid=uid, gid=gid)
+    return Entry(
+        path.strip("/"), "file", mode, data=data, uid=uid, gid=gid, xattrs=tuple(sorted((xattrs or {}).items()))
+    )
+
+
+CAP_NET_BIND_SERVICE = 10
+
+
+def file_capabilities(*caps: int) -> dict[str, bytes]:
+    """The security.capability xattr `setcap <caps>=+ep` writes: a VFS_CAP_REVISION_2 record with the
+    effective flag, the capabilities permitted, none inheritable (linux/capability.h's vfs_cap_data)."""
+    permitted = sum(1 << c for c in caps)
+    words = [0x02000000 | 0x000001, permitted & 0xFFFFFFFF, 0, permitted >> 32, 0]
+    return {"security.capability": b"".join(w.to_bytes(4, "little") for w in words)}
 
 
 def dir_(path: str, mode: int = 0o755, uid: int = 0, gid: int = 0) -> Entry:
@@ -114,6 +133,10 @@ def layer_tar(entries: Iterable[Entry], epoch: int | None = None) -> bytes:
             info = tarfile.TarInfo(e.path)
             info.mode, info.uid, info.gid, info.mtime = e.mode, e.uid, e.gid, mtime
             info.uname = info.gname = ""
+            if e.xattrs:
+                # PAX records as GNU tar, Go's archive/tar and containerd's unpacker read them; a value that is not
+                # UTF-8 round-trips through surrogate escapes (tarfile marks the header hdrcharset=BINARY).
+                info.pax_headers = {f"SCHILY.xattr.{k}": v.decode("utf-8", "surrogateescape") for k, v in e.xattrs}
             if e.kind == "file":
                 info.type, info.size = tarfile.REGTYPE, len(e.data)
                 tar.addfile(info, io.BytesIO(e.data))
@@ -1680,6 +1703,557 @@ def nonroot_image() -> Image:
     )
 
 
+# --- the kubeadm cluster's images --------------------------------------------------------------
+# `kubeadm init` (v1.37.1) pulls registry.k8s.io/kube-apiserver, kube-controller-manager, kube-scheduler and
+# kube-proxy at its own version, etcd:3.7.0-0 (constants.DefaultEtcdVersion), coredns/coredns:v1.14.6
+# (constants.CoreDNSVersion) and pause:3.10.2 (above). Each is built here the way its Dockerfile builds it, from
+# build-binaries.sh --cluster's binaries, on the base its Dockerfile names, that base made of the same Debian
+# packages:
+#   - kube-apiserver, kube-controller-manager, kube-scheduler: build/server-image/Dockerfile (kube-apiserver: its
+#     own Dockerfile, which setcaps cap_net_bind_service=+ep on the binary) on go-runner (images/build/go-runner
+#     of kubernetes/release: distroless static-debian12, /go-runner, ENTRYPOINT ["/go-runner"]); the server image
+#     puts the binary in /usr/local/bin and kube-log-runner over /go-runner.
+#   - kube-proxy: the same Dockerfile on distroless-iptables (distroless-bookworm: distroless base-debian12 with
+#     ipset, iptables, kmod and nft, and the tools iptables-wrapper-installer.sh's wrapper runs; FROM scratch, so
+#     no inherited config).
+#   - etcd: etcd's own Dockerfile (what registry.k8s.io/etcd carries since Kubernetes' cluster/images/etcd, with
+#     its migrate tool and migrate-if-needed.sh, was removed): static-debian12, etcd, etcdctl and etcdutl in
+#     /usr/local/bin, WORKDIR /var/lib/etcd/, EXPOSE 2379 2380, CMD ["/usr/local/bin/etcd"].
+#   - coredns: CoreDNS's Dockerfile: static-debian12:nonroot, /coredns setcap cap_net_bind_service=+ep,
+#     USER nonroot:nonroot, WORKDIR /, EXPOSE 53 53/udp, ENTRYPOINT ["/coredns"].
+# Distroless static is base-files, netbase, tzdata and media-types unpacked whole (no maintainer scripts run)
+# with each one's control stanza in /var/lib/dpkg/status.d, ca-certificates' bundle, its own passwd, group,
+# nsswitch.conf and os-release, /tmp, and home directories (GoogleContainerTools/distroless static/static.bzl,
+# common/BUILD.bazel).
+
+
+def versions_env() -> dict[str, str]:
+    """devstack/versions.env: the pinned releases (KEY=value lines)."""
+    path = HERE.parent / "devstack" / "versions.env"
+    return dict(
+        line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#")
+    )
+
+
+NONROOT_UID = 65532
+DISTROLESS_PACKAGES = ("base-files", "netbase", "tzdata", "media-types")
+SSL_CERT_FILE = "/etc/ssl/certs/ca-certificates.crt"
+DISTROLESS_ENV = [f"PATH={DEFAULT_PATH}", f"SSL_CERT_FILE={SSL_CERT_FILE}"]
+DISTROLESS_PASSWD = """\
+root:x:0:0:root:/root:/sbin/nologin
+nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin
+nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin
+"""
+DISTROLESS_GROUP = "root:x:0:\nnobody:x:65534:\ntty:x:5:\nstaff:x:50:\nnonroot:x:65532:\n"
+DISTROLESS_NSSWITCH = """\
+# /etc/nsswitch.conf
+#
+# Example configuration of GNU Name Service Switch functionality.
+# If you have the `glibc-doc-reference' and `info' packages installed, try:
+# `info libc "Name Service Switch"' for information about this file.
+
+passwd:         compat
+group:          compat
+shadow:         compat
+gshadow:        files
+
+hosts:          files dns
+networks:       files
+
+protocols:      db files
+services:       db files
+ethers:         db files
+rpc:            db files
+
+netgroup:       nis
+"""
+
+
+def distroless_os_release(version_id: str, codename: str) -> str:
+    """/usr/lib/os-release (where base-files' /etc/os-release points) as distroless writes it."""
+    fields = {
+        "PRETTY_NAME": "Distroless",
+        "NAME": "Debian GNU/Linux",
+        "ID": "debian",
+        "VERSION_ID": version_id,
+        "VERSION": f"Debian GNU/Linux {version_id} ({codename})",
+        "HOME_URL": "https://github.com/GoogleContainerTools/distroless",
+        "SUPPORT_URL": "https://github.com/GoogleContainerTools/distroless/blob/master/README.md",
+        "BUG_REPORT_URL": "https://github.com/GoogleContainerTools/distroless/issues/new",
+    }
+    return "".join(f'{k}="{v}"\n' for k, v in fields.items())
+
+
+def os_release_fields(text: str) -> dict[str, str]:
+    """KEY=value lines of an os-release file, quotes removed."""
+    return {k: v.strip().strip('"') for k, _, v in (line.partition("=") for line in text.splitlines()) if v}
+
+
+def status_stanza(deb: DebContents) -> str:
+    """The package's dpkg status stanza (its control fields with `Status: install ok installed` second)."""
+    lines = deb.control.rstrip("\n").splitlines()
+    return "\n".join([lines[0], "Status: install ok installed", *lines[1:]]) + "\n"
+
+
+def status_d(deb: DebContents) -> Entry:
+    """/var/lib/dpkg/status.d/<package>, where distroless images record what they hold (scanners read it)."""
+    return file_(f"var/lib/dpkg/status.d/{deb.name}", status_stanza(deb).encode())
+
+
+def named_debs(packages: Iterable[str], ctx: Context) -> dict[str, DebContents]:
+    """The named packages only (not their dependency closure), by name."""
+    names = set(packages)
+    return {d.name: d for d in debs_for(sorted(names), ctx) if d.name in names}
+
+
+def ca_bundle(deb: DebContents) -> bytes:
+    """update-ca-certificates' bundle of every certificate the ca-certificates package ships, in name order."""
+    certs = sorted(
+        (e for e in deb.entries if e.kind == "file" and e.path.startswith("usr/share/ca-certificates/")
+         and e.path.endswith(".crt")),
+        key=lambda e: e.path,
+    )  # fmt: skip
+    return b"".join(e.data if e.data.endswith(b"\n") else e.data + b"\n" for e in certs)
+
+
+DISTROLESS_STATIC_NAMES = (*DISTROLESS_PACKAGES, "ca-certificates")
+
+
+def distroless_static(ctx: Context) -> dict[str, Entry]:
+    """gcr.io/distroless/static-debian<N>'s files, from this system's Debian release."""
+    debs = named_debs(DISTROLESS_STATIC_NAMES, ctx)
+    root = unpack([debs[n] for n in DISTROLESS_PACKAGES], keep=lambda p: True)
+    for name in DISTROLESS_PACKAGES:
+        root[status_d(debs[name]).path] = status_d(debs[name])
+    # cacerts: the bundle and the package's copyright, nothing else of the package.
+    copyright_ = {e.path: e for e in debs["ca-certificates"].entries}["usr/share/doc/ca-certificates/copyright"]
+    release = os_release_fields(
+        (resolve_link(root, "usr/lib/os-release") or file_("x", b"VERSION_ID=12\nVERSION_CODENAME=bookworm\n")).data
+        .decode()
+    )  # fmt: skip
+    for e in (
+        file_(SSL_CERT_FILE, ca_bundle(debs["ca-certificates"])),
+        copyright_,
+        file_("etc/passwd", DISTROLESS_PASSWD.encode()),
+        file_("etc/group", DISTROLESS_GROUP.encode()),
+        file_("etc/nsswitch.conf", DISTROLESS_NSSWITCH.encode()),
+        file_("usr/lib/os-release", distroless_os_release(release["VERSION_ID"], release["VERSION_CODENAME"]).encode()),
+        dir_("tmp", 0o1777),
+        dir_("root", 0o700),
+        dir_("home", 0o755),
+        dir_("home/nonroot", 0o700, uid=NONROOT_UID, gid=NONROOT_UID),
+    ):
+        root[e.path] = e
+    return root
+
+
+def distroless_static_key(ctx: Context) -> list[str]:
+    """The packages distroless static is made of."""
+    return [k for k in debs_key(DISTROLESS_STATIC_NAMES, ctx) if k.split("_", 1)[0] in DISTROLESS_STATIC_NAMES]
+
+
+@dataclass(frozen=True)
+class ClusterAssets:
+    """What build-binaries.sh --cluster leaves: the Kubernetes binaries beside the others, etcd and CoreDNS (of
+    other releases than the stack's own etcd) under cluster/."""
+
+    bin_dir: Path
+
+    def k8s(self, name: str) -> Path:
+        return self.bin_dir / name
+
+    def cluster(self, name: str) -> Path:
+        return self.bin_dir / "cluster" / name
+
+    def version(self, name: str) -> str:
+        return self.cluster(f"{name}.version").read_text().strip()
+
+    @property
+    def complete(self) -> bool:
+        """Whether every binary the cluster images need is there."""
+        paths = [self.k8s(n) for n in (*SERVER_IMAGES, "kube-proxy", "kube-log-runner")]
+        paths += [self.cluster(n) for n in (*ETCD_BINARIES, "coredns", "etcd.version", "coredns.version")]
+        return all(p.is_file() for p in paths)
+
+
+SERVER_IMAGES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+ETCD_BINARIES = ("etcd", "etcdctl", "etcdutl")
+GO_RUNNER_LABELS = {"maintainers": "Kubernetes Authors", "description": "go based runner for distroless scenarios"}
+
+
+def server_image_files(binary: str, assets: ClusterAssets, base: dict[str, Entry]) -> list[Entry]:
+    """build/server-image: the binary in /usr/local/bin (kube-apiserver's with cap_net_bind_service, which its own
+    Dockerfile sets so it can serve on ports below 1024 as non-root) and kube-log-runner as /go-runner."""
+    caps = file_capabilities(CAP_NET_BIND_SERVICE) if binary == "kube-apiserver" else None
+    root = dict(base)
+    for e in (
+        file_(f"usr/local/bin/{binary}", assets.k8s(binary).read_bytes(), 0o755, xattrs=caps),
+        file_("go-runner", assets.k8s("kube-log-runner").read_bytes(), 0o755),
+    ):
+        root[e.path] = e
+    return list(root.values())
+
+
+def server_labels(binary: str, version: str, base: str) -> dict[str, str]:
+    """The base image's labels and what this image really is."""
+    labels = dict(GO_RUNNER_LABELS) if base == "go-runner" else {}
+    return {
+        **labels,
+        "org.opencontainers.image.title": binary,
+        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.description": (
+            f"{binary} {version} from k8s.io/kubernetes with kube-log-runner as /go-runner, on {base} made of "
+            "Debian's packages, by kopflet"
+        ),
+    }
+
+
+def go_runner_image(binary: str, assets: ClusterAssets, version: str) -> Image:
+    """registry.k8s.io/kube-apiserver, kube-controller-manager or kube-scheduler."""
+    return Image(
+        repo=binary,
+        tag=version,
+        files=lambda ctx: server_image_files(binary, assets, distroless_static(ctx)),
+        config={"Entrypoint": ["/go-runner"], "Env": DISTROLESS_ENV, "User": "0", "WorkingDir": "/"},
+        labels=lambda: server_labels(binary, version, "go-runner"),
+        key=lambda ctx: [*distroless_static_key(ctx), *file_key(assets.k8s(binary), assets.k8s("kube-log-runner"))],
+    )
+
+
+# distroless base-debian<N>: static with glibc, libssl and openssl, and the C.utf8 locale.
+DISTROLESS_BASE_PACKAGES = ("libc6", "libssl3", "openssl")
+# distroless-iptables (distroless-bookworm/Dockerfile): stage-binaries-from-package.sh's packages, each with its
+# direct dependencies' files; stage-binary-and-deps.sh's binaries with their libraries: nft (upstream builds
+# nftables 1.1.3 from source, static, with patches; here Debian's nft, dynamically linked), dash and the commands
+# iptables-wrapper runs.
+IPTABLES_PACKAGES = ("ipset", "iptables", "kmod")
+IPTABLES_TOOLS = {"nft": "nftables", "dash": "dash", "cat": "coreutils", "chmod": "coreutils", "grep": "grep",
+                  "ln": "coreutils", "rm": "coreutils", "sleep": "coreutils", "wc": "coreutils"}  # fmt: skip
+# clean-distroless.sh.
+DISTROLESS_IPTABLES_REMOVED = ("usr/share/base-files", "usr/share/base-files/*", "usr/share/man", "usr/share/man/*",
+                               "usr/lib/*-linux-gnu/gconv", "usr/lib/*-linux-gnu/gconv/*", "usr/bin/c_rehash",
+                               "usr/bin/openssl")  # fmt: skip
+IPTABLES_WRAPPED = ("iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore")
+# What iptables-wrapper-installer.sh (kubernetes-sigs/iptables-wrappers, branch v2) writes as /usr/sbin/iptables-wrapper
+# in an image with iptables >= 1.8.4 in /usr/sbin and no alternatives system: on first use it picks the mode whose
+# rules the host has more of (legacy on a tie), points the six commands at that xtables-*-multi, and re-runs.
+IPTABLES_WRAPPER = """\
+#!/bin/sh
+
+# Copyright 2020 The Kubernetes Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+# NOTE: This can only use POSIX /bin/sh features; the container image
+# might not contain bash.
+
+set -eu
+
+# Detect whether the base system is using iptables-legacy or
+# iptables-nft. This assumes that some non-containerized process (eg
+# kubelet) has already created some iptables rules.
+num_legacy_lines=$( (iptables-legacy-save || true; ip6tables-legacy-save || true) 2>/dev/null | grep '^-' | wc -l)
+num_nft_lines=$( (iptables-nft-save || true; ip6tables-nft-save || true) 2>/dev/null | grep '^-' | wc -l)
+if [ "${num_legacy_lines}" -ge "${num_nft_lines}" ]; then
+    mode=legacy
+else
+    mode=nft
+fi
+# Update links to point to the selected binaries
+for cmd in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+    rm -f "/usr/sbin/${cmd}"
+    ln -s "/usr/sbin/xtables-${mode}-multi" "/usr/sbin/${cmd}"
+done 2>/dev/null || failed=1
+if [ "${failed:-0}" = 1 ]; then
+    echo "Unable to redirect iptables binaries. (Are you running in an unprivileged pod?)" 1>&2
+    # fake it, though this will probably also fail if they aren't root
+    exec "/usr/sbin/xtables-${mode}-multi" "$0" "$@"
+fi
+
+# Now re-exec the original command with the newly-selected alternative
+exec "$0" "$@"
+"""
+
+
+def direct_depends(control: str) -> list[str]:
+    """The packages a control stanza's Depends and Pre-Depends name (every alternative, no versions), as
+    `apt-cache depends | grep Depends` lists them."""
+    fields: dict[str, str] = {}
+    key = ""
+    for line in control.splitlines():
+        if line[:1].isspace() and key:
+            fields[key] += " " + line.strip()
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    names: list[str] = []
+    for field_ in ("Pre-Depends", "Depends"):
+        for alternative in fields.get(field_, "").replace("|", ",").split(","):
+            name = alternative.split("(")[0].strip().split(":")[0]
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def elf_needed(data: bytes) -> list[str]:
+    """The DT_NEEDED names of an ELF file's dynamic section (what `ldd` resolves, read without running the loader,
+    so libraries this system lacks are named too); [] for anything else or a static binary."""
+    if data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        return []
+    wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
+
+    def u(fmt: str, at: int) -> tuple[int, ...]:
+        return struct.unpack_from(order + fmt, data, at)
+
+    if wide:
+        shoff, (shentsize, shnum) = u("Q", 0x28)[0], u("HH", 0x3A)
+    else:
+        shoff, (shentsize, shnum) = u("I", 0x20)[0], u("HH", 0x2E)
+    sections = []
+    for i in range(shnum):
+        at = shoff + i * shentsize
+        if wide:
+            _, kind, _, _, offset, size, link, _, _, _ = u("IIQQQQIIQQ", at)
+        else:
+            _, kind, _, _, offset, size, link, _, _, _ = u("IIIIIIIIII", at)
+        sections.append((kind, offset, size, link))
+    names: list[str] = []
+    for kind, offset, size, link in sections:
+        if kind != 6:  # SHT_DYNAMIC
+            continue
+        strtab = sections[link][1]
+        fmt, step = ("qQ", 16) if wide else ("iI", 8)
+        for at in range(offset, offset + size, step):
+            tag, value = u(fmt, at)
+            if tag == 0:  # DT_NULL
+                break
+            if tag == 1:  # DT_NEEDED
+                names.append(data[strtab + value : data.index(b"\0", strtab + value)].decode())
+    return names
+
+
+class Stager:
+    """stage-binaries-from-package.sh and stage-binary-and-deps.sh over unpacked packages: a staged path brings the
+    file a symlink points to, the owning package's copyright and its status.d stanza; a binary brings the shared
+    libraries `ldd` says it needs."""
+
+    def __init__(self, debs: Iterable[DebContents]) -> None:
+        self.debs = {d.name: d for d in debs}
+        self.tree: dict[str, Entry] = {}
+        self.owner: dict[str, str] = {}
+        for deb in self.debs.values():
+            for e in deb.entries:
+                self.tree.setdefault(e.path, e)
+                self.owner.setdefault(e.path, deb.name)
+        self.libs: dict[str, str] = {}  # shared object file name -> its path
+        for path in sorted(self.tree):
+            if path.startswith(("lib/", "lib64/", "usr/lib/")) and ".so" in os.path.basename(path):
+                self.libs.setdefault(os.path.basename(path), path)
+        self.root: dict[str, Entry] = {}
+
+    def stage_file(self, path: str) -> None:
+        """cp -a --parents, following a symlink to what it names; the package's copyright and status."""
+        hops = 0
+        while path and hops < 32 and path not in self.root:
+            e = self.tree.get(path)
+            if e is None:
+                return
+            self.root[path] = e
+            package = self.owner.get(path)
+            if package is not None:
+                copyright_ = f"usr/share/doc/{package}/copyright"
+                found = resolve_link(self.tree, copyright_)
+                if found is not None and found.kind == "file":
+                    self.root[copyright_] = dataclasses.replace(found, path=copyright_)
+                self.root[status_d(self.debs[package]).path] = status_d(self.debs[package])
+            if e.kind != "symlink":
+                return
+            base = "" if e.target.startswith("/") else os.path.dirname(path)
+            path = os.path.normpath(os.path.join("/", base, e.target)).lstrip("/")
+            hops += 1
+
+    def stage_binary(self, path: str) -> None:
+        """The binary and its libraries."""
+        self.stage_file(path)
+        target = resolve_link(self.tree, path)
+        todo = [target.data] if target is not None and target.kind == "file" else []
+        seen: set[str] = set()
+        while todo:
+            for name in elf_needed(todo.pop()):
+                if name in seen:
+                    continue
+                seen.add(name)
+                if name not in self.libs:
+                    raise RuntimeError(f"{path} needs {name}, which none of the packages has")
+                self.stage_file(self.libs[name])
+                lib = resolve_link(self.tree, self.libs[name])
+                if lib is not None and lib.kind == "file":
+                    todo.append(lib.data)
+
+    def stage_package(self, name: str) -> None:
+        """stage_file_list: every file but documentation, manuals, completions and hidden ones; binaries with
+        their libraries."""
+        deb = self.debs.get(name)
+        if deb is None:
+            return
+        for e in deb.entries:
+            path = "/" + e.path
+            if "/s" + "bin/" in path or "/bin/" in path:
+                if e.kind != "dir":
+                    self.stage_binary(e.path)
+            elif "/." in path or path.startswith(("/usr/share/man/", "/usr/share/doc/")) or (
+                path.startswith("/usr/share/") and "-completion" in path.split("/")[3]
+            ):
+                continue
+            elif e.kind == "file" or (e.kind == "symlink" and (resolve_link(self.tree, e.path) or e).kind == "file"):
+                self.stage_file(e.path)
+
+    def find_binary(self, name: str, package: str) -> str | None:
+        """Where a package puts a command (bin/cat on Debian 12, usr/bin/cat on later releases)."""
+        for d in PATH_DIRS:
+            if f"{d}/{name}" in self.tree and self.owner.get(f"{d}/{name}") == package:
+                return f"{d}/{name}"
+        return None
+
+
+def removed(path: str, patterns: Iterable[str]) -> bool:
+    """Whether clean-distroless.sh's `rm -rf` takes a path."""
+    return any(fnmatch.fnmatchcase(path, p) for p in patterns)
+
+
+def distroless_iptables(ctx: Context) -> dict[str, Entry]:
+    """registry.k8s.io/build-image/distroless-iptables' files (its /go-runner is left to the image above it)."""
+    root = distroless_static(ctx)
+    base = named_debs((*DISTROLESS_BASE_PACKAGES, "libc-bin"), ctx)
+    for e in unpack([base[n] for n in DISTROLESS_BASE_PACKAGES], keep=lambda p: True).values():
+        root[e.path] = e
+    for e in base["libc-bin"].entries:  # the locale rule: C.utf8 only
+        if e.path.startswith("usr/lib/locale/C.utf8"):
+            root[e.path] = e
+    for name in DISTROLESS_BASE_PACKAGES:
+        root[status_d(base[name]).path] = status_d(base[name])
+    stager = Stager(debs_for((*IPTABLES_PACKAGES, *sorted(set(IPTABLES_TOOLS.values()))), ctx))
+    for package in IPTABLES_PACKAGES:
+        stager.stage_package(package)
+        for dep in direct_depends(stager.debs[package].control):
+            stager.stage_package(dep)
+    for tool, package in IPTABLES_TOOLS.items():
+        path = stager.find_binary(tool, package)
+        if path is None:
+            raise RuntimeError(f"{package} has no {tool}")
+        stager.stage_binary(path)
+    root.update(stager.root)
+    dash = stager.find_binary("dash", "dash")
+    sbin = "usr/sbin" if "usr/sbin/xtables-nft-multi" in root else "sbin"
+    for e in (
+        symlink("bin/sh", f"/{dash}"),
+        file_(f"{sbin}/iptables-wrapper", IPTABLES_WRAPPER.replace("/usr/sbin/", f"/{sbin}/").encode(), 0o755),
+        *(symlink(f"{sbin}/{cmd}", f"/{sbin}/iptables-wrapper") for cmd in IPTABLES_WRAPPED),
+    ):
+        root[e.path] = e
+    return {p: e for p, e in root.items() if not removed(p, DISTROLESS_IPTABLES_REMOVED)}
+
+
+def distroless_iptables_key(ctx: Context) -> list[str]:
+    """Every package distroless-iptables takes files from."""
+    names = (*DISTROLESS_BASE_PACKAGES, "libc-bin", *IPTABLES_PACKAGES, *sorted(set(IPTABLES_TOOLS.values())))
+    return [*distroless_static_key(ctx), *debs_key(names, ctx)]
+
+
+def kube_proxy_image(assets: ClusterAssets, version: str) -> Image:
+    """registry.k8s.io/kube-proxy: build/server-image/Dockerfile on distroless-iptables (FROM scratch: the config
+    is the server image's alone)."""
+    return Image(
+        repo="kube-proxy",
+        tag=version,
+        files=lambda ctx: server_image_files("kube-proxy", assets, distroless_iptables(ctx)),
+        config={"Entrypoint": ["/go-runner"], "Env": [f"PATH={DEFAULT_PATH}"], "WorkingDir": "/"},
+        labels=lambda: server_labels("kube-proxy", version, "distroless-iptables"),
+        key=lambda ctx: [
+            *distroless_iptables_key(ctx),
+            *file_key(assets.k8s("kube-proxy"), assets.k8s("kube-log-runner")),
+        ],
+    )
+
+
+def etcd_image(assets: ClusterAssets, tag: str) -> Image:
+    """registry.k8s.io/etcd: etcd's Dockerfile on distroless static (root)."""
+    version = assets.version("etcd")
+
+    def files(ctx: Context) -> list[Entry]:
+        root = distroless_static(ctx)
+        for name in ETCD_BINARIES:
+            root[f"usr/local/bin/{name}"] = file_(f"usr/local/bin/{name}", assets.cluster(name).read_bytes(), 0o755)
+        root["var/etcd"] = dir_("var/etcd")
+        root["var/lib/etcd"] = dir_("var/lib/etcd")
+        return list(root.values())
+
+    return Image(
+        repo="etcd",
+        tag=tag,
+        files=files,
+        config={
+            "Cmd": ["/usr/local/bin/etcd"],
+            "Env": DISTROLESS_ENV,
+            "User": "0",
+            "WorkingDir": "/var/lib/etcd",
+            "ExposedPorts": {"2379/tcp": {}, "2380/tcp": {}},
+        },
+        labels=lambda: {
+            "org.opencontainers.image.title": "etcd",
+            "org.opencontainers.image.version": version,
+            "org.opencontainers.image.description": (
+                f"etcd, etcdctl and etcdutl {version} from go.etcd.io/etcd on distroless static made of Debian's "
+                "packages, by kopflet"
+            ),
+        },
+        key=lambda ctx: [*distroless_static_key(ctx), *file_key(*(assets.cluster(n) for n in ETCD_BINARIES))],
+    )
+
+
+def coredns_image(assets: ClusterAssets, tag: str) -> Image:
+    """registry.k8s.io/coredns/coredns: CoreDNS's Dockerfile on distroless static (nonroot)."""
+    version = assets.version("coredns")
+
+    def files(ctx: Context) -> list[Entry]:
+        root = distroless_static(ctx)
+        caps = file_capabilities(CAP_NET_BIND_SERVICE)
+        root["coredns"] = file_("coredns", assets.cluster("coredns").read_bytes(), 0o755, xattrs=caps)
+        return list(root.values())
+
+    return Image(
+        repo="coredns/coredns",
+        tag=tag,
+        files=files,
+        config={
+            "Entrypoint": ["/coredns"],
+            "Env": DISTROLESS_ENV,
+            "User": "nonroot:nonroot",
+            "WorkingDir": "/",
+            "ExposedPorts": {"53/tcp": {}, "53/udp": {}},
+        },
+        labels=lambda: {
+            "org.opencontainers.image.title": "coredns",
+            "org.opencontainers.image.version": version,
+            "org.opencontainers.image.description": (
+                f"CoreDNS {version} from github.com/coredns/coredns on distroless static (nonroot) made of "
+                "Debian's packages, by kopflet"
+            ),
+        },
+        key=lambda ctx: [*distroless_static_key(ctx), *file_key(assets.cluster("coredns"))],
+    )
+
+
 # --- the image table -------------------------------------------------------------------------
 
 E2E_REGISTRY_IMAGES = "e2e-test-images"  # registry.k8s.io/e2e-test-images/...
@@ -1721,6 +2295,19 @@ def e2e_images(bin_dir: Path) -> list[Image]:
         picture_image(bin_dir, "kitten", "1.8"),
         picture_image(bin_dir, "nautilus", "1.8"),
         nonewprivs_image(bin_dir),
+    ]
+
+
+def cluster_images(bin_dir: Path) -> list[Image]:
+    """The images `kubeadm init` pulls besides pause, made of build-binaries.sh --cluster's output; tagged as
+    kubeadm names them (the etcd tag is the etcd release with kubeadm's image revision -0)."""
+    assets = ClusterAssets(bin_dir)
+    k8s = versions_env()["KUBERNETES_VERSION"]
+    return [
+        *(go_runner_image(name, assets, k8s) for name in SERVER_IMAGES),
+        kube_proxy_image(assets, k8s),
+        etcd_image(assets, f"{assets.version('etcd').removeprefix('v')}-0"),
+        coredns_image(assets, assets.version("coredns")),
     ]
 
 
@@ -1795,11 +2382,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--bin-dir", type=Path, help="where build-binaries.sh put agnhost and nnp (adds the images made of them)"
     )
+    ap.add_argument(
+        "--cluster",
+        action="store_true",
+        help="add the kubeadm cluster's images (made of build-binaries.sh --cluster's output in --bin-dir; added "
+        "without this flag whenever those binaries are there)",
+    )
     ap.add_argument("--no-push", action="store_true", help="only build the OCI layouts")
     ap.add_argument("--list", action="store_true", help="list the known images and exit")
     ap.add_argument("images", nargs="*", metavar="IMAGE", help="e.g. pause, busybox, library/busybox:1.36")
     args = ap.parse_args(argv)
+    if args.cluster and not (args.bin_dir and ClusterAssets(args.bin_dir).complete):
+        ap.error("--cluster needs --bin-dir holding build-binaries.sh --cluster's output")
     images = [*IMAGES, *e2e_images(args.bin_dir)] if args.bin_dir else IMAGES
+    if args.bin_dir and ClusterAssets(args.bin_dir).complete:
+        images = [*images, *cluster_images(args.bin_dir)]
     if args.list:
         print("\n".join(i.ref for i in images))
         return 0
