@@ -355,7 +355,8 @@ class Node:
         self.static_pods = StaticPodSource(cfg, self.api, self.workers, lambda: self.heartbeat.uid) \
             if cfg.pod_manifest_path else None
         self.stats = StatsCollector(cri, node_name=cfg.node_name, layout=self.layout,
-                                    pod_cgroup_candidates=self.cgroups.layout.pod_cgroup_candidates)
+                                    pod_cgroup_candidates=self.cgroups.layout.pod_cgroup_candidates,
+                                    volume_stats_period=cfg.volume_stats_agg_period)
         self.eviction = EvictionManager(
             cfg.eviction_config, observe=self._observe_signals, active_pods=self._eviction_candidates,
             evict=self._evict, container_gc=self.container_gc.delete_all_unused,
