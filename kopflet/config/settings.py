@@ -1533,7 +1533,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls",
     "podsPerCore", "enableControllerAttachDetach",
     "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit",
-    "failSwapOn", "configMapAndSecretChangeDetectionStrategy",
+    "failSwapOn", "configMapAndSecretChangeDetectionStrategy", "defaultPodSysctls",
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup",
     "volumePluginDir", "providerID", "kernelMemcgNotification", "enableSystemLogHandler",
     "enableSystemLogQuery",

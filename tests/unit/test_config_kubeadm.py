@@ -8,12 +8,14 @@ default is systemd); ``kubeadm join`` writes the same file from the kubelet-conf
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kopflet.config import configz, log_options
+from kopflet.config import configz, log_options, settings
 from kopflet.config.settings import AgentConfig, ConfigError, load
 from tests.unit.test_config import with_file
 
@@ -203,3 +205,18 @@ def test_the_kubeadm_file_with_a_refused_value_names_it_among_the_others() -> No
     with pytest.raises(ConfigError, match=r"^config file /var/lib/kubelet/config.yaml: field "
                                           r"\"memorySwap.swapBehavior\": kopflet implements only NoSwap"):
         kubeadm_config(text)
+
+
+UPSTREAM_TYPES = Path(os.environ.get("GOMODCACHE") or Path.home() / "go" / "pkg" / "mod") / \
+    "k8s.io/kubelet@v0.37.1/config/v1beta1/types.go"
+
+
+@pytest.mark.skipif(not UPSTREAM_TYPES.is_file(), reason="k8s.io/kubelet@v0.37.1 is not in the Go module cache")
+def test_every_upstream_field_is_honoured_or_refused_by_name() -> None:
+    """Each KubeletConfiguration field of v1beta1 (staging k8s.io/kubelet types.go) is a setting or in
+    UNSUPPORTED_FIELDS, so a file setting it gets either its behaviour or "not supported by kopflet", never the
+    "unknown field" of a typo."""
+    struct = UPSTREAM_TYPES.read_text().split("type KubeletConfiguration struct {", 1)[1].split("\n}\n", 1)[0]
+    upstream = {name for name in re.findall(r'json:"([A-Za-z0-9]+)', struct)}
+    honoured = {s.field.split(".")[0] for s in settings.SETTINGS if s.field}
+    assert upstream - honoured - settings.UNSUPPORTED_FIELDS == set()
