@@ -178,7 +178,10 @@ def render() -> str:
         "",
         "These `KubeletConfiguration` fields exist upstream but kopflet does not implement them. Setting one is an "
         "error (`field \"...\" is not supported by kopflet (it would have no effect); remove it`), never a silent "
-        "no-op, so a kubeadm-generated kubelet config needs them removed first:",
+        "no-op. The file `kubeadm init` and `kubeadm join` write (`/var/lib/kubelet/config.yaml`, kubeadm v1.37.1) "
+        "has none of them and is taken as it is, its other fields at upstream's defaults being ones kopflet has "
+        "(`tests/data/kubeadm-v1.37.1-kubelet-config.yaml`), unless the cluster's kubeadm configuration sets one of "
+        "these, or kubeadm adds `resolvConf` (it does on a host running systemd-resolved):",
         "",
     ]
     names = sorted(settings.UNSUPPORTED_FIELDS, key=str.lower)

@@ -7,6 +7,7 @@ Pure: no I/O.
 - `go_quote`: ``strconv.Quote`` (``fmt``'s ``%q`` of a string).
 - `go_string_slice`: ``fmt``'s ``%s`` / ``%v`` of a ``[]string``.
 - `go_duration`: ``time.Duration.String`` (``%v`` of a duration), with ``Duration.Truncate``.
+- `go_float`: ``fmt``'s ``%v`` of a ``float64``.
 - `canonical_header`: ``textproto.CanonicalMIMEHeaderKey`` (what ``http.Header`` does to a name).
 - `go_json`: ``encoding/json.Marshal``.
 - `join_host_port`: ``net.JoinHostPort``.
@@ -15,7 +16,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 # ------------------------------------------------------------------------------------------------ strings
@@ -82,6 +85,24 @@ def go_duration(seconds: float, *, truncate: float = 0) -> str:
     return sign + text
 
 
+def go_float(value: float) -> str:
+    """``fmt``'s ``%v`` of a ``float64`` (strconv's ``'g'`` at the shortest precision): ``600``, ``0.5``, and the
+    exponent form when the exponent is below -4 or at least 6 (``1e-05``, ``1.234567e+06``). Python's shortest
+    digits (``repr``) are Go's."""
+    if not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+    if value == 0:
+        return "0"
+    number = Decimal(repr(float(value))).normalize()
+    sign, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)
+    point = exponent + len(digits) - 1  # the exponent of the first digit
+    if -4 <= point < 6:  # strconv: shortest, so eprec is 6
+        return format(number, "f")
+    mantissa = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{'+' if point >= 0 else '-'}{abs(point):02d}"
+
+
 def _fraction(value: int, unit: int) -> str:
     """``value / unit`` in decimal, exact, trailing zeros dropped (Go's fmtFrac and fmtInt)."""
     whole, rest = divmod(value, unit)
@@ -136,4 +157,4 @@ def go_json(value: Any, *, sort_keys: bool = False, escape_html: bool = True, en
     return text
 
 
-__all__ = ["canonical_header", "go_duration", "go_json", "go_quote", "go_string_slice", "join_host_port"]
+__all__ = ["canonical_header", "go_duration", "go_float", "go_json", "go_quote", "go_string_slice", "join_host_port"]

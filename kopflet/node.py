@@ -28,8 +28,8 @@ from kopflet.apis.podresources.server import PodResourcesServer
 from kopflet.certificate.manager import ServerCertificateManager, new_server_manager
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import Credentials, KubeClient
-from kopflet.cm import cgroup_names, node_allocatable
-from kopflet.cm.cgroups import PodCgroups
+from kopflet.cm import cgroup_names, helpers, node_allocatable
+from kopflet.cm.cgroups import PodCgroups, swap_controller
 from kopflet.cm.container_manager import ContainerManager, KernelTunables
 from kopflet.cm.cpumanager import policy_options
 from kopflet.cm.cpumanager.cpu_manager import RunningContainer
@@ -217,6 +217,9 @@ class HostFacts:
     user's subordinate IDs, else every ID from 65536 up); None: the default."""
     kubelet_id_mappings_error: str = ""
     """Why getsubids gave no mappings for an existing ``kubelet`` user (upstream's kubelet does not start)."""
+    swap_controller: helpers.SwapController = helpers.SwapController.NONE
+    """How containers are kept from swap (cgroup v1 memsw, v2 memory.swap.max), or not at all; upstream checks
+    once too (initSwapControllerAvailabilityCheck)."""
 
     @classmethod
     async def read(cls, cfg: AgentConfig) -> HostFacts:
@@ -238,7 +241,8 @@ class HostFacts:
         except UsernsError as exc:
             mappings, mappings_error = None, str(exc)
         return cls(machine, resolv_conf, hugepage_sizes, masked_paths, await asyncio.to_thread(signals.max_pid),
-                   topology, topology_error, numa_nodes, mappings, mappings_error)
+                   topology, topology_error, numa_nodes, mappings, mappings_error,
+                   swap_controller=await asyncio.to_thread(swap_controller))
 
 
 def new_userns_manager(cfg: AgentConfig, host: HostFacts) -> UsernsManager:
@@ -319,7 +323,7 @@ class Node:
             volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout),
             hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths,
             before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager, devices=self.device_manager,
-            memory=self.memory_manager, userns=self.userns)
+            memory=self.memory_manager, userns=self.userns, swap_controller=host.swap_controller)
         self.relist = RuntimeCache(cri, on_relist=self.metrics.observe_pleg_relist)
         self.prober = ProbeManager(cri, self.recorder, self._wake, metrics=self.probe_metrics)
         self.status = StatusManager(self.api)
@@ -351,7 +355,8 @@ class Node:
         self.static_pods = StaticPodSource(cfg, self.api, self.workers, lambda: self.heartbeat.uid) \
             if cfg.pod_manifest_path else None
         self.stats = StatsCollector(cri, node_name=cfg.node_name, layout=self.layout,
-                                    pod_cgroup_candidates=self.cgroups.layout.pod_cgroup_candidates)
+                                    pod_cgroup_candidates=self.cgroups.layout.pod_cgroup_candidates,
+                                    volume_stats_period=cfg.volume_stats_agg_period)
         self.eviction = EvictionManager(
             cfg.eviction_config, observe=self._observe_signals, active_pods=self._eviction_candidates,
             evict=self._evict, container_gc=self.container_gc.delete_all_unused,

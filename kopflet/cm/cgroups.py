@@ -72,6 +72,23 @@ def is_cgroup2(fs_root: str = FS_ROOT) -> bool:
     return (Path(fs_root) / "cgroup.controllers").exists()
 
 
+def swap_controller(fs_root: str = FS_ROOT, proc_root: str = "/proc") -> helpers.SwapController:
+    """Upstream kuberuntime checkSwapControllerAvailability: on cgroup v1 the memory hierarchy's root has
+    memory.memsw.limit_in_bytes (swap accounting on); on v2 this process's own cgroup (from /proc/self/cgroup: the
+    root cgroup has no memory.swap.max) has memory.swap.max. Anything unreadable: none, as upstream assumes."""
+    root = Path(fs_root)
+    if not is_cgroup2(fs_root):
+        found = (root / "memory" / helpers.CGROUP1_MEMSW_LIMIT).exists()
+        return helpers.SwapController.V1 if found else helpers.SwapController.NONE
+    try:
+        own = helpers.unified_cgroup_path((Path(proc_root) / "self" / "cgroup").read_text())
+    except OSError:
+        return helpers.SwapController.NONE
+    if own is None or not (root / own.lstrip("/") / helpers.CGROUP2_MAX_SWAP).exists():
+        return helpers.SwapController.NONE
+    return helpers.SwapController.V2
+
+
 def systemd_running(runtime_dir: str = SYSTEMD_RUNTIME_DIR) -> bool:
     """opencontainers/cgroups systemd.IsRunningSystemd: /run/systemd/system is a directory (not a symlink to one)."""
     path = Path(runtime_dir)

@@ -31,6 +31,7 @@ spec with the allocated resources (`allocated_pod`), as upstream's allocation ma
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -99,6 +100,8 @@ CGROUP2_MEMORY_MIN = "memory.min"
 CGROUP2_MEMORY_LOW = "memory.low"
 CGROUP2_MEMORY_HIGH = "memory.high"
 CGROUP2_MAX = "max"
+CGROUP2_MAX_SWAP = "memory.swap.max"  # cm.Cgroup2MaxSwapFilename
+CGROUP1_MEMSW_LIMIT = "memory.memsw.limit_in_bytes"
 MAX_CPU_WEIGHT = 10000
 DEFAULT_PAGE_SIZE = 4096
 """os.Getpagesize() on the usual x86-64/arm64 kernels; memory.high is rounded down to it."""
@@ -110,6 +113,29 @@ CGROUP_V1_MEMORY_UNLIMITED = 9223372036854771712
 """What memory.limit_in_bytes reads on cgroup v1 when nothing was written (PAGE_COUNTER_MAX pages of 4 KiB)."""
 
 _UINT64_MAX = 2**64 - 1
+
+
+class SwapController(enum.Enum):
+    """Whether a container's swap can be limited on this node, and how (upstream kuberuntime
+    checkSwapControllerAvailability with isCgroup2UnifiedMode): found once at start."""
+
+    NONE = "none"
+    """No swap accounting (or unknown): nothing is set."""
+    V1 = CGROUP1_MEMSW_LIMIT
+    """cgroup v1 with the memory hierarchy's memory.memsw.limit_in_bytes: the memory+swap limit."""
+    V2 = CGROUP2_MAX_SWAP
+    """cgroup v2 with memory.swap.max in the agent's own cgroup (the root has none)."""
+
+
+def unified_cgroup_path(proc_cgroup: str) -> str | None:
+    """The cgroup v2 path of a /proc/<pid>/cgroup (its ``0::<path>`` line, as libcontainer's ParseCgroupFile gives
+    it under the "" key); None when there is none."""
+    for line in proc_cgroup.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, colon, path = rest.partition(":")
+        if hierarchy == "0" and colon and not controllers:
+            return path
+    return None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -784,6 +810,8 @@ def pod_cgroup_parent(pod: spec.Pod, root: str = CGROUP_ROOT) -> str:
 
 
 __all__ = [
+    "CGROUP1_MEMSW_LIMIT",
+    "CGROUP2_MAX_SWAP",
     "CGROUP_ROOT",
     "HUGEPAGES_PREFIX",
     "MAX_SHARES",
@@ -797,6 +825,7 @@ __all__ = [
     "ExclusiveCPUs",
     "QOSMemoryLimits",
     "ResourceConfig",
+    "SwapController",
     "aggregate_container_requests",
     "allocated_pod",
     "cgroup_v1_files",
@@ -834,4 +863,5 @@ __all__ = [
     "quota_to_milli_cpu",
     "runc_cpu_shares_to_weight",
     "shares_to_milli_cpu",
+    "unified_cgroup_path",
 ]

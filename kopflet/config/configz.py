@@ -21,6 +21,7 @@ from typing import Any
 from kopflet import gotext
 from kopflet.api import qos
 from kopflet.cm.memorymanager.memory_manager import MemoryReservation
+from kopflet.config import log_options
 from kopflet.config.settings import CONFIG_API_VERSION, CONFIG_KIND, AgentConfig
 from kopflet.eviction import thresholds
 
@@ -70,6 +71,21 @@ def _taints(config: AgentConfig) -> list[dict[str, str]]:
     return out
 
 
+def _logging(config: AgentConfig) -> dict[str, Any]:
+    """logsapi.LoggingConfiguration as defaulted: format, flushFrequency (a string once defaulted), verbosity (no
+    omitempty: the flag's when -v was given), vmodule (omitempty), options (a struct: always there).
+
+    Upstream writes a flushFrequency the file gave as a number of nanoseconds back as that number; kopflet keeps
+    seconds and writes the duration string, the same value."""
+    body: dict[str, Any] = {}
+    _put(body, "format", config.log_format)
+    body["flushFrequency"] = _duration(config.log_flush_frequency)
+    body["verbosity"] = config.log_verbosity
+    _put(body, "vmodule", [{"filePattern": p, "verbosity": v} for p, v in config.log_vmodule])
+    body["options"] = log_options.render_options(config.log_options)
+    return body
+
+
 def _authentication(config: AgentConfig) -> dict[str, Any]:
     x509: dict[str, Any] = {}
     _put(x509, "clientCAFile", config.client_ca_file)
@@ -92,12 +108,13 @@ def _authorization(config: AgentConfig) -> dict[str, Any]:
 
 
 # (field, value of the config, omitempty) in the v1beta1 struct's order. Pointers upstream defaults are always
-# set, so they are written even when zero or false (omitempty=False), as are durations and the two auth structs.
+# set, so they are written even when zero or false (omitempty=False), as are durations and the structs.
 _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("staticPodPath", lambda c: c.pod_manifest_path, True),
     ("podLogsDir", lambda c: c.pod_log_root, True),
     ("syncFrequency", lambda c: _duration(c.resync_period), False),
     ("fileCheckFrequency", lambda c: _duration(c.file_check_frequency), False),
+    ("httpCheckFrequency", lambda c: _duration(c.http_check_frequency), False),
     ("address", lambda c: c.address, True),
     ("port", lambda c: c.port, True),
     ("readOnlyPort", lambda c: c.read_only_port, True),  # always 0: left out, as upstream's disabled port
@@ -122,6 +139,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("imageMaximumGCAge", lambda c: _duration(c.image_maximum_gc_age), False),
     ("imageGCHighThresholdPercent", lambda c: c.image_gc_high_threshold_percent, False),
     ("imageGCLowThresholdPercent", lambda c: c.image_gc_low_threshold_percent, False),
+    ("volumeStatsAggPeriod", lambda c: _duration(c.volume_stats_agg_period), False),
     ("cgroupRoot", lambda c: c.cgroup_root, True),
     ("cgroupsPerQOS", lambda c: c.cgroups_per_qos, False),
     ("cgroupDriver", lambda c: c.cgroup_driver, True),  # the runtime's when it tells (configz is set after)
@@ -146,6 +164,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("mergeDefaultEvictionSettings", lambda c: c.merge_default_eviction_settings, False),
     ("protectKernelDefaults", lambda c: c.protect_kernel_defaults, True),
     ("featureGates", lambda c: {name: c.feature_gates[name] for name in sorted(c.feature_gates)}, True),
+    ("memorySwap", lambda c: {"swapBehavior": c.memory_swap_behavior} if c.memory_swap_behavior else {}, False),
     ("containerLogMaxSize", lambda c: quantity(c.container_log_max_size), True),
     ("containerLogMaxFiles", lambda c: c.container_log_max_files, False),
     ("containerLogMaxWorkers", lambda c: c.container_log_max_workers, False),
@@ -155,6 +174,11 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("reservedSystemCPUs", lambda c: c.reserved_system_cpus, True),  # as written (upstream's configz is set first)
     ("enforceNodeAllocatable", lambda c: list(c.enforce_node_allocatable), True),
     ("allowedUnsafeSysctls", lambda c: list(c.allowed_unsafe_sysctls), True),
+    ("logging", _logging, False),
+    ("shutdownGracePeriod", lambda c: _duration(c.shutdown_grace_period), False),
+    ("shutdownGracePeriodCriticalPods", lambda c: _duration(c.shutdown_grace_period_critical_pods), False),
+    # KubeletCrashLoopBackOffMax (on by default) defaults the pointer: always there.
+    ("crashLoopBackOff", lambda c: {"maxContainerRestartPeriod": _duration(c.max_container_restart_period)}, False),
     ("reservedMemory", lambda c: [_reservation(r) for r in c.reserved_memory], True),
     ("seccompDefault", lambda c: c.seccomp_default, False),  # the file's value: --seccomp-default is not in it
     ("registerWithTaints", _taints, True),
@@ -175,7 +199,7 @@ def kubelet_configuration(config: AgentConfig) -> dict[str, Any]:
 
 # The nested structs of the object (the rest of its mappings are Go maps).
 _STRUCTS = frozenset({"authentication", "authentication.x509", "authentication.webhook", "authentication.anonymous",
-                      "authorization", "authorization.webhook"})
+                      "authorization", "authorization.webhook", "memorySwap", "logging", "crashLoopBackOff"})
 
 
 def field_paths(body: Mapping[str, Any], prefix: str = "") -> Iterable[str]:

@@ -28,14 +28,14 @@ from typing import Any
 
 import yaml
 
-from kopflet import gotext, paths
+from kopflet import backoff, gotext, paths
 from kopflet.api import qos, validation
 from kopflet.cm import cgroup_names, helpers, node_allocatable
 from kopflet.cm.cpumanager import policy_options
 from kopflet.cm.memorymanager import memory_manager
 from kopflet.cm.memorymanager.memory_manager import MemoryReservation
 from kopflet.cm.topologymanager import policy as topology_policy
-from kopflet.config import feature_gates, tls_options
+from kopflet.config import feature_gates, log_options, tls_options
 from kopflet.eviction import thresholds
 from kopflet.lifecycle import admission
 
@@ -126,6 +126,9 @@ class AgentConfig:
     """``--pod-manifest-path`` / ``staticPodPath``: static pod manifests (a directory or one file); empty: none."""
     file_check_frequency: float = 20.0
     """``fileCheckFrequency``: how often the static pod path is re-read, in seconds."""
+    http_check_frequency: float = 20.0
+    """``httpCheckFrequency``: how often upstream reads ``staticPodURL``, its only use; kopflet refuses
+    staticPodURL, so (as upstream without one) it has no effect. Accepted for kubeadm's files; shown in /configz."""
     max_pods: int = 110
     """``--max-pods``: admission rejects pods beyond this (``OutOfpods``); also the Node's ``pods`` capacity."""
     node_labels: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
@@ -149,7 +152,17 @@ class AgentConfig:
     healthz_bind_address: str = "127.0.0.1"
     """``--healthz-bind-address``."""
     log_verbosity: int = 0
-    """``-v``/``--v``: log verbosity as klog levels (4 and above: debug logging)."""
+    """``-v``/``--v`` (``logging.verbosity`` in the file): log verbosity as klog levels (4 and above: debug
+    logging)."""
+    log_format: str = log_options.TEXT_FORMAT
+    """``logging.format``: always ``text`` for now (json is refused)."""
+    log_flush_frequency: float = log_options.DEFAULT_FLUSH_FREQUENCY
+    """``logging.flushFrequency``: the most a log line waits in a buffer. kopflet's handlers write each line at
+    once, so any value holds; kept for /configz."""
+    log_vmodule: tuple[tuple[str, int], ...] = ()
+    """``logging.vmodule``: (file pattern, verbosity) pairs; always empty for now (others are refused)."""
+    log_options: log_options.FormatOptions = log_options.DEFAULT_OPTIONS
+    """``logging.options``: the text and json formats' options; upstream's defaults only for now."""
     address: str = "0.0.0.0"
     """``--address``: where the kubelet API (HTTPS: logs, exec, port-forward, stats) listens."""
     port: int = 10250
@@ -233,6 +246,19 @@ class AgentConfig:
     """``evictionMaxPodGracePeriod``: the most grace a soft eviction gives a pod, in seconds."""
     merge_default_eviction_settings: bool = False
     """``mergeDefaultEvictionSettings``: the defaults fill in the hard thresholds evictionHard leaves out."""
+    volume_stats_agg_period: float = 60.0
+    """``volumeStatsAggPeriod``: how long a pod's volume measurement (a du of each volume) is reused; 0 or
+    negative: volumes are not measured (upstream's fsResourceAnalyzer disabled)."""
+    memory_swap_behavior: str = ""
+    """``memorySwap.swapBehavior``: "" or ``NoSwap`` (the same: containers get no swap); LimitedSwap is refused."""
+    shutdown_grace_period: float = 0.0
+    """``shutdownGracePeriod``: always 0 (graceful node shutdown off, upstream's default): kopflet has no node
+    shutdown manager, so any other value is refused."""
+    shutdown_grace_period_critical_pods: float = 0.0
+    """``shutdownGracePeriodCriticalPods``: always 0, as `shutdown_grace_period`."""
+    max_container_restart_period: float = backoff.MAXIMUM
+    """``crashLoopBackOff.maxContainerRestartPeriod``: the crash-loop backoff's cap, always kopflet's (upstream's
+    default, 5m0s: KubeletCrashLoopBackOffMax on by default defaults the field to it); others are refused."""
     local_storage_capacity_isolation: bool = True
     """``localStorageCapacityIsolation``: the Node reports ``ephemeral-storage`` capacity and allocatable (so pods
     requesting it are admitted) and pods over their emptyDir ``sizeLimit`` or ``ephemeral-storage`` limits are
@@ -857,6 +883,77 @@ def _verbosity(text: str) -> int:
     return _non_negative(text)
 
 
+def _logging(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A `log_options` reader with its LoggingError as this module's _Invalid."""
+    def read(value: Any) -> Any:
+        try:
+            return parse(value)
+        except log_options.LoggingError as exc:
+            raise _Invalid(str(exc)) from None
+    return read
+
+
+def _flush_frequency(value: Any) -> float:
+    """``logging.flushFrequency``: a Go duration string or integer nanoseconds (logsapi.TimeOrMetaDuration); 0 is
+    the default (5s), a negative one upstream's Validate refuses."""
+    if isinstance(value, str):
+        seconds = parse_duration(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        seconds = value / 1e9
+    else:
+        raise _Invalid(f'expected a duration such as "5s" or a number of nanoseconds, got {_show(value)}')
+    if seconds < 0:
+        raise _Invalid(f"Invalid value: {_show(value)}: Must be greater than zero")
+    return seconds
+
+
+SHUTDOWN_REFUSED = ("kopflet has no graceful node shutdown (upstream's node shutdown manager) yet: only 0s, off "
+                    "(upstream's default), is accepted")
+
+
+def _shutdown_grace_period(field: str) -> Callable[[str], float]:
+    """``shutdownGracePeriod`` and ``shutdownGracePeriodCriticalPods``: 0 only. Upstream's own check first (with
+    GracefulNodeShutdown, on by default: zero or at least 1s), then kopflet's refusal of any period."""
+    def read(text: str) -> float:
+        seconds = parse_duration(text)
+        if seconds < 0 or 0 < seconds < 1:
+            raise _Invalid(f"invalid configuration: {field} {gotext.go_duration(seconds)} must be either zero or "
+                           f"otherwise >= 1 sec")
+        if seconds:
+            raise _Invalid(f"{SHUTDOWN_REFUSED}, got {_show(text)}")
+        return seconds
+    return read
+
+
+def _max_container_restart_period(text: str) -> float:
+    """``crashLoopBackOff.maxContainerRestartPeriod``: upstream's range (1s to 300s, with KubeletCrashLoopBackOffMax,
+    on by default and kept on by kopflet), then only kopflet's crash-loop cap, `backoff.MAXIMUM`."""
+    seconds = parse_duration(text)
+    if not 1000 <= int(seconds * 1000) <= 300000:  # validation.go: IsInRange of the milliseconds
+        raise _Invalid(f"invalid configuration: CrashLoopBackOff.MaxContainerRestartPeriod (got: "
+                       f"{gotext.go_float(round(seconds * 1e9) / 1e9)} seconds) must be set between 1s and 300s")
+    if seconds != backoff.MAXIMUM:
+        raise _Invalid(f"kopflet's crash-loop backoff is capped at {gotext.go_duration(backoff.MAXIMUM)} (upstream's "
+                       f"default); it cannot be changed yet: got {_show(text)}")
+    return seconds
+
+
+SWAP_BEHAVIORS = ("", "NoSwap", "LimitedSwap")  # kubetypes: "" is NoSwap
+LIMITED_SWAP_REFUSED = ("kopflet implements only NoSwap (containers get no swap, upstream's default); "
+                        "LimitedSwap is not supported")
+
+
+def _swap_behavior(text: str) -> str:
+    """``memorySwap.swapBehavior``: "" or NoSwap (upstream's validation words any other value; NodeSwap is locked
+    on)."""
+    if text not in SWAP_BEHAVIORS:
+        raise _Invalid(f"invalid configuration: memorySwap.swapBehavior {gotext.go_quote(text)} must be one of: \"\", "
+                       f"\"LimitedSwap\" or \"NoSwap\"")
+    if text == "LimitedSwap":
+        raise _Invalid(LIMITED_SWAP_REFUSED)
+    return text
+
+
 def _gates(gates: Mapping[str, bool]) -> Mapping[str, bool]:
     try:
         return feature_gates.check(gates)
@@ -1006,7 +1103,24 @@ LABELS = _Kind("mapStringString", _labels, None, accumulate=_merge)
 RESERVED = _Kind("mapStringString", _reserved, lambda v: _quantities(_yaml_string_map(v)), accumulate=_merge)
 SYSCTLS = _Kind("strings", _sysctls, lambda v: tuple(_sysctl(s) for s in _yaml_strings(v)), accumulate=_append)
 TAINTS = _Kind("[]Taint", _taints, _yaml_taints)
-VERBOSITY = _Kind("Level", _verbosity, None)
+# -v; in the file logging.verbosity (the flag wins, as upstream's flag precedence over the file).
+VERBOSITY = _Kind("Level", _verbosity, _logging(log_options.parse_verbosity))
+LOG_FORMAT = _Kind("string", _logging(log_options.parse_format), _logging(log_options.parse_format),
+                   empty_is_unset=True)
+FLUSH_FREQUENCY = _Kind("duration", lambda t: _flush_frequency(t), _flush_frequency)
+VMODULE = _Kind("[]VModuleItem", _logging(log_options.parse_vmodule), _logging(log_options.parse_vmodule))
+LOG_FORMAT_OPTIONS = _Kind("FormatOptions", _logging(log_options.parse_options), _logging(log_options.parse_options))
+SHUTDOWN_GRACE_PERIOD = _Kind("duration", _shutdown_grace_period("shutdownGracePeriod"),
+                              _text_then(_shutdown_grace_period("shutdownGracePeriod")))
+SHUTDOWN_GRACE_PERIOD_CRITICAL_PODS = _Kind(
+    "duration", _shutdown_grace_period("shutdownGracePeriodCriticalPods"),
+    _text_then(_shutdown_grace_period("shutdownGracePeriodCriticalPods")))
+# A pointer upstream: in the file an explicit value, 0s too, is checked (zero_is_default=False).
+MAX_RESTART_PERIOD = _Kind("duration", _max_container_restart_period, _text_then(_max_container_restart_period))
+SWAP_BEHAVIOR = _Kind("string", _swap_behavior, _text_then(_swap_behavior), empty_is_unset=True)
+# volumeStatsAggPeriod: any duration, as upstream's flag (a DurationVar); 0 or negative turns volume stats off
+# (in the file 0 means the default, 1m).
+ANY_DURATION = _Kind("duration", parse_duration, _text_then(parse_duration))
 # Fields that are pointers upstream (nil is the default): in the file an explicit 0 is a value, and is checked.
 LANGLE_MAP = _Kind("mapStringString", _langle_pairs, lambda v: _frozen(_yaml_string_map(v)), accumulate=_merge)
 STRING_MAP = _Kind("mapStringString", lambda t: _frozen(_pairs(t)), lambda v: _frozen(_yaml_string_map(v)),
@@ -1090,6 +1204,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Directory (or one file) of static pod manifests. Empty: no static pods."),
     Setting("file_check_frequency", "file-check-frequency", "fileCheckFrequency", DURATION, "20s",
             "How often the static pod path is checked for changes."),
+    Setting("http_check_frequency", None, "httpCheckFrequency", DURATION, "20s",
+            "How often upstream reads staticPodURL for static pods, its only use. kopflet refuses staticPodURL, "
+            "so, as upstream without one, this has no effect; accepted (kubeadm writes it) and shown in /configz."),
     Setting("resync_period", "sync-frequency", "syncFrequency", DURATION, "1m0s",
             "Every pod is synced with the runtime at least this often."),
     Setting("max_pods", "max-pods", "maxPods", COUNT, "110",
@@ -1130,8 +1247,20 @@ SETTINGS: tuple[Setting, ...] = (
             "Port of the /healthz liveness endpoint; 0 disables it.", zero_is_default=False),
     Setting("healthz_bind_address", "healthz-bind-address", "healthzBindAddress", IP, "127.0.0.1",
             "Address the /healthz endpoint listens on."),
-    Setting("log_verbosity", "v", None, VERBOSITY, "0",
-            "Log verbosity: 4 and above log at debug level, 6 and above also asyncio's debug logs."),
+    Setting("log_verbosity", "v", "logging.verbosity", VERBOSITY, "0",
+            "Log verbosity: 4 and above log at debug level, 6 and above also asyncio's debug logs. The flag wins "
+            "over the file's logging.verbosity (the kopflet command; under kopf run, Kopf's own options)."),
+    # The rest of upstream's LoggingConfiguration (component-base logs/api/v1), at what kopflet's logging does.
+    Setting("log_format", None, "logging.format", LOG_FORMAT, "text",
+            "Log format: only text (empty is text); json is refused: kopflet does not have it yet."),
+    Setting("log_flush_frequency", None, "logging.flushFrequency", FLUSH_FREQUENCY, "5s",
+            "The most a log line waits in a buffer before it is written (a duration, or nanoseconds); kopflet "
+            "writes each line at once, so any value holds. Negative is refused (as upstream)."),
+    Setting("log_vmodule", None, "logging.vmodule", VMODULE, "none",
+            "Per-file verbosity ({filePattern, verbosity} items): only empty; kopflet does not have it yet."),
+    Setting("log_options", None, "logging.options", LOG_FORMAT_OPTIONS, "none",
+            "The text and json formats' options: only upstream's defaults, splitStream false and infoBufferSize "
+            "\"0\" (as kubeadm writes them); kopflet does not have the others yet."),
     # The kubelet API server (HTTPS): logs, exec/attach/port-forward, pods, stats, metrics.
     Setting("address", "address", "address", IP, "0.0.0.0",
             "The IP address the kubelet API serves on (0.0.0.0 or :: for all interfaces)."),
@@ -1240,6 +1369,28 @@ SETTINGS: tuple[Setting, ...] = (
             "requesting it fit), and a pod over an emptyDir sizeLimit or its ephemeral-storage limits is evicted. "
             "Off: neither, nor does the Ready condition need ephemeral-storage capacity; for hosts where the root "
             "filesystem's usage cannot be measured (upstream names rootless kind).", zero_is_default=False),
+    # Volume stats (upstream's fsResourceAnalyzer: kubelet.go NewResourceAnalyzer(VolumeStatsAggPeriod)).
+    Setting("volume_stats_agg_period", "volume-stats-agg-period", "volumeStatsAggPeriod", ANY_DURATION, "1m0s",
+            "How long a pod's volume measurements (a du of each emptyDir, configMap, secret, downwardAPI and "
+            "projected volume, for /stats/summary and the local storage evictions) are reused before they are "
+            "taken again. 0 or negative: volumes are not measured (in the file, 0 means the default), so neither "
+            "the summary nor the emptyDir sizeLimit evictions see them, as upstream."),
+    # Swap (upstream memorySwap, NodeSwap locked on: kuberuntime configureContainerSwapResources).
+    Setting("memory_swap_behavior", None, "memorySwap.swapBehavior", SWAP_BEHAVIOR, "NoSwap",
+            "NoSwap (or empty, the same): containers get no swap where the node has a swap controller (cgroup v1 "
+            "memory.memsw.limit_in_bytes: the memory+swap limit equals the memory limit; cgroup v2 "
+            "memory.swap.max: 0). LimitedSwap is refused: kopflet does not implement it."),
+    # Graceful node shutdown (upstream's node shutdown manager, which kopflet does not have).
+    Setting("shutdown_grace_period", None, "shutdownGracePeriod", SHUTDOWN_GRACE_PERIOD, "0s",
+            "Only 0s (graceful node shutdown off, upstream's default): kopflet has no node shutdown manager, so any "
+            "other value is refused."),
+    Setting("shutdown_grace_period_critical_pods", None, "shutdownGracePeriodCriticalPods",
+            SHUTDOWN_GRACE_PERIOD_CRITICAL_PODS, "0s", "Only 0s, as shutdownGracePeriod."),
+    # The crash-loop backoff's cap (upstream KubeletCrashLoopBackOffMax, on by default: newCrashLoopBackOff).
+    Setting("max_container_restart_period", None, "crashLoopBackOff.maxContainerRestartPeriod", MAX_RESTART_PERIOD,
+            "5m0s", "The crash-loop backoff's cap: only 5m0s, kopflet's (and upstream's default); upstream's range "
+            "is 1s to 300s, but kopflet cannot change its cap yet, so other values are refused.",
+            zero_is_default=False),
     # The pods' cgroups (upstream KubeletConfiguration CgroupRoot, CgroupsPerQOS, CgroupDriver).
     Setting("cgroup_root", "cgroup-root", "cgroupRoot", STRING, '""',
             "The cgroup the pods go under: their kubepods cgroup is <cgroup-root>/kubepods (/custom: /custom/kubepods; "
@@ -1370,23 +1521,23 @@ CONFIG_ENV = "KOPFLET_CONFIG"  # the config file when --config is not given (the
 # Every field of the upstream KubeletConfiguration v1beta1 (staging/src/k8s.io/kubelet/config/v1beta1/types.go)
 # that kopflet does not honour: setting one is an error, not a silent no-op.
 UNSUPPORTED_FIELDS = frozenset({
-    "enableServer", "httpCheckFrequency", "staticPodURL", "staticPodURLHeader",
+    "enableServer", "staticPodURL", "staticPodURLHeader",
     "tlsCurvePreferences",
     "registryPullQPS",
     "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
     "enableDebuggingHandlers", "enableContentionProfiling", "oomScoreAdj",
-    "nodeLeaseDurationSeconds", "volumeStatsAggPeriod", "kubeletCgroups",
+    "nodeLeaseDurationSeconds", "kubeletCgroups",
     "systemCgroups", "singleProcessOOMKill",
     "draManagerReconcilePeriod", "hairpinMode",
     "podCIDR", "resolvConf", "runOnce", "cpuCFSQuota", "cpuCFSQuotaPeriod", "nodeStatusMaxImages",
     "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls",
     "podsPerCore", "enableControllerAttachDetach",
     "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit",
-    "failSwapOn", "memorySwap",     "configMapAndSecretChangeDetectionStrategy",
+    "failSwapOn", "configMapAndSecretChangeDetectionStrategy", "defaultPodSysctls",
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup",
-    "volumePluginDir", "providerID", "kernelMemcgNotification", "logging", "enableSystemLogHandler",
-    "enableSystemLogQuery", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods",
-    "shutdownGracePeriodByPodPriority", "crashLoopBackOff", "enableProfilingHandler",
+    "volumePluginDir", "providerID", "kernelMemcgNotification", "enableSystemLogHandler",
+    "enableSystemLogQuery",
+    "shutdownGracePeriodByPodPriority", "enableProfilingHandler",
     "enableDebugFlagsHandler", "memoryThrottlingFactor", "memoryReservationPolicy",
     "registerNode", "tracing", "failCgroupV1", "userNamespaces",
 })

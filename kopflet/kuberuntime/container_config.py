@@ -147,14 +147,17 @@ def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capa
                     cpu_cfs_quota: bool = True, memory_oom_group: bool = False,
                     hugepage_sizes: Sequence[str] = (), cpuset_cpus: str = "",
                     cpuset_mems: str = "",
-                    exclusive_cpus: helpers.ExclusiveCPUs = helpers.NO_EXCLUSIVE_CPUS) -> cri.LinuxContainerResources:
-    """The container's cgroup settings (upstream `generateLinuxContainerResources`).
+                    exclusive_cpus: helpers.ExclusiveCPUs = helpers.NO_EXCLUSIVE_CPUS,
+                    swap: helpers.SwapController = helpers.SwapController.NONE) -> cri.LinuxContainerResources:
+    """The container's cgroup settings (upstream `generateLinuxContainerResources`), at creation and for each
+    in-place resize's UpdateContainerResources.
 
     cpu shares from the cpu request, or from the cpu limit when no request is set (what the apiserver
     would have defaulted), 2 when neither; CFS period 100ms and quota from the limit; memory limit;
     oom_score_adj by QoS class. `memory_oom_group` asks for ``memory.oom.group=1`` (upstream does so on
     cgroup v2 nodes unless singleProcessOOMKill). `hugepage_sizes` are the node's page sizes
-    (`hugepage_page_sizes`), each given a limit (`hugepage_limits`). Swap is not configured. `cpuset_cpus` is what
+    (`hugepage_page_sizes`), each given a limit (`hugepage_limits`). `swap` is the node's swap controller: the
+    container gets no swap through it (`configure_no_swap`). `cpuset_cpus` is what
     the CPU manager gives the container (upstream PreCreateContainer: its exclusive CPUs or the shared pool under
     the static policy; "" leaves the runtime's default), `cpuset_mems` the NUMA nodes of the memory manager's
     blocks for it (the Static policy; "" leaves the runtime's default). `exclusive_cpus` are the pod's exclusive
@@ -169,7 +172,7 @@ def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capa
     if cpu_cfs_quota:  # upstream calculateLinuxResources(..., disableCPUQuota)
         quota = -1 if helpers.container_has_exclusive_cpus(exclusive_cpus, container.name) else \
             helpers.milli_cpu_to_quota(effective.cpu_limit_milli)
-    return cri.LinuxContainerResources(
+    return configure_no_swap(cri.LinuxContainerResources(
         cpu_shares=helpers.milli_cpu_to_shares(effective.cpu_request_milli),
         cpu_period=helpers.QUOTA_PERIOD if cpu_cfs_quota else 0,
         cpu_quota=quota,
@@ -179,7 +182,20 @@ def linux_resources(pod: spec.Pod, container: spec.ContainerSpec, *, memory_capa
         unified={"memory.oom.group": "1"} if memory_oom_group else {},
         cpuset_cpus=cpuset_cpus,
         cpuset_mems=cpuset_mems,
-    )
+    ), swap)
+
+
+def configure_no_swap(resources: cri.LinuxContainerResources,
+                      swap: helpers.SwapController) -> cri.LinuxContainerResources:
+    """Upstream configureContainerSwapResources for NoSwap, what every container gets with memorySwap.swapBehavior
+    "" or NoSwap (the only behaviours kopflet takes; GetContainerSwapBehavior): without a swap controller nothing;
+    on cgroup v1 (ConfigureNoSwap) the memory+swap limit equal to the memory limit, so no swap beyond it (0, no
+    limit, stays 0: runc then leaves memsw alone); on cgroup v2 (configureSwap) memory.swap.max 0."""
+    if swap is helpers.SwapController.V1:
+        return dataclasses.replace(resources, memory_swap_limit_in_bytes=resources.memory_limit_in_bytes)
+    if swap is helpers.SwapController.V2:
+        return dataclasses.replace(resources, unified={**resources.unified, helpers.CGROUP2_MAX_SWAP: "0"})
+    return resources
 
 
 def calculate_linux_resources(cpu_request: qos.Quantity | None, cpu_limit: qos.Quantity | None,
@@ -445,7 +461,8 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
                            devices: Sequence[cri.Device] = (),
                            cdi_devices: Sequence[str] = (),
                            device_annotations: Mapping[str, str] = {},
-                           exclusive_cpus: helpers.ExclusiveCPUs = helpers.NO_EXCLUSIVE_CPUS) -> cri.ContainerConfig:
+                           exclusive_cpus: helpers.ExclusiveCPUs = helpers.NO_EXCLUSIVE_CPUS,
+                           swap: helpers.SwapController = helpers.SwapController.NONE) -> cri.ContainerConfig:
     """The ContainerConfig for CreateContainer (upstream `generateContainerConfig`).
 
     `restart_count` is the new instance's (the previous instance's count + 1, 0 for the first): it becomes
@@ -455,12 +472,12 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
     `masked_paths` are the node's default masked paths, `seccomp_profile_root` its ``<root-dir>/seccomp``,
     `seccomp_default` the kubelet's ``seccompDefault`` and `userns` the sandbox's user namespace
     (`container_security_context`); `hugepage_sizes` its hugepage sizes, `cpuset_cpus` the CPU manager's cpuset,
-    `exclusive_cpus` the pod's exclusive CPUs (no CFS quota for a container holding some) and `cpuset_mems` the
-    memory manager's NUMA nodes for it (`linux_resources`). `devices`, `cdi_devices` and
-    `device_annotations` come from the device plugins' Allocate answers (upstream makeDevices, makeCDIDevices;
-    newContainerAnnotations lets the kubelet's own annotations override the plugins'); their envs and mounts are
-    the caller's, before the container's own. runAsNonRoot is the
-    caller's check first (`verify_run_as_non_root`). Raises ContainerConfigError.
+    `exclusive_cpus` the pod's exclusive CPUs (no CFS quota for a container holding some), `cpuset_mems` the
+    memory manager's NUMA nodes for it and `swap` the node's swap controller (`linux_resources`). `devices`,
+    `cdi_devices` and `device_annotations` come from the device plugins' Allocate answers (upstream makeDevices,
+    makeCDIDevices; newContainerAnnotations lets the kubelet's own annotations override the plugins'); their envs
+    and mounts are the caller's, before the container's own. runAsNonRoot is the caller's check first
+    (`verify_run_as_non_root`). Raises ContainerConfigError.
 
     With a user namespace of its own (``hostUsers: false``: `userns` in mode POD), every mount carries its ID
     mappings, so the runtime makes it an idmapped mount (upstream applyPlatformSpecificContainerConfig sets the
@@ -488,7 +505,7 @@ def build_container_config(pod: spec.Pod, container: spec.ContainerSpec, *,
             resources=linux_resources(pod, container, memory_capacity=memory_capacity, cpu_cfs_quota=cpu_cfs_quota,
                                       memory_oom_group=memory_oom_group, hugepage_sizes=hugepage_sizes,
                                       cpuset_cpus=cpuset_cpus, cpuset_mems=cpuset_mems,
-                                      exclusive_cpus=exclusive_cpus),
+                                      exclusive_cpus=exclusive_cpus, swap=swap),
             security_context=target_pid_namespace(
                 container_security_context(pod, container, masked_paths=masked_paths,
                                            seccomp_profile_root=seccomp_profile_root,
@@ -504,6 +521,7 @@ __all__ = [
     "ContainerConfigError",
     "apparmor_profile",
     "build_container_config",
+    "configure_no_swap",
     "container_security_context",
     "etc_hosts_mount",
     "expand_command_and_args",

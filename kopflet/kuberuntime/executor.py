@@ -78,6 +78,9 @@ class PodSyncer:
     cgroup_layout: CgroupLayout = DEFAULT_LAYOUT
     """Where the pod cgroups are (the cgroups' layout, set by the constructor; the default for parts built without
     `__init__` in tests)."""
+    swap_controller: helpers.SwapController = helpers.SwapController.NONE
+    """The node's swap controller (`cgroups.swap_controller`, read once at start): containers get no swap through it
+    (upstream NoSwap), at creation and at each in-place resize."""
 
     def __init__(self, cfg: AgentConfig, cri_client: CriClient, api: KubeClient, recorder: EventRecorder,
                  images: ImageManager, backoff: backoffs.Backoff, dns: sandbox_config.DnsSettings,
@@ -89,15 +92,18 @@ class PodSyncer:
                  masked_paths: Sequence[str] = container_config.DEFAULT_MASKED_PATHS,
                  before_pod_cgroup: Callable[[], Awaitable[None]] | None = None,
                  cpus: CPUManager | None = None, devices: DeviceManager | None = None,
-                 memory: MemoryManager | None = None, userns: UsernsManager | None = None) -> None:
+                 memory: MemoryManager | None = None, userns: UsernsManager | None = None,
+                 swap_controller: helpers.SwapController = helpers.SwapController.NONE) -> None:
         """The parts default to ones of its own; the node's composition root (`kopflet.node`) passes its own.
         `hugepage_sizes` and `masked_paths` are the host's (`read_host_container_facts`); `before_pod_cgroup` brings
         the QoS tiers up to date before a new pod cgroup is made (the container manager's `update_qos`); `cpus` is
         the CPU manager, which gives each container its cpuset at creation; `memory` the memory manager, which
         gives it its NUMA nodes (``cpuset.mems``); `devices` the device manager, whose plugins' Allocate answers go
         into the container's config; `userns` the user namespace manager, which gives ``hostUsers: false`` pods
-        their ID ranges (none of its own: it reads every pod directory when built)."""
+        their ID ranges (none of its own: it reads every pod directory when built); `swap_controller` the node's
+        (`cgroups.swap_controller`)."""
         self.before_pod_cgroup, self.cpus, self.devices, self.memory = before_pod_cgroup, cpus, devices, memory
+        self.swap_controller = swap_controller
         self.userns = userns
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
         self.layout = layout if layout is not None else cfg.layout
@@ -367,7 +373,8 @@ class PodSyncer:
         shaped = dataclasses.replace(container, resources=resources)
         linux = container_config.linux_resources(pod, shaped, memory_capacity=self.node_memory_capacity,
                                                  hugepage_sizes=self.hugepage_sizes,
-                                                 exclusive_cpus=self.exclusive_cpus(pod))
+                                                 exclusive_cpus=self.exclusive_cpus(pod),
+                                                 swap=self.swap_controller)  # as at creation: upstream's
         await self.cri.containers.update_resources(update.container_id, linux)
         result.resized.append(update.container_id)
         actuated = self.allocations.actuation(pod.uid)
@@ -516,7 +523,8 @@ class PodSyncer:
                 devices=[cri.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
                          for d in device_opts.devices],
                 cdi_devices=device_opts.cdi_devices, device_annotations=dict(device_opts.annotations),
-                exclusive_cpus=self.exclusive_cpus(pod))  # no CFS quota on exclusive CPUs
+                exclusive_cpus=self.exclusive_cpus(pod),  # no CFS quota on exclusive CPUs
+                swap=self.swap_controller)
             container_id = await self.cri.containers.create(sandbox_id, ccfg, config)
         except container_config.ContainerConfigError as exc:  # upstream generateContainerConfig's errors
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))

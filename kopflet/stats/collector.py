@@ -45,8 +45,8 @@ logger = logging.getLogger(__name__)
 
 NODE_CPU_KEY: Final = ""  # the node's entry in the CPU sample cache (container and sandbox ids are never empty)
 VOLUME_STATS_PERIOD: Final = 60.0
-"""How long a pod's volume measurement is reused: upstream volumeStatsAggPeriod's default (1m), the period of
-its volume stats calculators (a du of every volume is not cheap)."""
+"""How long a pod's volume measurement is reused by default: upstream volumeStatsAggPeriod's default (1m), the period
+of its volume stats calculators (a du of every volume is not cheap)."""
 VOLUME_STATS_WAIT: Final = 5.0
 """How long a collection waits for a volume measurement in progress before it reports what it has (the previous
 measurement; none yet for a new pod). Upstream's calculators run in the background and the summary never waits
@@ -400,9 +400,13 @@ class StatsCollector:
         sysfs: str = "/sys",
         etc: str = "/etc",
         pod_cgroup_candidates: PodCgroupCandidates = DEFAULT_LAYOUT.pod_cgroup_candidates,
+        volume_stats_period: float = VOLUME_STATS_PERIOD,
     ) -> None:
-        """`pod_cgroup_candidates`: where a pod's cgroup may be (the node's cgroup layout)."""
+        """`pod_cgroup_candidates`: where a pod's cgroup may be (the node's cgroup layout). `volume_stats_period`:
+        volumeStatsAggPeriod, how long a volume measurement is reused; 0 or negative: volumes are never measured
+        (upstream's fsResourceAnalyzer with a calcPeriod <= 0: "Volume stats collection disabled")."""
         self.cri, self.node_name, self.layout = cri_client, node_name, layout
+        self.volume_stats_period = volume_stats_period
         self.pod_cgroup_candidates = pod_cgroup_candidates
         self.proc, self.cgroup_root = Path(proc), Path(cgroup_root)
         self.sysfs, self.etc = Path(sysfs), Path(etc)
@@ -506,16 +510,19 @@ class StatsCollector:
     async def _with_volumes(self, pods: tuple[summary.PodSample, ...]) -> tuple[summary.PodSample, ...]:
         """The pods with their volumes' last measurement (upstream fsResourceAnalyzer: a cache the summary reads).
 
-        The pods not measured within VOLUME_STATS_PERIOD (volumeStatsAggPeriod) are measured again off the event
+        The pods not measured within `volume_stats_period` (volumeStatsAggPeriod) are measured again off the event
         loop, one measurement at a time, which this collection waits for up to VOLUME_STATS_WAIT; a slower one
-        goes on and is reported by the collections after it. The cache forgets the pods no longer running.
+        goes on and is reported by the collections after it. The cache forgets the pods no longer running. With the
+        period 0 or negative nothing is measured: the pods have no volume stats, as upstream's.
         """
+        if self.volume_stats_period <= 0:
+            return pods
         running = {p.uid for p in pods}
         self._volumes = {uid: cached for uid, cached in self._volumes.items() if uid in running}
         if self._measuring is None or self._measuring.done():
             now = time.monotonic()
             stale = [p.uid for p in pods
-                     if p.uid not in self._volumes or now - self._volumes[p.uid][0] >= VOLUME_STATS_PERIOD]
+                     if p.uid not in self._volumes or now - self._volumes[p.uid][0] >= self.volume_stats_period]
             if stale:
                 self._measuring = asyncio.create_task(self._measure_volumes(stale))
         if self._measuring is not None and not self._measuring.done():

@@ -492,6 +492,18 @@ podPidsLimit: 1024
 protectKernelDefaults: true
 featureGates: {QOSReserved: true}
 qosReserved: {memory: 50%}
+httpCheckFrequency: 40s
+volumeStatsAggPeriod: 2m
+memorySwap: {swapBehavior: NoSwap}
+logging:
+  format: text
+  flushFrequency: 2s
+  verbosity: 3
+  vmodule: []
+  options: {text: {infoBufferSize: "0"}, json: {splitStream: false, infoBufferSize: 0}}
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+crashLoopBackOff: {maxContainerRestartPeriod: 5m}
 """
 
 
@@ -532,6 +544,8 @@ def test_full_config_file() -> None:
         streaming_connection_idle_timeout=1800.0, event_record_qps=0, event_burst=20, pod_pids_limit=1024,
         protect_kernel_defaults=True, cgroup_root="/custom", cgroups_per_qos=False, cgroup_driver="systemd",
         feature_gates={"QOSReserved": True}, qos_reserved={"memory": "50%"},
+        http_check_frequency=40.0, volume_stats_agg_period=120.0, memory_swap_behavior="NoSwap", log_verbosity=3,
+        log_flush_frequency=2.0,
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 

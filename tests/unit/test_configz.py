@@ -14,7 +14,7 @@ from tests.unit.test_config import FULL_FILE, HEADER
 
 DEFAULTS = {
     "kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1",
-    "podLogsDir": "/var/log/pods", "syncFrequency": "1m0s", "fileCheckFrequency": "20s",
+    "podLogsDir": "/var/log/pods", "syncFrequency": "1m0s", "fileCheckFrequency": "20s", "httpCheckFrequency": "20s",
     "address": "0.0.0.0", "port": 10250,
     "authentication": {"x509": {}, "webhook": {"enabled": True, "cacheTTL": "2m0s"}, "anonymous": {"enabled": False}},
     "authorization": {"mode": "Webhook", "webhook": {"cacheAuthorizedTTL": "5m0s", "cacheUnauthorizedTTL": "30s"}},
@@ -23,7 +23,7 @@ DEFAULTS = {
     "streamingConnectionIdleTimeout": "4h0m0s",
     "nodeStatusUpdateFrequency": "10s", "nodeStatusReportFrequency": "5m0s",
     "imageMinimumGCAge": "2m0s", "imageMaximumGCAge": "0s",
-    "imageGCHighThresholdPercent": 85, "imageGCLowThresholdPercent": 80,
+    "imageGCHighThresholdPercent": 85, "imageGCLowThresholdPercent": 80, "volumeStatsAggPeriod": "1m0s",
     "cgroupsPerQOS": True, "cgroupDriver": "cgroupfs",
     "cpuManagerPolicy": "none", "cpuManagerReconcilePeriod": "10s", "memoryManagerPolicy": "None",
     "topologyManagerPolicy": "none", "topologyManagerScope": "container",
@@ -31,8 +31,13 @@ DEFAULTS = {
     "evictionHard": {"imagefs.available": "15%", "imagefs.inodesFree": "5%", "memory.available": "100Mi",
                      "nodefs.available": "10%", "nodefs.inodesFree": "5%"},
     "evictionPressureTransitionPeriod": "5m0s", "mergeDefaultEvictionSettings": False,
+    "memorySwap": {},
     "containerLogMaxSize": "10Mi", "containerLogMaxFiles": 5, "containerLogMaxWorkers": 1,
-    "containerLogMonitorInterval": "10s", "enforceNodeAllocatable": ["pods"], "seccompDefault": False,
+    "containerLogMonitorInterval": "10s", "enforceNodeAllocatable": ["pods"],
+    "logging": {"format": "text", "flushFrequency": "5s", "verbosity": 0,
+                "options": {"text": {"infoBufferSize": "0"}, "json": {"infoBufferSize": "0"}}},
+    "shutdownGracePeriod": "0s", "shutdownGracePeriodCriticalPods": "0s",
+    "crashLoopBackOff": {"maxContainerRestartPeriod": "5m0s"}, "seccompDefault": False,
     "localStorageCapacityIsolation": True,
     "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
     "imageServiceEndpoint": "unix:///run/containerd/containerd.sock",
@@ -130,9 +135,9 @@ def test_every_honoured_field_is_served() -> None:
     cfg = settings.load(["--config=/k.yaml", "--kubeconfig=/k"], {}, "n", lambda _: HEADER + FULL_FILE)
     paths = set(configz.field_paths(configz.kubelet_configuration(cfg)))
     # readOnlyPort takes only 0, which encoding/json leaves out (omitempty): upstream's body has no readOnlyPort
-    # for a disabled port either.
-    assert {s.field for s in settings.SETTINGS if s.field} - {"readOnlyPort"} <= paths
-    assert "readOnlyPort" not in paths
+    # for a disabled port either; logging.vmodule takes only the empty list, left out the same way.
+    assert {s.field for s in settings.SETTINGS if s.field} - {"readOnlyPort", "logging.vmodule"} <= paths
+    assert "readOnlyPort" not in paths and "logging.vmodule" not in paths
     assert paths - {s.field for s in settings.SETTINGS if s.field} == {"kind", "apiVersion"}
 
 

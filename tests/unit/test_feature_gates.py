@@ -333,7 +333,7 @@ def test_configz_places_them_in_the_v1beta1_order() -> None:
     assert keys.index("qosReserved") == keys.index("topologyManagerPolicyOptions") + 1
     assert keys[keys.index("qosReserved") + 1] == "runtimeRequestTimeout"
     assert keys.index("featureGates") == keys.index("protectKernelDefaults") + 1
-    assert keys[keys.index("featureGates") + 1] == "containerLogMaxSize"
+    assert keys[keys.index("featureGates") + 1] == "memorySwap"  # types.go: failSwapOn (refused), then memorySwap
     empty = configz.kubelet_configuration(AgentConfig(node_name="n"))
     assert "qosReserved" not in empty and "featureGates" not in empty
     assert '"featureGates":{"QOSReserved":true}' in configz.configz_body(AgentConfig(

@@ -75,6 +75,17 @@ def test_go_duration_truncated_to_the_millisecond(seconds: float, text: str) -> 
 # ------------------------------------------------------------------------------- CanonicalMIMEHeaderKey
 
 
+@pytest.mark.parametrize(("value", "text"), [
+    (600.0, "600"), (300.0, "300"), (0.5, "0.5"), (0.999, "0.999"), (300.001, "300.001"), (1e-5, "1e-05"),
+    (1.5e-7, "1.5e-07"), (0.0001, "0.0001"), (123456.0, "123456"), (1234567.0, "1.234567e+06"), (1e21, "1e+21"),
+    (1.2345678901234568e17, "1.2345678901234568e+17"), (-0.25, "-0.25"), (0.0, "0"), (float("inf"), "+Inf"),
+    (float("nan"), "NaN"), (-2e-9, "-2e-09"),
+])
+def test_go_float(value: float, text: str) -> None:
+    """fmt's %v of a float64 (the seconds in upstream's crashLoopBackOff message)."""
+    assert gotext.go_float(value) == text
+
+
 @pytest.mark.parametrize(("name", "canonical"), [
     ("sec-websocket-protocol", "Sec-Websocket-Protocol"), ("x-stream-protocol-version", "X-Stream-Protocol-Version"),
     ("upgrade", "Upgrade"), ("USER-AGENT", "User-Agent"),  # from test_server.py

@@ -149,3 +149,23 @@ def test_the_container_manager_checks_the_kernel_tunables_under_proc_sys(protect
 ])
 def test_the_event_recorder_gets_event_qps_and_burst(settings: dict[str, int], limit: Limit | None) -> None:
     assert node("node-a", "/var/lib/a", **settings).recorder._limit == limit
+
+
+def test_the_swap_controller_and_the_volume_stats_period_are_wired() -> None:
+    """HostFacts' swap controller reaches the pod syncer (NoSwap at creation and resize); volumeStatsAggPeriod the
+    stats collector."""
+    from kopflet.cm.helpers import SwapController
+    n = node("node-a", "/var/lib/a", dataclasses.replace(HOST, swap_controller=SwapController.V1),
+             volume_stats_agg_period=-1.0)
+    assert n.executor.swap_controller is SwapController.V1
+    assert n.stats.volume_stats_period == -1.0
+    assert node("node-b", "/var/lib/b").executor.swap_controller is SwapController.NONE
+
+
+async def test_host_facts_read_the_swap_controller(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopflet import node as node_module
+    from kopflet.cm.helpers import SwapController
+    monkeypatch.setattr(node_module, "read_machine_facts", lambda *_, **__: HOST.machine)
+    monkeypatch.setattr(node_module, "read_host_container_facts", lambda: ((), ()))
+    monkeypatch.setattr(node_module, "swap_controller", lambda: SwapController.V2)
+    assert (await HostFacts.read(AgentConfig(node_name="n"))).swap_controller is SwapController.V2

@@ -625,7 +625,7 @@ def fake_node(tmp_path: Path) -> dict[str, Path]:
     return {"proc": proc, "cgroup": cgroup, "logs": logs, "root": root}
 
 
-def make_collector(fake: FakeCri, paths: dict[str, Path]) -> agent_stats.StatsCollector:
+def make_collector(fake: FakeCri, paths: dict[str, Path], **options: Any) -> agent_stats.StatsCollector:
     client: Any = fake
     return agent_stats.StatsCollector(
         client,
@@ -633,6 +633,7 @@ def make_collector(fake: FakeCri, paths: dict[str, Path]) -> agent_stats.StatsCo
         layout=Layout(str(paths["root"]), str(paths["logs"])),
         proc=str(paths["proc"]),
         cgroup_root=str(paths["cgroup"]),
+        **options,
     )
 
 
@@ -758,9 +759,21 @@ async def test_collector_measures_volumes_each_minute_and_host_files_each_time(
     (scratch / "more").write_bytes(b"m" * 100000)
     again = (await collector.collect()).pods[1]
     assert again.volumes["scratch"] == web.volumes["scratch"]  # within VOLUME_STATS_PERIOD: reused
-    monkeypatch.setattr(agent_stats, "VOLUME_STATS_PERIOD", 0.0)
+    monkeypatch.setattr(collector, "volume_stats_period", 1e-9)  # the period has gone by
     later = (await collector.collect()).pods[1]
     assert later.volumes["scratch"].usage.used_bytes == _blocks(scratch, scratch / "f", scratch / "more")
+
+
+@pytest.mark.parametrize("period", [0.0, -60.0])
+async def test_collector_measures_no_volumes_when_the_period_is_not_positive(
+        fake_node: dict[str, Path], period: float) -> None:
+    """volumeStatsAggPeriod 0 (the flag's; the file's 0 is the default) or negative: upstream's fsResourceAnalyzer
+    never starts, so the summary has no volume stats (the pod's logs and etc-hosts are still measured)."""
+    _pod_files(fake_node["root"], "uid-web")
+    collector = make_collector(FakeCri(image_fs=str(fake_node["root"])), fake_node, volume_stats_period=period)
+    web = (await collector.collect()).pods[1]
+    assert web.volumes == {} and web.etc_hosts is not None
+    assert "volume" not in (await collector.summary())["pods"][1]
 
 
 async def test_collector_reports_the_volumes_in_the_summary(fake_node: dict[str, Path]) -> None:
