@@ -92,7 +92,8 @@ def kubectl(layout: Layout, *args: str, check: bool = True) -> subprocess.Comple
 
 
 def build(layout: Layout) -> None:
-    """kubeadm, kube-proxy, etcd and CoreDNS binaries, then every image kubeadm pulls, into the registry."""
+    """kubeadm, kube-proxy, etcd and CoreDNS binaries (`build-binaries.sh --cluster`), which the images kubeadm pulls
+    are made of."""
     subprocess.run(["bash", str(REPO / "devstack" / "build-binaries.sh"), "--cluster"], check=True,
                    stdout=subprocess.DEVNULL)
 
@@ -160,6 +161,7 @@ def up(layout: Layout) -> None:
                                        f"needs; stop it first (make down)")
     build(layout)
     stack.up(layout, only=BASE_COMPONENTS)
+    stack.push_images(layout)  # with the cluster's binaries built, the images kubeadm pulls too (skips what is there)
     install_kubelet(layout)
     start_kubelet(layout)
     if not ADMIN_CONF.exists():

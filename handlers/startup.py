@@ -30,6 +30,7 @@ from kopflet.certificate.csr import CsrDenied, CsrError
 from kopflet.certificate.manager import ManagerError, new_client_manager
 from kopflet.certificate.openssl import OpensslError
 from kopflet.client.kubeapi import Credentials
+from kopflet.cm.cgroups import is_cgroup2
 from kopflet.cm.container_manager import CgroupConfigError, KernelTunablesError
 from kopflet.cm.cpumanager.manager import CPUManagerError
 from kopflet.cm.devicemanager.manager import DeviceManagerError
@@ -45,6 +46,10 @@ RUNTIME_RETRY_DELAY = 5.0
 # With rotateCertificates, Kopf's watch requests end after this (client-go reflectors ask for 5-10 minutes): Kopf
 # takes a renewed client certificate at its first request after its credentials' expiration, and its pod watch is
 # otherwise one request for as long as the apiserver keeps it (30-60 minutes).
+FAIL_CGROUP_V1_MESSAGE = ("kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is "
+                          "unsupported and will be removed in a future release")
+
+
 class EndlessBackoffs:
     """Kopf's retries of a failed API request (a refused connection, a 5xx, a timeout), never given up: Kopf's
     default gives up after about a minute and the operator exits. A kubelet outlives any apiserver outage
@@ -76,6 +81,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
         cfg = configuration.from_env(os.environ, socket.gethostname(), read_file=configuring.read_text)
     except configuration.ConfigError as exc:
         raise kopf.PermanentError(str(exc)) from exc
+    if cfg.fail_cgroup_v1 and not await asyncio.to_thread(is_cgroup2):
+        # upstream validateKubeletOSConfiguration, at start: the kubelet exits
+        raise kopf.PermanentError(f"failed to validate kubelet configuration, error: {FAIL_CGROUP_V1_MESSAGE}")
     if not cfg.node_ip:
         cfg = dataclasses.replace(cfg, node_ip=detect_node_ip())
     settings.watching.field_selectors["v1", "pods"] = cfg.pod_field_selector

@@ -185,6 +185,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("localStorageCapacityIsolation", lambda c: c.local_storage_capacity_isolation, False),
     ("containerRuntimeEndpoint", lambda c: c.runtime_endpoint, False),  # no omitempty upstream
     ("imageServiceEndpoint", lambda c: c.image_endpoint, True),
+    ("failCgroupV1", lambda c: c.fail_cgroup_v1, False),  # a *bool upstream defaults: always there
 )
 
 

@@ -181,6 +181,9 @@ class AgentConfig:
     pod_pids_limit: int = -1
     """``podPidsLimit``: each pod cgroup's ``pids.max`` when positive; -1 or 0: none of its own (the pod is held by
     ``kubepods``' limit only)."""
+    fail_cgroup_v1: bool = False
+    """``failCgroupV1``: refuse to start on a cgroup v1 host. Off by default, unlike upstream v1.37 (on): kopflet
+    keeps running where upstream's kubelet needs ``failCgroupV1: false`` (this project's own hosts among them)."""
     protect_kernel_defaults: bool = False
     """``protectKernelDefaults``: refuse to start when the kernel tunables the kubelet expects differ, instead of
     setting them."""
@@ -1477,6 +1480,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Stop (leaving pods running) when another process opens --lock-file, e.g. a new agent starting; "
             "needs --lock-file."),
     # Kernel tunables (upstream containerManagerImpl.setupNode: setupKernelTunables).
+    Setting("fail_cgroup_v1", "fail-cgroupv1", "failCgroupV1", BOOL, "false",
+            "Refuse to start on a host using cgroup v1, with upstream's error. Upstream v1.37 defaults to true; "
+            "kopflet to false, so it keeps running on the cgroup v1 hosts upstream's kubelet needs false for "
+            "(kubeadm's own instructions on cgroup v1: false, and its SystemVerification preflight check skipped)."),
     Setting("protect_kernel_defaults", "protect-kernel-defaults", "protectKernelDefaults", BOOL, "false",
             "Refuse to start when vm.overcommit_memory, vm.panic_on_oom, kernel.panic, kernel.panic_on_oops, "
             "kernel.keys.root_maxkeys or kernel.keys.root_maxbytes differ from the kubelet's values (1, 0, 10, 1, "
@@ -1539,7 +1546,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "enableSystemLogQuery",
     "shutdownGracePeriodByPodPriority", "enableProfilingHandler",
     "enableDebugFlagsHandler", "memoryThrottlingFactor", "memoryReservationPolicy",
-    "registerNode", "tracing", "failCgroupV1", "userNamespaces",
+    "registerNode", "tracing", "userNamespaces",
 })
 
 

@@ -429,6 +429,7 @@ registerWithTaints:
 - {key: example.com/spot, effect: PreferNoSchedule}
 containerRuntimeEndpoint: unix:///run/containerd/other.sock
 imageServiceEndpoint: unix:///run/images.sock
+failCgroupV1: true
 address: 10.0.0.5
 port: 10350
 tlsCertFile: /etc/kopflet/pki/serving.crt
@@ -520,7 +521,7 @@ def test_full_config_file() -> None:
         register_with_taints=(Taint("dedicated", "edge", "NoSchedule"),
                               Taint("example.com/spot", "", "PreferNoSchedule")),
         runtime_endpoint="unix:///run/containerd/other.sock", image_endpoint="unix:///run/images.sock",
-        address="10.0.0.5", port=10350, tls_cert_file="/etc/kopflet/pki/serving.crt",
+        fail_cgroup_v1=True, address="10.0.0.5", port=10350, tls_cert_file="/etc/kopflet/pki/serving.crt",
         tls_private_key_file="/etc/kopflet/pki/serving.key", tls_min_version="VersionTLS13",
         tls_cipher_suites=("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_AES_128_GCM_SHA256"),
         client_ca_file="/etc/kubernetes/pki/ca.crt",

@@ -41,6 +41,7 @@ DEFAULTS = {
     "localStorageCapacityIsolation": True,
     "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
     "imageServiceEndpoint": "unix:///run/containerd/containerd.sock",
+    "failCgroupV1": False,
 }
 
 
@@ -94,6 +95,7 @@ def test_defaults_in_the_struct_order() -> None:
       "evictionSoft": {"memory.available": "2Gi"}, "evictionSoftGracePeriod": {"memory.available": "1m"},
       "evictionMaxPodGracePeriod": 30, "evictionMinimumReclaim": {"memory.available": "0.5Gi"},
       "mergeDefaultEvictionSettings": True}),
+    ({"fail_cgroup_v1": True}, {"failCgroupV1": True}),
     ({"image_endpoint": "unix:///run/i.sock"}, {"imageServiceEndpoint": "unix:///run/i.sock"}),
     # The CPU manager; reservedSystemCPUs as written, kubeReserved's cpu kept (upstream renders before the override).
     ({"cpu_manager_policy": "static", "cpu_manager_policy_options": {"full-pcpus-only": "true"},
