@@ -13,6 +13,7 @@ and takes the renewed pair (Kopf re-runs the login handlers once a ConnectionInf
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import logging
@@ -107,14 +108,44 @@ def _login_with_kubeconfig(path: str, *, logger: logging.Logger | logging.Logger
     )
 
 
+RELOGIN_WINDOW = 60.0
+"""A login this soon after the previous one is Kopf's answer to a 401: it is held back (RELOGIN_DELAYS)."""
+RELOGIN_DELAYS = (1.0, 2.0, 4.0, 8.0, 10.0)
+
+
+def relogin_delay(since_last: float | None, repeats: int) -> float:
+    """How long a login waits: none for the first or a timely one (an expiration), else a growing delay for the
+    `repeats`-th login in a row that follows a refusal."""
+    if since_last is None or since_last >= RELOGIN_WINDOW:
+        return 0.0
+    return RELOGIN_DELAYS[min(repeats, len(RELOGIN_DELAYS) - 1)]
+
+
 @kopf.on.login()
-def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettings,
-          **_: Any) -> kopf.ConnectionInfo:
-    """Kopf's credentials: the same as the agent's client (startup's ``configure`` has put the config in memo)."""
+async def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettings,
+                **_: Any) -> kopf.ConnectionInfo:
+    """Kopf's credentials: the same as the agent's client (startup's ``configure`` has put the config in memo).
+
+    A 401 makes Kopf drop the credentials and log in again, and it refuses credentials equal to ones it dropped: the
+    node's certificate, refused once by an apiserver still starting (a kubeadm control plane this agent runs) would
+    end the agent. Each login is told apart by its ``priority`` (a generation; with one set of credentials it orders
+    nothing), and logins that follow each other closely wait a little, so a lasting refusal is retried at a bounded
+    rate, as upstream's clients retry with the same certificate."""
     cfg = memo.get("config")
     if cfg is None:
         try:
             cfg = load_agent_config()
         except configuration.ConfigError as exc:
             raise kopf.PermanentError(str(exc)) from exc
-    return connection_info(cfg, logger=logger, settings=settings, certificates=memo.get("certificates"))
+    loop = asyncio.get_running_loop()
+    last: float | None = memo.get("last_login")
+    repeats = memo.get("relogins", 0) if last is not None and loop.time() - last < RELOGIN_WINDOW else 0
+    delay = relogin_delay(None if last is None else loop.time() - last, repeats)
+    if delay:
+        logger.warning(f"the apiserver refused the node's credentials; logging in again in {delay:.0f}s")
+        await asyncio.sleep(delay)
+    info = await asyncio.to_thread(connection_info, cfg, logger=logger, settings=settings,
+                                   certificates=memo.get("certificates"))
+    generation = memo.get("login_generation", 0) + 1
+    memo.login_generation, memo.last_login, memo.relogins = generation, loop.time(), repeats + 1 if delay else 0
+    return dataclasses.replace(info, priority=generation)

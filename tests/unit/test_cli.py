@@ -7,6 +7,7 @@ and in-process with kopf.run replaced to see what it would start. The login read
 from __future__ import annotations
 
 import configparser
+import dataclasses
 import logging
 import os
 import re
@@ -162,11 +163,35 @@ def test_login_with_the_kubeconfig_flag(tmp_path: Path) -> None:
     assert info.insecure is False
 
 
-def test_kopf_and_the_agent_log_in_the_same_way(tmp_path: Path) -> None:
+async def test_kopf_and_the_agent_log_in_the_same_way(tmp_path: Path) -> None:
     cfg = AgentConfig(node_name="n", kubeconfig=str(write_kubeconfig(tmp_path)))
     settings = kopf.OperatorSettings()
-    from_handler = configuring.login(memo=kopf.Memo(config=cfg), logger=LOGGER, settings=settings)
-    assert from_handler == configuring.connection_info(cfg, logger=LOGGER, settings=settings)
+    from_handler = await configuring.login(memo=kopf.Memo(config=cfg), logger=LOGGER, settings=settings)
+    assert dataclasses.replace(from_handler, priority=0) == configuring.connection_info(cfg, logger=LOGGER,
+                                                                                         settings=settings)
+
+
+async def test_a_login_after_a_refusal_is_new_to_kopf_and_held_back(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kopf refuses credentials equal to ones a 401 made it drop; an apiserver still starting answers 401 once."""
+    sleeps: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        sleeps.append(delay)
+
+    monkeypatch.setattr(configuring.asyncio, "sleep", sleep)
+    memo = kopf.Memo(config=AgentConfig(node_name="n", kubeconfig=str(write_kubeconfig(tmp_path))))
+    infos = [await configuring.login(memo=memo, logger=LOGGER, settings=kopf.OperatorSettings()) for _ in range(4)]
+    assert [i.priority for i in infos] == [1, 2, 3, 4]  # so each differs from every one Kopf dropped
+    assert infos[0] != infos[1]
+    assert sleeps == [1.0, 2.0, 4.0]  # the first login waits for nothing
+
+
+@pytest.mark.parametrize(("since_last", "repeats", "delay"), [
+    (None, 0, 0.0), (120.0, 3, 0.0), (0.5, 0, 1.0), (0.5, 3, 8.0), (10.0, 9, 10.0),
+])
+def test_relogin_delay(since_last: float | None, repeats: int, delay: float) -> None:
+    assert configuring.relogin_delay(since_last, repeats) == delay
 
 
 def test_login_with_a_missing_kubeconfig_is_permanent(tmp_path: Path) -> None:
