@@ -31,6 +31,10 @@ ADMIN_CONF = Path("/etc/kubernetes/admin.conf")
 INIT_TIMEOUT = 900.0
 ADDONS_TIMEOUT = 300.0
 BASE_COMPONENTS = ("registry", "registry-private", "containerd")
+# kubeadm's kubelet directory: its certificates (kubelet-finalize points kubelet.conf at pki/kubelet-client-current.pem
+# there), config and pods, which `kubeadm reset` empties. kopflet's own default root (/var/lib/kopflet) is for a
+# kopflet beside another kubelet; as the kubelet of a kubeadm node it takes kubeadm's, through kubeadm-flags.env.
+KUBELET_ROOT = "/var/lib/kubelet"
 
 
 def cgroup_v1(root: Path = Path("/sys/fs/cgroup")) -> bool:
@@ -59,6 +63,9 @@ nodeRegistration:
   criSocket: {layout.runtime_endpoint}
   imagePullPolicy: IfNotPresent
   taints: []
+  kubeletExtraArgs:
+  - name: root-dir
+    value: {KUBELET_ROOT}
 ---
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: ClusterConfiguration

@@ -1,0 +1,55 @@
+"""devstack/cluster.py and devstack/kubelet_unit.py: the kubeadm configuration and the kubelet unit's command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from devstack import cluster, kubelet_unit
+from devstack.layout import Layout
+
+
+def layout(tmp_path: Path) -> Layout:
+    return Layout(root=tmp_path, cache=tmp_path / "cache", node_name="node-1")
+
+
+@pytest.mark.parametrize("v1", [True, False])
+def test_the_kubeadm_config_names_the_stack_and_kubeadms_kubelet_directory(tmp_path: Path, v1: bool) -> None:
+    docs = list(yaml.safe_load_all(cluster.kubeadm_config(layout(tmp_path), "192.0.2.2", v1=v1)))
+    init, clusterconf, kubelet = docs
+    assert init["kind"] == "InitConfiguration" and init["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    assert init["localAPIEndpoint"] == {"advertiseAddress": "192.0.2.2", "bindPort": 6443}
+    registration = init["nodeRegistration"]
+    assert registration["name"] == "node-1" and registration["taints"] == []
+    assert registration["criSocket"].startswith("unix:///")
+    assert registration["kubeletExtraArgs"] == [{"name": "root-dir", "value": "/var/lib/kubelet"}]
+    assert clusterconf["kubernetesVersion"].startswith("v1.")
+    assert clusterconf["networking"]["podSubnet"] and clusterconf["networking"]["serviceSubnet"]
+    assert kubelet["cgroupDriver"] == "cgroupfs"
+    assert ("failCgroupV1" in kubelet) is v1 and kubelet.get("failCgroupV1", False) is False
+    assert cluster.ignored_preflight(v1) == (("SystemVerification",) if v1 else ())
+
+
+def test_cgroup_v1_is_told_by_the_unified_root(tmp_path: Path) -> None:
+    assert cluster.cgroup_v1(tmp_path)
+    (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    assert not cluster.cgroup_v1(tmp_path)
+
+
+def test_environment_files_as_systemd_reads_them() -> None:
+    text = ('# kubeadm\nKUBELET_KUBEADM_ARGS="--root-dir=/var/lib/kubelet --node-ip=192.0.2.2"\n; comment\n'
+            "KUBELET_EXTRA_ARGS='--v=2'\nBARE=value\nnot an assignment\n")
+    assert kubelet_unit.parse_environment_file(text) == {
+        "KUBELET_KUBEADM_ARGS": "--root-dir=/var/lib/kubelet --node-ip=192.0.2.2", "KUBELET_EXTRA_ARGS": "--v=2",
+        "BARE": "value"}
+
+
+def test_exec_start_is_the_drop_ins_command_line() -> None:
+    env = {"KUBELET_KUBEADM_ARGS": "--root-dir=/var/lib/kubelet", "KUBELET_EXTRA_ARGS": "--v=2"}
+    assert kubelet_unit.exec_start("/usr/bin/kubelet", env) == [
+        "/usr/bin/kubelet", "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+        "--kubeconfig=/etc/kubernetes/kubelet.conf", "--config=/var/lib/kubelet/config.yaml",
+        "--root-dir=/var/lib/kubelet", "--v=2"]
+    assert kubelet_unit.exec_start("/usr/bin/kubelet", {})[-1] == "--config=/var/lib/kubelet/config.yaml"
