@@ -14,7 +14,8 @@ dev: deps venv binaries
 	$(PY) -m devstack dev
 
 test: deps venv binaries runtime agent-image lint
-	$(PY) -m devstack run -- $(PY) -m pytest -ra $(PYTEST_ARGS) tests
+	$(PY) -m devstack run -- $(PY) -m pytest -ra $(PYTEST_ARGS) tests --ignore=tests/cluster
+	$(PY) -m devstack cluster run -- $(PY) -m pytest -ra $(PYTEST_ARGS) tests/cluster
 
 # Benchmarks, never part of `make test`: kopflet beside the upstream kubelet of the same release and the
 # runtime floor; writes bench/results/<date>.{json,md,png}. BENCH_ARGS=--quick checks the harness in minutes.
@@ -39,7 +40,7 @@ reliability: deps venv binaries
 
 # A kubeadm cluster whose kubelet is kopflet (devstack/cluster.py): `kubeadm init` on this machine, the control
 # plane as static pods, kube-proxy and CoreDNS on the node. Not with `make dev` (same ports); `make cluster-down`
-# is `kubeadm reset` and stops it all.
+# is `kubeadm reset` and stops it all. `make test` ends with tests/cluster on one (`cluster run`: up, tests, down).
 cluster: deps venv binaries
 	$(PY) -m devstack cluster up
 

@@ -6,7 +6,7 @@
 - ``run -- CMD``: bring the stack up, run CMD with the stack's environment, then stop what it
   started (``make test`` uses this).
 - ``cluster {up,down,status}``: a kubeadm cluster whose kubelet is kopflet, in place of the stack's own control
-  plane (``make cluster``; ``devstack/cluster.py``).
+  plane (``make cluster``; ``devstack/cluster.py``); ``cluster run -- CMD``: up, CMD, down (``make test``).
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("down", help="stop the stack")
     sub.add_parser("status", help="what runs")
     cluster_cmd = sub.add_parser("cluster", help="a kubeadm cluster with kopflet as its kubelet")
-    cluster_cmd.add_argument("action", choices=("up", "down", "status"))
+    cluster_cmd.add_argument("action", choices=("up", "down", "status", "run"))
+    cluster_cmd.add_argument("cmd", nargs=argparse.REMAINDER, help="with run: the command to run on the cluster")
     run = sub.add_parser("run", help="stack up, run a command, stop what was started")
     run.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -188,6 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cluster.up(layout)
             elif args.action == "down":
                 cluster.down(layout)
+            elif args.action == "run":
+                cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+                if not cmd:
+                    parser.error("cluster run needs a command after --")
+                return cluster.run(layout, cmd)
             else:
                 return cluster.status(layout)
             return 0

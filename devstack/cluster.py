@@ -195,6 +195,16 @@ def down(layout: Layout) -> None:
     stack.down(layout, only=BASE_COMPONENTS)
 
 
+def run(layout: Layout, argv: list[str]) -> int:
+    """`up`, then `argv` (the cluster's tests, `make test`), then `down` whatever happened: the machine is left as it
+    was, and the dev stack can start again."""
+    try:
+        up(layout)
+        return subprocess.run(argv, cwd=REPO, check=False).returncode
+    finally:
+        down(layout)
+
+
 def status(layout: Layout) -> int:
     running = processes.read_pid(layout.pids / f"{KUBELET_UNIT}.pid") is not None
     print(f"{'kubelet (kopflet)':24} {'running' if running else 'stopped'}")
