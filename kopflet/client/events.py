@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import random
 import uuid
 from typing import Any
 
@@ -30,6 +31,10 @@ NODE_EVENT_NAMESPACE = "default"
 """client-go's recorder puts the events of a cluster-scoped object (the Node) in metav1.NamespaceDefault."""
 MAX_QUEUED_EVENTS = 1000
 """client-go record's maxQueuedEvents: the broadcaster's queue, past which events are dropped."""
+MAX_TRIES = 12
+"""client-go record's maxTriesPerEvent."""
+RETRY_SLEEP = 10.0
+"""client-go record's defaultSleepDuration between tries (the first one randomized)."""
 DEFAULT_BURST = 10
 """client-go rest.DefaultBurst: the burst of a client whose Burst is 0 (``--event-burst=0``)."""
 
@@ -86,8 +91,27 @@ class EventRecorder:
             await asyncio.sleep(delay)
 
     async def _post(self, namespace: str, involved: dict[str, str], type_: str, reason: str, message: str) -> None:
+        """Write the event; an apiserver that cannot be reached is tried again, MAX_TRIES in all, the first wait
+        random up to RETRY_SLEEP then RETRY_SLEEP (client-go recordToSink: events born while the apiserver is away,
+        such as a kubeadm control plane's own static pods', still land). An apiserver's refusal is not retried."""
         stamp = times.timestamp(datetime.datetime.now(datetime.UTC))
         await self._throttle()  # before the write: upstream's timestamps are the event's, not the write's
+        for tries in range(1, MAX_TRIES + 1):
+            error = await self._write(namespace, involved, type_, reason, message, stamp)
+            if error is None:
+                return
+            if tries == MAX_TRIES:
+                logger.warning(f"could not post event {reason} for {namespace}/{involved['name']} "
+                               f"(retry limit exceeded): {error}")
+                return
+            if tries == 1:
+                logger.debug(f"could not post event {reason} for {namespace}/{involved['name']} (may retry after "
+                             f"sleeping): {error}")
+            await asyncio.sleep(RETRY_SLEEP * (random.random() if tries == 1 else 1.0))
+
+    async def _write(self, namespace: str, involved: dict[str, str], type_: str, reason: str, message: str,
+                     stamp: str) -> BaseException | None:
+        """One write: None when done (or refused for good, logged), the transport error when it may be retried."""
         key = (involved["kind"], involved["name"], involved.get("uid", ""), involved.get("fieldPath", ""), type_,
                reason, message)
         loop_now = asyncio.get_running_loop().time()
@@ -111,13 +135,16 @@ class EventRecorder:
                 self._seen.clear()
             self._seen[key] = (namespace, name, 1, loop_now)
         except API_ERRORS as exc:
-            if isinstance(exc, KubeApiError) and exc.status == 403 and "being terminated" in exc.message:
+            if not isinstance(exc, KubeApiError):
+                return exc  # no answer from the apiserver: worth another try
+            if exc.status == 403 and "being terminated" in exc.message:
                 # The namespace is going away with the pod: nothing to report to (upstream drops these too).
                 logger.debug(f"event {reason} for {namespace}/{involved['name']} dropped: {exc.message}")
-                return
-            if isinstance(exc, KubeApiError) and exc.not_found and key in self._seen:
+                return None
+            if exc.not_found and key in self._seen:
                 del self._seen[key]  # the folded-into event expired; the next repeat creates a new one
             logger.warning(f"could not post event {reason} for {namespace}/{involved['name']}: {exc}")
+        return None
 
     async def flush(self, grace: float | None = None) -> None:
         """Wait for events still being posted (on shutdown and in tests); after ``grace`` seconds the rest are
