@@ -165,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("status", help="what runs")
     cluster_cmd = sub.add_parser("cluster", help="a kubeadm cluster with kopflet as its kubelet")
     cluster_cmd.add_argument("action", choices=("up", "down", "status", "run"))
+    cluster_cmd.add_argument("--kubelet", choices=cluster.KUBELETS, default="kopflet",
+                             help="the node agent: kopflet (default) or the upstream kubelet of the same release")
     cluster_cmd.add_argument("cmd", nargs=argparse.REMAINDER, help="with run: the command to run on the cluster")
     run = sub.add_parser("run", help="stack up, run a command, stop what was started")
     run.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -186,14 +188,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "cluster":
             if args.action == "up":
-                cluster.up(layout)
+                cluster.up(layout, args.kubelet)
             elif args.action == "down":
                 cluster.down(layout)
             elif args.action == "run":
                 cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
                 if not cmd:
                     parser.error("cluster run needs a command after --")
-                return cluster.run(layout, cmd)
+                return cluster.run(layout, cmd, args.kubelet)
             else:
                 return cluster.status(layout)
             return 0

@@ -110,13 +110,34 @@ def kubelet_bin(layout: Layout) -> Path:
     return cluster_dir(layout) / "bin" / "kubelet"
 
 
-def install_kubelet(layout: Layout) -> None:
+KUBELETS = ("kopflet", "kubelet")
+"""The node agents a cluster can have: kopflet, or the upstream kubelet of the same release (for comparisons:
+`build-binaries.sh --kubelet` builds it), started by the same unit with the same flags."""
+
+
+def kubelet_target(layout: Layout, kubelet: str) -> Path:
+    if kubelet not in KUBELETS:
+        raise processes.StackError(f"unknown kubelet {kubelet!r}; known: {', '.join(KUBELETS)}")
+    return Path(sys.executable).with_name("kopflet") if kubelet == "kopflet" else layout.bin_dir / "kubelet"
+
+
+def install_kubelet(layout: Layout, kubelet: str = "kopflet") -> None:
+    """`kubelet` installed as the node's ``kubelet`` (a symlink the unit and kubeadm's preflight run)."""
+    target = kubelet_target(layout, kubelet)
+    if not target.exists():
+        raise processes.StackError(f"{target} is missing (the upstream kubelet: bash devstack/build-binaries.sh "
+                                   f"--kubelet)")
     link = kubelet_bin(layout)
     link.parent.mkdir(parents=True, exist_ok=True)
-    kopflet = Path(sys.executable).with_name("kopflet")
-    if not link.is_symlink() or link.readlink() != kopflet:
+    if not link.is_symlink() or link.readlink() != target:
         link.unlink(missing_ok=True)
-        link.symlink_to(kopflet)
+        link.symlink_to(target)
+
+
+def installed_kubelet(layout: Layout) -> str:
+    """Which agent the node's ``kubelet`` is (kopflet when none is installed yet)."""
+    link = kubelet_bin(layout)
+    return "kubelet" if link.is_symlink() and link.readlink() == layout.bin_dir / "kubelet" else "kopflet"
 
 
 def start_kubelet(layout: Layout) -> None:
@@ -158,8 +179,12 @@ def wait_addons(layout: Layout) -> None:
             raise processes.StackError(f"{kind}/{name} did not roll out: {proc.stderr.strip()}\n{pods}")
 
 
-def up(layout: Layout) -> None:
+def up(layout: Layout, kubelet: str = "kopflet") -> None:
+    """The cluster with `kubelet` (kopflet, or upstream's kubelet) as its node agent."""
     if ADMIN_CONF.exists() and processes.read_pid(layout.pids / f"{KUBELET_UNIT}.pid") is not None:
+        if installed_kubelet(layout) != kubelet:
+            raise processes.StackError(f"the cluster runs with {installed_kubelet(layout)} as its kubelet; "
+                                       f"make cluster-down first")
         _log("the cluster is up already")
         return
     for name in ("kube-apiserver", "etcd"):
@@ -169,7 +194,7 @@ def up(layout: Layout) -> None:
     build(layout)
     stack.up(layout, only=BASE_COMPONENTS)
     stack.push_images(layout)  # with the cluster's binaries built, the images kubeadm pulls too (skips what is there)
-    install_kubelet(layout)
+    install_kubelet(layout, kubelet)
     start_kubelet(layout)
     if not ADMIN_CONF.exists():
         init(layout)
@@ -195,11 +220,11 @@ def down(layout: Layout) -> None:
     stack.down(layout, only=BASE_COMPONENTS)
 
 
-def run(layout: Layout, argv: list[str]) -> int:
+def run(layout: Layout, argv: list[str], kubelet: str = "kopflet") -> int:
     """`up`, then `argv` (the cluster's tests, `make test`), then `down` whatever happened: the machine is left as it
     was, and the dev stack can start again."""
     try:
-        up(layout)
+        up(layout, kubelet)
         return subprocess.run(argv, cwd=REPO, check=False).returncode
     finally:
         down(layout)
