@@ -137,6 +137,14 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float) -> T:
 @pytest.fixture(scope="module")
 def daemonset(running_agent: Agent, admin: Kubectl, layout: Layout) -> Iterator[dict[str, Any]]:
     """The DaemonSet installed and its pod Running on the stack's node; everything removed afterwards."""
+    with installed(admin, layout) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def installed(admin: Kubectl, layout: Layout) -> Iterator[dict[str, Any]]:
+    """manifests/ applied with `admin`, its pod Ready on the node `layout` names (whatever its kubelet: the stack's
+    agent, or kopflet as a kubeadm node's kubelet); the pod and the inner Node, then everything removed."""
     image, archive = image_archive()
     assert archive.is_file(), f"{archive} is missing: build it with `bash images/build-agent-image.sh`"
     socket = layout.runtime_endpoint.removeprefix("unix://")
