@@ -179,6 +179,30 @@ def wait_addons(layout: Layout) -> None:
             raise processes.StackError(f"{kind}/{name} did not roll out: {proc.stderr.strip()}\n{pods}")
 
 
+SERVICE_DEVICE = "kopflet-svc0"
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=False, timeout=30)
+
+
+def hold_service_range(layout: Layout) -> None:
+    """The Service range routed to a device that leads nowhere (a bridge without ports: this kernel has no dummy
+    devices), so a packet to a ClusterIP kube-proxy does not translate (a port a Service no longer has) ends here,
+    "no route to host", instead of leaving through the default route: nothing of the cluster is off this machine,
+    and a test that a port stops answering sees it stop. Translated packets, the host's own too, are routed again
+    after kube-proxy's DNAT, to the pod."""
+    _ip("link", "add", SERVICE_DEVICE, "type", "bridge")
+    _ip("link", "set", SERVICE_DEVICE, "up")
+    proc = _ip("route", "replace", layout.service_cidr, "dev", SERVICE_DEVICE)
+    if proc.returncode != 0:
+        raise processes.StackError(f"cannot route {layout.service_cidr} to {SERVICE_DEVICE}: {proc.stderr.strip()}")
+
+
+def release_service_range() -> None:
+    _ip("link", "delete", SERVICE_DEVICE)  # its route goes with it
+
+
 def up(layout: Layout, kubelet: str = "kopflet") -> None:
     """The cluster with `kubelet` (kopflet, or upstream's kubelet) as its node agent."""
     if ADMIN_CONF.exists() and processes.read_pid(layout.pids / f"{KUBELET_UNIT}.pid") is not None:
@@ -193,6 +217,7 @@ def up(layout: Layout, kubelet: str = "kopflet") -> None:
                                        f"needs; stop it first (make down)")
     build(layout)
     stack.up(layout, only=BASE_COMPONENTS)
+    hold_service_range(layout)
     stack.push_images(layout)  # with the cluster's binaries built, the images kubeadm pulls too (skips what is there)
     install_kubelet(layout, kubelet)
     start_kubelet(layout)
@@ -217,6 +242,7 @@ def down(layout: Layout) -> None:
         _log("stopped the kubelet (kopflet)")
     if processes.read_pid(layout.pids / "containerd.pid") is not None:
         reset(layout)
+    release_service_range()
     stack.down(layout, only=BASE_COMPONENTS)
 
 
