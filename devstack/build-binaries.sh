@@ -13,7 +13,10 @@
 #   repository), built as etcd's scripts/build_lib.sh builds them (CGO off, -trimpath, GitSHA stamped);
 #   $out/cluster/coredns: CoreDNS $COREDNS_VERSION (kubeadm's CoreDNSVersion) from its module root, with
 #   the checked-in generated plugin list, as its Makefile builds it (-tags grpcnotrace, -s -w).
-#   Version files beside them (cluster/etcd.version, cluster/coredns.version) say what was built.
+#   $out/cluster/metrics-server: metrics-server $METRICS_SERVER_VERSION (for `kubectl top`) from its module's
+#   cmd/metrics-server, as its Makefile builds it (CGO off, -trimpath, -w, client-go's version stamped).
+#   Version files beside them (cluster/etcd.version, cluster/coredns.version, cluster/metrics-server.version) say
+#   what was built.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -36,7 +39,7 @@ for arg in "$@"; do
     --e2e) e2e_bins=(e2e.test ginkgo) ;;
     --cluster)
       k8s_bins+=(kubeadm kube-proxy)
-      cluster_bins=(kube-log-runner cluster/etcd cluster/etcdctl cluster/etcdutl cluster/coredns) ;;
+      cluster_bins=(kube-log-runner cluster/etcd cluster/etcdctl cluster/etcdutl cluster/coredns cluster/metrics-server) ;;
     *) echo "usage: $0 [--kubelet] [--e2e] [--cluster]" >&2; exit 2 ;;
   esac
 done
@@ -268,6 +271,41 @@ GO
       mv "$c/coredns.tmp" "$c/coredns"
     )
     echo "$COREDNS_VERSION" > "$c/coredns.version"
+  fi
+  if [ ! -x "$c/metrics-server" ] \
+    || [ "$(cat "$c/metrics-server.version" 2>/dev/null)" != "$METRICS_SERVER_VERSION" ]; then
+    # A module of its own: metrics-server's k8s.io dependencies are of another release than the stack's.
+    d="$cache/build/metrics-server-$METRICS_SERVER_VERSION"; mkdir -p "$d"
+    cat > "$d/go.mod" <<GO
+module kopflet.local/metrics-server
+go 1.26.4
+require sigs.k8s.io/metrics-server $METRICS_SERVER_VERSION
+GO
+    cat > "$d/tools.go" <<'GO'
+//go:build tools
+
+// Package tools pins metrics-server's main package.
+package tools
+
+import _ "sigs.k8s.io/metrics-server/cmd/metrics-server"
+GO
+    (
+      cd "$d"
+      # Its Makefile stamps client-go's version: GIT_TAG, GIT_COMMIT and BUILD_DATE. The proxy's record of the
+      # tag gives the release time (the build date here, so a rebuild is the same binary) and, when the proxy
+      # knows it, the commit.
+      info=$(go mod download -json "sigs.k8s.io/metrics-server@$METRICS_SERVER_VERSION")
+      sha=$(echo "$info" | sed -n 's/.*"Hash": "\([0-9a-f]\{40\}\)".*/\1/p')
+      date=$(sed -n 's/.*"Time": *"\([^"]*\)".*/\1/p' "$(echo "$info" | sed -n 's/.*"Info": "\([^"]*\)".*/\1/p')")
+      go mod tidy >&2
+      echo "building metrics-server $METRICS_SERVER_VERSION ..." >&2
+      pkg=k8s.io/client-go/pkg
+      go build -trimpath -tags tools -ldflags "-w -X $pkg/version.gitVersion=$METRICS_SERVER_VERSION \
+ -X $pkg/version.gitCommit=$sha -X $pkg/version.buildDate=$date" \
+        -o "$c/metrics-server.tmp" sigs.k8s.io/metrics-server/cmd/metrics-server >&2
+      mv "$c/metrics-server.tmp" "$c/metrics-server"
+    )
+    echo "$METRICS_SERVER_VERSION" > "$c/metrics-server.version"
   fi
 fi
 echo "$out"

@@ -9,7 +9,8 @@ sources (busybox from its release tarball, agnhost and nnp from the pinned Kuber
 nautilus from that module's test/images) and Debian's packages of the tools where upstream installs
 Alpine's (curl, nc, dig, ip, socat, bash, nginx, ...). When --bin-dir holds build-binaries.sh --cluster's output,
 the images `kubeadm init` pulls are added (kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
-etcd, coredns/coredns): upstream's binaries on upstream's distroless bases, made of Debian's packages.
+etcd, coredns/coredns) with metrics-server/metrics-server (for `kubectl top`, manifests/cluster/metrics-server.yaml):
+upstream's binaries on upstream's distroless bases, made of Debian's packages.
 
 Builds are reproducible (fixed mtimes and owners, sorted tar entries, gzip mtime 0, canonical
 JSON), so an unchanged input gives the same manifest digest, and the push is skipped when the
@@ -1721,6 +1722,9 @@ def nonroot_image() -> Image:
 #     /usr/local/bin, WORKDIR /var/lib/etcd/, EXPOSE 2379 2380, CMD ["/usr/local/bin/etcd"].
 #   - coredns: CoreDNS's Dockerfile: static-debian12:nonroot, /coredns setcap cap_net_bind_service=+ep,
 #     USER nonroot:nonroot, WORKDIR /, EXPOSE 53 53/udp, ENTRYPOINT ["/coredns"].
+#   - metrics-server (not kubeadm's: manifests/cluster/metrics-server.yaml deploys it): the Dockerfile of its
+#     module (sigs.k8s.io/metrics-server), FROM gcr.io/distroless/static (root), /metrics-server, USER 65534,
+#     ENTRYPOINT ["/metrics-server"]; tagged as registry.k8s.io/metrics-server/metrics-server serves it.
 # Distroless static is base-files, netbase, tzdata and media-types unpacked whole (no maintainer scripts run)
 # with each one's control stanza in /var/lib/dpkg/status.d, ca-certificates' bundle, its own passwd, group,
 # nsswitch.conf and os-release, /tmp, and home directories (GoogleContainerTools/distroless static/static.bzl,
@@ -1854,8 +1858,8 @@ def distroless_static_key(ctx: Context) -> list[str]:
 
 @dataclass(frozen=True)
 class ClusterAssets:
-    """What build-binaries.sh --cluster leaves: the Kubernetes binaries beside the others, etcd and CoreDNS (of
-    other releases than the stack's own etcd) under cluster/."""
+    """What build-binaries.sh --cluster leaves: the Kubernetes binaries beside the others, etcd, CoreDNS (of
+    other releases than the stack's own etcd) and metrics-server under cluster/."""
 
     bin_dir: Path
 
@@ -1872,7 +1876,8 @@ class ClusterAssets:
     def complete(self) -> bool:
         """Whether every binary the cluster images need is there."""
         paths = [self.k8s(n) for n in (*SERVER_IMAGES, "kube-proxy", "kube-log-runner")]
-        paths += [self.cluster(n) for n in (*ETCD_BINARIES, "coredns", "etcd.version", "coredns.version")]
+        paths += [self.cluster(n) for n in (*ETCD_BINARIES, "coredns", "metrics-server")]
+        paths += [self.cluster(f"{n}.version") for n in ("etcd", "coredns", "metrics-server")]
         return all(p.is_file() for p in paths)
 
 
@@ -2254,6 +2259,42 @@ def coredns_image(assets: ClusterAssets, tag: str) -> Image:
     )
 
 
+METRICS_SERVER_UID = 65534  # the Dockerfile's USER: distroless' nobody
+
+
+def metrics_server_image(assets: ClusterAssets, tag: str) -> Image:
+    """registry.k8s.io/metrics-server/metrics-server: its Dockerfile's final stage on distroless static (root), the
+    binary at /metrics-server, run as nobody."""
+    version = assets.version("metrics-server")
+
+    def files(ctx: Context) -> list[Entry]:
+        root = distroless_static(ctx)
+        root["metrics-server"] = file_("metrics-server", assets.cluster("metrics-server").read_bytes(), 0o755)
+        return list(root.values())
+
+    return Image(
+        repo="metrics-server/metrics-server",
+        tag=tag,
+        files=files,
+        # distroless static's config (its Env, root's WorkingDir /) with the Dockerfile's USER and ENTRYPOINT.
+        config={
+            "Entrypoint": ["/metrics-server"],
+            "Env": DISTROLESS_ENV,
+            "User": str(METRICS_SERVER_UID),
+            "WorkingDir": "/",
+        },
+        labels=lambda: {
+            "org.opencontainers.image.title": "metrics-server",
+            "org.opencontainers.image.version": version,
+            "org.opencontainers.image.description": (
+                f"metrics-server {version} from sigs.k8s.io/metrics-server on distroless static made of Debian's "
+                "packages, by kopflet"
+            ),
+        },
+        key=lambda ctx: [*distroless_static_key(ctx), *file_key(assets.cluster("metrics-server"))],
+    )
+
+
 # --- the image table -------------------------------------------------------------------------
 
 E2E_REGISTRY_IMAGES = "e2e-test-images"  # registry.k8s.io/e2e-test-images/...
@@ -2300,7 +2341,7 @@ def e2e_images(bin_dir: Path) -> list[Image]:
 
 def cluster_images(bin_dir: Path) -> list[Image]:
     """The images `kubeadm init` pulls besides pause, made of build-binaries.sh --cluster's output; tagged as
-    kubeadm names them (the etcd tag is the etcd release with kubeadm's image revision -0)."""
+    kubeadm names them (the etcd tag is the etcd release with kubeadm's image revision -0); and metrics-server's."""
     assets = ClusterAssets(bin_dir)
     k8s = versions_env()["KUBERNETES_VERSION"]
     return [
@@ -2308,6 +2349,7 @@ def cluster_images(bin_dir: Path) -> list[Image]:
         kube_proxy_image(assets, k8s),
         etcd_image(assets, f"{assets.version('etcd').removeprefix('v')}-0"),
         coredns_image(assets, assets.version("coredns")),
+        metrics_server_image(assets, assets.version("metrics-server")),
     ]
 
 

@@ -5,6 +5,7 @@ Pure: fake packages and a fake bin dir; no registry, no network, no apt.
 """
 
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from tests.unit.test_images import PLATFORM, ROOT, _deb, b, e2e_bin_dir, read_layout
 
 K8S = "v1.37.1"
+METRICS_SERVER = "v0.9.0"
 
 
 def cluster_bin_dir(tmp_path):
@@ -24,10 +26,11 @@ def cluster_bin_dir(tmp_path):
     (d / "cluster").mkdir(parents=True)
     for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kube-log-runner"):
         (d / name).write_bytes(f"{name} binary".encode())
-    for name in ("etcd", "etcdctl", "etcdutl", "coredns"):
+    for name in ("etcd", "etcdctl", "etcdutl", "coredns", "metrics-server"):
         (d / "cluster" / name).write_bytes(f"{name} binary".encode())
     (d / "cluster" / "etcd.version").write_text("v3.7.0\n")
     (d / "cluster" / "coredns.version").write_text("v1.14.6\n")
+    (d / "cluster" / "metrics-server.version").write_text(f"{METRICS_SERVER}\n")
     return d
 
 
@@ -38,6 +41,7 @@ CLUSTER_REFS = {
     f"kube-proxy:{K8S}",
     "etcd:3.7.0-0",
     "coredns/coredns:v1.14.6",
+    f"metrics-server/metrics-server:{METRICS_SERVER}",
 }
 OS_RELEASE = b'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n'
 
@@ -145,6 +149,9 @@ def test_cluster_image_table(tmp_path):
     coredns = images["coredns/coredns:v1.14.6"].config
     assert coredns["Entrypoint"] == ["/coredns"] and coredns["User"] == "nonroot:nonroot"
     assert coredns["WorkingDir"] == "/" and coredns["ExposedPorts"] == {"53/tcp": {}, "53/udp": {}}
+    # metrics-server's Dockerfile: distroless static's config, USER 65534, ENTRYPOINT ["/metrics-server"]
+    assert images[f"metrics-server/metrics-server:{METRICS_SERVER}"].config == {
+        "Entrypoint": ["/metrics-server"], "Env": b.DISTROLESS_ENV, "User": "65534", "WorkingDir": "/"}  # fmt: skip
     for image in images.values():
         assert image.key is not None and "PATH=" + b.DEFAULT_PATH in image.config["Env"]
         assert "kopflet" in image.labels()["org.opencontainers.image.description"]
@@ -164,6 +171,17 @@ def test_versions_env_pins_what_kubeadm_deploys():
     versions = b.versions_env()
     assert versions["KUBERNETES_VERSION"] == K8S
     assert (versions["CLUSTER_ETCD_VERSION"], versions["COREDNS_VERSION"]) == ("v3.7.0", "v1.14.6")
+    assert versions["METRICS_SERVER_VERSION"] == METRICS_SERVER
+
+
+def test_the_metrics_server_tag_is_the_pinned_release(tmp_path):
+    """The image is tagged with the release build-binaries.sh built (its version file), which versions.env pins."""
+    pinned = b.versions_env()["METRICS_SERVER_VERSION"]
+    refs = {i.ref for i in b.cluster_images(cluster_bin_dir(tmp_path))}
+    assert f"metrics-server/metrics-server:{pinned}" in refs
+    bin_dir = cluster_bin_dir(tmp_path / "other")
+    (bin_dir / "cluster" / "metrics-server.version").write_text("v0.8.0\n")
+    assert "metrics-server/metrics-server:v0.8.0" in {i.ref for i in b.cluster_images(bin_dir)}
 
 
 @pytest.mark.skipif(_kubeadm_constants() is None, reason="the pinned Kubernetes module is not in the Go module cache")
@@ -185,11 +203,36 @@ def test_the_table_names_the_images_kubeadm_pulls(tmp_path):
     assert f"pause:{constant('PauseVersion')}" in {i.ref for i in b.IMAGES}
 
 
+def _metrics_server_module():
+    """The pinned metrics-server module's directory, when it is in the Go module cache."""
+    if shutil.which("go") is None:
+        return None
+    modcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True).stdout.strip()
+    path = Path(modcache) / f"sigs.k8s.io/metrics-server@{b.versions_env()['METRICS_SERVER_VERSION']}"
+    return path if (path / "Dockerfile").is_file() else None
+
+
+@pytest.mark.skipif(_metrics_server_module() is None, reason="the pinned metrics-server module is not in the cache")
+def test_the_metrics_server_image_is_its_dockerfiles_final_stage(tmp_path):
+    """The final stage of the module's Dockerfile: its base (distroless static, root), COPY, USER, ENTRYPOINT."""
+    dockerfile = (_metrics_server_module() / "Dockerfile").read_text()
+    final = dockerfile[dockerfile.rindex("\nFROM "):]
+    assert re.search(r"^FROM gcr\.io/distroless/static:latest-\$ARCH$", final, re.M)  # not :nonroot
+    assert re.search(r"^COPY --from=build \S+/metrics-server /$", final, re.M)
+    user = re.search(r"^USER (\S+)$", final, re.M).group(1)
+    entrypoint = json.loads(re.search(r"^ENTRYPOINT (.+)$", final, re.M).group(1))
+    assert not re.search(r"^(WORKDIR|EXPOSE|CMD|ENV) ", final, re.M)  # nothing else over the base's config
+    image = {i.repo: i for i in b.cluster_images(cluster_bin_dir(tmp_path))}["metrics-server/metrics-server"]
+    assert (image.config["User"], image.config["Entrypoint"]) == (user, entrypoint)
+    assert entrypoint == ["/metrics-server"]
+
+
 def test_select_and_list_take_the_cluster_images_when_their_binaries_are_there(tmp_path, capsys):
     bin_dir = cluster_bin_dir(tmp_path)
     images = b.cluster_images(bin_dir)
     assert [i.ref for i in b.select(["etcd"], images)] == ["etcd:3.7.0-0"]
     assert [i.ref for i in b.select(["coredns"], images)] == ["coredns/coredns:v1.14.6"]
+    assert [i.ref for i in b.select(["metrics-server"], images)] == [f"metrics-server/metrics-server:{METRICS_SERVER}"]
     assert [i.ref for i in b.select([f"kube-proxy:{K8S}"], images)] == [f"kube-proxy:{K8S}"]
     assert b.main(["--list", "--bin-dir", str(bin_dir)]) == 0
     listed = set(capsys.readouterr().out.split())
@@ -274,6 +317,12 @@ def test_server_images(cluster_build, tmp_path):
     assert coredns["coredns"].data == b"coredns binary" and coredns["coredns"].mode == 0o755
     assert dict(coredns["coredns"].xattrs) == b.file_capabilities(b.CAP_NET_BIND_SERVICE)
     assert "usr/local/bin/coredns" not in coredns and coredns["home/nonroot"].uid == 65532
+    metrics = _files(images[f"metrics-server/metrics-server:{METRICS_SERVER}"], cluster_build)
+    assert metrics["metrics-server"] == b.file_("metrics-server", b"metrics-server binary", 0o755)
+    assert not metrics["metrics-server"].xattrs and metrics["metrics-server"].uid == 0
+    assert "nobody:x:65534:65534:" in metrics["etc/passwd"].data.decode()  # the USER it runs as
+    assert metrics["tmp"].mode == 0o1777 and "etc/ssl/certs/ca-certificates.crt" in metrics
+    assert "go-runner" not in metrics and "usr/local/bin/metrics-server" not in metrics
 
 
 def test_kube_proxy_on_distroless_iptables(cluster_build, tmp_path):
@@ -339,6 +388,7 @@ def test_build_binaries_cluster_flag_and_versions():
     assert "--cluster)" in script and '"$out/cluster"' in script
     packages = ("k8s.io/kubernetes/cmd/kubeadm", "k8s.io/kubernetes/cmd/kube-proxy",
                 "k8s.io/component-base/logs/kube-log-runner", "go.etcd.io/etcd/etcdutl/v3",
-                "github.com/coredns/coredns")  # fmt: skip
+                "github.com/coredns/coredns", "sigs.k8s.io/metrics-server/cmd/metrics-server")  # fmt: skip
     for pkg in packages:
         assert f'_ "{pkg}"' in script, pkg
+    assert "cluster/metrics-server)" in script and "$c/metrics-server.version" in script
