@@ -5,8 +5,8 @@ the images kubeadm pulls into the registry (built from the project's binaries, `
 kubelet "unit" (`devstack/kubelet_unit.py`: kopflet with the flags kubeadm's systemd drop-in gives the kubelet),
 and runs ``kubeadm init``. kubeadm writes the kubelet's config, certificates and control-plane manifests; kopflet
 runs etcd, kube-apiserver, kube-controller-manager and kube-scheduler as static pods, registers the node, and
-then runs the kube-proxy DaemonSet and the CoreDNS Deployment kubeadm installs. The node carries no
-control-plane taint (the kubeadm config's ``taints: []``), as kubeadm documents for a single-node cluster, so
+then runs the kube-proxy DaemonSet and the CoreDNS Deployment kubeadm installs, and metrics-server. The node
+carries no control-plane taint (the kubeadm config's ``taints: []``), as kubeadm documents for a single-node cluster, so
 ordinary pods run on it too.
 
 `down` is ``kubeadm reset`` after the kubelet stops, plus what reset leaves to the user: kube-proxy's iptables
@@ -167,16 +167,31 @@ def init(layout: Layout) -> None:
                                    f"{processes.tail(layout.logs / 'kubelet.log')}")
 
 
+METRICS_SERVER = REPO / "manifests" / "cluster" / "metrics-server.yaml"
+
+
+def install_metrics_server(layout: Layout) -> None:
+    """metrics-server (upstream's release manifest; manifests/cluster/metrics-server.yaml says its one change), which
+    `kubectl top` reads, from the kubelets' /metrics/resource."""
+    kubectl(layout, "apply", "-f", str(METRICS_SERVER))
+
+
 def wait_addons(layout: Layout) -> None:
-    """kube-proxy on the node and CoreDNS ready: what a user checks after ``kubeadm init``."""
+    """kube-proxy on the node, CoreDNS and metrics-server ready, and the metrics API served: what a user checks
+    after ``kubeadm init`` and the add-ons."""
     deadline = time.monotonic() + ADDONS_TIMEOUT
-    for kind, name in (("daemonset", "kube-proxy"), ("deployment", "coredns")):
+    for kind, name in (("daemonset", "kube-proxy"), ("deployment", "coredns"), ("deployment", "metrics-server")):
         remaining = max(1, int(deadline - time.monotonic()))
         proc = kubectl(layout, "-n", "kube-system", "rollout", "status", f"{kind}/{name}", f"--timeout={remaining}s",
                        check=False)
         if proc.returncode != 0:
             pods = kubectl(layout, "get", "pods", "-A", "-o", "wide", check=False).stdout
             raise processes.StackError(f"{kind}/{name} did not roll out: {proc.stderr.strip()}\n{pods}")
+    remaining = max(1, int(deadline - time.monotonic()))
+    proc = kubectl(layout, "wait", "--for=condition=Available", "apiservice/v1beta1.metrics.k8s.io",
+                   f"--timeout={remaining}s", check=False)
+    if proc.returncode != 0:
+        raise processes.StackError(f"the metrics API is not available: {proc.stderr.strip()}")
 
 
 SERVICE_DEVICE = "kopflet-svc0"
@@ -223,6 +238,7 @@ def up(layout: Layout, kubelet: str = "kopflet") -> None:
     start_kubelet(layout)
     if not ADMIN_CONF.exists():
         init(layout)
+    install_metrics_server(layout)
     wait_addons(layout)
     _log(f"up: export KUBECONFIG={ADMIN_CONF}; kubectl get nodes,pods -A -o wide")
 

@@ -148,3 +148,26 @@ def test_a_node_port_answers_on_the_nodes_address(service: dict) -> None:
 
     answer = wait(get, f"NodePort {port}")
     assert answer.startswith("HTTP/1.") and answer.rstrip().endswith("server"), answer
+
+
+def _top(kubectl: Kubectl, *args: str) -> list[list[str]]:
+    """`kubectl top` rows, tried until the metrics API has a sample (metrics-server scrapes every 15 s)."""
+
+    def attempt() -> list[list[str]]:
+        proc = kubectl.run("top", *args, "--no-headers", check=False)
+        return [line.split() for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
+
+    return wait(attempt, f"kubectl top {' '.join(args)}", timeout=180, interval=5)
+
+
+def test_kubectl_top_reads_kopflets_resource_metrics_through_metrics_server(kubectl: Kubectl,
+                                                                            layout: Layout) -> None:
+    (name, cpu, _cpu_share, memory, _memory_share), = _top(kubectl, "node")
+    assert name == layout.node_name
+    assert cpu.endswith("m") and int(cpu[:-1]) > 0, cpu
+    assert memory.endswith("Mi") and int(memory[:-2]) > 0, memory
+    pods = {row[1]: row for row in _top(kubectl, "pod", "-A")}
+    for pod in (f"etcd-{layout.node_name}", f"kube-apiserver-{layout.node_name}"):
+        _ns, _name, _cpu, memory = pods[pod]
+        assert int(memory.removesuffix("Mi")) > 0, pods[pod]
+    assert any(row[1].startswith("coredns-") for row in pods.values())
