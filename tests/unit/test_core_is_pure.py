@@ -36,6 +36,7 @@ IMPURE = frozenset({
     "kopflet.config.file_source", "kopflet.envvars.services", "kopflet.eviction.manager", "kopflet.eviction.signals",
     "kopflet.images.gc_manager", "kopflet.images.manager", "kopflet.kuberuntime.executor",
     "kopflet.kuberuntime.gc_manager", "kopflet.lifecycle.hooks", "kopflet.logs.manager", "kopflet.logs.reader",
+    "kopflet.logs.setup",
     "kopflet.checkpointmanager", "kopflet.lockfile", "kopflet.node", "kopflet.nodestatus.heartbeat",
     "kopflet.oom.watcher",
     "kopflet.pleg.relist", "kopflet.pods.housekeeping", "kopflet.pods.teardown", "kopflet.pods.workers",
