@@ -40,6 +40,7 @@ IMPURE = frozenset({
     "kopflet.checkpointmanager", "kopflet.lockfile", "kopflet.node", "kopflet.nodestatus.heartbeat",
     "kopflet.oom.watcher",
     "kopflet.pleg.relist", "kopflet.pods.housekeeping", "kopflet.pods.teardown", "kopflet.pods.workers",
+    "kopflet.sdnotify",
     "kopflet.prober.manager", "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.http",
     "kopflet.server.server", "kopflet.stats.collector", "kopflet.status.manager", "kopflet.userns.userns_manager",
     "kopflet.volumes.manager",
