@@ -1264,8 +1264,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Address the /healthz endpoint listens on."),
     Setting("log_verbosity", "v", "logging.verbosity", VERBOSITY, "0",
             "Log verbosity, klog's levels: 0 what an operator needs (start-up, the Node, failures), 1 probe "
-            "failures, 2 each pod's watch events and sync decisions (upstream's SyncLoop lines), 3 status patches "
-            "and container kills, 4 debug (each sync's steps, library debug logs), 6 and above also asyncio's debug "
+            "failures, 2 each pod's watch events, sync decisions and container kills (upstream's SyncLoop lines), "
+            "3 status patches, 4 debug (each sync's steps, library debug logs), 6 and above also asyncio's debug "
             "logs. The flag wins over the file's logging.verbosity (the kopflet command; under kopf run, Kopf's "
             "own options)."),
     # The rest of upstream's LoggingConfiguration (component-base logs/api/v1) and its flags.

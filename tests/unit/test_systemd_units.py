@@ -153,3 +153,10 @@ def test_the_runners_notify_socket_hears_kopflet(tmp_path: Path) -> None:
         assert notify.receive(0.05) is None
     finally:
         notify.close()
+
+
+def test_the_operations_guide_shows_the_standalone_unit_as_it_is() -> None:
+    guide = (REPO / "docs" / "operations.md").read_text()
+    file = "\n".join(line for line in (UNITS / "kopflet.service").read_text().splitlines()
+                     if not line.startswith("#"))
+    assert f"```ini\n{file}\n```" in guide
