@@ -12,16 +12,25 @@ with `--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig
 `--config=/var/lib/kubelet/config.yaml`. Before `kubeadm init` or `join` writes the config the kubelet exits at once
 and systemd starts it again ten seconds later; this runner does the same, reading the environment files at each
 start as systemd does. ``python -m devstack.kubelet_unit [--kopflet PATH]``; SIGTERM stops kopflet and the runner.
+
+kopflet's unit (manifests/systemd/kubelet.service, with 10-kubeadm.conf: these constants, which
+tests/unit/test_systemd_units.py holds to the files) is ``Type=notify``: as systemd, the runner gives kopflet a
+``$NOTIFY_SOCKET`` of its own and prints what kopflet says there (``kubelet.service: READY=1``), so the cluster's log
+shows when the agent was ready, as ``systemctl status`` would.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +41,39 @@ KUBECONFIG_ARGS = ("--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.con
                    "--kubeconfig=/etc/kubernetes/kubelet.conf")
 CONFIG_ARGS = ("--config=/var/lib/kubelet/config.yaml",)
 RESTART_SEC = 10.0
+SERVICE_TYPE = "notify"
+NOTIFY_SOCKET_ENV = "NOTIFY_SOCKET"
+
+
+class NotifySocket:
+    """systemd's end of Type=notify: a datagram socket in a directory of its own; `receive` returns one
+    notification's assignments (None after `timeout` seconds of silence)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "notify"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self.sock.bind(str(self.path))
+
+    def receive(self, timeout: float) -> list[str] | None:
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(4096)
+        except TimeoutError:
+            return None
+        return [line for line in data.decode(errors="replace").split("\n") if line]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _print_notifications(notify: NotifySocket, stopped: threading.Event) -> None:
+    while not stopped.is_set():
+        try:
+            states = notify.receive(0.5)
+        except OSError:
+            return
+        for state in states or ():
+            print(f"kubelet.service: {state}", flush=True)
 
 
 def parse_environment_file(text: str) -> dict[str, str]:
@@ -81,22 +123,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    while not stopping:
-        command = exec_start(args.kopflet, read_env([KUBEADM_FLAGS_ENV, DEFAULTS_ENV]))
-        print(f"kubelet.service: starting {shlex.join(command)}", flush=True)
-        child = subprocess.Popen(command, env=dict(os.environ))
-        while True:
-            try:
-                code = child.wait()
+    with contextlib.ExitStack() as cleanup:
+        notify = NotifySocket(Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kubelet-unit-"))))
+        cleanup.callback(notify.close)
+        listening = threading.Event()
+        cleanup.callback(listening.set)
+        threading.Thread(target=_print_notifications, args=(notify, listening), daemon=True).start()
+        env = {**os.environ, NOTIFY_SOCKET_ENV: str(notify.path)}  # Type=notify
+        while not stopping:
+            command = exec_start(args.kopflet, read_env([KUBEADM_FLAGS_ENV, DEFAULTS_ENV]))
+            print(f"kubelet.service: starting {shlex.join(command)}", flush=True)
+            child = subprocess.Popen(command, env=env)
+            while True:
+                try:
+                    code = child.wait()
+                    break
+                except InterruptedError:
+                    continue
+            if stopping:
                 break
-            except InterruptedError:
-                continue
-        if stopping:
-            break
-        print(f"kubelet.service: main process exited, code={code}; restarting in {RESTART_SEC:.0f}s", flush=True)
-        deadline = time.monotonic() + RESTART_SEC
-        while not stopping and time.monotonic() < deadline:
-            time.sleep(0.5)
+            print(f"kubelet.service: main process exited, code={code}; restarting in {RESTART_SEC:.0f}s",
+                  flush=True)
+            deadline = time.monotonic() + RESTART_SEC
+            while not stopping and time.monotonic() < deadline:
+                time.sleep(0.5)
     return 0
 
 

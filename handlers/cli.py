@@ -20,6 +20,7 @@ import handlers  # noqa: F401  (registers every handler, as operator/main.py doe
 from handlers import configuring
 from kopflet.config import settings as configuration
 from kopflet.config.upstream_feature_gates import KUBERNETES_VERSION
+from kopflet.logs import setup as logs_setup
 
 USAGE_ERROR = 2
 
@@ -71,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return USAGE_ERROR
     os.environ[configuration.ARGS_ENV] = shlex.join(all_args)
 
-    kopf.configure(verbose=cfg.log_verbosity >= 4, debug=cfg.log_verbosity >= 6)
+    # upstream logsapi.ValidateAndApply: the format, -v and --vmodule (kopf.configure's place; `kopf run` keeps it)
+    logs_setup.apply(cfg.log_format, cfg.log_verbosity, cfg.log_vmodule)
     kopf.run(standalone=True, clusterwide=True, liveness_endpoint=cfg.healthz_endpoint or None)
     return 0
 

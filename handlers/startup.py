@@ -24,6 +24,7 @@ import kopf
 
 from cri_client import CriError
 from handlers import configuring
+from kopflet import sdnotify
 from kopflet.apis.podresources.server import ListenerError as PodResourcesListenerError
 from kopflet.certificate.bootstrap import BootstrapError, load_client_cert
 from kopflet.certificate.csr import CsrDenied, CsrError
@@ -230,11 +231,22 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
         certificates.add_listener(node.api.renew_connections)  # a renewed pair: new connections (transport.go)
         node.metrics.watch_certificate_manager(certificates)
     memo.node = node
+    # upstream server.go run: READY=1 once the kubelet's loops and its server are started (a Type=notify unit)
+    await _notify(logger, sdnotify.READY)
+
+
+async def _notify(logger: logging.Logger, state: str) -> None:
+    """Tell systemd (when it started the agent with $NOTIFY_SOCKET); upstream ignores a failure, kopflet says it."""
+    try:
+        await sdnotify.notify_async(state)
+    except (sdnotify.NotifyError, TimeoutError) as exc:
+        logger.warning(f"{state}: {exc}")
 
 
 @kopf.on.cleanup()
-async def stop_agent(memo: kopf.Memo, **_: Any) -> None:
+async def stop_agent(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     """Stop the agent's own tasks only: running pods are left as they are for the next start."""
+    await _notify(logger, sdnotify.STOPPING)
     watch: ContentionWatch | None = memo.get("lock_watch")
     if watch is not None:
         watch.close()  # the lock itself is held until the process exits, as upstream

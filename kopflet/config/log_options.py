@@ -1,15 +1,16 @@
-"""The config file's ``logging`` (component-base logs/api/v1 ``LoggingConfiguration``), held to what kopflet's
-logging does.
+"""The config file's ``logging`` (component-base logs/api/v1 ``LoggingConfiguration``) and its flags
+(``--logging-format``, ``-v``, ``--vmodule``, ``--log-flush-frequency``), held to what kopflet's logging does.
 
 Upstream decodes the struct strictly, defaults it (``SetRecommendedLoggingConfiguration``: format ``text``,
 flushFrequency 5s, both formats' ``infoBufferSize`` "0") and checks it (``logsapi.Validate``). kubeadm writes it
-at those defaults, so a kubeadm node's file carries it. kopflet logs text through Python's ``logging``, one line at
-a time, at the verbosity of ``-v`` (``logging.verbosity`` in the file, the flag winning as upstream's flag
-precedence); its handlers write each line at once, so any flushFrequency holds. What it does not have yet (the json
-format, ``vmodule``, ``splitStream``, a non-zero ``infoBufferSize``) is refused with `NOT_YET`, never ignored.
+at those defaults, so a kubeadm node's file carries it. kopflet logs through Python's ``logging``
+(`kopflet.logs.setup`): the ``text`` or ``json`` format, at the verbosity of ``-v`` with ``--vmodule``'s per-file
+verbosities (klog's semantics, `kopflet.logs.verbosity`); its handler writes each line at once, so any
+flushFrequency holds. What it does not have (``splitStream``, a non-zero ``infoBufferSize``: upstream's alpha
+options behind the LoggingAlphaOptions gate, off by default) is refused with `NOT_YET`, never ignored.
 
-Pure: the YAML values in, the values kopflet keeps or a `LoggingError` out. ``flushFrequency`` is read by
-`kopflet.config.settings` (a Go duration, or integer nanoseconds).
+Pure: the YAML values and flag text in, the values kopflet keeps or a `LoggingError` out. ``flushFrequency`` is read
+by `kopflet.config.settings` (a Go duration, or integer nanoseconds).
 """
 
 from __future__ import annotations
@@ -24,14 +25,18 @@ from kopflet.api import qos
 TEXT_FORMAT: Final = "text"
 """logsapi.DefaultLogFormat."""
 JSON_FORMAT: Final = "json"
-"""logsapi.JSONLogFormat: a format upstream has and kopflet does not yet."""
+"""logsapi.JSONLogFormat: component-base logs/json, one JSON object a line."""
+FORMATS: Final = (JSON_FORMAT, TEXT_FORMAT)
+"""The formats ``--logging-format`` permits, as upstream's flag help lists them."""
 DEFAULT_FLUSH_FREQUENCY: Final = 5.0
 """logsapi.LogFlushFreqDefault, what a zero flushFrequency becomes."""
 MAX_VERBOSITY: Final = 2**31 - 1
 """logsapi.Validate: klog takes a positive int32 only."""
-NOT_YET: Final = ("kopflet's logging has the text format, the verbosity (-v, logging.verbosity) and any "
-                  "flushFrequency; the json format, vmodule, splitStream and a non-zero infoBufferSize it does not "
-                  "have yet")
+NOT_YET: Final = ("kopflet's logging has the text and json formats, the verbosity (-v, logging.verbosity), vmodule "
+                  "and any flushFrequency; splitStream and a non-zero infoBufferSize (upstream's alpha options) it "
+                  "does not have yet")
+VMODULE_NOT_TEXT: Final = "logging.vmodule: Forbidden: Only supported for text log format"
+"""logsapi.Validate's error for per-file verbosities with another format than text (field.Forbidden)."""
 
 
 class LoggingError(ValueError):
@@ -70,13 +75,14 @@ def _show(value: Any) -> str:
 
 
 def parse_format(value: Any) -> str:
-    """``logging.format``: "" (the default) or ``text``; ``json`` is upstream's other format, not kopflet's yet."""
+    """``logging.format`` / ``--logging-format``: "" (the default, text), ``text`` or ``json`` (upstream's
+    LoggingBetaOptions gate, on by default; kopflet takes every gate at its default only)."""
     if not isinstance(value, str):
         raise LoggingError(f"expected a string, got {_show(value)}")
     if value in ("", TEXT_FORMAT):
         return TEXT_FORMAT
     if value == JSON_FORMAT:
-        raise LoggingError(f"{_show(value)}: {NOT_YET}")
+        return JSON_FORMAT
     raise LoggingError(f"Invalid value: {_show(value)}: Unsupported log format")  # logsapi.Validate's
 
 
@@ -89,8 +95,17 @@ def parse_verbosity(value: Any) -> int:
     return value
 
 
+def _check_pattern(pattern: str, where: str) -> None:
+    """logsapi.Validate's checks of one filePattern (field.Required, field.Invalid)."""
+    if not pattern:
+        raise LoggingError(f"{where}Required value: File pattern must not be empty")
+    if "=" in pattern or "," in pattern:
+        raise LoggingError(f"{where}Invalid value: {_show(pattern)}: File pattern must not contain equal sign or "
+                           f"comma")
+
+
 def parse_vmodule(value: Any) -> tuple[tuple[str, int], ...]:
-    """``logging.vmodule``: a list of ``{filePattern, verbosity}``; only the empty list for now (`NOT_YET`)."""
+    """``logging.vmodule``: a list of ``{filePattern, verbosity}``, checked as logsapi.Validate checks it."""
     if not isinstance(value, list):
         raise LoggingError(f"expected a list of {{filePattern, verbosity}}, got {_show(value)}")
     items = []
@@ -101,16 +116,56 @@ def parse_vmodule(value: Any) -> tuple[tuple[str, int], ...]:
         if unknown:
             raise LoggingError(f"item {index}: unknown field {_show(unknown[0])}")
         pattern = item.get("filePattern", "")
+        if pattern is None:
+            pattern = ""
         if not isinstance(pattern, str):
             raise LoggingError(f"item {index}: filePattern: expected a string, got {_show(pattern)}")
         try:
-            level = parse_verbosity(item.get("verbosity", 0))
+            level = parse_verbosity(item.get("verbosity", 0) if item.get("verbosity") is not None else 0)
         except LoggingError as exc:
             raise LoggingError(f"item {index}: verbosity: {exc}") from None
+        _check_pattern(pattern, f"item {index}: ")
         items.append((pattern, level))
-    if items:
-        raise LoggingError(f"{', '.join(f'{p}={v}' for p, v in items)}: {NOT_YET}")
-    return ()
+    return tuple(items)
+
+
+def _go_parse_uint31(text: str) -> int:
+    """strconv.ParseUint(text, 10, 31), with Go's error text (``strconv.ParseUint: parsing "x": invalid syntax``)."""
+    if not text or not text.isascii() or not text.isdigit():
+        raise LoggingError(f"strconv.ParseUint: parsing {gotext.go_quote(text)}: invalid syntax")
+    number = int(text)
+    if number > MAX_VERBOSITY:
+        raise LoggingError(f"strconv.ParseUint: parsing {gotext.go_quote(text)}: value out of range")
+    return number
+
+
+def parse_vmodule_flag(text: str) -> tuple[tuple[str, int], ...]:
+    """``--vmodule``: a comma-separated list of ``pattern=N`` (component-base VModuleConfigurationPflag.Set, which
+    mirrors klog's parser): empty items (a trailing comma) are skipped; the errors are upstream's."""
+    items = []
+    for item in text.split(","):
+        if not item:
+            continue
+        parts = item.split("=")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise LoggingError(f"{gotext.go_quote(item)} does not have the pattern=N format")
+        try:
+            level = _go_parse_uint31(parts[1])
+        except LoggingError as exc:
+            raise LoggingError(f"parsing verbosity in {gotext.go_quote(item)}: {exc}") from None
+        items.append((parts[0], level))
+    return tuple(items)
+
+
+def render_vmodule(vmodule: tuple[tuple[str, int], ...]) -> str:
+    """The ``--vmodule`` text of the items (VModuleConfigurationPflag.String)."""
+    return ",".join(f"{pattern}={level}" for pattern, level in vmodule)
+
+
+def validate(log_format: str, vmodule: tuple[tuple[str, int], ...]) -> list[str]:
+    """The checks of logsapi.Validate across fields, once flags and file are merged: per-file verbosities only with
+    the text format."""
+    return [VMODULE_NOT_TEXT] if vmodule and log_format != TEXT_FORMAT else []
 
 
 def _routing(name: str, value: Any) -> OutputRouting:
@@ -163,6 +218,7 @@ def render_options(options: FormatOptions) -> dict[str, Any]:
     return {"text": routing(options.text), "json": routing(options.json)}
 
 
-__all__ = ["DEFAULT_FLUSH_FREQUENCY", "DEFAULT_OPTIONS", "JSON_FORMAT", "MAX_VERBOSITY", "NOT_YET", "TEXT_FORMAT",
-           "FormatOptions", "LoggingError", "OutputRouting", "parse_format", "parse_options", "parse_verbosity",
-           "parse_vmodule", "render_options"]
+__all__ = ["DEFAULT_FLUSH_FREQUENCY", "DEFAULT_OPTIONS", "FORMATS", "JSON_FORMAT", "MAX_VERBOSITY", "NOT_YET",
+           "TEXT_FORMAT", "VMODULE_NOT_TEXT", "FormatOptions", "LoggingError", "OutputRouting", "parse_format",
+           "parse_options", "parse_verbosity", "parse_vmodule", "parse_vmodule_flag", "render_options",
+           "render_vmodule", "validate"]

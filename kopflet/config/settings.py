@@ -152,15 +152,16 @@ class AgentConfig:
     healthz_bind_address: str = "127.0.0.1"
     """``--healthz-bind-address``."""
     log_verbosity: int = 0
-    """``-v``/``--v`` (``logging.verbosity`` in the file): log verbosity as klog levels (4 and above: debug
-    logging)."""
+    """``-v``/``--v`` (``logging.verbosity`` in the file): klog's verbosity; a line at V(n) is written when n is at
+    most this (`kopflet.logs.verbosity`: V(4) is Python's debug level)."""
     log_format: str = log_options.TEXT_FORMAT
-    """``logging.format``: always ``text`` for now (json is refused)."""
+    """``--logging-format`` / ``logging.format``: ``text`` or ``json`` (component-base logs/json's shape)."""
     log_flush_frequency: float = log_options.DEFAULT_FLUSH_FREQUENCY
     """``logging.flushFrequency``: the most a log line waits in a buffer. kopflet's handlers write each line at
     once, so any value holds; kept for /configz."""
     log_vmodule: tuple[tuple[str, int], ...] = ()
-    """``logging.vmodule``: (file pattern, verbosity) pairs; always empty for now (others are refused)."""
+    """``--vmodule`` / ``logging.vmodule``: (file pattern, verbosity) pairs, klog's per-file verbosities, matched
+    against the base name of the source file that logs, without ``.py``; text format only."""
     log_options: log_options.FormatOptions = log_options.DEFAULT_OPTIONS
     """``logging.options``: the text and json formats' options; upstream's defaults only for now."""
     address: str = "0.0.0.0"
@@ -896,6 +897,15 @@ def _logging(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return read
 
 
+def _flush_frequency_flag(text: str) -> float:
+    """``--log-flush-frequency``: a Go duration; upstream's Validate refuses zero and negative ones (only the file's
+    zero is defaulted to 5s)."""
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise _Invalid(f"Invalid value: {_show(text)}: Must be greater than zero")
+    return seconds
+
+
 def _flush_frequency(value: Any) -> float:
     """``logging.flushFrequency``: a Go duration string or integer nanoseconds (logsapi.TimeOrMetaDuration); 0 is
     the default (5s), a negative one upstream's Validate refuses."""
@@ -1110,8 +1120,10 @@ TAINTS = _Kind("[]Taint", _taints, _yaml_taints)
 VERBOSITY = _Kind("Level", _verbosity, _logging(log_options.parse_verbosity))
 LOG_FORMAT = _Kind("string", _logging(log_options.parse_format), _logging(log_options.parse_format),
                    empty_is_unset=True)
-FLUSH_FREQUENCY = _Kind("duration", lambda t: _flush_frequency(t), _flush_frequency)
-VMODULE = _Kind("[]VModuleItem", _logging(log_options.parse_vmodule), _logging(log_options.parse_vmodule))
+FLUSH_FREQUENCY = _Kind("duration", _flush_frequency_flag, _flush_frequency)
+# --vmodule appends, as pflag's Set of upstream's VModuleConfigurationPflag does (and after the file's: `load`).
+VMODULE = _Kind("pattern=N,...", _logging(log_options.parse_vmodule_flag), _logging(log_options.parse_vmodule),
+                accumulate=_append)
 LOG_FORMAT_OPTIONS = _Kind("FormatOptions", _logging(log_options.parse_options), _logging(log_options.parse_options))
 SHUTDOWN_GRACE_PERIOD = _Kind("duration", _shutdown_grace_period("shutdownGracePeriod"),
                               _text_then(_shutdown_grace_period("shutdownGracePeriod")))
@@ -1251,16 +1263,25 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("healthz_bind_address", "healthz-bind-address", "healthzBindAddress", IP, "127.0.0.1",
             "Address the /healthz endpoint listens on."),
     Setting("log_verbosity", "v", "logging.verbosity", VERBOSITY, "0",
-            "Log verbosity: 4 and above log at debug level, 6 and above also asyncio's debug logs. The flag wins "
-            "over the file's logging.verbosity (the kopflet command; under kopf run, Kopf's own options)."),
-    # The rest of upstream's LoggingConfiguration (component-base logs/api/v1), at what kopflet's logging does.
-    Setting("log_format", None, "logging.format", LOG_FORMAT, "text",
-            "Log format: only text (empty is text); json is refused: kopflet does not have it yet."),
-    Setting("log_flush_frequency", None, "logging.flushFrequency", FLUSH_FREQUENCY, "5s",
-            "The most a log line waits in a buffer before it is written (a duration, or nanoseconds); kopflet "
-            "writes each line at once, so any value holds. Negative is refused (as upstream)."),
-    Setting("log_vmodule", None, "logging.vmodule", VMODULE, "none",
-            "Per-file verbosity ({filePattern, verbosity} items): only empty; kopflet does not have it yet."),
+            "Log verbosity, klog's levels: 0 what an operator needs (start-up, the Node, failures), 1 probe "
+            "failures, 2 each pod's watch events, sync decisions and container kills (upstream's SyncLoop lines), "
+            "3 status patches, 4 debug (each sync's steps, library debug logs), 6 and above also asyncio's debug "
+            "logs. The flag wins over the file's logging.verbosity (the kopflet command; under kopf run, Kopf's "
+            "own options)."),
+    # The rest of upstream's LoggingConfiguration (component-base logs/api/v1) and its flags.
+    Setting("log_format", "logging-format", "logging.format", LOG_FORMAT, "text",
+            "Sets the log format. Permitted formats: \"json\", \"text\". text: one line per message, "
+            "\"[time] logger [LEVEL] message\"; json: one JSON object per line with upstream's keys (ts in "
+            "milliseconds, logger, caller, msg, v, then key/values; errors have err instead of v)."),
+    Setting("log_flush_frequency", "log-flush-frequency", "logging.flushFrequency", FLUSH_FREQUENCY, "5s",
+            "Maximum time between log flushes (a duration; in the file also nanoseconds); kopflet writes each "
+            "line at once, so any value holds. Zero (on the command line) or negative is refused, as upstream."),
+    Setting("log_vmodule", "vmodule", "logging.vmodule", VMODULE, "none",
+            "Comma-separated list of pattern=N settings for file-filtered logging (only works for text log "
+            "format): a line logged from a source file whose base name without .py matches the glob pattern is "
+            "written at verbosity N or -v, whichever is higher (klog's -vmodule; the first matching pattern wins; "
+            "N=0 patterns are ignored). In the file a list of {filePattern, verbosity}; the flag's are added "
+            "after the file's."),
     Setting("log_options", None, "logging.options", LOG_FORMAT_OPTIONS, "none",
             "The text and json formats' options: only upstream's defaults, splitStream false and infoBufferSize "
             "\"0\" (as kubeadm writes them); kopflet does not have the others yet."),
@@ -1748,6 +1769,13 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     if "feature_gates" in file_values and "feature_gates" in flags:
         # upstream kubeletConfigFlagPrecedence: the file's gates stay unless a flag sets the same gate
         values["feature_gates"] = _merge_gates(file_values["feature_gates"], flags["feature_gates"])
+    if "log_vmodule" in file_values and "log_vmodule" in flags:
+        # upstream kubeletConfigFlagPrecedence re-parses the flags onto the file's struct: --vmodule appends
+        values["log_vmodule"] = file_values["log_vmodule"] + flags["log_vmodule"]
+    logging_errors = log_options.validate(values.get("log_format", AgentConfig.log_format),
+                                          values.get("log_vmodule", AgentConfig.log_vmodule))
+    if logging_errors:
+        raise ConfigError(f"invalid configuration: {logging_errors[0]}")
     values["node_name"] = _node_name(flags.get("node_name"), environ, hostname)
     values.setdefault("image_endpoint", values.get("runtime_endpoint", DEFAULT_RUNTIME_ENDPOINT))
     if "node_status_report_frequency" not in values and "node_status_update_frequency" in file_values:

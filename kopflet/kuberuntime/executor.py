@@ -49,6 +49,7 @@ from kopflet.images.manager import ImageError, ImageManager
 from kopflet.kuberuntime import container_config, reconciler, resize, sandbox_config
 from kopflet.lifecycle.hooks import HookRunner
 from kopflet.logs import manager as log_manager
+from kopflet.logs.verbosity import v
 from kopflet.prober import probes
 from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager
@@ -393,7 +394,10 @@ class PodSyncer:
                 await asyncio.to_thread(Path(config.log_directory).mkdir, mode=0o755, parents=True, exist_ok=True)
             except OSError as exc:
                 raise LookupError(_path_error("mkdir", exc)) from None
-            return await self.cri.sandboxes.run(config, runtime_handler=handler)
+            logger.log(v(4), f"pod {pod.namespace}/{pod.name}: creating PodSandbox")  # upstream SyncPod, V(4)
+            sandbox_id = await self.cri.sandboxes.run(config, runtime_handler=handler)
+            logger.log(v(4), f"pod {pod.namespace}/{pod.name}: created PodSandbox {sandbox_id}")
+            return sandbox_id
         except (CriError, LookupError) as exc:
             # Upstream prints RunPodSandbox's error whole ("rpc error: code = ... desc = ..."), unlike the
             # container errors, where it keeps only the status message.
@@ -525,6 +529,8 @@ class PodSyncer:
                 cdi_devices=device_opts.cdi_devices, device_annotations=dict(device_opts.annotations),
                 exclusive_cpus=self.exclusive_cpus(pod),  # no CFS quota on exclusive CPUs
                 swap=self.swap_controller)
+            # upstream SyncPod's start: "Creating container in pod" at V(4)
+            logger.log(v(4), f"pod {pod.namespace}/{pod.name}: creating container {name}")
             container_id = await self.cri.containers.create(sandbox_id, ccfg, config)
         except container_config.ContainerConfigError as exc:  # upstream generateContainerConfig's errors
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
@@ -686,6 +692,9 @@ class PodSyncer:
                     seconds: int) -> None:
         """StopContainer with a grace period: SIGTERM, then SIGKILL when it runs out (the runtime does both)."""
         self.recorder.pod_event(pod, NORMAL, "Killing", message or f"Stopping container {name}", name or None, init)
+        # upstream killContainer: "Killing container with a grace period" at V(2)
+        logger.log(v(2), f"pod {pod.namespace}/{pod.name}: killing container {name} ({container_id}) with a grace "
+                         f"period of {seconds}s")
         try:
             await self.cri.containers.stop(container_id, seconds)
         except CriError as exc:

@@ -46,6 +46,7 @@ from kopflet.images.manager import ImageManager
 from kopflet.kuberuntime.executor import PodSyncer
 from kopflet.lifecycle import admission
 from kopflet.logs import reader as logreader
+from kopflet.logs.verbosity import v
 from kopflet.metrics import KubeletMetrics
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pods import decide
@@ -363,7 +364,9 @@ class PodWorkers:
     async def _act(self, worker: _Worker, observation: Observation, plan: Plan) -> float:
         pod = plan.pod
         if plan.log:
-            level = logging.WARNING if plan.lifecycle in (Lifecycle.INVALID, Lifecycle.REJECTED) else logging.INFO
+            # the reconciler's reasons ("No sandbox for pod can be found. Need to start a new one" ...) are
+            # per sync: V(2), as upstream's (kuberuntime/util.go); a pod refused stays a warning
+            level = logging.WARNING if plan.lifecycle in (Lifecycle.INVALID, Lifecycle.REJECTED) else v(2)
             logger.log(level, f"pod {pod.namespace}/{pod.name}: {plan.log}")
         for event in plan.events:
             self.recorder.pod_event(pod, event.type, event.reason, event.message, event.container, event.init)

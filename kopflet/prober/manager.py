@@ -35,6 +35,7 @@ from cri_client.types import ExecSyncResult
 from kopflet import gotext
 from kopflet.api import spec
 from kopflet.container import podstate
+from kopflet.logs.verbosity import v
 from kopflet.metrics import ProbeMetrics
 from kopflet.prober import probes as p
 from kopflet.prober.probes import Kind, Outcome, ProbeSpec, Result
@@ -247,8 +248,9 @@ class ProbeManager:
         worker.state = p.record(worker.state, result, now)
         event = p.probe_event(kind, result)
         if event is not None:
-            logger.info(f"pod {worker.pod.namespace}/{worker.pod.name}: container {worker.container.name}: "
-                        f"{event.message}")
+            # upstream prober.go: "Probe failed" at V(1) (the Unhealthy event says it to the pod's owner)
+            logger.log(v(1), f"pod {worker.pod.namespace}/{worker.pod.name}: container {worker.container.name}: "
+                             f"{event.message}")
             if self.recorder is not None:
                 self.recorder.pod_event(worker.pod, event.type, event.reason, event.message,
                                         container=worker.container.name, init=worker.is_init)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
+from kopflet.logs.verbosity import v
 from kopflet.status import generate
 
 logger = logging.getLogger(__name__)
@@ -79,6 +81,9 @@ class StatusManager:
                            f"pod {unsent.namespace}/{unsent.name}: status not written, sending it again every "
                            f"{RETRY_PERIOD:.0f}s until it is: {exc}")
                 return False, None
+            if patch:  # upstream syncPod: "Patch status for pod" at V(3), with the patch
+                logger.log(v(3), f"pod {unsent.namespace}/{unsent.name}: status patched: "
+                                 f"{json.dumps(patch, separators=(',', ':'), default=str)}")
             if self._unsent.get(uid) is unsent:
                 del self._unsent[uid]
                 self._locks.pop(uid, None)
@@ -101,4 +106,7 @@ class StatusManager:
     async def delete(self, namespace: str, name: str, uid: str) -> bool:
         """The final delete of a terminated pod: grace 0 and a UID precondition (upstream canBeDeleted and
         the status manager's deletion with Preconditions.UID)."""
-        return await self.api.delete_pod(namespace, name, uid)
+        deleted = await self.api.delete_pod(namespace, name, uid)
+        if deleted:  # upstream syncPod: "Pod fully terminated and removed from etcd" at V(3)
+            logger.log(v(3), f"pod {namespace}/{name}: fully terminated and removed from the apiserver")
+        return deleted

@@ -106,6 +106,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(kopf, "run", lambda **kwargs: calls.append({**kwargs, "env": os.environ.get("KOPFLET_ARGS")}))
     monkeypatch.setattr(kopf, "configure", lambda **kwargs: calls.append({"configure": kwargs}))
+    monkeypatch.setattr(cli.logs_setup, "apply", lambda *args: calls.append({"logging": args}))
     for name in list(os.environ):
         if name.startswith("KOPFLET_"):
             monkeypatch.delenv(name)
@@ -117,7 +118,7 @@ def test_main_runs_the_operator_with_the_flags_in_kopflet_args(started: list[dic
     args = ["--hostname-override=edge-1", "--node-labels=tier=a", "-v", "4"]
     assert cli.main(args) == 0
     configure, run = started
-    assert configure == {"configure": {"verbose": True, "debug": False}}
+    assert configure == {"logging": ("text", 4, ())}  # the format, -v and --vmodule, before the operator runs
     assert run == {"standalone": True, "clusterwide": True, "liveness_endpoint": "http://127.0.0.1:10248/healthz",
                    "env": shlex.join(args)}
 

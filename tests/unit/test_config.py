@@ -500,7 +500,7 @@ logging:
   format: text
   flushFrequency: 2s
   verbosity: 3
-  vmodule: []
+  vmodule: [{filePattern: workers, verbosity: 4}]
   options: {text: {infoBufferSize: "0"}, json: {splitStream: false, infoBufferSize: 0}}
 shutdownGracePeriod: 0s
 shutdownGracePeriodCriticalPods: 0s
@@ -546,7 +546,7 @@ def test_full_config_file() -> None:
         protect_kernel_defaults=True, cgroup_root="/custom", cgroups_per_qos=False, cgroup_driver="systemd",
         feature_gates={"QOSReserved": True}, qos_reserved={"memory": "50%"},
         http_check_frequency=40.0, volume_stats_agg_period=120.0, memory_swap_behavior="NoSwap", log_verbosity=3,
-        log_flush_frequency=2.0,
+        log_flush_frequency=2.0, log_vmodule=(("workers", 4),),
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 

@@ -99,6 +99,10 @@ def test_kubeadms_default_systemd_driver_is_read_and_left_to_the_start_up_check(
     ("logging: {flushFrequency: 2000000000}\n", {"log_flush_frequency": 2.0}),  # integer nanoseconds
     ("logging: {verbosity: 4}\n", {"log_verbosity": 4}),
     ("logging: {options: {json: {infoBufferSize: 0Ki}}}\n", {}),
+    ("logging: {format: json}\n", {"log_format": "json"}),
+    ("logging: {vmodule: [{filePattern: server, verbosity: 4}, {filePattern: 'work*', verbosity: 0}]}\n",
+     {"log_vmodule": (("server", 4), ("work*", 0))}),
+    ("logging: {vmodule: [{filePattern: server}]}\n", {"log_vmodule": (("server", 0),)}),
     # memorySwap: NoSwap, upstream's default ("" is the same).
     ("memorySwap: {}\n", {}),
     ("memorySwap: {swapBehavior: \"\"}\n", {}),
@@ -134,16 +138,21 @@ def test_accepted(body: str, expected: dict[str, Any]) -> None:
     ("crashLoopBackOff: 5m\n", r'field "crashLoopBackOff": expected a mapping, got "5m"'),
     ("httpCheckFrequency: -1s\n", r'field "httpCheckFrequency": must not be a negative duration, got "-1s"'),
     # logging: what kopflet does not have yet, and what upstream refuses.
-    ("logging: {format: json}\n", r'field "logging.format": "json": kopflet\'s logging has the text format, the '
-                                  r'verbosity \(-v, logging.verbosity\) and any flushFrequency; the json format, '
-                                  r'vmodule, splitStream and a non-zero infoBufferSize it does not have yet'),
     ("logging: {format: xml}\n", r'field "logging.format": Invalid value: "xml": Unsupported log format'),
-    ("logging: {vmodule: [{filePattern: server, verbosity: 4}]}\n",
-     r'field "logging.vmodule": server=4: kopflet\'s logging has the text format'),
+    ("logging: {format: json, vmodule: [{filePattern: server, verbosity: 4}]}\n",
+     r'^invalid configuration: logging.vmodule: Forbidden: Only supported for text log format$'),
+    ("logging: {vmodule: [{verbosity: 4}]}\n",
+     r'field "logging.vmodule": item 0: Required value: File pattern must not be empty'),
+    ("logging: {vmodule: [{filePattern: 'a=b', verbosity: 4}]}\n",
+     r'field "logging.vmodule": item 0: Invalid value: "a=b": File pattern must not contain equal sign or comma'),
+    ("logging: {vmodule: [{filePattern: a, verbosity: 2147483648}]}\n",
+     r'field "logging.vmodule": item 0: verbosity: Invalid value: 2147483648: Must be <= 2147483647'),
+    ("logging: {options: {text: {splitStream: true}}}\n",
+     r'field "logging.options": text.splitStream true: kopflet\'s logging has the text and json formats, the '
+     r'verbosity \(-v, logging.verbosity\), vmodule and any flushFrequency; splitStream and a non-zero '
+     r'infoBufferSize \(upstream\'s alpha options\) it does not have yet'),
     ("logging: {vmodule: [{filePattern: server, level: 4}]}\n",
      r'field "logging.vmodule": item 0: unknown field "level"'),
-    ("logging: {options: {text: {splitStream: true}}}\n",
-     r'field "logging.options": text.splitStream true: kopflet\'s logging has'),
     ("logging: {options: {json: {infoBufferSize: 64Ki}}}\n",
      r'field "logging.options": json.infoBufferSize 65536: kopflet\'s logging has'),
     ("logging: {options: {json: {infoBufferSize: lots}}}\n",
@@ -190,6 +199,53 @@ def test_the_verbosity_is_the_flags_else_the_files(argv: tuple[str, ...], body: 
     cfg = with_file(body, *argv)
     assert cfg.log_verbosity == verbosity
     assert configz.kubelet_configuration(cfg)["logging"]["verbosity"] == verbosity
+
+
+@pytest.mark.parametrize(("argv", "body", "expected"), [
+    # --logging-format: the flag wins over logging.format
+    (("--logging-format=json",), "", {"log_format": "json"}),
+    (("--logging-format", "text"), "logging: {format: json}\n", {"log_format": "text"}),
+    (("--logging-format=",), "logging: {format: json}\n", {"log_format": "json"}),  # empty: unset
+    # --vmodule: pflag's Set appends, across repeats and after the file's items (kubeletConfigFlagPrecedence)
+    (("--vmodule=workers=4,prober*=3,",), "", {"log_vmodule": (("workers", 4), ("prober*", 3))}),
+    (("--vmodule=a=1", "--vmodule", "b=2"), "", {"log_vmodule": (("a", 1), ("b", 2))}),
+    (("--vmodule=b=2",), "logging: {vmodule: [{filePattern: a, verbosity: 1}]}\n",
+     {"log_vmodule": (("a", 1), ("b", 2))}),
+    (("--vmodule=a=0",), "", {"log_vmodule": (("a", 0),)}),  # kept, as upstream's config keeps it
+    # --log-flush-frequency: any positive duration
+    (("--log-flush-frequency=1s",), "logging: {flushFrequency: 10s}\n", {"log_flush_frequency": 1.0}),
+])
+def test_the_logging_flags(argv: tuple[str, ...], body: str, expected: dict[str, Any]) -> None:
+    cfg = with_file(body, *argv)
+    assert {name: getattr(cfg, name) for name in expected} == expected
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    # component-base VModuleConfigurationPflag.Set's errors (pflag prefixes the flag)
+    (("--vmodule=workers",), r'^--vmodule: "workers" does not have the pattern=N format$'),
+    (("--vmodule=workers=4=5",), r'^--vmodule: "workers=4=5" does not have the pattern=N format$'),
+    (("--vmodule==4",), r'^--vmodule: "=4" does not have the pattern=N format$'),
+    (("--vmodule=workers=",), r'^--vmodule: "workers=" does not have the pattern=N format$'),
+    (("--vmodule=workers=-1",), r'^--vmodule: parsing verbosity in "workers=-1": strconv.ParseUint: parsing '
+                                r'"-1": invalid syntax$'),
+    (("--vmodule=workers=2147483648",), r'^--vmodule: parsing verbosity in "workers=2147483648": '
+                                        r'strconv.ParseUint: parsing "2147483648": value out of range$'),
+    (("--logging-format=xml",), r'^--logging-format: Invalid value: "xml": Unsupported log format$'),
+    (("--logging-format=json", "--vmodule=workers=4"),
+     r"^invalid configuration: logging.vmodule: Forbidden: Only supported for text log format$"),
+    (("--log-flush-frequency=0s",), r'^--log-flush-frequency: Invalid value: "0s": Must be greater than zero$'),
+    (("--log-flush-frequency=-1s",), r'^--log-flush-frequency: Invalid value: "-1s": Must be greater than zero$'),
+])
+def test_the_logging_flags_refused(argv: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        with_file("", *argv)
+
+
+def test_configz_serves_the_vmodule_and_format() -> None:
+    cfg = with_file("", "--vmodule=workers=4,prober*=3")
+    assert configz.kubelet_configuration(cfg)["logging"]["vmodule"] == [
+        {"filePattern": "workers", "verbosity": 4}, {"filePattern": "prober*", "verbosity": 3}]
+    assert configz.kubelet_configuration(with_file("", "--logging-format=json"))["logging"]["format"] == "json"
 
 
 @pytest.mark.parametrize(("flag", "period"), [("0", 0.0), ("-1m", -60.0), ("90s", 90.0)])

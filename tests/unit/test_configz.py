@@ -137,9 +137,9 @@ def test_every_honoured_field_is_served() -> None:
     cfg = settings.load(["--config=/k.yaml", "--kubeconfig=/k"], {}, "n", lambda _: HEADER + FULL_FILE)
     paths = set(configz.field_paths(configz.kubelet_configuration(cfg)))
     # readOnlyPort takes only 0, which encoding/json leaves out (omitempty): upstream's body has no readOnlyPort
-    # for a disabled port either; logging.vmodule takes only the empty list, left out the same way.
-    assert {s.field for s in settings.SETTINGS if s.field} - {"readOnlyPort", "logging.vmodule"} <= paths
-    assert "readOnlyPort" not in paths and "logging.vmodule" not in paths
+    # for a disabled port either.
+    assert {s.field for s in settings.SETTINGS if s.field} - {"readOnlyPort"} <= paths
+    assert "readOnlyPort" not in paths
     assert paths - {s.field for s in settings.SETTINGS if s.field} == {"kind", "apiVersion"}
 
 

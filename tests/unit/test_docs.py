@@ -76,6 +76,10 @@ QUOTED_MESSAGES = (
     "/kopflet: is the container privileged?",
     "iptables backend: ",
     "can't get final child's PID from pipe: EOF",
+    "SyncLoop ",
+    "cannot notify systemd at ",
+    "does not have the pattern=N format",
+    "with a grace period of ",
 )
 # Where the agent's messages come from (the manifests hold the runtime container's start script).
 SOURCES = ("handlers", "kopflet", "cri_client", "devstack", "manifests")

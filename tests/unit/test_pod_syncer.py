@@ -26,6 +26,7 @@ from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, SandboxI
 from kopflet.kuberuntime import reconciler, sandbox_config
 from kopflet.kuberuntime.executor import MINIMUM_GRACE_PERIOD, PodSyncer, _sandbox_user_namespace
 from kopflet.logs.rotation import container_log_symlink
+from kopflet.logs.verbosity import v
 from kopflet.paths import Layout
 from kopflet.userns.userns_manager import UsernsManager
 
@@ -119,6 +120,15 @@ async def test_regular_containers_stop_first_then_sidecars_in_reverse_order() ->
     assert all(seconds >= 29 for _, seconds in cri.containers.calls)  # the wait comes off the grace period
     assert cri.sandboxes.stopped == ["sb"]
     assert {e[3] for e in recorder.events if e[1] == "Killing"} == set(ALL)
+
+
+async def test_each_kill_is_logged_at_v2(caplog: pytest.LogCaptureFixture) -> None:
+    """Upstream killContainer: "Killing container with a grace period" at V(2), per container: not at -v=0."""
+    caplog.set_level(v(2), logger="kopflet.kuberuntime.executor")
+    syncer, _, _ = make_syncer({})
+    await syncer.kill_pod(make_pod(sidecars=False), runtime("app"), grace=None)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (v(2), "pod ns/p: killing container app (c-app) with a grace period of 30s")]
 
 
 async def test_a_sidecar_whose_later_sidecar_does_not_run_waits_for_the_regular_containers_only() -> None:

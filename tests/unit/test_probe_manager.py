@@ -23,6 +23,7 @@ from cri_client import CriError
 from cri_client.types import ExecSyncResult
 from kopflet.api.spec import ContainerPort, ContainerSpec, Pod, pod_from_body
 from kopflet.container.podstate import ContainerInfo, RuntimePodStatus, State
+from kopflet.logs.verbosity import v
 from kopflet.prober import manager as agent_probes
 from kopflet.prober import probes as p
 from kopflet.prober.manager import ProbeManager, grpc_probe, tcp_probe
@@ -486,6 +487,23 @@ async def test_loop_startup_failure_is_reported() -> None:
         await asyncio.sleep(0.15)
         assert len(calls) == 2  # on hold after the failure
         assert events.posted[0] == ("Warning", "Unhealthy", "Startup probe failed: nope", "app", False)
+    finally:
+        await mgr.close()
+
+
+async def test_a_probe_failure_is_logged_at_v1(caplog: pytest.LogCaptureFixture) -> None:
+    """Upstream prober.go logs "Probe failed" at V(1): a failing probe of a pod is not for the default verbosity
+    (the Unhealthy event tells the pod's owner)."""
+    caplog.set_level(v(1), logger="kopflet.prober.manager")
+    exec_sync, _ = fake_exec(lambda *_: _exit(1, b"nope"))
+    specs = {Kind.STARTUP: ProbeSpec(kind=Kind.STARTUP, handler=p.ExecAction(command=("x",)), period_seconds=0.05,
+                                     failure_threshold=2)}
+    mgr = ProbeManager(None, Events(), Wakes(), exec_sync=exec_sync, specs=short(specs), jitter=False)
+    try:
+        mgr.sync_pod(make_pod({"startupProbe": RAW}), runtime("c1"), "10.0.0.1")
+        await eventually(lambda: mgr.startup_failures(UID) == {"c1"})
+        failures = [r for r in caplog.records if "Startup probe failed: nope" in r.getMessage()]
+        assert failures and {(r.levelno, r.levelname) for r in failures} == {(v(1), "V1")}
     finally:
         await mgr.close()
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from kopflet.logs.verbosity import v
 from kopflet.status import generate
 from kopflet.status.manager import StatusManager
 
@@ -105,3 +108,15 @@ async def test_a_forgotten_pod_is_not_sent_again() -> None:
     api.up = True
     assert await manager._send("u1") == (True, None)
     assert [c[0] for c in api.calls] == ["refused"]
+
+
+async def test_a_written_status_and_the_final_delete_are_logged_at_v3(caplog: pytest.LogCaptureFixture) -> None:
+    """Upstream's status manager: "Patch status for pod" (with the patch) and "Pod fully terminated and removed
+    from etcd" at V(3): per pod, so not at the default verbosity."""
+    caplog.set_level(v(3), logger="kopflet.status.manager")
+    manager = StatusManager(FakeApi())  # type: ignore[arg-type]
+    await manager.write("ns", "p", "u1", PREVIOUS, {**PREVIOUS, "phase": "Running"})
+    await manager.delete("ns", "p", "u1")
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (v(3), 'pod ns/p: status patched: {"status":{"phase":"Running"}}'),
+        (v(3), "pod ns/p: fully terminated and removed from the apiserver")]

@@ -1,0 +1,84 @@
+"""systemd's readiness protocol (sd_notify), as the upstream kubelet speaks it through go-systemd's daemon.SdNotify.
+
+Under a ``Type=notify`` unit systemd sets ``$NOTIFY_SOCKET`` and counts the service started only when it sends
+``READY=1``: a datagram on that unix socket (a path, or ``@name`` for a name in the abstract namespace, as Go's
+net package reads a leading ``@``). Upstream sends it once its server and healthz are up (cmd/kubelet/app/server.go
+run, right after RunKubelet: ``go daemon.SdNotify(false, "READY=1")``), ignoring errors and leaving
+``$NOTIFY_SOCKET`` set; kopflet sends it at the same point (the end of the start-up, `handlers.startup`). kopflet also
+says ``STOPPING=1`` when it starts to stop (go-systemd's SdNotifyStopping, which the kubelet does not send), so that
+``systemctl status`` shows it deactivating while the agent finishes its clean-up. Without ``$NOTIFY_SOCKET``
+nothing is sent, as go-systemd.
+
+`address` and `message` are pure; `notify` sends with a timeout (a datagram to a full socket would block), and
+`notify_async` does so off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Mapping
+from typing import Final
+
+NOTIFY_SOCKET_ENV: Final = "NOTIFY_SOCKET"
+READY: Final = "READY=1"
+"""go-systemd SdNotifyReady: start-up is finished."""
+STOPPING: Final = "STOPPING=1"
+"""go-systemd SdNotifyStopping: the service is beginning its shutdown."""
+SEND_TIMEOUT: Final = 5.0
+"""Seconds a notification may wait for room in systemd's socket."""
+
+
+class NotifyError(OSError):
+    """The notification could not be sent (a socket systemd does not listen on, an address kopflet cannot use)."""
+
+
+def address(value: str) -> str | bytes | None:
+    """``$NOTIFY_SOCKET`` as a socket address: None when unset or empty; ``@name`` is the abstract name (a leading
+    NUL byte); anything else a path. systemd's ``vsock:`` addresses are refused, as go-systemd cannot use them."""
+    if not value:
+        return None
+    if value.startswith("@"):
+        return b"\0" + value[1:].encode()
+    if value.startswith("vsock:"):
+        raise NotifyError(f"{NOTIFY_SOCKET_ENV}={value}: an AF_VSOCK address, which kopflet does not speak")
+    return value
+
+
+def message(*states: str) -> bytes:
+    """One datagram of ``KEY=VALUE`` assignments, newline-separated (sd_notify(3)); a state must be one line."""
+    for state in states:
+        if "\n" in state or "=" not in state:
+            raise ValueError(f"not a KEY=VALUE notification: {state!r}")
+    return "\n".join(states).encode()
+
+
+def notify(*states: str, environ: Mapping[str, str] | None = None, send_timeout: float = SEND_TIMEOUT) -> bool:
+    """Send ``states`` to ``$NOTIFY_SOCKET``: False when it is not set (not under a notify unit), True when sent;
+    NotifyError when sending fails."""
+    env = os.environ if environ is None else environ
+    target = address(env.get(NOTIFY_SOCKET_ENV, ""))
+    if target is None:
+        return False
+    payload = message(*states)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.settimeout(send_timeout)
+            sock.connect(target)
+            sock.send(payload)
+    except OSError as exc:
+        raise NotifyError(f"cannot notify systemd at {env[NOTIFY_SOCKET_ENV]}: {exc.strerror or exc}") from None
+    return True
+
+
+async def notify_async(*states: str, environ: Mapping[str, str] | None = None,
+                       send_timeout: float = SEND_TIMEOUT) -> bool:
+    """`notify` in a thread, so that a full socket never holds up the event loop; at most ``send_timeout`` plus a
+    second."""
+    async with asyncio.timeout(send_timeout + 1.0):
+        return await asyncio.to_thread(notify, *states, environ=environ, send_timeout=send_timeout)
+
+
+__all__ = ["NOTIFY_SOCKET_ENV", "READY", "SEND_TIMEOUT", "STOPPING", "NotifyError", "address", "message", "notify",
+           "notify_async"]
