@@ -171,3 +171,14 @@ def test_kubectl_top_reads_kopflets_resource_metrics_through_metrics_server(kube
         _ns, _name, _cpu, memory = pods[pod]
         assert int(memory.removesuffix("Mi")) > 0, pods[pod]
     assert any(row[1].startswith("coredns-") for row in pods.values())
+
+
+def test_the_unit_got_ready_and_the_default_log_has_no_line_per_pod_event(layout: Layout) -> None:
+    """kopflet told the unit it was ready (sd_notify READY=1, as upstream's kubelet tells systemd), and at the default
+    verbosity its log has what an operator needs, not Kopf's or the sync loop's line per pod event."""
+    text = (layout.logs / "kubelet.log").read_text(errors="replace")
+    current = text[text.rindex("kubelet.service: starting"):]  # this run of kopflet
+    assert "kubelet.service: READY=1" in current
+    assert "Handler 'pod_event' succeeded" not in current
+    assert "SyncLoop" not in current
+    assert "static pod kube-system/kube-apiserver-" in current  # what it does log: the static pods it starts
