@@ -15,8 +15,10 @@ rules (``kube-proxy --cleanup``) and the CNI state; then the registry and contai
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -218,18 +220,28 @@ def release_service_range() -> None:
     _ip("link", "delete", SERVICE_DEVICE)  # its route goes with it
 
 
+def is_up(layout: Layout) -> bool:
+    return ADMIN_CONF.exists() and processes.read_pid(layout.pids / f"{KUBELET_UNIT}.pid") is not None
+
+
+def check_no_dev_stack(layout: Layout) -> None:
+    """StackError while the dev stack's control plane runs: its ports are the ones kubeadm's takes, and its
+    containerd and registries are not this command's to reset or stop."""
+    for name in ("kube-apiserver", "etcd"):
+        if processes.read_pid(layout.pids / f"{name}.pid") is not None:
+            raise processes.StackError(f"the dev stack's {name} runs: it takes the ports kubeadm's control plane "
+                                       f"needs, and its runtime is not the cluster's; stop it first (make down)")
+
+
 def up(layout: Layout, kubelet: str = "kopflet") -> None:
     """The cluster with `kubelet` (kopflet, or upstream's kubelet) as its node agent."""
-    if ADMIN_CONF.exists() and processes.read_pid(layout.pids / f"{KUBELET_UNIT}.pid") is not None:
+    if is_up(layout):
         if installed_kubelet(layout) != kubelet:
             raise processes.StackError(f"the cluster runs with {installed_kubelet(layout)} as its kubelet; "
                                        f"make cluster-down first")
         _log("the cluster is up already")
         return
-    for name in ("kube-apiserver", "etcd"):
-        if processes.read_pid(layout.pids / f"{name}.pid") is not None:
-            raise processes.StackError(f"the dev stack's {name} runs: it takes the ports kubeadm's control plane "
-                                       f"needs; stop it first (make down)")
+    check_no_dev_stack(layout)
     build(layout)
     stack.up(layout, only=BASE_COMPONENTS)
     hold_service_range(layout)
@@ -253,23 +265,40 @@ def reset(layout: Layout) -> None:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=600)
 
 
+def stop_kubelet(layout: Layout) -> bool:
+    """The unit, then any agent it left (a runner killed before its kopflet stopped: kubeadm reset must not race it)."""
+    stopped = processes.stop(KUBELET_UNIT, pids=layout.pids, timeout=60)
+    for pid in processes.processes_matching(str(kubelet_bin(layout))):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            stopped = True
+    return stopped
+
+
 def down(layout: Layout) -> None:
-    if processes.stop(KUBELET_UNIT, pids=layout.pids, timeout=60):
-        _log("stopped the kubelet (kopflet)")
-    if processes.read_pid(layout.pids / "containerd.pid") is not None:
+    """Stop the kubelet, reset what kubeadm made, and stop the registry and containerd. Refused while the dev stack's
+    control plane runs: that containerd is the dev stack's."""
+    check_no_dev_stack(layout)
+    kubelet_ran = stop_kubelet(layout)
+    if kubelet_ran:
+        _log("stopped the kubelet")
+    if (kubelet_ran or ADMIN_CONF.exists()) and processes.read_pid(layout.pids / "containerd.pid") is not None:
         reset(layout)
     release_service_range()
     stack.down(layout, only=BASE_COMPONENTS)
 
 
 def run(layout: Layout, argv: list[str], kubelet: str = "kopflet") -> int:
-    """`up`, then `argv` (the cluster's tests, `make test`), then `down` whatever happened: the machine is left as it
-    was, and the dev stack can start again."""
+    """`up`, then `argv` (the cluster's tests, `make test`), then `down` whatever happened, unless the cluster was
+    up before: the machine is left as it was. Nothing is touched while the dev stack runs."""
+    check_no_dev_stack(layout)
+    was_up = is_up(layout)
     try:
         up(layout, kubelet)
         return subprocess.run(argv, cwd=REPO, check=False).returncode
     finally:
-        down(layout)
+        if not was_up:
+            down(layout)
 
 
 def status(layout: Layout) -> int:

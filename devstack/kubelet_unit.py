@@ -134,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             command = exec_start(args.kopflet, read_env([KUBEADM_FLAGS_ENV, DEFAULTS_ENV]))
             print(f"kubelet.service: starting {shlex.join(command)}", flush=True)
             child = subprocess.Popen(command, env=env)
+            if stopping:  # a SIGTERM between the loop's check and the start: this agent stops too
+                child.send_signal(signal.SIGTERM)
             while True:
                 try:
                     code = child.wait()

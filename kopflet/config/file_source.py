@@ -69,6 +69,7 @@ class StaticPodSource:
         self.cfg, self.api, self.workers, self.node_uid = cfg, api, workers, node_uid
         self.pods: dict[str, StaticPod] = {}
         self._reported: dict[str, str] = {}
+        self._mirrors = asyncio.Lock()  # one pass over the mirror pods at a time (a scan, the Node's registration)
 
     async def scan(self) -> None:
         files = await asyncio.to_thread(read_manifests, self.cfg.pod_manifest_path)
@@ -106,6 +107,10 @@ class StaticPodSource:
 
         Mirrors are found by listing this node's pods: the Node authorizer answers a GET of a pod that
         does not exist (yet) with 403, not 404, since it has no relationship to the node."""
+        async with self._mirrors:
+            await self._ensure_mirrors()
+
+    async def _ensure_mirrors(self) -> None:
         if not self.pods or not self.node_uid():
             return  # upstream syncPod makes no mirror pod while the Node cannot be had (not registered yet)
         try:

@@ -169,6 +169,7 @@ class NodeAgent:
         except API_ERRORS as exc:
             # upstream tryRegisterWithAPIServer's "Unable to register node with API server"
             logger.warning(f"Unable to register node {self.cfg.node_name} with API server: {exc}")
+            self.uid = ""  # a registration cut short is done again whole (the Node is adopted the second time)
             return False
         return True
 

@@ -119,6 +119,9 @@ class PodWorkers:
         uid = body.get("metadata", {}).get("uid", "")
         if not uid:
             return
+        cached = self.status.observed(uid, body.get("status") or {})
+        if cached is not None:  # the status the agent decided and the apiserver has not taken yet is the one to see
+            body = {**body, "status": cached}
         worker = self.workers.get(uid)
         if worker is None:
             worker = self.workers[uid] = _Worker(uid, body)

@@ -842,8 +842,8 @@ def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[st
 def apply_status_patch(previous: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     """The status the apiserver would hold after `patch` (a `status_patch` answer) on `previous`: the status
     manager's cache while the apiserver cannot take the patch. Keyed lists merge as the strategic merge does
-    (an item replaces the one of its key, ``$patch: delete`` removes it, the others stay); other fields are
-    replaced, and removed when null."""
+    (an item's fields merge into those of the item of its key, ``$patch: delete`` removes it, the others stay);
+    other fields are replaced, and removed when null."""
     out = copy.deepcopy(dict(previous))
     for key, value in (patch.get("status") or {}).items():
         if value is None:
@@ -855,7 +855,8 @@ def apply_status_patch(previous: Mapping[str, Any], patch: Mapping[str, Any]) ->
                 if item.get("$patch") == "delete":
                     items.pop(item.get(merge_key), None)
                 else:
-                    items[item.get(merge_key)] = copy.deepcopy(item)
+                    merged = {**items.get(item.get(merge_key), {}), **copy.deepcopy(item)}
+                    items[item.get(merge_key)] = {k: v for k, v in merged.items() if v is not None}
             out[key] = list(items.values())
         else:
             out[key] = copy.deepcopy(value)

@@ -24,6 +24,8 @@ from kopflet.status import generate
 
 logger = logging.getLogger(__name__)
 
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+"""On a mirror pod, the UID of the static pod it mirrors (kopflet/config/static_pods.py)."""
 RETRY_PERIOD = 10.0  # upstream status manager's syncPeriod
 """How often the statuses the apiserver did not take are sent again."""
 
@@ -49,20 +51,42 @@ class StatusManager:
                     desired: Mapping[str, Any]) -> dict[str, Any] | None:
         """Send what changed from `previous` to `desired`; the status the API now holds (or will, once it takes
         it), or None when nothing was sent or the object under that name is another pod (upstream checks the UID
-        the same way)."""
+        the same way; a static pod's status lands on its mirror pod, whose annotation names the static pod's UID).
+
+        While the apiserver has not taken an earlier status of the pod, no request is made here: `run` sends the
+        latest one, so a pod's sync never waits on an apiserver that does not answer."""
         patch = generate.status_patch(previous, desired)
         unsent = self._unsent.get(uid)
         if not patch and unsent is None:
             return None
         wanted = generate.apply_status_patch(previous, patch)
-        base = unsent.base if unsent is not None else previous
-        self._unsent[uid] = _Unsent(namespace, name, base, wanted, unsent.failures if unsent is not None else 0)
+        if unsent is not None:
+            unsent.status = wanted
+            if unsent.failures:
+                return wanted
+        else:
+            self._unsent[uid] = _Unsent(namespace, name, previous, wanted)
         sent, held = await self._send(uid)
         return held if sent else wanted
 
     def unsent(self, uid: str) -> bool:
         """Whether the pod has a status the apiserver has not taken yet."""
         return uid in self._unsent
+
+    def observed(self, uid: str, api_status: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A pod's body arrived from the watch with the API's `api_status`: the next patch is made against it, and the
+        status the agent decided but could not send yet is the one its sync must see (upstream reads its own
+        status cache, never the API's copy); None when nothing is unsent."""
+        unsent = self._unsent.get(uid)
+        if unsent is None:
+            return None
+        unsent.base = api_status
+        return dict(unsent.status)
+
+    @staticmethod
+    def _owned(updated: Mapping[str, Any], uid: str) -> bool:
+        meta = updated.get("metadata") or {}
+        return meta.get("uid") == uid or (meta.get("annotations") or {}).get(MIRROR_ANNOTATION) == uid
 
     async def _send(self, uid: str) -> tuple[bool, dict[str, Any] | None]:
         """Patch the pod's unsent status: (False, None) when the apiserver did not take it (kept for `run`),
@@ -71,7 +95,8 @@ class StatusManager:
             unsent = self._unsent.get(uid)
             if unsent is None:
                 return True, None
-            patch = generate.status_patch(unsent.base, unsent.status)
+            status = unsent.status
+            patch = generate.status_patch(unsent.base, status)
             try:
                 updated = await self.api.patch_pod_status(unsent.namespace, unsent.name, patch) if patch else None
             except API_ERRORS as exc:
@@ -84,19 +109,20 @@ class StatusManager:
             if patch:  # upstream syncPod: "Patch status for pod" at V(3), with the patch
                 logger.log(v(3), f"pod {unsent.namespace}/{unsent.name}: status patched: "
                                  f"{json.dumps(patch, separators=(',', ':'), default=str)}")
-            if self._unsent.get(uid) is unsent:
+            held = dict(updated.get("status") or {}) if updated is not None and self._owned(updated, uid) else None
+            if unsent.status is status:
                 del self._unsent[uid]
                 self._locks.pop(uid, None)
-            if updated is None or updated.get("metadata", {}).get("uid") != uid:
-                return True, None
-            return True, dict(updated.get("status") or {})
+            else:  # a newer status came while this one was on its way: it is sent against what the API now holds
+                unsent.base = held if held is not None else status
+            return True, held
 
     async def run(self) -> None:
-        """Send the statuses the apiserver did not take, every RETRY_PERIOD, until cancelled."""
+        """Send the statuses the apiserver did not take, every RETRY_PERIOD, until cancelled; all at once, so one
+        pod's slow answer does not hold up the others'."""
         while True:
             await asyncio.sleep(RETRY_PERIOD)
-            for uid in list(self._unsent):
-                await self._send(uid)
+            await asyncio.gather(*(self._send(uid) for uid in list(self._unsent)))
 
     def forget(self, uid: str) -> None:
         """The pod is gone from the agent: its unsent status goes too (upstream RemoveOrphanedStatuses)."""

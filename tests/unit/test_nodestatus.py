@@ -322,3 +322,31 @@ async def test_registration_is_tried_again_with_upstreams_backoff_until_the_apis
     assert api.patched  # the first status went with it
     # upstream registerWithAPIServer: 100 ms, doubling, at most 7 s
     assert sleeps == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 7.0]
+
+
+class StatusDownApi(FakeApi):
+    """The Node is created, then the first status patch gets no answer: a registration cut short."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.failed = False
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "") -> dict[str, Any]:
+        if path.endswith("/status") and not self.failed:
+            self.failed = True
+            raise ConnectionRefusedError(111, "Connect call failed")
+        return await super().request(method, path, body, content_type)
+
+
+async def test_a_registration_cut_short_is_done_again_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def sleep(delay: float) -> None:
+        return None
+
+    monkeypatch.setattr(heartbeat.asyncio, "sleep", sleep)
+    api = StatusDownApi()
+    agent = heartbeat.NodeAgent(AgentConfig(node_name="n1"), api, FakeCri(), "containerd://2",  # type: ignore[arg-type]
+                                FACTS)
+    assert not await agent.try_register()
+    assert agent.uid == ""  # so the heartbeat loop registers (and says so) instead of taking it as done
+    await agent.register_with_api_server()
+    assert agent.uid == "u1" and api.patched
