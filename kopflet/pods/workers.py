@@ -375,7 +375,7 @@ class PodWorkers:
             self.recorder.pod_event(pod, event.type, event.reason, event.message, event.container, event.init)
         if plan.status is not None:
             written = await self.status.write(pod.namespace, pod.name, pod.uid, worker.body.get("status") or {},
-                                              plan.status)
+                                              plan.status, precondition=not spec.is_static(pod))
             if written is not None:
                 worker.body = {**worker.body, "status": written}
         if plan.stop_probes:

@@ -39,6 +39,7 @@ class _Unsent:
     base: Mapping[str, Any]
     status: Mapping[str, Any]
     failures: int = 0
+    precondition: bool = True
 
 
 class StatusManager:
@@ -48,13 +49,15 @@ class StatusManager:
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def write(self, namespace: str, name: str, uid: str, previous: Mapping[str, Any],
-                    desired: Mapping[str, Any]) -> dict[str, Any] | None:
+                    desired: Mapping[str, Any], *, precondition: bool = True) -> dict[str, Any] | None:
         """Send what changed from `previous` to `desired`; the status the API now holds (or will, once it takes
         it), or None when nothing was sent or the object under that name is another pod (upstream checks the UID
         the same way; a static pod's status lands on its mirror pod, whose annotation names the static pod's UID).
 
         While the apiserver has not taken an earlier status of the pod, no request is made here: `run` sends the
-        latest one, so a pod's sync never waits on an apiserver that does not answer."""
+        latest one, so a pod's sync never waits on an apiserver that does not answer. `precondition`: the patch
+        names the pod's UID, so it never lands on a pod recreated under the name (upstream
+        preparePatchBytesForPodStatus); not for a static pod, whose mirror pod has a UID of its own."""
         patch = generate.status_patch(previous, desired)
         unsent = self._unsent.get(uid)
         if not patch and unsent is None:
@@ -65,7 +68,7 @@ class StatusManager:
             if unsent.failures:
                 return wanted
         else:
-            self._unsent[uid] = _Unsent(namespace, name, previous, wanted)
+            self._unsent[uid] = _Unsent(namespace, name, previous, wanted, precondition=precondition)
         sent, held = await self._send(uid)
         return held if sent else wanted
 
@@ -97,6 +100,8 @@ class StatusManager:
                 return True, None
             status = unsent.status
             patch = generate.status_patch(unsent.base, status)
+            if patch and unsent.precondition:
+                patch = {"metadata": {"uid": uid}, **patch}
             try:
                 updated = await self.api.patch_pod_status(unsent.namespace, unsent.name, patch) if patch else None
             except API_ERRORS as exc:

@@ -36,7 +36,7 @@ async def test_a_rejection_sends_exactly_phase_reason_and_message() -> None:
     api = FakeApi()
     written = await StatusManager(api).write(  # type: ignore[arg-type]
         "ns", "p", "u1", PREVIOUS, generate.rejected_status(PREVIOUS, "OutOfcpu", "Pod was rejected: no cpu"))
-    assert api.calls == [("patch", "ns", "p", {"status": {
+    assert api.calls == [("patch", "ns", "p", {"metadata": {"uid": "u1"}, "status": {
         "phase": "Failed", "reason": "OutOfcpu", "message": "Pod was rejected: no cpu"}})]
     assert written is not None and written["reason"] == "OutOfcpu"
 
@@ -87,7 +87,7 @@ async def test_a_status_the_apiserver_cannot_take_is_answered_from_the_cache_and
     api.up = True
     await manager._send("u1")
     assert not manager.unsent("u1")
-    assert api.calls[-1] == ("patch", "ns", "p", {"status": {
+    assert api.calls[-1] == ("patch", "ns", "p", {"metadata": {"uid": "u1"}, "status": {
         "phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]}})
 
 
@@ -102,7 +102,7 @@ async def test_while_a_status_is_unsent_writes_only_update_it_and_the_retry_send
     assert [c[0] for c in api.calls] == ["refused"]
     await manager._send("u1")  # run's next round
     assert not manager.unsent("u1")
-    assert api.calls[-1] == ("patch", "ns", "p", {"status": {"phase": "Succeeded"}})
+    assert api.calls[-1] == ("patch", "ns", "p", {"metadata": {"uid": "u1"}, "status": {"phase": "Succeeded"}})
 
 
 def test_a_body_from_the_watch_shows_the_unsent_status_and_becomes_the_base() -> None:
@@ -153,13 +153,22 @@ async def test_a_retry_landing_while_a_newer_status_waits_sends_the_newer_one_ag
     assert server.status == s2 and not manager.unsent("u1")
 
 
+async def test_a_patch_names_the_pods_uid_except_a_static_pods() -> None:
+    api = FakeApi()
+    await StatusManager(api).write("ns", "p", "u1", PREVIOUS, {**PREVIOUS, "phase": "Running"})  # type: ignore[arg-type]
+    await StatusManager(api).write("ns", "s", "u1", PREVIOUS, {**PREVIOUS, "phase": "Running"},  # type: ignore[arg-type]
+                                   precondition=False)
+    assert [call[3].get("metadata") for call in api.calls] == [{"uid": "u1"}, None]
+
+
 async def test_a_static_pods_status_follows_its_mirror_pod_after_an_outage() -> None:
     server = Server({"phase": "Running", "conditions": ready("True")}, uid="mirror-uid", mirror_of="static-uid")
     manager = StatusManager(server)  # type: ignore[arg-type]
     body: dict[str, Any] = {"phase": "Running", "conditions": ready("True")}
     for up, desired in ((False, "False"), (True, "True"), (True, "False")):
         server.up = up
-        written = await manager.write("ns", "p", "static-uid", body, {"phase": "Running", "conditions": ready(desired)})
+        written = await manager.write("ns", "p", "static-uid", body, {"phase": "Running", "conditions": ready(desired)},
+                                      precondition=False)
         body = written if written is not None else body  # as PodWorkers._act does
         if up:
             await manager._send("static-uid")  # run's round
@@ -185,5 +194,5 @@ async def test_a_written_status_and_the_final_delete_are_logged_at_v3(caplog: py
     await manager.write("ns", "p", "u1", PREVIOUS, {**PREVIOUS, "phase": "Running"})
     await manager.delete("ns", "p", "u1")
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
-        (v(3), 'pod ns/p: status patched: {"status":{"phase":"Running"}}'),
+        (v(3), 'pod ns/p: status patched: {"metadata":{"uid":"u1"},"status":{"phase":"Running"}}'),
         (v(3), "pod ns/p: fully terminated and removed from the apiserver")]
