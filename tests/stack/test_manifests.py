@@ -77,7 +77,7 @@ EXPECTED_CLUSTER_RULES = (
     # The final delete (grace 0, UID precondition) after the terminal status; stale mirror pods.
     Rule("", ("pods",), ("delete",), (
         ("kopflet/client/kubeapi.py", 'self.request("DELETE", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}"'),
-        ("kopflet/status/manager.py", "return await self.api.delete_pod(namespace, name, uid)"),
+        ("kopflet/status/manager.py", "deleted = await self.api.delete_pod(namespace, name, uid)"),
     )),
     # Mirror pods of static pods.
     Rule("", ("pods",), ("create",), (
@@ -278,9 +278,15 @@ def _path_resource(path: str) -> tuple[str, str]:
 
 
 def test_every_manifest_is_kubernetes_yaml() -> None:
-    # manifests/systemd/ holds the host's units (not Kubernetes objects; tests/unit/test_systemd_units.py)
-    paths = sorted(p for p in MANIFESTS.glob("*") if p.name != "systemd")
+    # manifests/systemd/ holds the host's units (not Kubernetes objects; tests/unit/test_systemd_units.py), and
+    # manifests/cluster/ the kubeadm cluster's add-ons (devstack/cluster.py), Kubernetes objects checked below
+    paths = sorted(p for p in MANIFESTS.glob("*") if p.name not in ("systemd", "cluster"))
     assert paths and all(p.suffix == ".yaml" for p in paths), paths
+    addons = sorted((MANIFESTS / "cluster").glob("*"))
+    assert addons and all(p.suffix == ".yaml" for p in addons), addons
+    for path in addons:
+        for doc in documents(path):
+            assert doc.get("apiVersion") and doc.get("kind") and doc.get("metadata", {}).get("name"), path
     kinds = set()
     for path in paths:
         for doc in documents(path):
