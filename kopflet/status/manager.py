@@ -111,7 +111,7 @@ class StatusManager:
                            f"pod {unsent.namespace}/{unsent.name}: status not written, sending it again every "
                            f"{RETRY_PERIOD:.0f}s until it is: {exc}")
                 return False, None
-            if patch:  # upstream syncPod: "Patch status for pod" at V(3), with the patch
+            if patch and logger.isEnabledFor(v(3)):  # upstream syncPod: "Patch status for pod" at V(3), with the patch
                 logger.log(v(3), f"pod {unsent.namespace}/{unsent.name}: status patched: "
                                  f"{json.dumps(patch, separators=(',', ':'), default=str)}")
             held = dict(updated.get("status") or {}) if updated is not None and self._owned(updated, uid) else None
