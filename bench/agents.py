@@ -8,6 +8,7 @@ the stack's serving certificate, so `kubectl logs` works the same way for both.
 from __future__ import annotations
 
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from devstack import cluster as devcluster
 from devstack import configs
 from devstack.__main__ import stack_env
 from devstack.layout import REPO, Layout
@@ -26,6 +28,8 @@ from kopflet.paths import Layout as KubeletLayout
 class Agent:
     name: str = ""
     user_agent_hint: str = ""
+    owns_cluster = False
+    """True when starting the agent makes its own cluster (and stopping it removes the cluster with its pods)."""
 
     def __init__(self, layout: Layout, workdir: Path) -> None:
         self.layout, self.workdir = layout, workdir
@@ -40,6 +44,14 @@ class Agent:
     @property
     def pod_dirs(self) -> Path:
         raise NotImplementedError
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.layout.admin_kubeconfig
+
+    @property
+    def node_name(self) -> str:
+        return self.layout.node_name
 
     def argv(self) -> list[str]:
         raise NotImplementedError
@@ -190,3 +202,57 @@ def other_agents_running() -> list[str]:
 
 def agents_by_name(layout: Layout, workdir: Path) -> dict[str, Agent]:
     return {"kopflet": Kopflet(layout, workdir), "kubelet": UpstreamKubelet(layout, workdir)}
+
+
+class KubeadmNode(Agent):
+    """A kubeadm cluster whose kubelet is `kubelet` (kopflet, or upstream's of the same release), as `make cluster`
+    makes it: start is ``kubeadm init`` with the add-ons up, stop is `make cluster-down`; every start is a new
+    cluster, so neither agent inherits the other's objects."""
+
+    owns_cluster = True
+
+    def __init__(self, layout: Layout, workdir: Path, kubelet: str) -> None:
+        super().__init__(layout, workdir)
+        self.name = kubelet
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return devcluster.ADMIN_CONF
+
+    @property
+    def node_name(self) -> str:
+        return self.layout.node_name
+
+    @property
+    def pod_dirs(self) -> Path:
+        return Path(KubeletLayout(devcluster.KUBELET_ROOT).pods_dir)
+
+    @property
+    def unit_log(self) -> Path:
+        return self.layout.logs / "kubelet.log"
+
+    def start(self) -> None:
+        # The unit appends to its log: what this cluster's kubelet says starts at this offset.
+        self._offset = self.unit_log.stat().st_size if self.unit_log.exists() else 0
+        devcluster.up(self.layout, self.name)
+
+    def alive(self) -> bool:
+        return devcluster.is_up(self.layout)
+
+    def stop(self, timeout: float = 60) -> None:
+        try:
+            devcluster.down(self.layout)
+        finally:
+            if self.unit_log.exists():
+                with self.unit_log.open("rb") as src, self.log.open("ab") as out:
+                    src.seek(getattr(self, "_offset", 0))
+                    shutil.copyfileobj(src, out)
+
+    def version(self) -> str:
+        target = devcluster.kubelet_target(self.layout, self.name)
+        return subprocess.run([str(target), "--version"], capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+
+
+def kubeadm_nodes(layout: Layout, workdir: Path) -> dict[str, Agent]:
+    return {name: KubeadmNode(layout, workdir, name) for name in devcluster.KUBELETS}

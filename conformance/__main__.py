@@ -1,11 +1,13 @@
-"""``python -m conformance [run] [--pass node,serial] [--agents kopflet,kubelet] [--focus RE] [--nodes N]`` and
-``python -m conformance report``.
+"""``python -m conformance [run] [--pass node,serial|cluster] [--agents kopflet,kubelet] [--focus RE] [--nodes N]``
+and ``python -m conformance report``.
 
 `make conformance` runs this inside the dev stack (``python -m devstack run -- ...``): for each pass, upstream's
 e2e specs with kopflet as the node's agent, then the same specs with the upstream kubelet of the same
-release. A full pass (both agents, the pass's own selection) is published: its JUnit files and metadata under
-docs/conformance/, docs/conformance.md rewritten from every published pass, and the README's totals. A focused
-rerun or a single agent writes its report into its run directory (.devstack/conformance/<stamp>-<pass>/) only.
+release. `make conformance-cluster` runs the cluster pass (every `[Conformance]` spec) on a kubeadm cluster made
+for each agent in turn. A full pass (the pass's own selection) is published: its JUnit files and metadata under
+docs/conformance/, docs/conformance.md rewritten from every published pass, and the README's totals; a run of one
+agent replaces that agent's half and keeps the other's. A focused rerun writes its report into its run directory
+(.devstack/conformance/<stamp>-<pass>/) only.
 """
 
 from __future__ import annotations
@@ -18,17 +20,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import cluster
-from bench.agents import agents_by_name, other_agents_running, versions
+from bench.agents import agents_by_name, kubeadm_nodes, other_agents_running, versions
 from conformance import report, run, selection
+from devstack import cluster as devcluster
 from devstack.layout import REPO, Layout
+from devstack.processes import StackError
 
 DOCS = REPO / "docs" / "conformance"
 REPORT = REPO / "docs" / "conformance.md"
 KNOWN_LIMITS = Path(__file__).with_name("known-limits.yaml")
 AGENT_NAMES = (report.KOPFLET, report.KUBELET)
 DEFAULT_AGENTS = ",".join(AGENT_NAMES)
-TIMEOUTS = {"node": "3h", "serial": "6h"}
+TIMEOUTS = {"node": "3h", "serial": "6h", "cluster": "4h"}
 
 
 def commit() -> str:
@@ -81,11 +84,38 @@ def write_report(directory: Path, out: Path, readme: Path | None) -> None:
             print("conformance: README conformance section updated", file=sys.stderr)
 
 
+def with_published_agents(name: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """`meta` plus the published runs of the agents it did not run (their JUnit files stay as published), so
+    the two halves of a pass can run apart (each takes an hour or more). Each agent's entry keeps its own date,
+    and kopflet's commit is the pass's commit."""
+    path = DOCS / f"{name}.json"
+    missing = [a for a in AGENT_NAMES if a not in meta["agents"]]
+    if not missing or not path.exists():
+        return meta
+    published = json.loads(path.read_text())
+    merged = json.loads(json.dumps(meta))
+    for agent in missing:
+        if agent not in published.get("agents", {}):
+            continue
+        entry = dict(published["agents"][agent])
+        entry.setdefault("date", published.get("date"))
+        entry["published"] = True
+        merged["agents"][agent] = entry
+        merged["versions"][agent] = published.get("versions", {}).get(agent, "?")
+        if agent == report.KOPFLET:
+            merged["commit"] = published.get("commit", "?")
+    order = [a for a in AGENT_NAMES if a in merged["agents"]]
+    merged["agents"] = {a: merged["agents"][a] for a in order}
+    return merged
+
+
 def publish(rundir: Path, name: str, meta: dict[str, Any]) -> None:
     """A full pass into docs/conformance/ (JUnit trimmed to the selected specs), then the report and README."""
     DOCS.mkdir(parents=True, exist_ok=True)
     published = json.loads(json.dumps(meta))
     for info in published["agents"].values():
+        if info.pop("published", False):
+            continue  # carried over from an earlier published run: its JUnit file is in place
         source = rundir / info["junit"]
         if source.exists():
             (DOCS / info["junit"]).write_text(report.trim_junit(source.read_text()))
@@ -118,26 +148,27 @@ def run_pass(args: argparse.Namespace, layout: Layout, name: str, agent_names: l
                 part["nodes"] = args.nodes
     print(f"conformance: {pass_.title}: {sel['count']} specs, ginkgo {sel['nodes']} process(es); in {rundir}",
           file=sys.stderr)
-    agents = agents_by_name(layout, rundir)
+    agents = kubeadm_nodes(layout, rundir) if pass_.cluster else agents_by_name(layout, rundir)
     chosen = {a: agents[a] for a in agent_names}
     meta: dict[str, Any] = {"pass": name, "title": pass_.title, "date": now.strftime("%Y-%m-%d %H:%M UTC"),
                             "commit": commit(), "versions": versions(layout, chosen) | run.tool_versions(e2e, ginkgo),
                             "selection": sel, "agents": {}}
-    core = cluster.api(layout.admin_kubeconfig)
+    if pass_.setup:
+        meta["setup"] = pass_.setup
     for agent_name, agent in chosen.items():
         print(f"conformance: {pass_.title} under {agent_name}", file=sys.stderr)
         # The tree as this agent starts (a pass takes an hour per agent): what kopflet actually ran.
         meta["versions"][agent_name] = agent.version()
         if agent_name == "kopflet":
             meta["commit"] = commit()
-        result = run.run_agent(agent, layout, core, e2e, ginkgo, sel, rundir, name, args.timeout or TIMEOUTS[name])
+        result = run.run_agent(agent, layout, e2e, ginkgo, sel, rundir, name, args.timeout or TIMEOUTS[name])
         meta["agents"][agent_name] = result
         meta.setdefault("e2e_args", shared_args(result.get("e2e_args", [])))
         (rundir / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
         if result.get("error"):
             print(f"conformance: {agent_name}: {result['error']}", file=sys.stderr)
-    if not args.focus and sorted(agent_names) == sorted(DEFAULT_AGENTS.split(",")):  # both agents, any order
-        publish(rundir, name, meta)
+    if not args.focus:  # a full run: published, beside the other agent's published run when only one ran
+        publish(rundir, name, with_published_agents(name, meta))
     else:
         write_report(rundir, rundir / "conformance.md", None)
     return not any(r.get("error") for r in meta["agents"].values())
@@ -152,9 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         def default(value: str | None, defaults: bool = defaults) -> str | None:
             return value if defaults else argparse.SUPPRESS
 
-        p.add_argument("--pass", dest="passes", default=default(",".join(selection.PASSES)),
+        p.add_argument("--pass", dest="passes", default=default(",".join(selection.STACK_PASSES)),
                        help="passes to run, in order: node (the [NodeConformance] selection, 4 processes), serial "
-                            "(default-on feature-gated and [Serial] node specs, one at a time); default: both")
+                            "(default-on feature-gated and [Serial] node specs, one at a time), both on the dev "
+                            "stack (default: both); or cluster (every [Conformance] spec but the [Disruptive] ones, "
+                            "on a kubeadm cluster made for each agent: `make conformance-cluster`, with the dev "
+                            "stack down)"),
         p.add_argument("--agents", default=default(DEFAULT_AGENTS), help="agents, in order (default: kopflet,kubelet)")
         p.add_argument("--focus", default=default(None), help="a ginkgo focus regex in place of the pass's selection "
                                                               "(its skip still applies): a focused rerun")
@@ -176,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in passes if p not in selection.PASSES] + [a for a in agent_names if a not in AGENT_NAMES]
     if unknown:
         parser.error(f"unknown pass or agent: {', '.join(unknown)}")
+    if len({selection.PASSES[p].cluster for p in passes}) > 1:
+        parser.error("the cluster pass runs without the dev stack: run it on its own (make conformance-cluster)")
     try:
         run.parse_duration(args.timeout or "1h")
     except ValueError as exc:
@@ -191,8 +227,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
+        if selection.PASSES[passes[0]].cluster:
+            devcluster.check_no_dev_stack(layout)
+            if devcluster.is_up(layout):
+                raise run.ConformanceError("a kubeadm cluster is up; each agent gets its own: make cluster-down first")
         completed = [run_pass(args, layout, name, agent_names) for name in passes]
-    except run.ConformanceError as exc:
+    except (run.ConformanceError, StackError) as exc:
         print(f"conformance: {exc}", file=sys.stderr)
         return 2
     return 0 if all(completed) else 1

@@ -296,12 +296,16 @@ def pass_markdown(result: PassResult, limits: Sequence[KnownLimit], level: int =
     meta, cmp = result.meta, result.comparison()
     out = [f"{h} {result.title}", ""]
     agents_meta = meta.get("agents", {})
+    if meta.get("setup"):
+        out += [str(meta["setup"]), ""]
     out.append(f"Run {meta.get('date', '?')} at commit {meta.get('commit', '?')}: {_selection_text(meta)}. "
                f"Arguments to e2e.test: `{' '.join(meta.get('e2e_args', []))}`.")
     out.append("")
+    dates = {str(am.get("date")) for am in agents_meta.values() if am.get("date")}
     for agent in (KOPFLET, KUBELET):
-        out.append(_totals_line(agent, result.suites.get(agent)))
         am = agents_meta.get(agent, {})
+        line = _totals_line(agent, result.suites.get(agent))
+        out.append(line + (f" (run {am['date']})" if len(dates) > 1 and am.get("date") else ""))
         if am.get("error"):
             out.append(f"  - the run did not complete: {cell(str(am['error']))}")
         for problem in result.suites[agent].problems if agent in result.suites else ():
@@ -352,12 +356,14 @@ def pass_markdown(result: PassResult, limits: Sequence[KnownLimit], level: int =
 
 def markdown(passes: Sequence[PassResult], limits: Sequence[KnownLimit]) -> str:
     """The whole of docs/conformance.md."""
-    out = ["# Upstream node conformance specs: kopflet and the upstream kubelet on the project's stack", "",
-           "Written by `make conformance` (`python -m conformance`; `python -m conformance report` rewrites it "
-           "from `docs/conformance/`). Each pass runs upstream's e2e binary, built from `k8s.io/kubernetes` at "
-           "the pinned release with its own `e2e_test.go`, with `--provider=skeleton` and the admin kubeconfig, "
-           "first with kopflet as the node's agent and then, on the same stack and node, with the upstream "
-           "kubelet of the same release (the one `make bench` builds, on the stack's kubelet config). "
+    out = ["# Upstream conformance specs: kopflet and the upstream kubelet", "",
+           "Written by `make conformance` and `make conformance-cluster` (`python -m conformance`; `python -m "
+           "conformance report` rewrites it from `docs/conformance/`). Each pass runs upstream's e2e binary, built "
+           "from `k8s.io/kubernetes` at the pinned release with its own `e2e_test.go`, with `--provider=skeleton` "
+           "and the admin kubeconfig, with kopflet as the node's agent and, on the same machine, with the upstream "
+           "kubelet of the same release. The node and serial passes run on the project's stack (the kubelet on "
+           "the stack's kubelet config, the one `make bench` builds); the Conformance pass runs every "
+           "`[Conformance]` spec on a kubeadm cluster made for each agent. "
            "A spec that fails under both points at the stack (an image, a missing component) before the agent; "
            "the spec's source (`test/e2e/common/node`, `test/e2e/common/storage`, `test/e2e/node` at the pinned "
            "release) is the specification.", ""]

@@ -112,6 +112,14 @@ def plan(pass_: selection.Pass, layout: Layout, e2e: Path, workdir: Path, focus:
             sel["parts"] = [{"name": name, "nodes": nodes, "focus": selection.exact_focus(texts)}
                             for name, nodes, texts in (("parallel", pass_.nodes, others),
                                                        ("serial", pass_.serial_nodes, serial)) if texts]
+    elif pass_.serial_nodes is not None:  # a regex focus: its [Serial] specs by name, after the others
+        specs = dry_run(e2e, workdir, f"dry-run-{pass_.name}-all", pass_.focus, pass_.skip)
+        serial, _ = selection.split_serial(s.text for s in specs)
+        parallel_skip = "|".join(p for p in (pass_.skip, selection.go_regexp_quote(selection.SERIAL_MARK)) if p)
+        sel["parts"] = [{"name": "parallel", "nodes": pass_.nodes, "focus": pass_.focus, "skip": parallel_skip}]
+        if serial:
+            sel["parts"].append({"name": "serial", "nodes": pass_.serial_nodes,
+                                 "focus": selection.exact_focus(serial)})
     if len(sel["focus"]) > MAX_FOCUS:
         raise ConformanceError(f"the focus is {len(sel['focus'])} bytes, more than one argument may carry")
     sel["count"] = len(dry_run(e2e, workdir, f"dry-run-{pass_.name}", sel["focus"], sel["skip"]))
@@ -123,7 +131,7 @@ def plan(pass_: selection.Pass, layout: Layout, e2e: Path, workdir: Path, focus:
 def e2e_args(layout: Layout, agent: Agent, report_dir: Path) -> list[str]:
     """The framework's flags for this stack (test/e2e/framework/test_context.go): no cloud, the admin
     kubeconfig, and what some specs need to know about the node and its agent."""
-    return ["--provider=skeleton", f"--kubeconfig={layout.admin_kubeconfig}", f"--report-dir={report_dir}",
+    return ["--provider=skeleton", f"--kubeconfig={agent.admin_kubeconfig}", f"--report-dir={report_dir}",
             f"--kubectl-path={layout.bin_dir / 'kubectl'}", f"--kubelet-root-dir={agent.pod_dirs.parent}",
             f"--container-runtime-endpoint={layout.runtime_endpoint}", f"--dns-domain={layout.cluster_domain}",
             "--node-os-distro=debian"]
@@ -214,6 +222,8 @@ def clean_node(core: kubernetes.client.CoreV1Api, layout: Layout, agent: Agent |
         if agent is not None:
             agent.stop()
     result: dict[str, Any] = {"namespaces_left_while_agent_ran": len(left)} if agent is not None else {}
+    if agent is not None and agent.owns_cluster:
+        return result  # the cluster is gone, with its objects and its pods (kubeadm reset)
     if left:
         result["pods_force_deleted"] = force_delete_pods(core, left)
         delete_e2e_namespaces(core, None, 0)
@@ -224,17 +234,21 @@ def clean_node(core: kubernetes.client.CoreV1Api, layout: Layout, agent: Agent |
     return result
 
 
-def run_agent(agent: Agent, layout: Layout, core: kubernetes.client.CoreV1Api, e2e: Path, ginkgo: Path,
-              sel: dict[str, Any], outdir: Path, pass_name: str, timeout: str) -> dict[str, Any]:
+def run_agent(agent: Agent, layout: Layout, e2e: Path, ginkgo: Path, sel: dict[str, Any], outdir: Path,
+              pass_name: str, timeout: str) -> dict[str, Any]:
     """The pass under one agent; what happened, for the run's metadata."""
     junit = f"{pass_name}-{agent.name}.xml"
-    result: dict[str, Any] = {"junit": junit, "log": f"{pass_name}-{agent.name}.log", "agent_log": str(agent.log)}
-    clean_node(core, layout, None)  # a previous run's leftovers
+    result: dict[str, Any] = {"junit": junit, "log": f"{pass_name}-{agent.name}.log", "agent_log": str(agent.log),
+                              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    core = None if agent.owns_cluster else cluster.api(agent.admin_kubeconfig)
+    if core is not None:
+        clean_node(core, layout, None)  # a previous run's leftovers
     t0 = time.monotonic()
     since = time.time()
-    agent.start()
     try:
-        wait_until(lambda: cluster.node_ready_since(core, layout.node_name, since), 180, "the node to be Ready",
+        agent.start()  # a kubeadm cluster: up with its add-ons when this returns
+        core = core or cluster.api(agent.admin_kubeconfig)
+        wait_until(lambda: cluster.node_ready_since(core, agent.node_name, since), 180, "the node to be Ready",
                    agent)
         result["version"] = agent.version()
         args = e2e_args(layout, agent, outdir / f"{pass_name}-{agent.name}-report")
@@ -257,6 +271,9 @@ def run_agent(agent: Agent, layout: Layout, core: kubernetes.client.CoreV1Api, e
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
     finally:
-        result["cleanup"] = clean_node(core, layout, agent)
+        if core is not None:
+            result["cleanup"] = clean_node(core, layout, agent)
+        else:  # it never came up
+            agent.stop()
         result["seconds"] = round(time.monotonic() - t0, 1)
     return result

@@ -17,6 +17,8 @@ from typing import Any
 
 NODE_FOCUS = r"\[NodeConformance\]"
 NODE_SKIP = r"\[Slow\]|\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:|\[Alpha\]"
+CONFORMANCE_FOCUS = r"\[Conformance\]"
+CONFORMANCE_SKIP = r"\[Disruptive\]"
 
 # Feature gate files of the pinned release, relative to the Go module cache (k8s.io/kubernetes last: it
 # re-declares some staging gates for the Kubernetes binaries, and those are what the suite sees).
@@ -43,6 +45,10 @@ class Pass:
     serial_nodes: int | None = None
     """When set, the selected specs marked ``[Serial]`` run apart, in this many processes (1), and the others
     in `nodes`: ginkgo runs specs in parallel whatever their ``Serial`` label says."""
+    cluster: bool = False
+    """Run on a kubeadm cluster made for each agent (`make cluster`), not on the dev stack."""
+    setup: str = ""
+    """Where the pass runs, for the report, when not on the dev stack."""
 
 
 PASSES = {
@@ -53,7 +59,19 @@ PASSES = {
                    "label names a feature gate on by default at the pinned release, not already in the node pass; "
                    "(b) `Serial` `NodeConformance` specs; neither `Flaky` nor `Disruptive`; the `[Serial]` ones "
                    "one at a time, after the others", serial_nodes=1),
+    "cluster": Pass("cluster", "Conformance pass (kubeadm cluster)", 4,
+                    "every `[Conformance]` spec but the `[Disruptive]` ones (what Sonobuoy's certified-conformance "
+                    "mode runs); the `[Serial]` ones one at a time, after the others",
+                    focus=CONFORMANCE_FOCUS, skip=CONFORMANCE_SKIP, serial_nodes=1, cluster=True,
+                    setup="On a one-node kubeadm cluster made for each agent by `make cluster` (`kubeadm init` with "
+                          "kube-proxy, CoreDNS and metrics-server; `python -m devstack cluster up --kubelet "
+                          "kopflet|kubelet`): kopflet installed as the node's `kubelet`, then the upstream kubelet "
+                          "of the same release, each run by the same unit with the flags and files kubeadm writes. "
+                          "e2e.test gets kubeadm's admin.conf and the kubelet root `/var/lib/kubelet`; the cluster "
+                          "is reset (`make cluster-down`) after each agent's run."),
 }
+STACK_PASSES = tuple(name for name, p in PASSES.items() if not p.cluster)
+"""What `make conformance` runs (on the dev stack); the cluster pass is `make conformance-cluster`."""
 
 
 # ------------------------------------------------------------------------------------------ feature gates

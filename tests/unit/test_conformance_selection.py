@@ -210,8 +210,56 @@ def test_the_passes() -> None:
     assert (node.focus, node.skip, node.nodes) == (
         r"\[NodeConformance\]", r"\[Slow\]|\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:|\[Alpha\]", 4)
     assert (serial.focus, serial.nodes, serial.serial_nodes) == ("", 4, 1)
+    cluster = selection.PASSES["cluster"]
+    assert (cluster.focus, cluster.skip, cluster.nodes, cluster.serial_nodes, cluster.cluster) == (
+        r"\[Conformance\]", r"\[Disruptive\]", 4, 1, True)
+    assert selection.STACK_PASSES == ("node", "serial")
+
+
+def test_a_regex_pass_runs_its_serial_specs_by_name_after_the_others(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    names = ["[sig-a] x [Conformance]", "[sig-b] y [Serial] [Conformance]", "[sig-c] z (1) [Conformance]"]
+    calls = []
+
+    def dry_run(e2e: Path, workdir: Path, name: str, focus: str = "", skip: str = "") -> list[Spec]:
+        calls.append((focus, skip))
+        return [Spec(n, frozenset()) for n in names]
+
+    monkeypatch.setattr(run, "dry_run", dry_run)
+    sel = run.plan(selection.PASSES["cluster"], None, Path("e2e.test"), tmp_path, None)  # type: ignore[arg-type]
+    assert calls == [(r"\[Conformance\]", r"\[Disruptive\]")] * 2
+    assert sel["count"] == 3
+    parallel, serial = sel["parts"]
+    assert (parallel["nodes"], parallel["focus"], parallel["skip"]) == (
+        4, r"\[Conformance\]", r"\[Disruptive\]|\[Serial\]")
+    assert serial["nodes"] == 1 and "skip" not in serial
+    assert re.search(serial["focus"], f"Kubernetes e2e suite {names[1]}")
+    assert not any(re.search(serial["focus"], f"Kubernetes e2e suite {n}") for n in (names[0], names[2]))
+    focused = run.plan(selection.PASSES["cluster"], None, Path("e2e.test"), tmp_path, "F")  # type: ignore[arg-type]
+    assert (focused["focus"], focused.get("parts")) == ("F", None)
 
 
 def test_split_serial_keeps_the_serial_specs_apart_in_order() -> None:
     names = ["a [Serial] x", "b", "c [Serial]", "d [NodeConformance]"]
     assert selection.split_serial(names) == (["a [Serial] x", "c [Serial]"], ["b", "d [NodeConformance]"])
+
+
+def test_a_run_of_one_agent_keeps_the_other_agents_published_half(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    import json
+
+    from conformance import __main__ as cli
+
+    monkeypatch.setattr(cli, "DOCS", tmp_path)
+    meta = {"pass": "cluster", "date": "D2", "commit": "c2", "versions": {"kubelet": "v1.37.1"},
+            "agents": {"kubelet": {"junit": "cluster-kubelet.xml", "date": "D2"}}}
+    assert cli.with_published_agents("cluster", meta) == meta  # nothing published yet
+    (tmp_path / "cluster.json").write_text(json.dumps({
+        "date": "D1", "commit": "c1", "versions": {"kopflet": "k1", "kubelet": "old"},
+        "agents": {"kopflet": {"junit": "cluster-kopflet.xml"}, "kubelet": {"junit": "cluster-kubelet.xml"}}}))
+    merged = cli.with_published_agents("cluster", meta)
+    assert list(merged["agents"]) == ["kopflet", "kubelet"]
+    assert merged["agents"]["kopflet"] == {"junit": "cluster-kopflet.xml", "date": "D1", "published": True}
+    assert merged["agents"]["kubelet"] == meta["agents"]["kubelet"]
+    assert (merged["commit"], merged["versions"]) == ("c1", {"kubelet": "v1.37.1", "kopflet": "k1"})
+    assert meta["agents"].keys() == {"kubelet"}  # not changed in place
