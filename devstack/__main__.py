@@ -6,7 +6,8 @@
 - ``run -- CMD``: bring the stack up, run CMD with the stack's environment, then stop what it
   started (``make test`` uses this).
 - ``cluster {up,down,status}``: a kubeadm cluster whose kubelet is kopflet, in place of the stack's own control
-  plane (``make cluster``; ``devstack/cluster.py``); ``cluster run -- CMD``: up, CMD, down (``make test``).
+  plane (``make cluster``; ``devstack/cluster.py``); ``cluster run -- CMD``: up, CMD, down (``make test``);
+  ``cluster {join,leave}``: a second kopflet node joined with ``kubeadm join`` (``devstack/cluster_join.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from devstack import cluster, configs, processes, stack
+from devstack import cluster, cluster_join, configs, processes, stack
 from devstack.layout import REPO, Layout
 
 
@@ -164,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("down", help="stop the stack")
     sub.add_parser("status", help="what runs")
     cluster_cmd = sub.add_parser("cluster", help="a kubeadm cluster with kopflet as its kubelet")
-    cluster_cmd.add_argument("action", choices=("up", "down", "status", "run"))
+    cluster_cmd.add_argument("action", choices=("up", "down", "status", "run", "join", "leave"))
     cluster_cmd.add_argument("--kubelet", choices=cluster.KUBELETS, default="kopflet",
                              help="the node agent: kopflet (default) or the upstream kubelet of the same release")
     cluster_cmd.add_argument("cmd", nargs=argparse.REMAINDER, help="with run: the command to run on the cluster")
@@ -191,6 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cluster.up(layout, args.kubelet)
             elif args.action == "down":
                 cluster.down(layout)
+            elif args.action == "join":
+                cluster_join.join(layout)
+            elif args.action == "leave":
+                cluster_join.leave(layout)
             elif args.action == "run":
                 cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
                 if not cmd:

@@ -279,6 +279,11 @@ def down(layout: Layout) -> None:
     """Stop the kubelet, reset what kubeadm made, and stop the registry and containerd. Refused while the dev stack's
     control plane runs: that containerd is the dev stack's."""
     check_no_dev_stack(layout)
+    from devstack import cluster_join  # it builds on this module
+
+    if cluster_join.has_traces(layout):
+        cluster_join.leave(layout)
+        _log(f"{cluster_join.node_name(layout)} left")
     kubelet_ran = stop_kubelet(layout)
     if kubelet_ran:
         _log("stopped the kubelet")

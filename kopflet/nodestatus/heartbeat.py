@@ -23,6 +23,7 @@ from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS, MERGE, STRATEGIC_MERGE, KubeApiError, KubeClient, q
 from kopflet.cm.cpumanager import policy_options
 from kopflet.config.settings import AgentConfig
+from kopflet.config.upstream_feature_gates import KUBERNETES_VERSION
 from kopflet.lifecycle import admission
 from kopflet.nodestatus import setters
 
@@ -31,7 +32,10 @@ logger = logging.getLogger(__name__)
 LEASE_DURATION = 40  # nodeLeaseDurationSeconds
 RENEW_INTERVAL = 10.0  # upstream: 25% of the lease duration
 LEASE_NAMESPACE = "kube-node-lease"
-KUBELET_VERSION = f"v{__version__}-kopflet"
+# The release whose behaviour kopflet implements, with kopflet's own version as semver build metadata: what reads
+# kubeletVersion for version skew (kubeadm upgrade, the apiserver's and controllers' checks) compares v1.37.1, and
+# `kubectl get nodes` still shows which agent runs (the same string as `kubelet --version`).
+KUBELET_VERSION = f"{KUBERNETES_VERSION}+kopflet.{__version__}"
 # upstream registerWithAPIServer: 100 ms before the first try, doubled after each, at most 7 s apart.
 REGISTER_FIRST_STEP, REGISTER_MAX_STEP = 0.1, 7.0
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import pytest
 import yaml
 
-from devstack import cluster, kubelet_unit
+from devstack import cluster, cluster_join, kubelet_unit
 from devstack.layout import Layout
 
 
@@ -53,3 +54,35 @@ def test_exec_start_is_the_drop_ins_command_line() -> None:
         "--kubeconfig=/etc/kubernetes/kubelet.conf", "--config=/var/lib/kubelet/config.yaml",
         "--root-dir=/var/lib/kubelet", "--v=2"]
     assert kubelet_unit.exec_start("/usr/bin/kubelet", {})[-1] == "--config=/var/lib/kubelet/config.yaml"
+
+
+def test_the_second_node_has_its_own_paths_name_and_pod_range() -> None:
+    layout = Layout(root=Path('/x/.devstack'), cache=Path('/var/cache/kopflet'), node_name='node-1')
+    node = cluster_join.node_layout(layout)
+    assert node.node_name == f"{layout.node_name}-2"
+    assert node.pod_cidr == cluster_join.POD_SUBNET
+    assert node.containerd_socket != layout.containerd_socket and node.root != layout.root
+    assert node.cni_data_dir != layout.cni_data_dir
+    assert node.registry_storage == layout.registry_storage  # the same images, served in its namespace
+    assert not ipaddress.ip_network(node.pod_cidr).overlaps(ipaddress.ip_network(layout.pod_cidr))
+    assert not ipaddress.ip_network(node.pod_cidr).overlaps(ipaddress.ip_network(layout.service_cidr))
+
+
+@pytest.mark.parametrize("v1", [True, False])
+def test_the_join_configuration(v1: bool) -> None:
+    layout = Layout(root=Path('/x/.devstack'), cache=Path('/var/cache/kopflet'), node_name='node-1')
+    docs = list(yaml.safe_load_all(cluster_join.join_config(layout, "192.0.2.2:6443", "abcdef.0123456789abcdef",
+                                                            "sha256:00", v1=v1)))
+    (join,) = docs
+    assert join["kind"] == "JoinConfiguration" and join["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    assert join["discovery"]["bootstrapToken"] == {"apiServerEndpoint": "192.0.2.2:6443",
+                                                   "token": "abcdef.0123456789abcdef", "caCertHashes": ["sha256:00"]}
+    reg = join["nodeRegistration"]
+    assert reg["name"] == cluster_join.node_name(layout)
+    assert reg["criSocket"] == cluster_join.node_layout(layout).runtime_endpoint
+    assert reg["taints"] == []
+    assert {a["name"]: a["value"] for a in reg["kubeletExtraArgs"]} == {
+        "root-dir": cluster.KUBELET_ROOT, "node-ip": cluster_join.NODE_ADDR}
+    assert reg.get("ignorePreflightErrors", []) == (["SystemVerification"] if v1 else [])
+    assert join["patches"]["directory"].endswith("/patches")
+    assert yaml.safe_load(cluster_join.kubelet_patch()) == {"cgroupRoot": cluster_join.CGROUP_ROOT}
