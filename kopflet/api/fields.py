@@ -412,9 +412,13 @@ def _volume_fields() -> dict[str, Field]:
         f"{s}.serviceAccountToken.user": _atomic_user(_volume(projected={"sources": [{"serviceAccountToken": {
             "path": "token", "user": 1000}}]})),
     })
-    for source, example in (("clusterTrustBundle", {"signerName": "example.com/s", "path": "ca.pem"}),
-                            ("podCertificate", {"signerName": "example.com/s", "keyType": "ED25519",
-                                                "credentialBundlePath": "creds.pem"})):
+    trust = "kopflet.volumes.trust_bundles.trust_anchors, kopflet.volumes.manager (ClusterTrustBundle list)"
+    fields.update({f"{s}.clusterTrustBundle.{name}": _handled(trust) for name in (
+        "name", "signerName", "labelSelector", "optional", "path")})
+    fields[f"{s}.clusterTrustBundle.user"] = _atomic_user(_volume(projected={"sources": [{"clusterTrustBundle": {
+        "signerName": "example.com/s", "path": "ca.pem", "user": 1000}}]}))
+    for source, example in (("podCertificate", {"signerName": "example.com/s", "keyType": "ED25519",
+                                                "credentialBundlePath": "creds.pem"}),):
         fields[f"{s}.{source}"] = _refused(
             Refusal(VOLUME, f"unsupported projected volume source {source}",
                     _volume(projected={"sources": [{source: example}]})),

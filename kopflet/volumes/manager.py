@@ -1,17 +1,20 @@
 """Setting up a pod's volumes on the node (upstream volumemanager + the volume plugins' SetUp).
 
 What each volume holds is decided by the pure ``kopflet.volumes.plugins``; this module fetches what it needs
-(ConfigMaps and Secrets one at a time, ServiceAccount tokens through TokenRequest bound to the pod),
+(ConfigMaps and Secrets one at a time, ServiceAccount tokens through TokenRequest bound to the pod, the
+cluster's ClusterTrustBundles in one list when a projected volume has a ``clusterTrustBundle`` source),
 mounts tmpfs where the plan says, checks hostPath types, and writes file volumes atomically the way
 upstream's AtomicWriter does (a timestamped directory, the ``..data`` symlink swapped in one rename,
 and top-level symlinks into it), so a reader never sees half an update. Called on every sync, so
-ConfigMap/Secret changes and token rotation (at 80% of the token's lifetime) reach running pods.
+ConfigMap/Secret changes, ClusterTrustBundle changes and token rotation (at 80% of the token's lifetime) reach
+running pods.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import os
 import shutil
 import stat
@@ -23,10 +26,13 @@ from typing import Any
 
 from kopflet import paths
 from kopflet.api import spec, times
-from kopflet.client.kubeapi import KubeApiError, KubeClient, q
+from kopflet.client.kubeapi import API_ERRORS, KubeApiError, KubeClient, q
 from kopflet.config.settings import AgentConfig
 from kopflet.volumes import plugins
+from kopflet.volumes import trust_bundles as ctb
 from kopflet.volumes.plugins import VolumeError, VolumePlan
+
+logger = logging.getLogger(__name__)
 
 DATA_DIR = "..data"
 TOKEN_REFRESH_FRACTION = 0.8  # upstream: rotate when 80% of the lifetime has passed
@@ -38,6 +44,10 @@ class VolumeManager:
         self.cfg, self.api, self.node_allocatable = cfg, api, node_allocatable
         self.layout = layout if layout is not None else cfg.layout
         self._tokens: dict[tuple[str, str, int], tuple[str, float]] = {}  # (uid, audience, exp) -> (token, refresh_at)
+        # The ClusterTrustBundle API version the apiserver serves, found at the first need (upstream's
+        # LazyInformerManager): None not looked for yet, "" none served (upstream's NoopManager, for good).
+        self._trust_bundle_version: str | None = None
+        self._trust_bundle_order = os.urandom(16)  # the anchors' shuffle, fixed for this process
 
     async def setup(self, pod: spec.Pod) -> dict[str, VolumePlan]:
         """Fetch, plan and materialize every volume of the pod; VolumeError says what is missing."""
@@ -47,9 +57,10 @@ class VolumeManager:
         tokens = {}
         for token in plugins.token_requests(pod):
             tokens[(token.audience, token.expiration_seconds)] = await self._token(pod, token)
+        trust_bundles = await self.cluster_trust_bundles() if ctb.wanted(pod) else None
         plans = plugins.plan_volumes(pod, layout=self.layout, config_maps=config_maps, secrets=secrets,
                                      tokens=tokens, node_name=self.cfg.node_name,
-                                     node_allocatable=self.node_allocatable())
+                                     node_allocatable=self.node_allocatable(), trust_bundles=trust_bundles)
         fs_group = pod.spec.security_context.get("fsGroup")
         await asyncio.to_thread(materialize, plans, fs_group if isinstance(fs_group, int) else None)
         return plans
@@ -78,6 +89,31 @@ class VolumeManager:
         lifetime = (expires.timestamp() - now) if expires is not None else token.expiration_seconds
         self._tokens[key] = (status.get("token", ""), now + lifetime * TOKEN_REFRESH_FRACTION)
         return str(status.get("token", ""))
+
+    async def cluster_trust_bundles(self) -> ctb.Bundles:
+        """Every ClusterTrustBundle, listed afresh on each setup that needs them (as ConfigMaps and Secrets are
+        read on every sync), where upstream answers from an informer's cache. The API version is the first of
+        v1, v1beta1, v1alpha1 the apiserver serves (a 404 on the list: not served); none served gives upstream's
+        NoopManager error from then on. A failed list gives upstream's not-synced error (the cause is logged) and
+        is tried again on the next sync."""
+        versions = ctb.API_VERSIONS if self._trust_bundle_version is None else (self._trust_bundle_version,)
+        for version in versions:
+            if not version:
+                break
+            path = f"/apis/certificates.k8s.io/{version}/clustertrustbundles"
+            try:
+                answer = await self.api.request("GET", path)
+            except API_ERRORS as exc:
+                if isinstance(exc, KubeApiError) and exc.not_found and self._trust_bundle_version is None:
+                    continue
+                logger.warning(f"listing ClusterTrustBundles failed: {exc}")
+                return ctb.Bundles(error=ctb.NOT_SYNCED)
+            self._trust_bundle_version = version
+            return ctb.Bundles.from_list(answer, self._trust_bundle_order)
+        if self._trust_bundle_version is None:
+            logger.info("No version of the ClusterTrustBundle API was found: clusterTrustBundle projections fail")
+        self._trust_bundle_version = ""
+        return ctb.Bundles(error=ctb.NOT_SUPPORTED)
 
     def forget(self, uid: str) -> None:
         for key in [k for k in self._tokens if k[0] == uid]:
@@ -133,7 +169,7 @@ def materialize(plans: Mapping[str, VolumePlan], fs_group: int | None = None) ->
             if plan.tmpfs and not is_mounted(path):
                 mount_tmpfs(path, plan.size_limit)
                 created = True
-            changed = write_atomically(path, plan.files) if plan.files is not None else created
+            changed = write_atomically(path, plan.files, fs_group) if plan.files is not None else created
             if fs_group is not None and changed:
                 set_volume_ownership(path, fs_group, read_only=plan.files is not None)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -183,12 +219,13 @@ def set_volume_ownership(root: Path, fs_group: int, read_only: bool) -> None:
             own(os.path.join(folder, name))
 
 
-def write_atomically(target: Path, files: tuple[plugins.FileEntry, ...]) -> bool:
+def write_atomically(target: Path, files: tuple[plugins.FileEntry, ...], fs_group: int | None = None) -> bool:
     """Upstream AtomicWriter: write a fresh timestamped dir, swap ``..data`` to it with one rename, link
     the top-level names through ``..data``, then drop the old dir and names no longer in the payload.
-    False when the payload was already there (nothing written)."""
+    A file with an owner (FsUser) is chowned to it, and so is the top-level link made for it.
+    False when the payload was already there (nothing written), the modes as `fs_group`'s ownership left them."""
     current = target / DATA_DIR
-    if current.is_symlink() and _same_payload(current, files):
+    if current.is_symlink() and _same_payload(current, files, fs_group):
         return False
     stamp = datetime.datetime.now(datetime.UTC).strftime("..%Y_%m_%d_%H_%M_%S.%f")
     new_dir = target / stamp
@@ -198,16 +235,22 @@ def write_atomically(target: Path, files: tuple[plugins.FileEntry, ...]) -> bool
         file.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         file.write_bytes(entry.data)
         os.chmod(file, entry.mode)
+        if entry.owner is not None:
+            os.lchown(file, entry.owner, -1)
     tmp_link = target / "..data_tmp"
     if tmp_link.is_symlink():
         tmp_link.unlink()
     os.symlink(stamp, tmp_link)
     os.rename(tmp_link, current)
-    tops = {entry.path.split("/", 1)[0] for entry in files}
-    for top in tops:
+    tops: dict[str, int | None] = {}
+    for entry in files:
+        tops.setdefault(entry.path.split("/", 1)[0], entry.owner)
+    for top, owner in tops.items():
         link = target / top
         if not link.is_symlink():
             os.symlink(f"{DATA_DIR}/{top}", link)
+            if owner is not None:
+                os.lchown(link, owner, -1)
     for child in target.iterdir():
         if child.name.startswith(".."):
             if child.name != stamp and child.is_dir() and not child.is_symlink():
@@ -217,14 +260,21 @@ def write_atomically(target: Path, files: tuple[plugins.FileEntry, ...]) -> bool
     return True
 
 
-def _same_payload(current: Path, files: tuple[plugins.FileEntry, ...]) -> bool:
+def _same_payload(current: Path, files: tuple[plugins.FileEntry, ...], fs_group: int | None) -> bool:
+    """Whether ``..data`` holds these files already; under an fsGroup a file's mode is the one
+    set_volume_ownership gave it (a 0600 file is 0640), so an unchanged payload is not written again each sync."""
     try:
         existing = {str(p.relative_to(current.resolve())) for p in current.resolve().rglob("*") if p.is_file()}
         if existing != {e.path for e in files}:
             return False
         for entry in files:
             file = current / entry.path
-            if file.read_bytes() != entry.data or stat.S_IMODE(file.stat().st_mode) != entry.mode:
+            info = file.stat()
+            mode = entry.mode if fs_group is None else plugins.ownership_mode(entry.mode, is_dir=False,
+                                                                               read_only=True)
+            if file.read_bytes() != entry.data or stat.S_IMODE(info.st_mode) != mode:
+                return False
+            if entry.owner is not None and info.st_uid != entry.owner:
                 return False
     except OSError:
         return False

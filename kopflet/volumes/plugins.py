@@ -11,6 +11,7 @@ the files atomically. ConfigMaps, Secrets and service account tokens are passed 
 `referenced_objects` and `token_requests` say which. In `config_maps` / `secrets`, ``None`` means "fetched,
 does not exist"; a name missing from the mapping means "not fetched" (a caller bug: ValueError). Values are
 bytes (ConfigMap ``data`` encoded as UTF-8 merged with ``binaryData``; Secret values decoded from base64).
+The cluster's ClusterTrustBundles come as `trust_bundles.Bundles` when `trust_bundles.wanted` says so.
 
 A volume that cannot be set up raises `VolumeError`, whose text is the ``FailedMount`` event message.
 """
@@ -26,6 +27,7 @@ from cri_client import types as cri
 from kopflet import gotext, paths
 from kopflet.api import qos, spec, unsupported
 from kopflet.envvars import container_env
+from kopflet.volumes import trust_bundles as ctb
 
 KIND_EMPTY_DIR = "emptyDir"
 KIND_HOST_PATH = "hostPath"
@@ -88,6 +90,8 @@ class FileEntry:
     path: str
     data: bytes
     mode: int
+    owner: int | None = None
+    """The UID to own the file (upstream FileProjection.FsUser), or None to leave it root's."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,15 +313,19 @@ def _aggregate(errors: list[str]) -> str:
     return unique[0] if len(unique) == 1 else "[" + ", ".join(unique) + "]"
 
 
-def _files(volume: str, payload: Mapping[str, tuple[bytes, int]]) -> tuple[FileEntry, ...]:
+_File = tuple[bytes, int] | tuple[bytes, int, int | None]
+"""A payload entry: the data, the mode and, for the sources whose files get one, the owner (FsUser)."""
+
+
+def _files(volume: str, payload: Mapping[str, _File]) -> tuple[FileEntry, ...]:
     """Validate the paths as the atomic writer does and clean them (``a//b`` -> ``a/b``), sorted by path."""
     files: dict[str, FileEntry] = {}
-    for path, (data, mode) in payload.items():
+    for path, entry in payload.items():
         error = validate_path(path)
         if error is not None:
             raise _setup_failed(volume, error)
         clean = posixpath.normpath(path)
-        files[clean] = FileEntry(path=clean, data=data, mode=mode)
+        files[clean] = FileEntry(path=clean, data=entry[0], mode=entry[1], owner=entry[2] if len(entry) > 2 else None)
     return tuple(files[path] for path in sorted(files))
 
 
@@ -326,12 +334,14 @@ def _files(volume: str, payload: Mapping[str, tuple[bytes, int]]) -> tuple[FileE
 
 def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[str, Mapping[str, bytes] | None],
                  secrets: Mapping[str, Mapping[str, bytes] | None], tokens: Mapping[tuple[str, int], str],
-                 node_name: str = "", node_allocatable: Mapping[str, str] | None = None) -> dict[str, VolumePlan]:
+                 node_name: str = "", node_allocatable: Mapping[str, str] | None = None,
+                 trust_bundles: ctb.Bundles | None = None) -> dict[str, VolumePlan]:
     """A `VolumePlan` per pod volume (in spec order), or `VolumeError` for the first that cannot be set up.
 
     `layout` places the volumes' directories. `tokens` maps ``(audience, expiration_seconds)`` (as in `TokenSpec`)
     to the token text. `node_name` is accepted for symmetry with the env API (downward API volumes cannot read
-    ``spec.nodeName``).
+    ``spec.nodeName``). `trust_bundles`: the cluster's ClusterTrustBundles, needed (else ValueError) when a
+    projected volume has a ``clusterTrustBundle`` source.
     """
     del node_name  # not readable through downward API volumes (only metadata.* fields are)
     plans: dict[str, VolumePlan] = {}
@@ -340,7 +350,8 @@ def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[st
         kind, body = _source(volume)
         try:
             plans[name] = _plan(pod, name, kind, body, layout=layout, config_maps=config_maps,
-                                secrets=secrets, tokens=tokens, node_allocatable=node_allocatable)
+                                secrets=secrets, tokens=tokens, node_allocatable=node_allocatable,
+                                trust_bundles=trust_bundles)
         except _Failed as exc:
             raise _setup_failed(name, str(exc)) from None
     return plans
@@ -348,7 +359,8 @@ def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[st
 
 def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, layout: paths.Layout,
           config_maps: Mapping[str, Mapping[str, bytes] | None], secrets: Mapping[str, Mapping[str, bytes] | None],
-          tokens: Mapping[tuple[str, int], str], node_allocatable: Mapping[str, str] | None) -> VolumePlan:
+          tokens: Mapping[tuple[str, int], str], node_allocatable: Mapping[str, str] | None,
+          trust_bundles: ctb.Bundles | None = None) -> VolumePlan:
     if kind not in SUPPORTED_KINDS:
         raise _Failed(f"unsupported volume type {kind}: kopflet has no plugin for it")
     if kind == KIND_HOST_PATH:
@@ -372,6 +384,7 @@ def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, layou
         return VolumePlan(name=name, kind=kind, host_path=directory, tmpfs=medium == MEDIUM_MEMORY,
                           size_limit=size_limit)
     default_mode = _mode(body.get("defaultMode"), DEFAULT_MODE)
+    payload: Mapping[str, _File]
     # Upstream secret, downwardAPI and projected volumes wrap an emptyDir of medium Memory; configMap one on disk.
     tmpfs = kind != KIND_CONFIG_MAP
     if kind == KIND_CONFIG_MAP:
@@ -384,7 +397,8 @@ def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, layou
             raise _Failed(_aggregate(errors))
     else:
         payload = _projected_payload(pod, name, body, default_mode, config_maps=config_maps,
-                                            secrets=secrets, tokens=tokens, node_allocatable=node_allocatable)
+                                     secrets=secrets, tokens=tokens, node_allocatable=node_allocatable,
+                                     trust_bundles=trust_bundles)
     return VolumePlan(name=name, kind=kind, host_path=directory, tmpfs=tmpfs, files=_files(name, payload),
                       read_only=True)
 
@@ -392,9 +406,10 @@ def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, layou
 def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], default_mode: int, *,
                        config_maps: Mapping[str, Mapping[str, bytes] | None],
                        secrets: Mapping[str, Mapping[str, bytes] | None], tokens: Mapping[tuple[str, int], str],
-                       node_allocatable: Mapping[str, str] | None) -> dict[str, tuple[bytes, int]]:
+                       node_allocatable: Mapping[str, str] | None,
+                       trust_bundles: ctb.Bundles | None = None) -> dict[str, _File]:
     """Upstream projected `collectData`: sources in order (later paths win), errors collected."""
-    payload: dict[str, tuple[bytes, int]] = {}
+    payload: dict[str, _File] = {}
     errors: list[str] = []
     for source in _mappings(body.get("sources")):
         try:
@@ -416,6 +431,8 @@ def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], defaul
                     raise _Failed(f"failed to fetch token: no token for audience {gotext.go_quote(token.audience)} "
                                   f"expiring in {token.expiration_seconds}s")
                 payload[token.path] = (text.encode(), default_mode)
+            elif isinstance(source.get("clusterTrustBundle"), Mapping):
+                payload.update(_trust_bundle_payload(pod, source["clusterTrustBundle"], default_mode, trust_bundles))
             else:
                 kinds = ", ".join(key for key in source if source[key] is not None) or "(none)"
                 raise _Failed(f"unsupported projected volume source {kinds}")
@@ -424,6 +441,36 @@ def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], defaul
     if errors:
         raise _Failed(_aggregate(errors))
     return payload
+
+
+def _trust_bundle_payload(pod: spec.Pod, source: Mapping[str, Any], default_mode: int,
+                          trust_bundles: ctb.Bundles | None) -> dict[str, _File]:
+    """collectData's ClusterTrustBundle branch: the merged anchors at ``path``, 0600 and owned by the pod's user
+    when all its containers run as one (FsUserFrom), or under an fsGroup (SetVolumeOwnership then adds group read)."""
+    if trust_bundles is None:
+        raise ValueError("the ClusterTrustBundles were not fetched (trust_bundles passed in as None)")
+    try:
+        anchors = ctb.trust_anchors(source, trust_bundles)
+    except ctb.TrustAnchorsError as exc:
+        raise _Failed(str(exc)) from None
+    owner = fs_user(pod)
+    fs_group = pod.spec.security_context.get("fsGroup")
+    mode = 0o600 if owner is not None or isinstance(fs_group, int) else default_mode
+    return {str(source.get("path") or ""): (anchors, mode, owner)}
+
+
+def fs_user(pod: spec.Pod) -> int | None:
+    """Upstream volume util FsUserFrom: the runAsUser every container (init, regular, ephemeral) runs as, from its
+    own securityContext or the pod's; None when one has none or two differ."""
+    pod_user = pod.spec.security_context.get("runAsUser")
+    user: int | None = None
+    for container in (*pod.spec.init_containers, *pod.spec.containers, *pod.spec.ephemeral_containers):
+        own = (container.security_context or {}).get("runAsUser")
+        effective = own if isinstance(own, int) else pod_user
+        if not isinstance(effective, int) or isinstance(effective, bool) or (user is not None and user != effective):
+            return None
+        user = effective
+    return user
 
 
 # -------------------------------------------------------------------------------------------------- mounts
@@ -491,6 +538,7 @@ __all__ = [
     "VolumeError",
     "VolumePlan",
     "container_mounts",
+    "fs_user",
     "plan_volumes",
     "referenced_objects",
     "token_requests",

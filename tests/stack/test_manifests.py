@@ -124,6 +124,11 @@ EXPECTED_CLUSTER_RULES = (
         ("kopflet/envvars/services.py", 'self.api.request("GET", "/api/v1/services")'),
         ("kopflet/envvars/services.py", 'self.api.watch("/api/v1/services", version)'),
     )),
+    # ClusterTrustBundles for projected clusterTrustBundle sources (one list per setup of a pod that has one).
+    Rule("certificates.k8s.io", ("clustertrustbundles",), ("list",), (
+        ("kopflet/volumes/manager.py", 'path = f"/apis/certificates.k8s.io/{version}/clustertrustbundles"'),
+        ("kopflet/volumes/manager.py", 'answer = await self.api.request("GET", path)'),
+    )),
     # runtimeClassName to the CRI handler.
     Rule("node.k8s.io", ("runtimeclasses",), ("get",), (
         ("kopflet/kuberuntime/executor.py", 'self.api.get_or_none(f"/apis/node.k8s.io/v1/runtimeclasses/{name}")'),
@@ -181,6 +186,7 @@ DENIED = (
     ("get", "persistentvolumeclaims", "", "default"),
     ("list", "customresourcedefinitions.apiextensions.k8s.io", "", ""),
     ("create", "certificatesigningrequests.certificates.k8s.io", "", ""),
+    ("create", "clustertrustbundles.certificates.k8s.io", "", ""),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", "", ""),
 )
 

@@ -198,8 +198,8 @@ ERROR_CASES: list[tuple[str, dict[str, Any], str]] = [
      failed("p", "serviceAccountToken.expirationSeconds: Invalid value: 60: may not specify a duration less "
                  "than 10 minutes")),
     ("projected unsupported source", {"name": "p", "projected": {"sources": [
-        {"clusterTrustBundle": {"name": "b", "path": "b"}}]}},
-     failed("p", "unsupported projected volume source clusterTrustBundle")),
+        {"podCertificate": {"signerName": "example.com/s", "keyType": "ED25519", "credentialBundlePath": "c"}}]}},
+     failed("p", "unsupported projected volume source podCertificate")),
     ("absolute item path", {"name": "c", "configMap": {"name": "cfg", "items": [{"key": "a.conf", "path": "/x"}]}},
      failed("c", "invalid path: must be relative path: /x")),
     ("'..' item path", {"name": "c", "configMap": {"name": "cfg", "items": [{"key": "a.conf", "path": "a/../../x"}]}},
