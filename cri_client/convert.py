@@ -226,8 +226,18 @@ def linux_resources_from_pb(m: pb.LinuxContainerResources) -> types.LinuxContain
     )
 
 
+def image_spec_to_pb(s: types.ImageSpec) -> pb.ImageSpec:
+    return pb.ImageSpec(image=s.image, annotations=_map(s.annotations), user_specified_image=s.user_specified_image,
+                        runtime_handler=s.runtime_handler)
+
+
+def image_spec_from_pb(m: pb.ImageSpec) -> types.ImageSpec:
+    return types.ImageSpec(image=m.image, annotations=_map(m.annotations), user_specified_image=m.user_specified_image,
+                           runtime_handler=m.runtime_handler)
+
+
 def mount_to_pb(m: types.Mount) -> pb.Mount:
-    return pb.Mount(
+    message = pb.Mount(
         container_path=m.container_path,
         host_path=m.host_path,
         readonly=m.readonly,
@@ -236,7 +246,10 @@ def mount_to_pb(m: types.Mount) -> pb.Mount:
         recursive_read_only=m.recursive_read_only,
         uidMappings=_id_mappings_to_pb(m.uid_mappings),
         gidMappings=_id_mappings_to_pb(m.gid_mappings),
+        image_sub_path=m.image_sub_path,
     )
+    _put(message, "image", m.image, image_spec_to_pb)
+    return message
 
 
 def mount_from_pb(m: pb.Mount) -> types.Mount:
@@ -249,6 +262,8 @@ def mount_from_pb(m: pb.Mount) -> types.Mount:
         recursive_read_only=m.recursive_read_only,
         uid_mappings=_id_mappings_from_pb(m.uidMappings),
         gid_mappings=_id_mappings_from_pb(m.gidMappings),
+        image=_get(m, "image", image_spec_from_pb),
+        image_sub_path=m.image_sub_path,
     )
 
 

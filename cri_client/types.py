@@ -225,9 +225,26 @@ class LinuxContainerResources:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ImageSpec:
+    """`ImageSpec`: an image as the kubelet names it to the runtime. `image` is what the runtime resolves (the
+    kubelet passes the image ref the pull returned), `user_specified_image` the pod's reference as written;
+    `annotations` are the pod's (upstream passes them along) and `runtime_handler` the pod's RuntimeClass handler
+    ("" unless RuntimeClassInImageCriAPI)."""
+
+    image: str
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    user_specified_image: str = ""
+    runtime_handler: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Mount:
     """`Mount`: a host path bind-mounted into a container; `uid_mappings`/`gid_mappings` (the proto's
-    ``uidMappings``/``gidMappings``) make it an idmapped mount for a pod in its own user namespace."""
+    ``uidMappings``/``gidMappings``) make it an idmapped mount for a pod in its own user namespace.
+
+    An image volume's mount names its `image` instead of a host path (``host_path`` empty, read-only, as the
+    runtime demands), and `image_sub_path` the directory inside the image to mount in place of its root; the
+    runtime mounts the image and reports the mount back with the host path it chose."""
 
     container_path: str
     host_path: str = ""
@@ -237,6 +254,8 @@ class Mount:
     recursive_read_only: bool = False
     uid_mappings: tuple[IDMapping, ...] = ()
     gid_mappings: tuple[IDMapping, ...] = ()
+    image: ImageSpec | None = None
+    image_sub_path: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -710,6 +729,7 @@ __all__ = [
     "IDMapping",
     "Image",
     "ImageFsInfo",
+    "ImageSpec",
     "LinuxContainerConfig",
     "LinuxContainerResources",
     "LinuxPodSandboxStats",

@@ -594,6 +594,13 @@ class KubeletMetrics:
             ("container_type", "code"),
             stability=ALPHA,
         )
+        # Image volumes (upstream ImageVolume* counters, registered as the ImageVolume gate is on: GA at v1.37).
+        self.image_volume_requested = r.counter(
+            "kubelet_image_volume_requested_total", "Number of requested image volumes.", stability=BETA)
+        self.image_volume_mounted_succeeded = r.counter(
+            "kubelet_image_volume_mounted_succeed_total", "Number of successful image volume mounts.", stability=BETA)
+        self.image_volume_mounted_errors = r.counter(
+            "kubelet_image_volume_mounted_errors_total", "Number of failed image volume mounts.", stability=BETA)
         self.image_garbage_collected = r.counter(
             "kubelet_image_garbage_collected_total",
             "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",

@@ -323,7 +323,8 @@ class Node:
             volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout),
             hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths,
             before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager, devices=self.device_manager,
-            memory=self.memory_manager, userns=self.userns, swap_controller=host.swap_controller)
+            memory=self.memory_manager, userns=self.userns, swap_controller=host.swap_controller,
+            metrics=self.metrics)
         self.relist = RuntimeCache(cri, on_relist=self.metrics.observe_pleg_relist)
         self.prober = ProbeManager(cri, self.recorder, self._wake, metrics=self.probe_metrics)
         self.status = StatusManager(self.api)

@@ -317,13 +317,12 @@ def _container_fields(kind: str) -> dict[str, Field]:
 # --------------------------------------------------------------------------------------------------- volumes
 
 _NO_PLUGIN = ("awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "csi", "ephemeral", "fc",
-              "flexVolume", "flocker", "gcePersistentDisk", "gitRepo", "glusterfs", "image", "iscsi", "nfs",
+              "flexVolume", "flocker", "gcePersistentDisk", "gitRepo", "glusterfs", "iscsi", "nfs",
               "persistentVolumeClaim", "photonPersistentDisk", "portworxVolume", "quobyte", "rbd", "scaleIO",
               "storageos", "vsphereVolume")
 """Volume types kopflet has no plugin for (`kopflet.volumes.plugins.SUPPORTED_KINDS` are the others)."""
 _NO_PLUGIN_EXAMPLES: dict[str, dict[str, Any]] = {
     "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}},
-    "image": {"reference": "busybox"},
     "nfs": {"server": "nfs.example", "path": "/"},
     "persistentVolumeClaim": {"claimName": "data"},
     "csi": {"driver": "csi.example"},
@@ -377,6 +376,10 @@ def _volume_fields() -> dict[str, Field]:
             _UNSUPPORTED, "EmptyDirVolumeMode (alpha): kopflet makes every emptyDir 0777"),
         f"{v}.hostPath.path": _handled(_VOLUMES),
         f"{v}.hostPath.type": _handled(_VOLUMES + " (check_host_path)"),
+        f"{v}.image.reference": _handled(
+            "kopflet.volumes.plugins (_image_plan), kopflet.kuberuntime.image_volumes, kopflet.images.manager",
+            "pulled before the pod's containers start, mounted by the runtime (CRI Mount.image)"),
+        f"{v}.image.pullPolicy": _handled("kopflet.volumes.plugins (_image_plan), kopflet.images.manager"),
     }
     for kind, name_field in (("configMap", "name"), ("secret", "secretName")):
         where = f"kopflet.volumes.plugins ({kind})"

@@ -136,6 +136,15 @@ def in_use_image_ids(containers: Iterable[cri.Container]) -> frozenset[str]:
     return frozenset(c.image_id or c.image_ref for c in containers if c.image_id or c.image_ref)
 
 
+def image_volume_ids(statuses: Iterable[cri.ContainerStatus], images: Iterable[cri.Image]) -> frozenset[str]:
+    """Image IDs the containers mount as image volumes (upstream handleImageVolumes, ImageVolume on): a mount's
+    image spec names the image ref the kubelet pulled, which is the image's ``id`` in the runtime's list; a mount
+    naming an image the runtime no longer lists adds nothing."""
+    ids = {image.id for image in images}
+    return frozenset(mount.image.image for status in statuses for mount in status.mounts
+                     if mount.image is not None and mount.image.image in ids)
+
+
 def sandbox_image_from_runtime_info(info: Mapping[str, str]) -> str:
     """containerd's ``sandboxImage`` from CRI Status(verbose)'s ``config`` (a JSON document); "" when absent."""
     try:

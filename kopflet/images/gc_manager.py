@@ -106,13 +106,22 @@ class ImageGCManager:
 
     async def detect(self, now: float | None = None) -> frozenset[str]:
         """Update the records from the runtime's images and containers; return the image IDs in use
-        (upstream detectImages). CriError when a listing fails, the records then unchanged."""
+        (upstream detectImages): the containers' images and the images they mount as image volumes, which only
+        each container's status tells (upstream handleImageVolumes asks it of every container). CriError when a
+        listing fails, ImageGCError with upstream's text when a container's status cannot be read; the records
+        are then unchanged."""
         now = self.clock() if now is None else now
         if not self._asked_runtime:
             await self._add_runtime_sandbox_image()
         images = await self.image_cri.images.list()
         containers = await self.cri.containers.list()  # all states: an exited container still holds its image
-        in_use = gc.in_use_image_ids(containers)
+        statuses = []
+        for container in containers:
+            try:
+                statuses.append(await self.cri.containers.status(container.id))
+            except CriError as exc:
+                raise gc.ImageGCError(f"get container status: runtime container status: {exc.go_text}") from exc
+        in_use = gc.in_use_image_ids(containers) | gc.image_volume_ids(statuses, images)
         self.records = gc.detect(self.records, images, in_use, now, self.pinned_refs)
         return in_use
 

@@ -1,4 +1,4 @@
-"""Making sure a container's image is on the node (upstream ``EnsureImageExists``).
+"""Making sure an image is on the node, a container's or an image volume's (upstream ``EnsureImageExists``).
 
 Pull policy as defaulted by the apiserver, pulls serialized (upstream ``serializeImagePulls`` default),
 a per pod+image backoff after a failed pull, and the kubelet's events and waiting reasons:
@@ -65,11 +65,20 @@ class ImageManager:
 
     async def ensure(self, pod: spec.Pod, container: spec.ContainerSpec, sandbox: cri.PodSandboxConfig,
                      init: bool = False) -> str:
-        """Return the image reference to create the container from, or raise ImageError."""
-        image = container.image
+        """Return the image reference to create the container from, or raise ImageError; the events name the
+        container (upstream startContainer's GenerateContainerRef)."""
+        return await self.ensure_image(pod, container.image, container.image_pull_policy, sandbox,
+                                       container=container.name, init=init)
+
+    async def ensure_image(self, pod: spec.Pod, image: str, policy: str, sandbox: cri.PodSandboxConfig, *,
+                           container: str | None = None, init: bool = False) -> str:
+        """Upstream EnsureImageExists for `image` under pull `policy`: the image reference the runtime knows it
+        by, or ImageError. The events are on the pod, or on `container` when one is named; an image volume's
+        name none (upstream getImageVolumes passes the pod's own reference). The backoff is per pod and image,
+        shared by a container and a volume of the same image, as upstream keys it."""
 
         def event(type_: str, reason: str, message: str) -> None:
-            self.recorder.pod_event(pod, type_, reason, message, container.name, init)
+            self.recorder.pod_event(pod, type_, reason, message, container, init)
 
         # Upstream applyDefaultImageTag: the runtime gets ``<image>:latest`` when no tag or digest is given; a
         # reference that does not parse fails here (ErrInvalidImageName), before any runtime call.
@@ -80,7 +89,6 @@ class ImageManager:
             raise ImageError(INVALID_IMAGE_NAME, exc.message) from None
 
         present = await self.cri.images.status(spec_image)
-        policy = container.image_pull_policy
         if present is not None and policy != spec.PULL_ALWAYS:
             event(NORMAL, "Pulled", f"Container image {gotext.go_quote(image)} already present on machine")
             return present.id or spec_image

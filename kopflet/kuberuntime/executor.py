@@ -46,10 +46,11 @@ from kopflet.container.sync_result import SyncResult, Waiting
 from kopflet.envvars import container_env
 from kopflet.envvars.services import ServiceCache
 from kopflet.images.manager import ImageError, ImageManager
-from kopflet.kuberuntime import container_config, reconciler, resize, sandbox_config
+from kopflet.kuberuntime import container_config, image_volumes, reconciler, resize, sandbox_config
 from kopflet.lifecycle.hooks import HookRunner
 from kopflet.logs import manager as log_manager
 from kopflet.logs.verbosity import v
+from kopflet.metrics import KubeletMetrics
 from kopflet.prober import probes
 from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager
@@ -82,6 +83,8 @@ class PodSyncer:
     swap_controller: helpers.SwapController = helpers.SwapController.NONE
     """The node's swap controller (`cgroups.swap_controller`, read once at start): containers get no swap through it
     (upstream NoSwap), at creation and at each in-place resize."""
+    metrics: KubeletMetrics | None = None
+    """The kubelet's metrics (None: not recorded), for the image volume counters."""
 
     def __init__(self, cfg: AgentConfig, cri_client: CriClient, api: KubeClient, recorder: EventRecorder,
                  images: ImageManager, backoff: backoffs.Backoff, dns: sandbox_config.DnsSettings,
@@ -94,7 +97,8 @@ class PodSyncer:
                  before_pod_cgroup: Callable[[], Awaitable[None]] | None = None,
                  cpus: CPUManager | None = None, devices: DeviceManager | None = None,
                  memory: MemoryManager | None = None, userns: UsernsManager | None = None,
-                 swap_controller: helpers.SwapController = helpers.SwapController.NONE) -> None:
+                 swap_controller: helpers.SwapController = helpers.SwapController.NONE,
+                 metrics: KubeletMetrics | None = None) -> None:
         """The parts default to ones of its own; the node's composition root (`kopflet.node`) passes its own.
         `hugepage_sizes` and `masked_paths` are the host's (`read_host_container_facts`); `before_pod_cgroup` brings
         the QoS tiers up to date before a new pod cgroup is made (the container manager's `update_qos`); `cpus` is
@@ -102,9 +106,9 @@ class PodSyncer:
         gives it its NUMA nodes (``cpuset.mems``); `devices` the device manager, whose plugins' Allocate answers go
         into the container's config; `userns` the user namespace manager, which gives ``hostUsers: false`` pods
         their ID ranges (none of its own: it reads every pod directory when built); `swap_controller` the node's
-        (`cgroups.swap_controller`)."""
+        (`cgroups.swap_controller`); `metrics` the kubelet's metrics, where the image volume counters go."""
         self.before_pod_cgroup, self.cpus, self.devices, self.memory = before_pod_cgroup, cpus, devices, memory
-        self.swap_controller = swap_controller
+        self.swap_controller, self.metrics = swap_controller, metrics
         self.userns = userns
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
         self.layout = layout if layout is not None else cfg.layout
@@ -185,11 +189,13 @@ class PodSyncer:
         to_start = [(c, False) for c in pod.spec.ephemeral_containers if c.name in ephemeral]
         to_start += [(c, True) for c in pod.spec.init_containers if c.name in actions.init_containers_to_start]
         to_start += [(c, False) for c in pod.spec.containers if c.name in actions.containers_to_start]
+        # Upstream lazyStart: the image volumes are pulled once, before the first container this sync starts.
+        pulls = await self.pull_image_volumes(pod, config, plans) if to_start else {}
         attempted: list[str] = []
         for container, is_init in to_start:
             attempted.append(container.name)
             if not await self.start_container(pod, container, is_init, sandbox_id, config, sandbox, runtime, result,
-                                              plans) and is_init and not container.is_sidecar:
+                                              plans, image_volume_pulls=pulls) and is_init and not container.is_sidecar:
                 break  # a regular init container failed to start: nothing after it may start (a sidecar: go on)
         # Every attempt counts, failed ones too: upstream doBackOff calls Next before startContainer, so a container
         # that never starts (StartError) goes into CrashLoopBackOff instead of being retried on every relist.
@@ -448,11 +454,65 @@ class PodSyncer:
             raise LookupError(f'runtimeclass.node.k8s.io "{name}" not found')
         return str(found.get("handler") or "")
 
+    async def pull_image_volumes(self, pod: spec.Pod, config: cri.PodSandboxConfig,
+                                 plans: Mapping[str, plugins.VolumePlan]) -> dict[str, image_volumes.ImageVolumePull]:
+        """Upstream getImageVolumes: each image volume's image made present under its pull policy, in spec order,
+        with the pod's pull secrets and the image manager's backoff and events (on the pod). A failure is kept for
+        the containers that mount the volume; the others start all the same. The runtime failing to say whether
+        the image is there fails it as it fails a container's own image (CreateContainerError)."""
+        pulls: dict[str, image_volumes.ImageVolumePull] = {}
+        for plan in plans.values():
+            if plan.kind != plugins.KIND_IMAGE:
+                continue
+            try:
+                ref = await self.images.ensure_image(pod, plan.image, plan.pull_policy, config)
+            except ImageError as exc:
+                logger.error(f"{pod.namespace}/{pod.name}: failed to ensure image {plan.image!r} of volume "
+                             f"{plan.name}: {exc}")
+                pulls[plan.name] = image_volumes.failed(exc.reason, exc.message)
+                continue
+            except CriError as exc:
+                logger.error(f"{pod.namespace}/{pod.name}: failed to ensure image {plan.image!r} of volume "
+                             f"{plan.name}: {exc}")
+                pulls[plan.name] = image_volumes.failed(CREATE_CONTAINER_ERROR, _details(exc))
+                continue
+            logger.log(v(4), f"pod {pod.namespace}/{pod.name}: pulled image {ref} of volume {plan.name}")
+            pulls[plan.name] = image_volumes.pulled(plan.image, ref, pod.annotations)
+        return pulls
+
     async def start_container(self, pod: spec.Pod, container: spec.ContainerSpec, init: bool, sandbox_id: str,
                               config: cri.PodSandboxConfig, sandbox: cri.PodSandboxStatus,
                               runtime: podstate.RuntimePodStatus, result: SyncResult,
-                              plans: Mapping[str, plugins.VolumePlan]) -> bool:
-        """Pull, create, start (upstream startContainer); failures become the container's waiting reason."""
+                              plans: Mapping[str, plugins.VolumePlan], *,
+                              image_volume_pulls: Mapping[str, image_volumes.ImageVolumePull] | None = None) -> bool:
+        """Pull, create, start (upstream startContainer); failures become the container's waiting reason.
+
+        `image_volume_pulls` are this sync's image volume pulls (`pull_image_volumes`): a mounted one that failed
+        fails the start first, with its reason (upstream toKubeContainerImageVolumes), and the counters of image
+        volume mounts move once the start was tried (upstream incrementImageVolumeMetrics)."""
+        name = container.name
+        mine = image_volumes.for_container(container, image_volume_pulls or {})
+        if mine.waiting is not None:
+            for message in mine.events:
+                self.recorder.pod_event(pod, WARNING, image_volumes.FAILED_TO_CREATE_CONTAINER, message, name, init)
+            result.waiting[name] = mine.waiting
+            return False
+        started = await self._start_container(pod, container, init, sandbox_id, config, sandbox, runtime, result,
+                                              plans, mine.images)
+        if self.metrics is not None:
+            waiting = result.waiting.get(name)
+            create_error = waiting.message if waiting is not None and waiting.reason == CREATE_CONTAINER_ERROR \
+                else None
+            counts = image_volumes.mount_counts(container, mine.images, create_error)
+            self.metrics.image_volume_requested.inc(counts.requested)
+            self.metrics.image_volume_mounted_succeeded.inc(counts.succeeded)
+            self.metrics.image_volume_mounted_errors.inc(counts.errors)
+        return started
+
+    async def _start_container(self, pod: spec.Pod, container: spec.ContainerSpec, init: bool, sandbox_id: str,
+                               config: cri.PodSandboxConfig, sandbox: cri.PodSandboxStatus,
+                               runtime: podstate.RuntimePodStatus, result: SyncResult,
+                               plans: Mapping[str, plugins.VolumePlan], images: Mapping[str, cri.ImageSpec]) -> bool:
         name = container.name
 
         def failed(reason: str, message: str) -> bool:
@@ -505,8 +565,9 @@ class PodSyncer:
         except LookupError as exc:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         try:
-            volume_mounts = plugins.container_mounts(pod, container, plans, dict(env))
-            await asyncio.to_thread(_ensure_sub_paths, volume_mounts, [plan.host_path for plan in plans.values()])
+            volume_mounts = plugins.container_mounts(pod, container, plans, dict(env), images)
+            await asyncio.to_thread(_ensure_sub_paths, [m for m in volume_mounts if m.image is None],
+                                    [plan.host_path for plan in plans.values() if plan.host_path])
         except (VolumeError, OSError) as exc:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         try:

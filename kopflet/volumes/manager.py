@@ -157,9 +157,11 @@ def materialize(plans: Mapping[str, VolumePlan], fs_group: int | None = None) ->
     for plan in plans.values():
         path = Path(plan.host_path)
         try:
-            if plan.kind == "hostPath":
+            if plan.kind == plugins.KIND_HOST_PATH:
                 check_host_path(plan)
                 continue
+            if plan.kind == plugins.KIND_IMAGE:
+                continue  # upstream's image plugin: SetUp is a no-op, the runtime mounts the pulled image
             created = not path.exists()
             # Upstream emptyDir setupDir, which configMap, secret, downwardAPI and projected volumes wrap too: the
             # volume's directory is 0777 whatever the umask, so any uid the containers run as can reach it.

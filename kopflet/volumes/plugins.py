@@ -2,8 +2,13 @@
 Pod volumes as the kubelet sets them up: where each lives on the node, what goes into it, how it is mounted.
 
 Mirrors the upstream volume plugins (pkg/volume/emptydir, hostpath, configmap, secret, downwardapi,
-projected), the atomic writer's path checks (pkg/volume/util/atomic_writer.go `validatePath`) and
+projected, image), the atomic writer's path checks (pkg/volume/util/atomic_writer.go `validatePath`) and
 `makeMounts` / `translateMountPropagation` (pkg/kubelet/kubelet_pods.go, kuberuntime_container.go).
+
+An image volume (upstream pkg/volume/image, ImageVolume: GA and locked on at v1.37) has nothing on the node: its
+plugin's SetUp is a no-op, the kubelet pulls the image before the pod's containers start (the executor, through the
+image manager) and each mount names the pulled image to the runtime (CRI ``Mount.image``, ``image_sub_path``),
+which mounts it read-only itself.
 
 Pure: `plan_volumes` computes a `VolumePlan` per volume (directory, tmpfs or not, the files of a
 configMap/secret/projected/downwardAPI volume); the caller creates the directories, mounts tmpfs and writes
@@ -35,7 +40,9 @@ KIND_CONFIG_MAP = "configMap"
 KIND_SECRET = "secret"
 KIND_PROJECTED = "projected"
 KIND_DOWNWARD_API = "downwardAPI"
-SUPPORTED_KINDS = (KIND_EMPTY_DIR, KIND_HOST_PATH, KIND_CONFIG_MAP, KIND_SECRET, KIND_PROJECTED, KIND_DOWNWARD_API)
+KIND_IMAGE = "image"
+SUPPORTED_KINDS = (KIND_EMPTY_DIR, KIND_HOST_PATH, KIND_CONFIG_MAP, KIND_SECRET, KIND_PROJECTED, KIND_DOWNWARD_API,
+                   KIND_IMAGE)
 
 # The plugins' qualified names (pkg/volume/*: `EmptyDirPluginName`, `configMapPluginName`, ...), which name their
 # directories under the pod's volumes directory (`paths.Layout.volume_dir`).
@@ -45,6 +52,7 @@ PLUGIN_NAMES = {
     KIND_SECRET: "kubernetes.io/secret",
     KIND_PROJECTED: "kubernetes.io/projected",
     KIND_DOWNWARD_API: "kubernetes.io/downward-api",
+    KIND_IMAGE: "kubernetes.io/image",  # no directory: the runtime mounts the image
 }
 
 DEFAULT_MODE = 0o644
@@ -106,6 +114,10 @@ class VolumePlan:
     files: tuple[FileEntry, ...] | None = None
     host_path_type: str = ""
     read_only: bool = False
+    image: str = ""
+    """An image volume's reference as the pod names it (``host_path`` is then empty: nothing is on the node)."""
+    pull_policy: str = ""
+    """An image volume's pull policy, defaulted as the apiserver does (SetDefaults_Volume)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,6 +383,8 @@ def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, layou
         if host_type not in HOST_PATH_TYPES:
             raise _Failed(f"invalid HostPathType {host_type}")
         return VolumePlan(name=name, kind=kind, host_path=path, host_path_type=host_type)
+    if kind == KIND_IMAGE:
+        return _image_plan(name, body)
     directory = layout.volume_dir(pod.uid, PLUGIN_NAMES[kind], name)
     if kind == KIND_EMPTY_DIR:
         medium = body.get("medium") or MEDIUM_DEFAULT
@@ -401,6 +415,22 @@ def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, layou
                                      trust_bundles=trust_bundles)
     return VolumePlan(name=name, kind=kind, host_path=directory, tmpfs=tmpfs, files=_files(name, payload),
                       read_only=True)
+
+
+def _image_plan(name: str, body: Mapping[str, Any]) -> VolumePlan:
+    """Upstream's image plugin: no path (GetPath ""), always read-only (its Attributes), nothing to set up. The
+    reference is checked when it is pulled (InvalidImageName), as upstream's EnsureImageExists does; the pull
+    policy, when unset (a static pod's), is the apiserver's default: Always for ``:latest`` or no tag, else
+    IfNotPresent (SetDefaults_Volume)."""
+    reference = body.get("reference")
+    reference = reference if isinstance(reference, str) else ""
+    policy = body.get("pullPolicy")
+    if policy in (None, ""):
+        policy = spec.default_pull_policy(reference)
+    if policy not in spec.PULL_POLICIES:
+        raise _Failed(f"unsupported image volume pullPolicy {policy}")
+    return VolumePlan(name=name, kind=KIND_IMAGE, host_path="", read_only=True, image=reference,
+                      pull_policy=str(policy))
 
 
 def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], default_mode: int, *,
@@ -477,11 +507,14 @@ def fs_user(pod: spec.Pod) -> int | None:
 
 
 def container_mounts(pod: spec.Pod, container: spec.ContainerSpec, plans: Mapping[str, VolumePlan],
-                     env: Mapping[str, str]) -> list[cri.Mount]:
+                     env: Mapping[str, str], images: Mapping[str, cri.ImageSpec] | None = None) -> list[cri.Mount]:
     """The container's ``volumeMounts`` as CRI mounts (upstream `makeMounts` + `translateMountPropagation`).
 
     `env` is the container's resolved environment, for ``subPathExpr``. The caller creates a missing subPath
-    directory inside the volume before CreateContainer, as the kubelet does.
+    directory inside the volume before CreateContainer, as the kubelet does. `images` are the pulled images of
+    the image volumes this container mounts, by volume name: such a mount names its image and takes the subPath
+    inside it (upstream's ImageSubPath, checked by the runtime, which refuses one that is missing or not a
+    directory), with no host path; an image volume without its image here is a caller bug (ValueError).
     """
     del pod  # kept for the API's symmetry (upstream makeMounts takes the pod)
     if error := unsupported.volume_devices_error(container):  # refused, not skipped (upstream makeBlockVolumes)
@@ -503,6 +536,12 @@ def container_mounts(pod: spec.Pod, container: spec.ContainerSpec, plans: Mappin
                 raise VolumeError(f"error SubPath `{sub_path}` must not be an absolute path", name)
             if ".." in sub_path.split("/"):
                 raise VolumeError(f"unable to provision SubPath `{sub_path}`: must not contain '..'", name)
+        image: cri.ImageSpec | None = None
+        if plan.kind == KIND_IMAGE:
+            image = (images or {}).get(name)
+            if image is None:
+                raise ValueError(f"image volume {name!r} has no pulled image (the caller pulls it first)")
+        elif sub_path:
             host_path = posixpath.join(host_path, posixpath.normpath(sub_path))
         propagation = mount.get("mountPropagation")
         if propagation not in _PROPAGATION:
@@ -512,6 +551,8 @@ def container_mounts(pod: spec.Pod, container: spec.ContainerSpec, plans: Mappin
             host_path=host_path,
             readonly=mount.get("readOnly") is True or plan.read_only,
             propagation=_PROPAGATION[propagation],
+            image=image,
+            image_sub_path=sub_path if image is not None else "",
         ))
     return mounts
 

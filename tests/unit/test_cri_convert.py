@@ -47,6 +47,13 @@ IDMAPPED_MOUNT = types.Mount(
     uid_mappings=(types.IDMapping(host_id=65536 * 3, container_id=0, length=65536),),
     gid_mappings=(types.IDMapping(host_id=65536 * 4, container_id=1, length=10),),
 )
+IMAGE_MOUNT = types.Mount(
+    container_path="/volume",
+    readonly=True,
+    image=types.ImageSpec(image="sha256:kitten", annotations={"a": "b"},
+                          user_specified_image="registry.k8s.io/e2e-test-images/kitten:1.8", runtime_handler="runc"),
+    image_sub_path="etc",
+)
 SANDBOX_CONFIG_FULL = types.PodSandboxConfig(
     metadata=SANDBOX_MD,
     hostname="web-0",
@@ -177,6 +184,7 @@ ROUND_TRIPS: dict[str, Case] = {
     "resources": (RESOURCES, convert.linux_resources_to_pb, convert.linux_resources_from_pb),
     "mount": (MOUNT, convert.mount_to_pb, convert.mount_from_pb),
     "mount-idmapped": (IDMAPPED_MOUNT, convert.mount_to_pb, convert.mount_from_pb),
+    "mount-image": (IMAGE_MOUNT, convert.mount_to_pb, convert.mount_from_pb),
     "sandbox-config-minimal": (
         types.PodSandboxConfig(metadata=types.PodSandboxMetadata(name="p")),
         convert.sandbox_config_to_pb,
@@ -406,6 +414,7 @@ def test_round_trips_cover_every_converter_pair() -> None:
         "container_security_context",
         "linux_container_config",
         "filesystem_usage",
+        "image_spec",
         "user_namespace",
     }
     public = {name for name in dir(convert) if name.endswith(("_to_pb", "_from_pb")) and not name.startswith("_")}
@@ -597,3 +606,15 @@ def test_idmapped_mount_fields_on_the_wire() -> None:
     assert [(i.host_id, i.container_id, i.length) for i in message.uidMappings] == [(196608, 0, 65536)]
     assert [(i.host_id, i.container_id, i.length) for i in message.gidMappings] == [(262144, 1, 10)]
     assert not convert.mount_to_pb(MOUNT).uidMappings
+
+
+def test_image_volume_mount_fields_on_the_wire() -> None:
+    """An image volume's mount (upstream makeMounts: Image, ImageSubPath, no host path) carries its ImageSpec in
+    field 9 and the sub path in field 10; a plain mount leaves the ImageSpec unset, as containerd checks it is
+    nil before treating a mount as an image's."""
+    message = convert.mount_to_pb(IMAGE_MOUNT)
+    assert message.HasField("image") and message.image.image == "sha256:kitten"
+    assert message.image.user_specified_image == "registry.k8s.io/e2e-test-images/kitten:1.8"
+    assert (message.image_sub_path, message.host_path, message.readonly) == ("etc", "", True)
+    assert not convert.mount_to_pb(MOUNT).HasField("image")
+    assert convert.mount_from_pb(convert.mount_to_pb(MOUNT)).image is None

@@ -108,6 +108,25 @@ def test_in_use_image_ids_are_image_id_else_image_ref_of_every_container() -> No
     assert gc.in_use_image_ids(containers) == {"image-1", "image-2", "image-3"}
 
 
+def image_mount(image_id: str) -> cri.Mount:
+    return cri.Mount(container_path="/volume", host_path="/run/containerd/image-volumes/x", readonly=True,
+                     image=cri.ImageSpec(image=image_id, user_specified_image=f"{image_id}-name"))
+
+
+@pytest.mark.parametrize(("mounts", "expected"), [
+    pytest.param([], set(), id="no mounts"),
+    pytest.param([cri.Mount(container_path="/d", host_path="/d")], set(), id="bind mounts only"),
+    pytest.param([image_mount("image-1")], {"image-1"}, id="an image volume"),
+    pytest.param([image_mount("image-1"), image_mount("image-2")], {"image-1", "image-2"}, id="two"),
+    pytest.param([image_mount("image-9")], set(), id="an image the runtime no longer lists"),
+    pytest.param([image_mount("image-1-name")], set(), id="matched by ID, not by name"),
+])
+def test_image_volume_ids(mounts: list[cri.Mount], expected: set[str]) -> None:
+    """Upstream handleImageVolumes: a mount's ImageSpec.Image equal to a listed image's ID keeps it in use."""
+    statuses = [cri.ContainerStatus(id="c-1", mounts=tuple(mounts)), cri.ContainerStatus(id="c-2")]
+    assert gc.image_volume_ids(statuses, [image(1), image(2)]) == expected
+
+
 @pytest.mark.parametrize(("sandbox", "listed", "pinned"), [
     pytest.param("", image(0), False, id="no sandbox image configured"),
     pytest.param("", image(0, pinned=True), True, id="the runtime's pin"),
@@ -330,10 +349,17 @@ class FakeContainers:
     def __init__(self, containers: list[cri.Container]) -> None:
         self.containers = containers
         self.calls = 0
+        self.mounts: dict[str, tuple[cri.Mount, ...]] = {}  # container id -> the mounts its status reports
+        self.status_error: CriError | None = None
 
     async def list(self) -> list[cri.Container]:
         self.calls += 1
         return list(self.containers)
+
+    async def status(self, container_id: str) -> cri.ContainerStatus:
+        if self.status_error is not None:
+            raise self.status_error
+        return cri.ContainerStatus(id=container_id, mounts=self.mounts.get(container_id, ()))
 
 
 @dataclasses.dataclass
@@ -572,3 +598,33 @@ async def test_the_runtimes_sandbox_image_is_kept_even_unpinned() -> None:
     with contextlib.suppress(gc.ImageGCError):
         await m.garbage_collect()
     assert fake.images.removed == ["image-2"]
+
+
+async def test_an_image_mounted_as_a_volume_is_in_use() -> None:
+    """Upstream handleImageVolumes: the image a container mounts as an image volume is never collected while the
+    container exists, running or exited, like the container's own image."""
+    exited = container(2, cri.ContainerState.EXITED)
+    m, fake, _, clock = manager([image(0), image(1), image(2), image(3)], [container(1), exited])
+    fake.containers.mounts = {"c-1": (image_mount("image-0"),), "c-2": (image_mount("image-3"),)}
+    assert await m.detect() == {"image-0", "image-1", "image-2", "image-3"}
+    clock.now += 1
+    await m.delete_unused_images()
+    assert fake.images.removed == []
+    fake.containers.mounts = {}
+    clock.now += 1
+    await m.delete_unused_images()
+    assert sorted(fake.images.removed) == ["image-0", "image-3"]
+
+
+async def test_a_container_status_that_cannot_be_read_fails_the_detection() -> None:
+    """Upstream detectImages returns handleImageVolumes' error: the round fails (ImageGCFailed when repeated), the
+    records stay as they were."""
+    m, fake, _, _ = manager([image(0)], [container(1)])
+    await m.detect()
+    before = dict(m.records)
+    fake.containers.status_error = CriError("NOT_FOUND", 'an error occurred when try to find container "c-1"')
+    with pytest.raises(gc.ImageGCError) as caught:
+        await m.garbage_collect()
+    assert str(caught.value) == ('get container status: runtime container status: rpc error: code = NotFound desc = '
+                                 'an error occurred when try to find container "c-1"')
+    assert m.records == before

@@ -263,6 +263,9 @@ KUBELET_FAMILIES = {
         "counter",
         "[ALPHA] Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
     ),
+    "kubelet_image_volume_requested_total": ("counter", "[BETA] Number of requested image volumes."),
+    "kubelet_image_volume_mounted_succeed_total": ("counter", "[BETA] Number of successful image volume mounts."),
+    "kubelet_image_volume_mounted_errors_total": ("counter", "[BETA] Number of failed image volume mounts."),
 }
 
 
@@ -415,3 +418,11 @@ def test_certificate_manager_metrics_are_registered_once_and_follow_the_latest_m
     assert "kubelet_server_expiration_renew_errors 3\n" in text  # a counter only grows
     m.watch_certificate_manager(_Manager("client", math.inf))
     assert "kubelet_certificate_manager_client_ttl_seconds +Inf\n" in m.exposition()
+
+
+def test_the_image_volume_counters_show_zero_from_the_start() -> None:
+    """Upstream registers them as plain counters (no labels) when ImageVolume is on, so they read 0 before use."""
+    exposition = KubeletMetrics().exposition()
+    for name in ("kubelet_image_volume_requested_total", "kubelet_image_volume_mounted_succeed_total",
+                 "kubelet_image_volume_mounted_errors_total"):
+        assert f"\n{name} 0\n" in exposition

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from cri_client.types import Mount, MountPropagation
+from cri_client.types import ImageSpec, Mount, MountPropagation
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.paths import Layout
 from kopflet.volumes import plugins
-from kopflet.volumes.manager import set_volume_ownership
+from kopflet.volumes.manager import materialize, set_volume_ownership
 from kopflet.volumes.plugins import FileEntry, TokenSpec, VolumeError, VolumePlan
 
 ROOT = "/var/lib/kopflet"
@@ -151,6 +151,21 @@ PLAN_CASES: list[tuple[str, dict[str, Any], VolumePlan]] = [
         {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 600, "path": "vault/token"}}]}},
      VolumePlan("p", "projected", vdir("projected", "p"), tmpfs=True, read_only=True,
                 files=files(("vault/token", b"VAULT-TOKEN", 0o644)))),
+    # Upstream's image plugin: no path, read-only, nothing to set up; the pull policy as the apiserver defaults it.
+    ("image, pull policy as given", {"name": "i", "image": {"reference": "kitten:1.8", "pullPolicy": "Always"}},
+     VolumePlan("i", "image", "", read_only=True, image="kitten:1.8", pull_policy="Always")),
+    ("image tagged: IfNotPresent by default", {"name": "i", "image": {"reference": "registry.k8s.io/kitten:1.8"}},
+     VolumePlan("i", "image", "", read_only=True, image="registry.k8s.io/kitten:1.8", pull_policy="IfNotPresent")),
+    ("image untagged: Always by default", {"name": "i", "image": {"reference": "localhost:5000/kitten"}},
+     VolumePlan("i", "image", "", read_only=True, image="localhost:5000/kitten", pull_policy="Always")),
+    ("image :latest: Always by default", {"name": "i", "image": {"reference": "kitten:latest", "pullPolicy": ""}},
+     VolumePlan("i", "image", "", read_only=True, image="kitten:latest", pull_policy="Always")),
+    ("image by digest: IfNotPresent by default", {"name": "i", "image": {"reference": "kitten@sha256:" + "a" * 64}},
+     VolumePlan("i", "image", "", read_only=True, image="kitten@sha256:" + "a" * 64, pull_policy="IfNotPresent")),
+    ("image Never", {"name": "i", "image": {"reference": "kitten:1.8", "pullPolicy": "Never"}},
+     VolumePlan("i", "image", "", read_only=True, image="kitten:1.8", pull_policy="Never")),
+    ("image without a reference: refused when pulled", {"name": "i", "image": {}},
+     VolumePlan("i", "image", "", read_only=True, image="", pull_policy="Always")),
     ("kube-api-access", KUBE_API_ACCESS,
      VolumePlan("kube-api-access-x1y2z", "projected", vdir("projected", "kube-api-access-x1y2z"), tmpfs=True,
                 read_only=True,
@@ -225,6 +240,8 @@ ERROR_CASES: list[tuple[str, dict[str, Any], str]] = [
      failed("h", "invalid HostPathType Weird")),
     ("emptyDir hugepages", {"name": "e", "emptyDir": {"medium": "HugePages"}},
      failed("e", "unsupported emptyDir medium HugePages")),
+    ("image bad pull policy (a static pod's)", {"name": "i", "image": {"reference": "k:1", "pullPolicy": "Sometimes"}},
+     failed("i", "unsupported image volume pullPolicy Sometimes")),
 ]
 
 
@@ -360,3 +377,79 @@ def test_set_volume_ownership_walks_the_volume(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(tmp_path / "d").st_mode) == 0o2775
     assert stat.S_IMODE(os.stat(tmp_path / "d" / "f").st_mode) == 0o660
     assert os.lstat(tmp_path / "link").st_gid == 4321
+
+
+# ------------------------------------------------------------------------------------------- image volumes
+
+KITTEN = "registry.k8s.io/e2e-test-images/kitten:1.8"
+PULLED = {"img": ImageSpec(image="sha256:kitten", user_specified_image=KITTEN)}
+IMAGE_VOLUMES = [*MOUNT_VOLUMES, {"name": "img", "image": {"reference": KITTEN, "pullPolicy": "Always"}}]
+
+IMAGE_MOUNT_CASES: list[tuple[str, dict[str, Any], Mount]] = [
+    # upstream makeMounts: Image set, no host path, ReadOnly from the plugin's attributes whatever the mount says
+    ("plain", {"name": "img", "mountPath": "/volume"},
+     Mount(container_path="/volume", readonly=True, image=PULLED["img"])),
+    ("readOnly false stays read-only", {"name": "img", "mountPath": "/volume", "readOnly": False},
+     Mount(container_path="/volume", readonly=True, image=PULLED["img"])),
+    # the subPath goes to the runtime as ImageSubPath, as written: the runtime opens it inside the image
+    ("subPath", {"name": "img", "mountPath": "/volume", "subPath": "etc"},
+     Mount(container_path="/volume", readonly=True, image=PULLED["img"], image_sub_path="etc")),
+    ("subPath uncleaned", {"name": "img", "mountPath": "/volume", "subPath": "./etc//x"},
+     Mount(container_path="/volume", readonly=True, image=PULLED["img"], image_sub_path="./etc//x")),
+    ("subPathExpr", {"name": "img", "mountPath": "/volume", "subPathExpr": "$(POD_NAME)"},
+     Mount(container_path="/volume", readonly=True, image=PULLED["img"], image_sub_path="web")),
+    ("propagation", {"name": "img", "mountPath": "/volume", "mountPropagation": "HostToContainer"},
+     Mount(container_path="/volume", readonly=True, image=PULLED["img"],
+           propagation=MountPropagation.HOST_TO_CONTAINER)),
+]
+
+
+def image_mounts_for(mounts: list[dict[str, Any]], images: dict[str, Any] | None = PULLED) -> list[Mount]:
+    pod = make_pod(IMAGE_VOLUMES, mounts)
+    plans = plugins.plan_volumes(pod, layout=LAYOUT, config_maps=CONFIG_MAPS, secrets=SECRETS, tokens=TOKENS)
+    return plugins.container_mounts(pod, pod.spec.containers[0], plans, ENV, images)
+
+
+@pytest.mark.parametrize(("mount", "expected"), [c[1:] for c in IMAGE_MOUNT_CASES],
+                         ids=[c[0] for c in IMAGE_MOUNT_CASES])
+def test_image_volume_mount(mount: dict[str, Any], expected: Mount) -> None:
+    assert image_mounts_for([mount]) == [expected]
+
+
+def test_image_volume_mounts_beside_the_others() -> None:
+    """Other volumes' mounts are as without image volumes; two mounts of one image volume both name its image."""
+    mounts = image_mounts_for([{"name": "data", "mountPath": "/d", "subPath": "a"},
+                               {"name": "img", "mountPath": "/v1"}, {"name": "img", "mountPath": "/v2",
+                                                                    "subPath": "etc"}])
+    assert mounts == [Mount(container_path="/d", host_path=f"{DATA}/a"),
+                      Mount(container_path="/v1", readonly=True, image=PULLED["img"]),
+                      Mount(container_path="/v2", readonly=True, image=PULLED["img"], image_sub_path="etc")]
+
+
+@pytest.mark.parametrize(("mount", "message"), [
+    ("absolute subPath", "error SubPath `/etc` must not be an absolute path"),
+    ("escaping subPath", "unable to provision SubPath `a/../../etc`: must not contain '..'"),
+])
+def test_image_volume_subpath_checks_are_the_kubelets(mount: str, message: str) -> None:
+    """makeMounts checks the subPath before it knows the volume is an image: the same errors as any volume's."""
+    sub_path = "/etc" if mount == "absolute subPath" else "a/../../etc"
+    with pytest.raises(VolumeError) as info:
+        image_mounts_for([{"name": "img", "mountPath": "/x", "subPath": sub_path}])
+    assert str(info.value) == message
+
+
+def test_an_image_volume_without_its_pulled_image_is_a_caller_bug() -> None:
+    with pytest.raises(ValueError, match="no pulled image"):
+        image_mounts_for([{"name": "img", "mountPath": "/volume"}], images=None)
+    assert image_mounts_for([{"name": "data", "mountPath": "/d"}], images=None) == [
+        Mount(container_path="/d", host_path=DATA)]
+
+
+def test_an_image_volume_puts_nothing_on_the_node(tmp_path: Path) -> None:
+    """Upstream's image plugin SetUp does nothing: no directory under the pod's volumes, beside an emptyDir's."""
+    pod = make_pod([{"name": "img", "image": {"reference": KITTEN}}, {"name": "data", "emptyDir": {}}])
+    plans = plugins.plan_volumes(pod, layout=Layout(str(tmp_path)), config_maps={}, secrets={}, tokens={})
+    materialize(plans)
+    volumes = tmp_path / "pods" / UID / "volumes"
+    assert sorted(str(p.relative_to(volumes)) for p in volumes.rglob("*")) == ["kubernetes.io~empty-dir",
+                                                                              "kubernetes.io~empty-dir/data"]
