@@ -30,7 +30,10 @@ k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 # test/images (e2e-images/: agnhost's porter certificate, kitten's and nautilus' pictures).
 # sample-device-plugin: upstream's sample device plugin (test/images/sample-device-plugin), for the device plugin
 # e2e test (tests/e2e/test_device_plugins.py says what it needs at run time).
-test_bins=(agnhost nnp sample-device-plugin)
+# sample-apiserver: k8s.io/sample-apiserver $SAMPLE_APISERVER_VERSION, the binary of the e2e image
+# sample-apiserver that the [Conformance] Aggregator spec runs (images/build.py packs it); sample-apiserver.version
+# beside it says what was built.
+test_bins=(agnhost nnp sample-device-plugin sample-apiserver)
 e2e_bins=()
 cluster_bins=()
 for arg in "$@"; do
@@ -160,6 +163,33 @@ if [ ! -x "$out/sample-device-plugin" ]; then
   go build -trimpath -tags tools -ldflags "-s -w" -o "$out/sample-device-plugin.tmp" \
     k8s.io/kubernetes/test/images/sample-device-plugin >&2
   mv "$out/sample-device-plugin.tmp" "$out/sample-device-plugin"
+fi
+# A module of its own: the release's k8s.io dependencies (v0.29) are not the stack's. Upstream's
+# test/images/sample-apiserver/Makefile checks the tag out, `go mod tidy`, and `CGO_ENABLED=0 go install .`: the module's
+# own requirements, no ldflags (its version stamp stays component-base's default, as in upstream's image).
+if [ ! -x "$out/sample-apiserver" ] \
+  || [ "$(cat "$out/sample-apiserver.version" 2>/dev/null)" != "$SAMPLE_APISERVER_VERSION" ]; then
+  d="$cache/build/sample-apiserver-$SAMPLE_APISERVER_VERSION"; mkdir -p "$d"
+  cat > "$d/go.mod" <<GO
+module kopflet.local/sample-apiserver
+go 1.26
+require k8s.io/sample-apiserver $SAMPLE_APISERVER_VERSION
+GO
+  cat > "$d/tools.go" <<'GO'
+//go:build tools
+
+// Package tools pins sample-apiserver's main package (the module root).
+package tools
+
+import _ "k8s.io/sample-apiserver"
+GO
+  (
+    cd "$d" && go mod tidy >&2
+    echo "building sample-apiserver $SAMPLE_APISERVER_VERSION ..." >&2
+    go build -trimpath -tags tools -o "$out/sample-apiserver.tmp" k8s.io/sample-apiserver >&2
+    mv "$out/sample-apiserver.tmp" "$out/sample-apiserver"
+  )
+  echo "$SAMPLE_APISERVER_VERSION" > "$out/sample-apiserver.version"
 fi
 if [ ! -f "$out/e2e-images/.complete" ]; then
   a="$out/e2e-images"

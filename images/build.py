@@ -6,8 +6,9 @@ layouts and pushed with skopeo to the local registry that containerd mirrors doc
 to: the pod sandbox's pause image from our own C source, and every image upstream's node e2e specs name
 (test/utils/image/manifest.go at the pinned release) built the way upstream builds it, from the same
 sources (busybox from its release tarball, agnhost and nnp from the pinned Kubernetes module, kitten and
-nautilus from that module's test/images) and Debian's packages of the tools where upstream installs
-Alpine's (curl, nc, dig, ip, socat, bash, nginx, ...). When --bin-dir holds build-binaries.sh --cluster's output,
+nautilus from that module's test/images, sample-apiserver from the k8s.io/sample-apiserver release its tag was
+built from) and Debian's packages of the tools where upstream installs Alpine's (curl, nc, dig, ip, socat, bash,
+nginx, ...). When --bin-dir holds build-binaries.sh --cluster's output,
 the images `kubeadm init` pulls are added (kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
 etcd, coredns/coredns) with metrics-server/metrics-server (for `kubectl top`, manifests/cluster/metrics-server.yaml):
 upstream's binaries on upstream's distroless bases, made of Debian's packages.
@@ -1271,6 +1272,15 @@ class E2EAssets:
     def nnp(self) -> Path:
         return self.bin_dir / "nnp"
 
+    @property
+    def sample_apiserver(self) -> Path:
+        return self.bin_dir / "sample-apiserver"
+
+    @property
+    def sample_apiserver_version(self) -> str:
+        """The k8s.io/sample-apiserver release the binary was built from (build-binaries.sh writes it)."""
+        return (self.bin_dir / "sample-apiserver.version").read_text().strip()
+
     def file(self, *parts: str) -> Path:
         """A file of the module's test/images directory, as copied by build-binaries.sh."""
         return self.bin_dir.joinpath("e2e-images", *parts)
@@ -1482,6 +1492,50 @@ def nonewprivs_image(bin_dir: Path) -> Image:
             ),
         },
         key=lambda ctx: [*alpine_like_key(ctx, ()), *file_key(assets.nnp)],
+    )
+
+
+# imageutils.APIServer, which the [Conformance] Aggregator spec runs (with the etcd image as its sidecar): upstream's
+# test/images/sample-apiserver. Its Dockerfile is FROM alpine (BASEIMAGE), `ADD sample-apiserver /sample-apiserver`,
+# ENTRYPOINT ["/sample-apiserver"] (which clears alpine's CMD); its Makefile builds the binary from a
+# k8s.io/sample-apiserver release, CGO off. The tag upstream published each release's build under, by the release
+# (test/images/sample-apiserver at VERSION 1.29.2: `git checkout tags/v0.29.2`); versions.env pins the release.
+SAMPLE_APISERVER_TAGS = {"v0.29.2": "1.29.2"}
+
+
+def sample_apiserver_image(bin_dir: Path) -> Image:
+    """registry.k8s.io/e2e-test-images/sample-apiserver: the binary build-binaries.sh built from the pinned
+    k8s.io/sample-apiserver release at /sample-apiserver, its entrypoint, on the Alpine-like base."""
+    assets = E2EAssets(bin_dir)
+    release = versions_env()["SAMPLE_APISERVER_VERSION"]
+    if release not in SAMPLE_APISERVER_TAGS:
+        raise SystemExit(f"SAMPLE_APISERVER_VERSION {release}: no upstream sample-apiserver image tag is known for it "
+                         f"(known: {', '.join(SAMPLE_APISERVER_TAGS)})")
+    tag = SAMPLE_APISERVER_TAGS[release]
+
+    def files(ctx: Context) -> list[Entry]:
+        built = assets.sample_apiserver_version
+        if built != release:
+            raise RuntimeError(f"{assets.sample_apiserver} is k8s.io/sample-apiserver {built}, not the pinned "
+                               f"{release}: run devstack/build-binaries.sh")
+        root = alpine_like(ctx, ())
+        root["sample-apiserver"] = file_("sample-apiserver", assets.sample_apiserver.read_bytes(), 0o755)
+        return list(root.values())
+
+    return Image(
+        repo="e2e-test-images/sample-apiserver",
+        tag=tag,
+        files=files,
+        config={"Entrypoint": ["/sample-apiserver"], "Env": [f"PATH={DEFAULT_PATH}"], "WorkingDir": "/"},
+        labels=lambda: {
+            "org.opencontainers.image.title": "sample-apiserver",
+            "org.opencontainers.image.version": tag,
+            "org.opencontainers.image.description": (
+                f"sample-apiserver from k8s.io/sample-apiserver {release} on busybox {BUSYBOX_VERSION} and "
+                "Debian's glibc, by kopflet"
+            ),
+        },
+        key=lambda ctx: [*alpine_like_key(ctx, ()), *file_key(assets.sample_apiserver)],
     )
 
 
@@ -2329,13 +2383,15 @@ AGNHOST_PREV = "2.55"  # imageutils.AgnhostPrev
 
 
 def e2e_images(bin_dir: Path) -> list[Image]:
-    """The images made from build-binaries.sh's output (agnhost, nnp, the module's test/images files)."""
+    """The images made from build-binaries.sh's output (agnhost, nnp, sample-apiserver, the module's test/images
+    files)."""
     return [
         agnhost_image(bin_dir),
         agnhost_image(bin_dir, AGNHOST_PREV),
         picture_image(bin_dir, "kitten", "1.8"),
         picture_image(bin_dir, "nautilus", "1.8"),
         nonewprivs_image(bin_dir),
+        sample_apiserver_image(bin_dir),
     ]
 
 
@@ -2422,7 +2478,9 @@ def main(argv: list[str] | None = None) -> int:
         "--cache", type=Path, default=DEFAULT_CACHE, help=f"layout cache (default {DEFAULT_CACHE})"
     )
     ap.add_argument(
-        "--bin-dir", type=Path, help="where build-binaries.sh put agnhost and nnp (adds the images made of them)"
+        "--bin-dir",
+        type=Path,
+        help="where build-binaries.sh put agnhost, nnp and sample-apiserver (adds the images made of them)",
     )
     ap.add_argument(
         "--cluster",

@@ -212,17 +212,20 @@ E2E_REFS = {
     "e2e-test-images/kitten:1.8",
     "e2e-test-images/nautilus:1.8",
     "e2e-test-images/nonewprivs:1.4",
+    "e2e-test-images/sample-apiserver:1.29.2",
 }
 CONFIG_KEYS = {"Cmd", "Entrypoint", "User", "Env", "WorkingDir", "ExposedPorts", "StopSignal"}
 
 
 def e2e_bin_dir(tmp_path):
-    """What build-binaries.sh leaves: agnhost, nnp, agnhost.version and e2e-images/ (fakes)."""
+    """What build-binaries.sh leaves: agnhost, nnp, sample-apiserver, their version files and e2e-images/ (fakes)."""
     d = tmp_path / "bin"
     (d / "e2e-images" / "agnhost" / "porter").mkdir(parents=True)
     (d / "agnhost").write_bytes(b"agnhost binary")
     (d / "agnhost.version").write_text("2.66.1\n")
     (d / "nnp").write_bytes(b"nnp binary")
+    (d / "sample-apiserver").write_bytes(b"sample-apiserver binary")
+    (d / "sample-apiserver.version").write_text("v0.29.2\n")
     for name in ("localhost.crt", "localhost.key"):
         (d / "e2e-images" / "agnhost" / "porter" / name).write_bytes(name.encode())
     for pic in ("kitten", "nautilus"):
@@ -271,6 +274,11 @@ def test_image_table(tmp_path):
         config = e2e[f"e2e-test-images/{pic}:1.8"].config
         assert config["Entrypoint"] == ["/agnhost"] and config["Cmd"] == ["test-webserver"]
     assert e2e["e2e-test-images/nonewprivs:1.4"].config["Cmd"] == ["nnp"]
+    # upstream's Dockerfile: ENTRYPOINT ["/sample-apiserver"] alone (it clears alpine's CMD), no EXPOSE
+    assert e2e["e2e-test-images/sample-apiserver:1.29.2"].config == {
+        "Entrypoint": ["/sample-apiserver"], "Env": [f"PATH={b.DEFAULT_PATH}"], "WorkingDir": "/"}  # fmt: skip
+    assert "k8s.io/sample-apiserver v0.29.2" in (
+        e2e["e2e-test-images/sample-apiserver:1.29.2"].labels()["org.opencontainers.image.description"])
     for image in [*b.IMAGES, *e2e.values()]:
         assert set(image.config) <= CONFIG_KEYS, image.ref
         assert "PATH=" + b.DEFAULT_PATH in image.config["Env"]
@@ -299,8 +307,8 @@ def test_the_table_has_every_image_the_node_specs_name(tmp_path):
         m[0]: (m[1], m[2], m[3])
         for m in re.findall(r'configs\[(\w+)\] = Config\{list\.(\w+), "([^"]+)", "([^"]+)"\}', _manifest_go())
     }
-    used = ("AgnhostPrev", "Agnhost", "BusyBox", "GlibcDnsTesting", "Kitten", "Nautilus", "Nginx", "NginxNew",
-            "Nonewprivs", "NonRoot", "Pause")  # fmt: skip
+    used = ("AgnhostPrev", "Agnhost", "APIServer", "BusyBox", "GlibcDnsTesting", "Kitten", "Nautilus", "Nginx",
+            "NginxNew", "Nonewprivs", "NonRoot", "Pause")  # fmt: skip
     prefixes = {"PromoterE2eRegistry": "e2e-test-images/", "GcRegistry": ""}
     ours = {i.ref for i in [*b.IMAGES, *b.e2e_images(e2e_bin_dir(tmp_path))]}
     for image_id in used:
@@ -715,6 +723,98 @@ def test_agnhost_and_picture_images(fake_build, tmp_path):
     # the fake registry's content is in agnhost and in what upstream builds FROM agnhost
     assert kitten["var/registry/pause/manifests/testing"] == root["var/registry/pause/manifests/testing"]
     assert root["var/registry/pause/manifests/testing"].data.startswith(b"sha256:")
+
+
+SAMPLE_APISERVER = "e2e-test-images/sample-apiserver:1.29.2"
+
+
+def test_sample_apiserver_image_is_its_binary_on_the_alpine_like_base(fake_build, tmp_path):
+    ctx, asked = fake_build
+    image = {i.ref: i for i in b.e2e_images(e2e_bin_dir(tmp_path))}[SAMPLE_APISERVER]
+    root = {e.path: e for e in image.files(ctx)}
+    # ADD sample-apiserver /sample-apiserver: the binary as built (0755, root's)
+    assert root["sample-apiserver"] == b.file_("sample-apiserver", b"sample-apiserver binary", 0o755)
+    # FROM alpine: busybox's userland and the base files, no tools of agnhost's, not FROM agnhost
+    assert set(asked[-1]) == set(b.ALPINE_LIKE_BASE)
+    assert root["bin/sh"] == b.symlink("bin/sh", "/bin/busybox") and root["tmp"].mode == 0o1777
+    assert root["etc/passwd"].data.decode().startswith("root:x:0:0:root:/root:/bin/sh\n")
+    assert root["etc/ssl/certs/ca-certificates.crt"].kind == "file"
+    assert not any(p.startswith("var/registry") or p == "agnhost" for p in root)
+    assert image.labels()["org.opencontainers.image.version"] == "1.29.2"
+
+
+def test_sample_apiserver_image_builds_reproducibly(fake_build, tmp_path):
+    bin_dir = e2e_bin_dir(tmp_path)
+    image = {i.ref: i for i in b.e2e_images(bin_dir)}[SAMPLE_APISERVER]
+    one = b.build(image, tmp_path / "one", cache=tmp_path / "c1")
+    two = b.build(image, tmp_path / "two", cache=tmp_path / "c2")
+    assert one.manifest_digest == two.manifest_digest
+    _, _, config = read_layout(one.layout)
+    assert config["config"]["Entrypoint"] == ["/sample-apiserver"] and "Cmd" not in config["config"]
+    # another binary is another image
+    (bin_dir / "sample-apiserver").write_bytes(b"another build")
+    rebuilt = {i.ref: i for i in b.e2e_images(bin_dir)}[SAMPLE_APISERVER]
+    other = b.build(rebuilt, tmp_path / "one", cache=tmp_path / "c1")
+    assert other.manifest_digest != one.manifest_digest
+
+
+def test_sample_apiserver_image_refuses_a_binary_of_another_release(fake_build, tmp_path, monkeypatch):
+    ctx, _ = fake_build
+    bin_dir = e2e_bin_dir(tmp_path)
+    (bin_dir / "sample-apiserver.version").write_text("v0.33.7\n")
+    image = {i.ref: i for i in b.e2e_images(bin_dir)}[SAMPLE_APISERVER]
+    with pytest.raises(RuntimeError, match=r"v0\.33\.7, not the pinned v0\.29\.2"):
+        image.files(ctx)
+    # a pinned release whose upstream tag is not known names no image
+    monkeypatch.setattr(b, "versions_env", lambda: {"SAMPLE_APISERVER_VERSION": "v0.99.0"})
+    with pytest.raises(SystemExit, match=r"v0\.99\.0"):
+        b.sample_apiserver_image(bin_dir)
+
+
+def test_the_pinned_sample_apiserver_release_is_the_one_its_tag_was_built_from():
+    """versions.env's release has the tag upstream's manifest names (test/images/sample-apiserver/Makefile at
+    VERSION 1.29.2 checks out tags/v0.29.2)."""
+    pinned = b.versions_env()["SAMPLE_APISERVER_VERSION"]
+    assert pinned == "v0.29.2" and b.SAMPLE_APISERVER_TAGS[pinned] == "1.29.2"
+
+
+def _pinned_kubernetes_file(rel):
+    """A file of the pinned k8s.io/kubernetes module, when the Go module cache has it."""
+    if shutil.which("go") is None:
+        return None
+    modcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True).stdout.strip()
+    path = Path(modcache) / f"k8s.io/kubernetes@{b.versions_env()['KUBERNETES_VERSION']}" / rel
+    return path.read_text() if path.is_file() else None
+
+
+@pytest.mark.skipif(_pinned_kubernetes_file("test/images/sample-apiserver/Dockerfile") is None,
+                    reason="the pinned k8s.io/kubernetes module is not in the Go module cache")
+def test_the_sample_apiserver_image_is_its_dockerfiles(tmp_path):
+    """test/images/sample-apiserver: FROM $BASEIMAGE (alpine on linux), the binary ADDed at /, its ENTRYPOINT."""
+    import re
+
+    dockerfile = _pinned_kubernetes_file("test/images/sample-apiserver/Dockerfile")
+    baseimage = _pinned_kubernetes_file("test/images/sample-apiserver/BASEIMAGE")
+    assert re.search(r"^linux/amd64=alpine:", baseimage, re.M) and re.search(r"^FROM \$BASEIMAGE$", dockerfile, re.M)
+    assert re.findall(r"^(?:ADD|COPY) (.+)$", dockerfile, re.M) == ["sample-apiserver /sample-apiserver"]
+    entrypoint = json.loads(re.search(r"^ENTRYPOINT (.+)$", dockerfile, re.M).group(1))
+    assert not re.search(r"^(WORKDIR|EXPOSE|CMD|ENV|USER) ", dockerfile, re.M)
+    image = {i.ref: i for i in b.e2e_images(e2e_bin_dir(tmp_path))}[SAMPLE_APISERVER]
+    assert image.config["Entrypoint"] == entrypoint == ["/sample-apiserver"]
+    assert set(image.config) == {"Entrypoint", "Env", "WorkingDir"}  # alpine's Env; root's WorkingDir
+
+
+def test_build_binaries_builds_the_pinned_sample_apiserver():
+    """A module of its own requiring the pinned release, its root package built with CGO off, the version noted."""
+    import re
+
+    script = (ROOT / "devstack" / "build-binaries.sh").read_text()
+    assert "sample-apiserver" in re.search(r"^test_bins=\((.*)\)$", script, re.M).group(1).split()
+    assert "require k8s.io/sample-apiserver $SAMPLE_APISERVER_VERSION" in script
+    assert '_ "k8s.io/sample-apiserver"' in script and "k8s.io/sample-apiserver >&2" in script
+    assert re.search(r"^export .*\bCGO_ENABLED=0\b", script, re.M)
+    assert 'echo "$SAMPLE_APISERVER_VERSION" > "$out/sample-apiserver.version"' in script
+    assert "SAMPLE_APISERVER_VERSION" in b.versions_env()
 
 
 def test_agnhost_serves_the_stacks_own_pause_3_10_2_as_pause_testing(fake_build, tmp_path, monkeypatch):

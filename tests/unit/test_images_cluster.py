@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_images import PLATFORM, ROOT, _deb, b, e2e_bin_dir, read_layout
+from tests.unit.test_images import PLATFORM, ROOT, _deb, _manifest_go, b, e2e_bin_dir, read_layout
 
 K8S = "v1.37.1"
 METRICS_SERVER = "v0.9.0"
@@ -201,6 +201,18 @@ def test_the_table_names_the_images_kubeadm_pulls(tmp_path):
     assert constant("DefaultEtcdVersion") == versions["CLUSTER_ETCD_VERSION"].removeprefix("v") + "-0"
     assert constant("CoreDNSVersion") == versions["COREDNS_VERSION"]
     assert f"pause:{constant('PauseVersion')}" in {i.ref for i in b.IMAGES}
+
+
+@pytest.mark.skipif(_manifest_go() is None, reason="the pinned k8s.io/kubernetes module is not in the Go module cache")
+def test_the_aggregator_specs_etcd_sidecar_is_the_clusters_etcd_image(tmp_path):
+    """The [Conformance] Aggregator spec runs imageutils.Etcd's /usr/local/bin/etcd beside sample-apiserver: the
+    manifest's etcd tag is the one kubeadm pulls, which the cluster images carry."""
+    pattern = r'configs\[Etcd\] = Config\{list\.(\w+), "([^"]+)", "([^"]+)"\}'
+    [(registry, name, tag)] = re.findall(pattern, _manifest_go())
+    assert registry == "GcEtcdRegistry"  # registry.k8s.io, as kubeadm's
+    images = {i.ref: i for i in b.cluster_images(cluster_bin_dir(tmp_path))}
+    assert f"{name}:{tag}" in images
+    assert images[f"{name}:{tag}"].config["Cmd"] == ["/usr/local/bin/etcd"]
 
 
 def _metrics_server_module():
