@@ -278,3 +278,49 @@ def test_sub_path_of_an_fs_group_tmpfs_keeps_setgid_and_sticky(running_agent: Ag
         securityContext={"runAsUser": 1001, "fsGroup": 123}, restartPolicy="Never"))
     pod = wait_pod(admin, namespace, "subpath-fsgroup", phase("Succeeded"), what="Succeeded")
     assert terminated_message(pod).split() == ["drwxrwsrwt", "0", "123"]
+
+
+def _self_signed_pem(tmp: Path, name: str) -> str:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(tmp / f"{name}.key"), "-out", str(tmp / f"{name}.pem"), "-days", "1",
+                    "-subj", f"/CN={name}"], check=True, capture_output=True, timeout=60)
+    return (tmp / f"{name}.pem").read_text()
+
+
+def test_cluster_trust_bundles_projected_by_name_and_by_signer(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                               namespace: str, tmp_path: Path) -> None:
+    """upstream's projected clusterTrustBundle: by name, one bundle's certificates; by signer and label selector,
+    every matching bundle's, each certificate once; optional and missing, an empty file."""
+    signer, suffix = "example.com/kopflet-e2e", uuid.uuid4().hex[:6]
+    a, b, c = (_self_signed_pem(tmp_path, n) for n in ("ctb-a", "ctb-b", "ctb-c"))
+    bundles = {
+        f"kopflet-e2e-{suffix}": {"trustBundle": a},
+        f"example.com:kopflet-e2e:one-{suffix}": {"signerName": signer, "trustBundle": b + a},
+        f"example.com:kopflet-e2e:two-{suffix}": {"signerName": signer, "trustBundle": c + b},
+        f"example.com:kopflet-e2e:other-{suffix}": {"signerName": signer, "trustBundle": a},
+    }
+    labels = {"kopflet-e2e": suffix}
+    try:
+        for name, spec in bundles.items():
+            admin.apply(json.dumps({"apiVersion": "certificates.k8s.io/v1", "kind": "ClusterTrustBundle",
+                                    "metadata": {"name": name, "labels": labels if "other" not in name else {}},
+                                    "spec": spec}))
+        count = "grep -c 'BEGIN CERTIFICATE'"
+        script = (f"echo $({count} /ctb/by-name.pem) $({count} /ctb/by-signer.pem) $(wc -c < /ctb/none.pem) "
+                  "> /dev/termination-log")
+        sources = [
+            {"clusterTrustBundle": {"name": f"kopflet-e2e-{suffix}", "path": "by-name.pem"}},
+            {"clusterTrustBundle": {"signerName": signer, "labelSelector": {"matchLabels": labels},
+                                    "path": "by-signer.pem"}},
+            {"clusterTrustBundle": {"name": f"missing-{suffix}", "optional": True, "path": "none.pem"}},
+        ]
+        admin.apply(pod_manifest("bundles", namespace, layout.node_name,
+                                 [container("main", script, volumeMounts=[{"name": "ctb", "mountPath": "/ctb"}])],
+                                 volumes=[{"name": "ctb", "projected": {"sources": sources}}], restartPolicy="Never"))
+        pod = wait_pod(admin, namespace, "bundles", phase("Succeeded"), what="Succeeded")
+        # by name: a alone; by signer and labels: one and two (b, a, c, b), deduplicated to three; "other" is not
+        # labelled.
+        assert terminated_message(pod).split() == ["1", "3", "0"]
+    finally:
+        for name in bundles:
+            admin.run("delete", "clustertrustbundle", name, "--ignore-not-found", check=False)
