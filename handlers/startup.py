@@ -41,6 +41,8 @@ from kopflet.lockfile import ContentionWatch, LockFile, LockFileError
 from kopflet.metrics import KubeletMetrics
 from kopflet.node import HostFacts, Node, Runtime, detect_node_ip
 from kopflet.userns.allocator import UsernsError
+from kopflet.watchdog.health_checker import HealthChecker
+from kopflet.watchdog.rules import WatchdogConfigError
 
 # How long to wait before retrying when the runtime is not reachable at start.
 RUNTIME_RETRY_DELAY = 5.0
@@ -101,6 +103,22 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
         logger.warning(warning)
     for note in cfg.startup_notes:  # accepted no-ops (feature gates at upstream's default): said, not warned
         logger.info(note)
+
+
+@kopf.on.startup()
+async def start_watchdog(memo: kopf.Memo, **_: Any) -> None:
+    """The systemd watchdog, before anything that may take long (upstream server.go run: NewHealthChecker and
+    Start come first): with ``WatchdogSec=`` in the unit, ``WATCHDOG=1`` goes out while the agent starts, and from
+    `Node.start` on only while its health checks pass (`kopflet.watchdog`). A watchdog configured wrongly stops the
+    agent with upstream's error."""
+    if memo.get("watchdog") is not None:
+        return
+    try:
+        watchdog = HealthChecker.from_environ()
+    except WatchdogConfigError as exc:
+        raise kopf.PermanentError(f"create health checker: {exc}") from exc
+    watchdog.start()
+    memo.watchdog = watchdog
 
 
 def stop_operator() -> None:
@@ -202,7 +220,7 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
                                    certificates=certificates)
     try:
         node = Node(cfg, credentials=Credentials.from_kopf(info), runtime=runtime, host=await HostFacts.read(cfg),
-                    metrics=memo.metrics)
+                    metrics=memo.metrics, watchdog=memo.get("watchdog"))
     except UsernsError as exc:
         raise kopf.PermanentError(str(exc)) from exc  # upstream NewMainKubelet fails: the same error at every start
     try:
@@ -258,3 +276,6 @@ async def stop_agent(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
         await node.stop()
     elif memo.get("runtime") is not None:
         await memo.runtime.close()
+    watchdog: HealthChecker | None = memo.get("watchdog")
+    if watchdog is not None:  # last: it pings while the rest stops (upstream's ends with the process)
+        await watchdog.stop()

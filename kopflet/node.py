@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import logging
 import socket
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,8 @@ from kopflet.status.manager import StatusManager
 from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager, read_kubelet_mappings
 from kopflet.volumes.manager import VolumeManager
+from kopflet.watchdog import rules as watchdog_rules
+from kopflet.watchdog.health_checker import Check, HealthChecker
 
 logger = logging.getLogger(__name__)
 
@@ -261,11 +264,12 @@ class Node:
     """One node agent: every part, built from the config, owned here, started and stopped here."""
 
     def __init__(self, cfg: AgentConfig, *, credentials: Credentials, runtime: Runtime, host: HostFacts,
-                 metrics: KubeletMetrics | None = None) -> None:
+                 metrics: KubeletMetrics | None = None, watchdog: HealthChecker | None = None) -> None:
         """No network I/O: each part gets everything it needs in its constructor, in dependency order (the
         allocation checkpoints are read here; AllocationError when one is unusable; so are the pods' user namespace
         records: UsernsError). `metrics` is the registry
-        `runtime`'s observer already counts into (a new one otherwise)."""
+        `runtime`'s observer already counts into (a new one otherwise). `watchdog` is the process's systemd
+        watchdog (upstream kubeDeps.HealthChecker), given the node's health checks once it runs."""
         cfg = runtime.configured(cfg)  # the runtime's cgroup driver, when it tells
         self.cfg, self.runtime, self.host = cfg, runtime, host
         cri = runtime.cri
@@ -374,6 +378,7 @@ class Node:
                                     self.probe_metrics)
         self.server: Server | None = None
         self.serving_certificates: ServerCertificateManager | None = None
+        self.watchdog = watchdog
         self._tasks: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------------------- eviction's edges
@@ -495,6 +500,19 @@ class Node:
             asyncio.create_task(self.cpu_manager.run(), name="cpu-manager"),
             asyncio.create_task(self.memory_manager.run(), name="memory-manager"),
         ]
+        if self.watchdog is not None:  # upstream Run: SetHealthCheckers, right before the sync loop
+            self.watchdog.set_health_checkers(self.sync_loop_health_check, self.health_checkers())
+
+    # ------------------------------------------------------------------------------- health checks
+
+    def sync_loop_health_check(self) -> str:
+        """upstream SyncLoopHealthCheck, on kopflet's nearest to the sync loop: the runtime relist, which wakes the
+        pods' workers every second (upstream's loop stops too while the runtime is down: runtimeErrors)."""
+        return watchdog_rules.sync_loop_error(self.relist.relisted_at, time.monotonic(), self.cfg.resync_period)
+
+    def health_checkers(self) -> list[Check]:
+        """upstream containerManager.GetHealthCheckers: the device plugins' registration server."""
+        return [("device-plugin", self.device_manager.healthy)]
 
     def _registered(self) -> None:
         """The Node exists: upstream's "Starting kubelet." event."""
@@ -543,7 +561,11 @@ class Node:
 
     async def stop(self, *, close_runtime: bool = True) -> None:
         """Stop the agent's own work, in reverse order; running pods are left as they are for the next start.
-        `close_runtime` False keeps the runtime connection open (a start that failed is tried again with it)."""
+        `close_runtime` False keeps the runtime connection open (a start that failed is tried again with it). The
+        watchdog loses the node's checks (it pings while the process cleans up, and a start tried again gives it the
+        new node's)."""
+        if self.watchdog is not None:
+            self.watchdog.set_health_checkers(None)
         if self.server is not None:
             await self.server.close()
         if self.serving_certificates is not None:

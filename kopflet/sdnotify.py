@@ -4,7 +4,9 @@ Under a ``Type=notify`` unit systemd sets ``$NOTIFY_SOCKET`` and counts the serv
 ``READY=1``: a datagram on that unix socket (a path, or ``@name`` for a name in the abstract namespace, as Go's
 net package reads a leading ``@``). Upstream sends it once its server and healthz are up (cmd/kubelet/app/server.go
 run, right after RunKubelet: ``go daemon.SdNotify(false, "READY=1")``), ignoring errors and leaving
-``$NOTIFY_SOCKET`` set; kopflet sends it at the same point (the end of the start-up, `handlers.startup`). kopflet also
+``$NOTIFY_SOCKET`` set; kopflet sends it at the same point (the end of the start-up, `handlers.startup`). Under a unit
+with ``WatchdogSec=``, ``WATCHDOG=1`` follows every half of the timeout while the agent is healthy
+(`kopflet.watchdog`, upstream pkg/kubelet/watchdog). kopflet also
 says ``STOPPING=1`` when it starts to stop (go-systemd's SdNotifyStopping, which the kubelet does not send), so that
 ``systemctl status`` shows it deactivating while the agent finishes its clean-up. Without ``$NOTIFY_SOCKET``
 nothing is sent, as go-systemd.
@@ -26,6 +28,8 @@ READY: Final = "READY=1"
 """go-systemd SdNotifyReady: start-up is finished."""
 STOPPING: Final = "STOPPING=1"
 """go-systemd SdNotifyStopping: the service is beginning its shutdown."""
+WATCHDOG: Final = "WATCHDOG=1"
+"""go-systemd SdNotifyWatchdog: the keep-alive ping of a unit with ``WatchdogSec=`` (`kopflet.watchdog`)."""
 SEND_TIMEOUT: Final = 5.0
 """Seconds a notification may wait for room in systemd's socket."""
 
@@ -80,5 +84,5 @@ async def notify_async(*states: str, environ: Mapping[str, str] | None = None,
         return await asyncio.to_thread(notify, *states, environ=environ, send_timeout=send_timeout)
 
 
-__all__ = ["NOTIFY_SOCKET_ENV", "READY", "SEND_TIMEOUT", "STOPPING", "NotifyError", "address", "message", "notify",
-           "notify_async"]
+__all__ = ["NOTIFY_SOCKET_ENV", "READY", "SEND_TIMEOUT", "STOPPING", "WATCHDOG", "NotifyError", "address", "message",
+           "notify", "notify_async"]

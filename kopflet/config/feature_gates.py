@@ -4,7 +4,9 @@ refusal of every other value.
 Upstream's kubelet takes any gate its registry knows (cmd/kubelet/app/server.go: ``SetFromMap`` of the flags' gates,
 then of the file's merged with them) and refuses an unknown name with ``unrecognized feature gate: X``. kopflet
 implements one gate, ``QOSReserved`` (alpha, off by default at v1.37.1: the QoS tiers' memory limits of
-``qosReserved``), both ways. Any other gate upstream knows it takes only at upstream v1.37.1's default, as a no-op
+``qosReserved``), both ways, and the behaviour of ``SystemdWatchdog`` (GA and locked on: the systemd watchdog,
+`kopflet.watchdog`), whose gate upstream no longer reads; that one is taken at true only, and is no no-op. Any other
+gate upstream knows it takes only at upstream v1.37.1's default, as a no-op
 (kopflet behaves as upstream does with the gate at its default; a kubelet config copied from a node that spells out
 defaults keeps working), and names it in an INFO line at start. Set to the other value it stops the agent rather
 than being ignored: in upstream's words for a gate locked to its default (``cannot set feature gate X to v, feature
@@ -32,6 +34,12 @@ QOS_RESERVED: Final = "QOSReserved"
 
 IMPLEMENTED: Mapping[str, bool] = MappingProxyType({QOS_RESERVED: False})
 """The gates kopflet implements, with their upstream default at v1.37.1."""
+SYSTEMD_WATCHDOG: Final = "SystemdWatchdog"
+"""pkg/features SystemdWatchdog: beta on in 1.32, GA and locked to true since 1.35 (upstream's watchdog runs
+without reading it)."""
+IMPLEMENTED_LOCKED: frozenset[str] = frozenset({SYSTEMD_WATCHDOG})
+"""Gates locked to their v1.37.1 default whose behaviour at that default kopflet implements: taken at the default
+(not a no-op), refused otherwise in upstream's words for a locked gate."""
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -106,8 +114,8 @@ def problems(gates: Mapping[str, bool]) -> list[str]:
 def no_ops(gates: Mapping[str, bool]) -> list[str]:
     """The gates of `gates` kopflet takes without doing anything: known upstream, not implemented here, and set
     to their upstream default (so kopflet behaves as upstream does with them), in name order."""
-    return [name for name in sorted(gates) if name not in IMPLEMENTED and name not in PRE_ALPHA
-            and UPSTREAM_FEATURE_GATES.get(name) is gates[name]]
+    return [name for name in sorted(gates) if name not in IMPLEMENTED and name not in IMPLEMENTED_LOCKED
+            and name not in PRE_ALPHA and UPSTREAM_FEATURE_GATES.get(name) is gates[name]]
 
 
 def check(gates: Mapping[str, bool]) -> Mapping[str, bool]:
@@ -123,5 +131,5 @@ def enabled(gates: Mapping[str, bool], name: str) -> bool:
     return gates.get(name, IMPLEMENTED[name])
 
 
-__all__ = ["IMPLEMENTED", "QOS_RESERVED", "FeatureGateError", "check", "enabled", "no_ops", "parse_bool",
-           "parse_flag", "problems"]
+__all__ = ["IMPLEMENTED", "IMPLEMENTED_LOCKED", "QOS_RESERVED", "SYSTEMD_WATCHDOG", "FeatureGateError", "check",
+           "enabled", "no_ops", "parse_bool", "parse_flag", "problems"]

@@ -317,8 +317,8 @@ class AgentConfig:
     """``--seccomp-default``: the same, as upstream's separate kubelet flag (either one turns it on)."""
     feature_gates: Mapping[str, bool] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     """``featureGates`` (``--feature-gates``): gate -> on, as given (the flag's merged over the file's): the gates
-    kopflet implements (`feature_gates.IMPLEMENTED`: QOSReserved) either way, any other upstream gate only at its
-    v1.37.1 default (a no-op, `startup_notes`)."""
+    kopflet implements (`feature_gates.IMPLEMENTED`: QOSReserved) either way, SystemdWatchdog (locked on) at true,
+    any other upstream gate only at its v1.37.1 default (a no-op, `startup_notes`)."""
     qos_reserved: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
     """``qosReserved`` (``--qos-reserved``): resource -> percentage, as given (``memory: 50%``; checked by
     `helpers.parse_qos_reserved`). In force only with the QOSReserved gate on (`qos_reserved_in_force`)."""
@@ -1442,7 +1442,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("feature_gates", "feature-gates", "featureGates", FEATURE_GATES, "none",
             "Feature gates as Name=true|false pairs, comma separated (in the file a mapping of names to booleans); "
             "the flag's are merged over the file's, as upstream. kopflet implements one gate, QOSReserved (alpha, "
-            "default false: qosReserved). Any other gate upstream v1.37.1 knows is accepted only at that release's "
+            "default false: qosReserved), and SystemdWatchdog's behaviour (GA, locked to true: the systemd "
+            "watchdog, on whenever the unit sets WatchdogSec). Any other gate upstream v1.37.1 knows is accepted "
+            "only at that release's "
             "default, as a no-op (kopflet behaves as upstream does with it at its default; logged at start); set "
             "to the other value it stops the agent at start: 'cannot set feature gate <name> to <value>, feature "
             "is locked to <default>' (upstream's message) for a gate locked to its default, else that kopflet "

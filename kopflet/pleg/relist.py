@@ -34,6 +34,9 @@ class RuntimeCache:
         self.synced = asyncio.Event()
         self.on_relist = on_relist
         """Called after each relist with (duration, interval since the previous start): PLEG metrics."""
+        self.relisted_at: float | None = None
+        """When (time.monotonic) the relist loop last completed a round; None before its first. The node's
+        syncloop health check (the systemd watchdog's) reads it as upstream reads its sync loop's entry time."""
 
     def pod(self, uid: str) -> podstate.RuntimePodStatus:
         return self.pods.get(uid, podstate.RuntimePodStatus(uid=uid))
@@ -141,6 +144,7 @@ class RuntimeCache:
             started = time.monotonic()
             try:
                 changed = await self.relist()
+                self.relisted_at = time.monotonic()
                 if self.on_relist is not None:
                     self.on_relist(time.monotonic() - started, None if last_start is None else started - last_start)
                 last_start = started

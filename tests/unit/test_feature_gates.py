@@ -1,6 +1,7 @@
 """featureGates / --feature-gates and qosReserved / --qos-reserved as settings (issue 20).
 
-kopflet implements one gate, QOSReserved; any other gate upstream v1.37.1 knows is taken only at its default there
+kopflet implements one gate, QOSReserved, and SystemdWatchdog's behaviour (locked on: taken at true, not a no-op);
+any other gate upstream v1.37.1 knows is taken only at its default there
 (a no-op, noted at start), and refused at start at the other value (upstream's words for a gate locked to its
 default); a name upstream does not know either gets upstream's message. qosReserved is parsed as upstream's
 ParseQOSReserved, in force only with the gate on, and a warning at start says when it is not.
@@ -147,6 +148,8 @@ NOT_IMPLEMENTED = ("cannot set feature gate {name} to {value}, kopflet does not 
     # at the v1.37.1 default: taken, nothing to do
     ({"PodLevelResources": True}, [], ["PodLevelResources"]),
     ({"InPlacePodVerticalScaling": True}, [], ["InPlacePodVerticalScaling"]),  # locked, at its default
+    ({"SystemdWatchdog": True}, [], []),  # locked, at its default, and implemented (the watchdog): no no-op
+    ({"SystemdWatchdog": False}, ["cannot set feature gate SystemdWatchdog to false, feature is locked to true"], []),
     ({"AllAlpha": False, "QOSReserved": True}, [], ["AllAlpha"]),
     ({"CPUManagerPolicyAlphaOptions": False, "ContextualLogging": True}, [],
      ["CPUManagerPolicyAlphaOptions", "ContextualLogging"]),
@@ -189,8 +192,17 @@ def test_every_known_gate_is_taken_at_its_default_and_refused_otherwise() -> Non
         if name in feature_gates.IMPLEMENTED:
             continue
         assert feature_gates.problems({name: default}) == [], name
-        assert feature_gates.no_ops({name: default}) == [name]
+        # a locked gate whose behaviour kopflet implements is taken at its default, but is no no-op
+        assert feature_gates.no_ops({name: default}) == ([] if name in feature_gates.IMPLEMENTED_LOCKED else [name])
         assert len(feature_gates.problems({name: not default})) == 1, name
+
+
+def test_the_locked_gates_kopflet_implements_are_upstreams_locked_gates() -> None:
+    """SystemdWatchdog (kopflet.watchdog): GA, locked to true at v1.37.1."""
+    assert feature_gates.IMPLEMENTED_LOCKED == {"SystemdWatchdog"}
+    for name in feature_gates.IMPLEMENTED_LOCKED:
+        assert name in LOCKED_TO_DEFAULT and name not in feature_gates.IMPLEMENTED
+    assert UPSTREAM_FEATURE_GATES["SystemdWatchdog"] is True
 
 
 def test_check_aggregates_as_upstream() -> None:

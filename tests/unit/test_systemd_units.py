@@ -1,12 +1,14 @@
 """manifests/systemd/: kopflet's units parse as systemd reads them, run kopflet with flags it accepts (through its own
 flag parser), are Type=notify (kopflet sends READY=1, `kopflet.sdnotify`), and agree with what devstack/kubelet_unit.py
-runs where there is no systemd. The runner's notify side is tested with a real datagram socket."""
+runs where there is no systemd. The runner's notify side is tested with a real datagram socket. Neither unit sets
+WatchdogSec (upstream's packaging does not); the guide's drop-in does."""
 
 from __future__ import annotations
 
 import re
 import shlex
 import socket
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -160,3 +162,19 @@ def test_the_operations_guide_shows_the_standalone_unit_as_it_is() -> None:
     file = "\n".join(line for line in (UNITS / "kopflet.service").read_text().splitlines()
                      if not line.startswith("#"))
     assert f"```ini\n{file}\n```" in guide
+
+
+@pytest.mark.parametrize("name", ["kubelet.service", "10-kubeadm.conf", "kopflet.service"])
+def test_no_unit_sets_a_watchdog_as_upstreams_packaging_sets_none(name: str) -> None:
+    """kubernetes/release's kubelet.service and kubeadm's drop-in have no WatchdogSec=; the watchdog is a drop-in of
+    the operator's (docs/operations.md)."""
+    assert values(unit(name), "Service", "WatchdogSec") == []
+
+
+def test_the_operations_guide_shows_a_watchdog_drop_in() -> None:
+    guide = (REPO / "docs" / "operations.md").read_text()
+    blocks = [textwrap.dedent(b) for b in re.findall(r"```ini\n(.*?)```", guide, re.S) if "WatchdogSec" in b]
+    assert len(blocks) == 1
+    entries = parse_unit(blocks[0])
+    assert entries == [("Service", "WatchdogSec", "30s")]
+    assert "kopflet.service.d/" in blocks[0] and "kubelet.service.d/" in blocks[0]
