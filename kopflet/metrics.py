@@ -641,6 +641,7 @@ class KubeletMetrics:
         self._container_states: set[str] = set()
         self._refreshers: list[Callable[[], None]] = []
         self._certificate_managers: dict[str, CertificateManagerLike] = {}
+        self._pod_certificates: Callable[[], Mapping[tuple[str, str], int]] | None = None
         if node_name:
             self.set_node_name(node_name)
 
@@ -696,6 +697,27 @@ class KubeletMetrics:
                     rotations.observe(age)
 
         refresh()
+        self._refreshers.append(refresh)
+
+    def watch_pod_certificates(self, report: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        """kubelet_podcertificate_states{signer_name,state}: the pod certificate manager's sources by signer and state,
+        read at scrape time (upstream PodCertificateCollectorFor, registered with the IssuingManager). Watching
+        another manager (a start tried again) replaces the first: the family is registered once."""
+        first = self._pod_certificates is None
+        self._pod_certificates = report
+        if not first:
+            return
+        family = self.registry.gauge(
+            "kubelet_podcertificate_states",
+            "Gauge vector reporting the number of pod certificate projected volume sources, faceted by signer_name "
+            "and state.", ("signer_name", "state"), stability=ALPHA)
+
+        def refresh() -> None:
+            family.clear()
+            if self._pod_certificates is not None:
+                for (signer, state), count in self._pod_certificates().items():
+                    family.labels(signer, state).set(count)
+
         self._refreshers.append(refresh)
 
     def set_node_name(self, node_name: str) -> None:

@@ -61,6 +61,7 @@ from kopflet.nodestatus.heartbeat import NodeAgent, read_machine_facts
 from kopflet.nodestatus.setters import MachineFacts
 from kopflet.oom.watcher import OomWatcher
 from kopflet.pleg.relist import RuntimeCache
+from kopflet.podcertificate.manager import PodCertificateManager
 from kopflet.pods.housekeeping import Housekeeping
 from kopflet.pods.teardown import Teardown
 from kopflet.pods.workers import PodWorkers
@@ -316,6 +317,11 @@ class Node:
             active_pods=lambda: [pod for pod, _ in self.workers.active_pods()],
             node_event=lambda type_, reason, message: self.recorder.node_event(type_, reason, message),
             kernel=KernelTunables(protect=cfg.protect_kernel_defaults), qos_reserved=cfg.qos_reserved_in_force)
+        # upstream NewMainKubelet: the pod certificate manager (its informer of this node's PodCertificateRequests),
+        # the volume host's source of podCertificate bundles; its metric with it.
+        self.pod_certificates = PodCertificateManager(self.api, cfg.node_name, node_uid=lambda: self.heartbeat.uid,
+                                                      recorder=self.recorder, wake=self._wake)
+        self.metrics.watch_pod_certificates(self.pod_certificates.metric_report)
         servers, searches, options = sandbox_config.parse_resolv_conf(host.resolv_conf)
         dns = sandbox_config.DnsSettings(cluster_dns=cfg.cluster_dns, cluster_domain=cfg.cluster_domain,
                                          host_servers=servers, host_searches=searches, host_options=options)
@@ -324,7 +330,8 @@ class Node:
             node_memory_capacity=host.machine.memory_bytes, services=self.services,
             node_allocatable=self.heartbeat.allocatable, allocations=self.allocations, cgroups=self.cgroups,
             layout=self.layout, hooks=HookRunner(cri),
-            volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout),
+            volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout,
+                                  pod_certificates=self.pod_certificates),
             hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths,
             before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager, devices=self.device_manager,
             memory=self.memory_manager, userns=self.userns, swap_controller=host.swap_controller,
@@ -456,7 +463,7 @@ class Node:
         return {(p.get("metadata") or {}).get("uid", "") for p in await self.api.list_pods(self.cfg.pod_field_selector)}
 
     def _wake(self, uids: set[str]) -> None:
-        """A probe result changed: the pods' workers look again."""
+        """A probe result changed, a pod certificate request was answered: the pods' workers look again."""
         self.workers.wake(uids)
 
     async def start(self) -> None:
@@ -499,6 +506,7 @@ class Node:
             asyncio.create_task(self.container_manager.run(), name="qos-cgroups"),
             asyncio.create_task(self.cpu_manager.run(), name="cpu-manager"),
             asyncio.create_task(self.memory_manager.run(), name="memory-manager"),
+            asyncio.create_task(self.pod_certificates.run(), name="pod-certificates"),
         ]
         if self.watchdog is not None:  # upstream Run: SetHealthCheckers, right before the sync loop
             self.watchdog.set_health_checkers(self.sync_loop_health_check, self.health_checkers())

@@ -420,13 +420,20 @@ def _volume_fields() -> dict[str, Field]:
         "name", "signerName", "labelSelector", "optional", "path")})
     fields[f"{s}.clusterTrustBundle.user"] = _atomic_user(_volume(projected={"sources": [{"clusterTrustBundle": {
         "signerName": "example.com/s", "path": "ca.pem", "user": 1000}}]}))
-    for source, example in (("podCertificate", {"signerName": "example.com/s", "keyType": "ED25519",
-                                                "credentialBundlePath": "creds.pem"}),):
-        fields[f"{s}.{source}"] = _refused(
-            Refusal(VOLUME, f"unsupported projected volume source {source}",
-                    _volume(projected={"sources": [{source: example}]})),
-            "kopflet.volumes.plugins (_projected_payload)", "kopflet has no such projection (GA at 1.37): FailedMount",
-            subtree=True)
+    pod_certificate = "kopflet.podcertificate.states, kopflet.podcertificate.manager (PodCertificateRequest)"
+    pod_certificate_files = "kopflet.volumes.plugins (_pod_certificate_payload), kopflet.podcertificate.states.files"
+    fields.update({
+        f"{s}.podCertificate.signerName": _handled(pod_certificate),
+        f"{s}.podCertificate.keyType": _handled(pod_certificate + ", kopflet.podcertificate.keys"),
+        f"{s}.podCertificate.maxExpirationSeconds": _handled(pod_certificate),
+        f"{s}.podCertificate.userAnnotations": _handled(pod_certificate),
+        f"{s}.podCertificate.credentialBundlePath": _handled(pod_certificate_files),
+        f"{s}.podCertificate.keyPath": _handled(pod_certificate_files),
+        f"{s}.podCertificate.certificateChainPath": _handled(pod_certificate_files),
+        f"{s}.podCertificate.user": _atomic_user(_volume(projected={"sources": [{"podCertificate": {
+            "signerName": "example.com/s", "keyType": "ED25519", "credentialBundlePath": "creds.pem",
+            "user": 1000}}]})),
+    })
     for kind in _NO_PLUGIN:
         example = _NO_PLUGIN_EXAMPLES.get(kind, {})
         fields[f"{v}.{kind}"] = _refused(

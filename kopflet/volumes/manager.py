@@ -2,7 +2,8 @@
 
 What each volume holds is decided by the pure ``kopflet.volumes.plugins``; this module fetches what it needs
 (ConfigMaps and Secrets one at a time, ServiceAccount tokens through TokenRequest bound to the pod, the
-cluster's ClusterTrustBundles in one list when a projected volume has a ``clusterTrustBundle`` source),
+cluster's ClusterTrustBundles in one list when a projected volume has a ``clusterTrustBundle`` source,
+podCertificate sources' keys and chains from the pod certificate manager),
 mounts tmpfs where the plan says, checks hostPath types, and writes file volumes atomically the way
 upstream's AtomicWriter does (a timestamped directory, the ``..data`` symlink swapped in one rename,
 and top-level symlinks into it), so a reader never sees half an update. Called on every sync, so
@@ -28,6 +29,7 @@ from kopflet import paths
 from kopflet.api import spec, times
 from kopflet.client.kubeapi import API_ERRORS, KubeApiError, KubeClient, q
 from kopflet.config.settings import AgentConfig
+from kopflet.podcertificate.manager import PodCertificateManager
 from kopflet.volumes import plugins
 from kopflet.volumes import trust_bundles as ctb
 from kopflet.volumes.plugins import VolumeError, VolumePlan
@@ -40,9 +42,11 @@ TOKEN_REFRESH_FRACTION = 0.8  # upstream: rotate when 80% of the lifetime has pa
 
 class VolumeManager:
     def __init__(self, cfg: AgentConfig, api: KubeClient, node_allocatable: Callable[[], Mapping[str, str]] = dict,
-                 *, layout: paths.Layout | None = None) -> None:
+                 *, layout: paths.Layout | None = None, pod_certificates: PodCertificateManager | None = None) -> None:
+        """`pod_certificates`: None, podCertificate sources fail as upstream's NoOpManager makes them fail."""
         self.cfg, self.api, self.node_allocatable = cfg, api, node_allocatable
         self.layout = layout if layout is not None else cfg.layout
+        self.pod_certificates = pod_certificates
         self._tokens: dict[tuple[str, str, int], tuple[str, float]] = {}  # (uid, audience, exp) -> (token, refresh_at)
         # The ClusterTrustBundle API version the apiserver serves, found at the first need (upstream's
         # LazyInformerManager): None not looked for yet, "" none served (upstream's NoopManager, for good).
@@ -58,9 +62,11 @@ class VolumeManager:
         for token in plugins.token_requests(pod):
             tokens[(token.audience, token.expiration_seconds)] = await self._token(pod, token)
         trust_bundles = await self.cluster_trust_bundles() if ctb.wanted(pod) else None
+        certificates = await self.pod_certificates.credentials(pod) if self.pod_certificates is not None else {}
         plans = plugins.plan_volumes(pod, layout=self.layout, config_maps=config_maps, secrets=secrets,
                                      tokens=tokens, node_name=self.cfg.node_name,
-                                     node_allocatable=self.node_allocatable(), trust_bundles=trust_bundles)
+                                     node_allocatable=self.node_allocatable(), trust_bundles=trust_bundles,
+                                     pod_certificates=certificates)
         fs_group = pod.spec.security_context.get("fsGroup")
         await asyncio.to_thread(materialize, plans, fs_group if isinstance(fs_group, int) else None)
         return plans
@@ -118,6 +124,8 @@ class VolumeManager:
     def forget(self, uid: str) -> None:
         for key in [k for k in self._tokens if k[0] == uid]:
             del self._tokens[key]
+        if self.pod_certificates is not None:
+            self.pod_certificates.forget(uid)
 
     async def cleanup(self, uid: str) -> None:
         """Unmount the pod's tmpfs volumes; the caller then removes the pod's directory."""

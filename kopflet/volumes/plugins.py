@@ -16,7 +16,8 @@ the files atomically. ConfigMaps, Secrets and service account tokens are passed 
 `referenced_objects` and `token_requests` say which. In `config_maps` / `secrets`, ``None`` means "fetched,
 does not exist"; a name missing from the mapping means "not fetched" (a caller bug: ValueError). Values are
 bytes (ConfigMap ``data`` encoded as UTF-8 merged with ``binaryData``; Secret values decoded from base64).
-The cluster's ClusterTrustBundles come as `trust_bundles.Bundles` when `trust_bundles.wanted` says so.
+The cluster's ClusterTrustBundles come as `trust_bundles.Bundles` when `trust_bundles.wanted` says so, and
+podCertificate sources' keys and chains as the pod certificate manager answers them.
 
 A volume that cannot be set up raises `VolumeError`, whose text is the ``FailedMount`` event message.
 """
@@ -32,6 +33,7 @@ from cri_client import types as cri
 from kopflet import gotext, paths
 from kopflet.api import qos, spec, unsupported
 from kopflet.envvars import container_env
+from kopflet.podcertificate import states as podcertificate
 from kopflet.volumes import trust_bundles as ctb
 
 KIND_EMPTY_DIR = "emptyDir"
@@ -347,13 +349,17 @@ def _files(volume: str, payload: Mapping[str, _File]) -> tuple[FileEntry, ...]:
 def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[str, Mapping[str, bytes] | None],
                  secrets: Mapping[str, Mapping[str, bytes] | None], tokens: Mapping[tuple[str, int], str],
                  node_name: str = "", node_allocatable: Mapping[str, str] | None = None,
-                 trust_bundles: ctb.Bundles | None = None) -> dict[str, VolumePlan]:
+                 trust_bundles: ctb.Bundles | None = None,
+                 pod_certificates: Mapping[tuple[str, int], tuple[bytes, bytes] | str] | None = None,
+                 ) -> dict[str, VolumePlan]:
     """A `VolumePlan` per pod volume (in spec order), or `VolumeError` for the first that cannot be set up.
 
     `layout` places the volumes' directories. `tokens` maps ``(audience, expiration_seconds)`` (as in `TokenSpec`)
     to the token text. `node_name` is accepted for symmetry with the env API (downward API volumes cannot read
     ``spec.nodeName``). `trust_bundles`: the cluster's ClusterTrustBundles, needed (else ValueError) when a
-    projected volume has a ``clusterTrustBundle`` source.
+    projected volume has a ``clusterTrustBundle`` source. `pod_certificates` maps a podCertificate source's
+    ``(volume, index in its sources)`` to its (private key, certificate chain) or to why there is none (the pod
+    certificate manager's answer; a source missing from it fails as upstream's NoOpManager makes it fail).
     """
     del node_name  # not readable through downward API volumes (only metadata.* fields are)
     plans: dict[str, VolumePlan] = {}
@@ -363,7 +369,7 @@ def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[st
         try:
             plans[name] = _plan(pod, name, kind, body, layout=layout, config_maps=config_maps,
                                 secrets=secrets, tokens=tokens, node_allocatable=node_allocatable,
-                                trust_bundles=trust_bundles)
+                                trust_bundles=trust_bundles, pod_certificates=pod_certificates or {})
         except _Failed as exc:
             raise _setup_failed(name, str(exc)) from None
     return plans
@@ -372,7 +378,8 @@ def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[st
 def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, layout: paths.Layout,
           config_maps: Mapping[str, Mapping[str, bytes] | None], secrets: Mapping[str, Mapping[str, bytes] | None],
           tokens: Mapping[tuple[str, int], str], node_allocatable: Mapping[str, str] | None,
-          trust_bundles: ctb.Bundles | None = None) -> VolumePlan:
+          trust_bundles: ctb.Bundles | None = None,
+          pod_certificates: Mapping[tuple[str, int], tuple[bytes, bytes] | str] | None = None) -> VolumePlan:
     if kind not in SUPPORTED_KINDS:
         raise _Failed(f"unsupported volume type {kind}: kopflet has no plugin for it")
     if kind == KIND_HOST_PATH:
@@ -412,7 +419,7 @@ def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, layou
     else:
         payload = _projected_payload(pod, name, body, default_mode, config_maps=config_maps,
                                      secrets=secrets, tokens=tokens, node_allocatable=node_allocatable,
-                                     trust_bundles=trust_bundles)
+                                     trust_bundles=trust_bundles, pod_certificates=pod_certificates or {})
     return VolumePlan(name=name, kind=kind, host_path=directory, tmpfs=tmpfs, files=_files(name, payload),
                       read_only=True)
 
@@ -437,11 +444,15 @@ def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], defaul
                        config_maps: Mapping[str, Mapping[str, bytes] | None],
                        secrets: Mapping[str, Mapping[str, bytes] | None], tokens: Mapping[tuple[str, int], str],
                        node_allocatable: Mapping[str, str] | None,
-                       trust_bundles: ctb.Bundles | None = None) -> dict[str, _File]:
+                       trust_bundles: ctb.Bundles | None = None,
+                       pod_certificates: Mapping[tuple[str, int], tuple[bytes, bytes] | str] | None = None,
+                       ) -> dict[str, _File]:
     """Upstream projected `collectData`: sources in order (later paths win), errors collected."""
     payload: dict[str, _File] = {}
     errors: list[str] = []
-    for source in _mappings(body.get("sources")):
+    for index, source in enumerate(_list(body.get("sources"))):
+        if not isinstance(source, Mapping):
+            continue
         try:
             if isinstance(source.get("configMap"), Mapping):
                 payload.update(_object_payload(source["configMap"], config_maps, KIND_CONFIG_MAP, default_mode))
@@ -463,6 +474,9 @@ def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], defaul
                 payload[token.path] = (text.encode(), default_mode)
             elif isinstance(source.get("clusterTrustBundle"), Mapping):
                 payload.update(_trust_bundle_payload(pod, source["clusterTrustBundle"], default_mode, trust_bundles))
+            elif isinstance(source.get("podCertificate"), Mapping):
+                payload.update(_pod_certificate_payload(pod, (pod_certificates or {}).get((name, index)),
+                                                        source["podCertificate"], default_mode))
             else:
                 kinds = ", ".join(key for key in source if source[key] is not None) or "(none)"
                 raise _Failed(f"unsupported projected volume source {kinds}")
@@ -487,6 +501,22 @@ def _trust_bundle_payload(pod: spec.Pod, source: Mapping[str, Any], default_mode
     fs_group = pod.spec.security_context.get("fsGroup")
     mode = 0o600 if owner is not None or isinstance(fs_group, int) else default_mode
     return {str(source.get("path") or ""): (anchors, mode, owner)}
+
+
+def _pod_certificate_payload(pod: spec.Pod, credentials: tuple[bytes, bytes] | str | None,
+                             body: Mapping[str, Any], default_mode: int) -> dict[str, _File]:
+    """collectData's PodCertificate branch: the manager's bundle (or its error) as the source's files (the
+    credential bundle, the key, the chain), 0600 and owned by the pod's user when all its containers run as one
+    (FsUserFrom), or under an fsGroup (SetVolumeOwnership then adds group read), the defaultMode otherwise."""
+    if credentials is None:  # upstream NoOpManager: a kubelet without a pod certificate manager
+        credentials = podcertificate.NOT_IMPLEMENTED
+    if isinstance(credentials, str):
+        raise _Failed(credentials)
+    owner = fs_user(pod)
+    fs_group = pod.spec.security_context.get("fsGroup")
+    mode = 0o600 if owner is not None or isinstance(fs_group, int) else default_mode
+    files = podcertificate.files(podcertificate.Source.from_body(body), *credentials)
+    return {path: (data, mode, owner) for path, data in files.items()}
 
 
 def fs_user(pod: spec.Pod) -> int | None:

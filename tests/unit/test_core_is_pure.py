@@ -43,7 +43,8 @@ IMPURE = frozenset({
     "kopflet.sdnotify",
     "kopflet.prober.manager", "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.http",
     "kopflet.server.server", "kopflet.stats.collector", "kopflet.status.manager", "kopflet.userns.userns_manager",
-    "kopflet.volumes.manager", "kopflet.watchdog.health_checker",
+    "kopflet.volumes.manager", "kopflet.watchdog.health_checker", "kopflet.podcertificate.keys",
+    "kopflet.podcertificate.manager",
 })
 
 _WALKED = list(pkgutil.walk_packages(kopflet.__path__, "kopflet."))

@@ -212,9 +212,12 @@ ERROR_CASES: list[tuple[str, dict[str, Any], str]] = [
         {"serviceAccountToken": {"expirationSeconds": 60, "path": "t"}}]}},
      failed("p", "serviceAccountToken.expirationSeconds: Invalid value: 60: may not specify a duration less "
                  "than 10 minutes")),
-    ("projected unsupported source", {"name": "p", "projected": {"sources": [
-        {"podCertificate": {"signerName": "example.com/s", "keyType": "ED25519", "credentialBundlePath": "c"}}]}},
-     failed("p", "unsupported projected volume source podCertificate")),
+    ("projected unsupported source", {"name": "p", "projected": {"sources": [{"futureSource": {"path": "c"}}]}},
+     failed("p", "unsupported projected volume source futureSource")),
+    ("projected podCertificate without a pod certificate manager (upstream's NoOpManager)", {
+        "name": "p", "projected": {"sources": [
+            {"podCertificate": {"signerName": "example.com/s", "keyType": "ED25519", "credentialBundlePath": "c"}}]}},
+     failed("p", "unimplemented")),
     ("absolute item path", {"name": "c", "configMap": {"name": "cfg", "items": [{"key": "a.conf", "path": "/x"}]}},
      failed("c", "invalid path: must be relative path: /x")),
     ("'..' item path", {"name": "c", "configMap": {"name": "cfg", "items": [{"key": "a.conf", "path": "a/../../x"}]}},
