@@ -187,6 +187,7 @@ DENIED = (
     ("list", "customresourcedefinitions.apiextensions.k8s.io", "", ""),
     ("create", "certificatesigningrequests.certificates.k8s.io", "", ""),
     ("create", "clustertrustbundles.certificates.k8s.io", "", ""),
+    ("create", "podcertificaterequests.certificates.k8s.io", "", "default"),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", "", ""),
 )
 
@@ -336,7 +337,12 @@ def test_every_rule_is_used_by_the_agent(rule: Rule) -> None:
 # API calls made only under a node identity, never under the DaemonSet's ServiceAccount: client certificates
 # (--bootstrap-kubeconfig, rotateCertificates) need --kubeconfig, which the DaemonSet does not pass (it runs with the
 # ServiceAccount's token), and the role must not let that account ask for certificates (the DENIED table above).
-NODE_IDENTITY_ONLY = {("certificates.k8s.io", "certificatesigningrequests")}
+# Likewise podCertificate volumes (kopflet/podcertificate/manager.py): a PodCertificateRequest is worth signing only
+# because NodeRestriction checks that its pod, ServiceAccount and their UIDs are the requesting node's, which it
+# does for node identities alone; reading the ServiceAccount (its UID) is the Node authorizer's "get serviceaccounts
+# of my pods". Under the ServiceAccount such a volume fails (FailedMount), and the role gets neither.
+NODE_IDENTITY_ONLY = {("certificates.k8s.io", "certificatesigningrequests"),
+                      ("certificates.k8s.io", "podcertificaterequests"), ("", "serviceaccounts")}
 
 
 def test_every_apiserver_path_in_the_agent_is_covered_by_a_rule() -> None:
