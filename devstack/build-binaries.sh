@@ -17,6 +17,8 @@
 #   cmd/metrics-server, as its Makefile builds it (CGO off, -trimpath, -w, client-go's version stamped).
 #   Version files beside them (cluster/etcd.version, cluster/coredns.version, cluster/metrics-server.version) say
 #   what was built.
+#   $out/crictl: cri-tools $CRI_TOOLS_VERSION's crictl, as its Makefile builds it (CGO off, -trimpath, the version
+#   stamped), for the node's shell (docs/operations.md's minikube guide runs it on the node).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -42,7 +44,8 @@ for arg in "$@"; do
     --e2e) e2e_bins=(e2e.test ginkgo sample-apiserver) ;;
     --cluster)
       k8s_bins+=(kubeadm kube-proxy)
-      cluster_bins=(kube-log-runner cluster/etcd cluster/etcdctl cluster/etcdutl cluster/coredns cluster/metrics-server) ;;
+      cluster_bins=(kube-log-runner cluster/etcd cluster/etcdctl cluster/etcdutl cluster/coredns crictl
+                    cluster/metrics-server) ;;
     *) echo "usage: $0 [--kubelet] [--e2e] [--cluster]" >&2; exit 2 ;;
   esac
 done
@@ -336,6 +339,33 @@ GO
       mv "$c/metrics-server.tmp" "$c/metrics-server"
     )
     echo "$METRICS_SERVER_VERSION" > "$c/metrics-server.version"
+  fi
+  if [ ! -x "$out/crictl" ] || [ "$("$out/crictl" --version 2>/dev/null | awk '{print $NF}')" != "$CRI_TOOLS_VERSION" ]
+  then
+    # A module of its own, as metrics-server's: cri-tools pins its own k8s.io releases.
+    d="$cache/build/cri-tools-$CRI_TOOLS_VERSION"; mkdir -p "$d"
+    cat > "$d/go.mod" <<GO
+module kopflet.local/cri-tools
+go 1.26
+require sigs.k8s.io/cri-tools $CRI_TOOLS_VERSION
+GO
+    cat > "$d/tools.go" <<'GO'
+//go:build tools
+
+// Package tools pins crictl's main package.
+package tools
+
+import _ "sigs.k8s.io/cri-tools/cmd/crictl"
+GO
+    (
+      cd "$d" && go mod tidy >&2
+      echo "building crictl $CRI_TOOLS_VERSION ..." >&2
+      # Its Makefile: CGO off, -trimpath, -X pkg/version.Version; stamped with the tag, so `crictl --version` says
+      # "crictl version v1.37.0" as the released binaries do, and a binary of another release is rebuilt.
+      go build -trimpath -tags tools -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \
+        -o "$out/crictl.tmp" sigs.k8s.io/cri-tools/cmd/crictl >&2
+      mv "$out/crictl.tmp" "$out/crictl"
+    )
   fi
 fi
 echo "$out"

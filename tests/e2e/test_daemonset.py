@@ -64,10 +64,14 @@ def mirrored_containerd_toml(toml: str, registry: str) -> str:
 
 def manifests_for_this_machine(image: str, registry: str) -> list[dict[str, Any]]:
     """manifests/ in apply order, with host paths and bridge moved and the registry mirrored (see the module doc)."""
-    docs: list[dict[str, Any]] = []
-    for path in sorted((REPO / "manifests").glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    for doc in docs:
+    return [doc for docs in manifest_files_for_this_machine(image, registry).values() for doc in docs]
+
+
+def manifest_files_for_this_machine(image: str, registry: str) -> dict[str, list[dict[str, Any]]]:
+    """manifests/*.yaml's documents by file name, in apply order, changed as `manifests_for_this_machine` says."""
+    files = {path.name: [d for d in yaml.safe_load_all(path.read_text()) if d]
+             for path in sorted((REPO / "manifests").glob("*.yaml"))}
+    for doc in (d for docs in files.values() for d in docs):
         if doc["kind"] == "ConfigMap":
             doc["data"]["containerd.toml"] = mirrored_containerd_toml(doc["data"]["containerd.toml"], registry)
             conflist = json.loads(doc["data"]["10-kopflet.conflist"])
@@ -83,7 +87,7 @@ def manifests_for_this_machine(image: str, registry: str) -> list[dict[str, Any]
                     host["path"] = HOST_PATHS[host["path"]]
             for c in spec["containers"]:
                 assert c["image"] == image, "the DaemonSet runs another image than setup.cfg's version"
-    return docs
+    return files
 
 
 def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -400,7 +400,11 @@ def test_build_binaries_cluster_flag_and_versions():
     assert "--cluster)" in script and '"$out/cluster"' in script
     packages = ("k8s.io/kubernetes/cmd/kubeadm", "k8s.io/kubernetes/cmd/kube-proxy",
                 "k8s.io/component-base/logs/kube-log-runner", "go.etcd.io/etcd/etcdutl/v3",
-                "github.com/coredns/coredns", "sigs.k8s.io/metrics-server/cmd/metrics-server")  # fmt: skip
+                "github.com/coredns/coredns", "sigs.k8s.io/metrics-server/cmd/metrics-server",
+                "sigs.k8s.io/cri-tools/cmd/crictl")  # fmt: skip
     for pkg in packages:
         assert f'_ "{pkg}"' in script, pkg
     assert "cluster/metrics-server)" in script and "$c/metrics-server.version" in script
+    # crictl for the node's shell (the minikube guide's step 7), at the pinned cri-tools release, beside kubectl.
+    assert " crictl\n" in script and '"$out/crictl"' in script
+    assert re.fullmatch(r"v1\.\d+\.\d+", b.versions_env()["CRI_TOOLS_VERSION"])
