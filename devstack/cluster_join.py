@@ -236,6 +236,7 @@ def join(layout: Layout) -> None:
     node = node_layout(layout)
     node.root.mkdir(parents=True, exist_ok=True)
     make_network(layout)
+    make_cgroup_root()
     start_holder(layout)
     write_runtime_files(layout)
     start_runtime(layout)
@@ -290,6 +291,20 @@ def _remove_pods(layout: Layout) -> None:
     with grpc.insecure_channel(node.runtime_endpoint) as channel:
         with contextlib.suppress(grpc.RpcError):
             private_containerd.remove_pods(private_containerd.pb_grpc.RuntimeServiceStub(channel), set())
+
+
+def make_cgroup_root(root: Path = Path("/sys/fs/cgroup")) -> None:
+    """The node's cgroup root in every hierarchy: a kubelet refuses a `cgroupRoot` that does not exist (upstream
+    "cgroup [...] has some missing paths"), as a machine's init system would have made it. A v1 cpuset cgroup starts
+    with no CPUs and no memory nodes: it gets its parent's."""
+    unified = (root / "cgroup.controllers").exists()
+    for hierarchy in [root] if unified else [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]:
+        top = hierarchy / CGROUP_ROOT.strip("/")
+        top.mkdir(exist_ok=True)
+        if (hierarchy / "cpuset.cpus").exists() and not unified:
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                if not (top / name).read_text().strip():
+                    (top / name).write_text((hierarchy / name).read_text())
 
 
 def _remove_cgroups() -> None:
