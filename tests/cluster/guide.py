@@ -358,14 +358,15 @@ def translate(command: Command, machine: Machine, on_machine: bool = False) -> T
     if on_machine:
         text, more = _on_machine(text, machine)
         reasons += more
-    text, n = re.subn(r"^(kubectl (?:apply|delete)\b.*?-f )manifests/(?=\s|$)", rf"\g<1>{machine.manifests}/", text)
-    if n:
-        reasons.append(f"manifests/ → {machine.manifests}/: the adapted manifests (host paths, bridge, registry "
-                       f"mirror), nothing else changed")
     if re.search(r"(^|[|;&(]\s*)minikube\s", text):
         raise ValueError(f"no translation for {command.text!r}")
+    # The node names first: what the substitutions below put in (a temporary folder's path) is not the guide's.
     text, more = _node_names(text, machine)
     reasons += more
+    text, n = re.subn(r"^(kubectl (?:apply|delete)\b.*?-f )manifests/(?=\s|$)", rf"\g<1>{machine.manifests}/", text)
+    if n:
+        reasons.insert(0, f"manifests/ → {machine.manifests}/: the adapted manifests (host paths, bridge, registry "
+                          f"mirror), nothing else changed")
     return done(text)
 
 

@@ -326,3 +326,11 @@ def test_mounts_at_or_below() -> None:
     assert guide.mounts_at_or_below(MOUNTINFO, "/var/lib/x") == ["/var/lib/x", "/var/lib/x/pods/a b"]
     assert guide.mounts_at_or_below(MOUNTINFO, "/var/lib/x/pods") == ["/var/lib/x/pods/a b"]
     assert guide.mounts_at_or_below(MOUNTINFO, "/var/lib") == ["/var/lib/x", "/var/lib/x/pods/a b"]
+
+
+def test_the_adapted_manifests_folder_is_not_renamed_by_the_node_name_substitution() -> None:
+    """pytest names the folder after the fixture (…/minikube-guide0/manifests): only the guide's words are
+    translated, not what a translation put in."""
+    machine = dataclasses.replace(MACHINE, manifests="/tmp/pytest-1/minikube-guide0/manifests")
+    t = guide.translate(cmd("kubectl apply -f manifests/"), machine)
+    assert t.run == "kubectl apply -f /tmp/pytest-1/minikube-guide0/manifests/"
