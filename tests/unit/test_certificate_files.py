@@ -4,6 +4,7 @@ kubelet makes them, and the ``kubelet-client-*.pem`` store as certificate_store.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import os
 import stat
@@ -186,3 +187,15 @@ async def test_update_never_overwrites_a_regular_current_file(tmp_path: Path, ca
     (tmp_path / "kubelet-client-current.pem").write_text(pem.pair_file(certificate, key))
     with pytest.raises(StoreError, match="to be a symlink but it is a file"):
         FileStore(str(tmp_path)).update(certificate, key)
+
+
+async def test_a_request_whose_signature_was_tampered_with_does_not_verify() -> None:
+    """OpenSSL 3.0's `req -verify` exits 0 on a bad signature: the verdict is read from what it prints."""
+    key = await openssl.generate_key()
+    request = await openssl.make_request(key, csr.node_subject("node-a").openssl())
+    der = bytearray(base64.b64decode(b"".join(request.strip().splitlines()[1:-1])))
+    der[-5] ^= 0xFF  # inside the signature's last bytes
+    tampered = (b"-----BEGIN CERTIFICATE REQUEST-----\n" + base64.encodebytes(bytes(der))
+                + b"-----END CERTIFICATE REQUEST-----\n")
+    assert await openssl.request_signature_valid(request)
+    assert not await openssl.request_signature_valid(tampered)
