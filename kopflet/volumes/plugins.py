@@ -471,7 +471,8 @@ def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], defaul
                 if text is None:
                     raise _Failed(f"failed to fetch token: no token for audience {gotext.go_quote(token.audience)} "
                                   f"expiring in {token.expiration_seconds}s")
-                payload[token.path] = (text.encode(), default_mode)
+                mode, owner = _sensitive_file(pod, default_mode)
+                payload[token.path] = (text.encode(), mode, owner)
             elif isinstance(source.get("clusterTrustBundle"), Mapping):
                 payload.update(_trust_bundle_payload(pod, source["clusterTrustBundle"], default_mode, trust_bundles))
             elif isinstance(source.get("podCertificate"), Mapping):
@@ -497,9 +498,7 @@ def _trust_bundle_payload(pod: spec.Pod, source: Mapping[str, Any], default_mode
         anchors = ctb.trust_anchors(source, trust_bundles)
     except ctb.TrustAnchorsError as exc:
         raise _Failed(str(exc)) from None
-    owner = fs_user(pod)
-    fs_group = pod.spec.security_context.get("fsGroup")
-    mode = 0o600 if owner is not None or isinstance(fs_group, int) else default_mode
+    mode, owner = _sensitive_file(pod, default_mode)
     return {str(source.get("path") or ""): (anchors, mode, owner)}
 
 
@@ -512,11 +511,19 @@ def _pod_certificate_payload(pod: spec.Pod, credentials: tuple[bytes, bytes] | s
         credentials = podcertificate.NOT_IMPLEMENTED
     if isinstance(credentials, str):
         raise _Failed(credentials)
-    owner = fs_user(pod)
-    fs_group = pod.spec.security_context.get("fsGroup")
-    mode = 0o600 if owner is not None or isinstance(fs_group, int) else default_mode
+    mode, owner = _sensitive_file(pod, default_mode)
     files = podcertificate.files(podcertificate.Source.from_body(body), *credentials)
     return {path: (data, mode, owner) for path, data in files.items()}
+
+
+def _sensitive_file(pod: spec.Pod, default_mode: int) -> tuple[int, int | None]:
+    """The mode and owner of a projected token, trust bundle or pod certificate file (upstream collectData): 0600 and
+    owned by the pods' user when all its containers run as one (FsUserFrom), 0600 under an fsGroup (SetVolumeOwnership
+    then adds group read), the defaultMode otherwise."""
+    owner = fs_user(pod)
+    fs_group = pod.spec.security_context.get("fsGroup")
+    return (0o600 if owner is not None or (isinstance(fs_group, int) and not isinstance(fs_group, bool))
+            else default_mode), owner
 
 
 def fs_user(pod: spec.Pod) -> int | None:

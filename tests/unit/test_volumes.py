@@ -456,3 +456,22 @@ def test_an_image_volume_puts_nothing_on_the_node(tmp_path: Path) -> None:
     volumes = tmp_path / "pods" / UID / "volumes"
     assert sorted(str(p.relative_to(volumes)) for p in volumes.rglob("*")) == ["kubernetes.io~empty-dir",
                                                                               "kubernetes.io~empty-dir/data"]
+
+
+@pytest.mark.parametrize(("security_context", "mode", "owner"), [
+    ({}, 0o644, None),
+    ({"runAsUser": 1000}, 0o600, 1000),  # FsUserFrom: every container runs as 1000
+    ({"fsGroup": 2000}, 0o600, None),  # SetVolumeOwnership then adds group read
+    ({"fsGroup": True}, 0o644, None),  # not a group
+])
+def test_a_projected_token_is_0600_and_owned_by_the_pods_user(security_context: dict[str, Any], mode: int,
+                                                               owner: int | None) -> None:
+    """upstream collectData's ServiceAccountToken branch: like trust bundles and pod certificates, the token is
+    private to the pod's user (or group), whatever the defaultMode; the namespace and CA files keep it."""
+    body = pod_from_body({"metadata": {"name": "web", "namespace": "shop", "uid": UID},
+                          "spec": {"securityContext": security_context, "volumes": [KUBE_API_ACCESS],
+                                   "containers": [{"name": "app", "image": "nginx:1"}]}})
+    plans = plugins.plan_volumes(body, layout=LAYOUT, config_maps=CONFIG_MAPS, secrets=SECRETS, tokens=TOKENS)
+    by_path = {f.path: f for f in plans["kube-api-access-x1y2z"].files}
+    assert (by_path["token"].mode, by_path["token"].owner) == (mode, owner)
+    assert by_path["ca.crt"].mode == by_path["namespace"].mode == 0o644
