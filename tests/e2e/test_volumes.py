@@ -324,3 +324,88 @@ def test_cluster_trust_bundles_projected_by_name_and_by_signer(running_agent: Ag
     finally:
         for name in bundles:
             admin.run("delete", "clustertrustbundle", name, "--ignore-not-found", check=False)
+
+
+def _requests(admin: Kubectl, namespace: str, signer: str) -> list[dict[str, Any]]:
+    items = admin.json("get", "podcertificaterequests", "-n", namespace)["items"]
+    return [r for r in items if r["spec"]["signerName"] == signer]
+
+
+def _await_request(admin: Kubectl, namespace: str, signer: str, pod: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        mine = [r for r in _requests(admin, namespace, signer) if r["spec"]["podName"] == pod]
+        if mine:
+            return mine[0]
+        time.sleep(1)
+    raise AssertionError(f"no PodCertificateRequest for {pod} within 120s")
+
+
+def _answer(admin: Kubectl, request: dict[str, Any], status: dict[str, Any], kind: str, reason: str) -> None:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    condition = {"type": kind, "status": "True", "reason": reason, "message": f"{kind} by the e2e signer",
+                 "lastTransitionTime": now}
+    admin.run("patch", "podcertificaterequest", request["metadata"]["name"], "-n", request["metadata"]["namespace"],
+              "--subresource=status", "--type=merge", "-p", json.dumps({"status": {**status,
+                                                                                    "conditions": [condition]}}))
+
+
+def _issue(tmp: Path, request: dict[str, Any], ca: tuple[Path, Path]) -> dict[str, Any]:
+    """What a signer writes: a leaf for the request's key, 24 h, with the CA after it, and its times."""
+    import base64
+    import datetime
+
+    (tmp / "req.der").write_bytes(base64.b64decode(request["spec"]["stubPKCS10Request"]))
+    leaf = subprocess.run(["openssl", "x509", "-req", "-inform", "DER", "-in", str(tmp / "req.der"), "-CA", str(ca[0]),
+                           "-CAkey", str(ca[1]), "-set_serial", "7", "-days", "1", "-subj", "/CN=e2e-pod"],
+                          check=True, capture_output=True, timeout=60).stdout.decode()
+    dates = subprocess.run(["openssl", "x509", "-noout", "-startdate", "-enddate"], input=leaf.encode(), check=True,
+                           capture_output=True, timeout=60).stdout.decode()
+    when = {k: datetime.datetime.strptime(v.strip(), "%b %d %H:%M:%S %Y %Z").replace(tzinfo=datetime.UTC)
+            for k, v in (line.split("=", 1) for line in dates.splitlines())}
+    stamp = "%Y-%m-%dT%H:%M:%SZ"
+    return {"certificateChain": leaf + ca[0].read_text(), "notBefore": when["notBefore"].strftime(stamp),
+            "beginRefreshAt": (when["notBefore"] + datetime.timedelta(hours=12)).strftime(stamp),
+            "notAfter": when["notAfter"].strftime(stamp)}
+
+
+def test_pod_certificates_issued_and_denied(running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str,
+                                            tmp_path: Path) -> None:
+    """upstream's podCertificate projection against a signer in the test: kopflet's PodCertificateRequest names the
+    node, pod and ServiceAccount, the volume holds the key then the issued chain once the signer answers; a denied
+    request is a permanent FailedMount."""
+    signer = f"example.com/kopflet-e2e-{uuid.uuid4().hex[:6]}"
+    ca = (tmp_path / "ca.pem", tmp_path / "ca.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(ca[1]), "-out", str(ca[0]), "-days", "2", "-subj", "/CN=kopflet-e2e-ca"],
+                   check=True, capture_output=True, timeout=60)
+    source = {"podCertificate": {"signerName": signer, "keyType": "ECDSAP256", "credentialBundlePath": "creds.pem"}}
+    count = "grep -c"
+    script = (f"echo $({count} 'BEGIN CERTIFICATE' /pc/creds.pem) $({count} 'BEGIN PRIVATE KEY' /pc/creds.pem) "
+              "$(head -1 /pc/creds.pem) > /dev/termination-log")
+    for name in ("issued", "denied"):
+        admin.apply(pod_manifest(name, namespace, layout.node_name,
+                                 [container("main", script, volumeMounts=[{"name": "pc", "mountPath": "/pc"}])],
+                                 volumes=[{"name": "pc", "projected": {"sources": [source]}}], restartPolicy="Never"))
+
+    request = _await_request(admin, namespace, signer, "issued")
+    pod = admin.json("get", "pod", "issued", "-n", namespace)
+    node = admin.json("get", "node", layout.node_name)
+    spec = request["spec"]
+    assert (spec["nodeName"], spec["nodeUID"]) == (layout.node_name, node["metadata"]["uid"])
+    assert (spec["podUID"], spec["serviceAccountName"]) == (pod["metadata"]["uid"], "default")
+    assert spec["maxExpirationSeconds"] == 86400  # the apiserver's default
+    _answer(admin, request, _issue(tmp_path, request, ca), "Issued", "Issued")
+    pod = wait_pod(admin, namespace, "issued", phase("Succeeded"), what="Succeeded once issued")
+    assert terminated_message(pod).split() == ["2", "1", "-----BEGIN", "PRIVATE", "KEY-----"]
+
+    _answer(admin, _await_request(admin, namespace, signer, "denied"), {}, "Denied", "NotForYou")
+    deadline = time.monotonic() + 90
+    mounts: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not mounts:
+        mounts = [e for e in events(admin, namespace, "denied") if e["reason"] == "FailedMount"
+                  and "permanently denied" in e["message"]]
+        time.sleep(1)
+    assert mounts, events(admin, namespace, "denied")
+    assert 'reason="NotForYou"' in mounts[-1]["message"], mounts[-1]["message"]
+    assert admin.json("get", "pod", "denied", "-n", namespace)["status"]["phase"] == "Pending"
