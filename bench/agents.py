@@ -211,9 +211,11 @@ class KubeadmNode(Agent):
 
     owns_cluster = True
 
-    def __init__(self, layout: Layout, workdir: Path, kubelet: str) -> None:
+    def __init__(self, layout: Layout, workdir: Path, kubelet: str, nodes: int = 1) -> None:
         super().__init__(layout, workdir)
-        self.name = kubelet
+        self.name, self.nodes = kubelet, nodes
+        if nodes not in (1, 2):
+            raise ValueError(f"a kubeadm cluster here has one node or two (cluster join), not {nodes}")
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -235,6 +237,10 @@ class KubeadmNode(Agent):
         # The unit appends to its log: what this cluster's kubelet says starts at this offset.
         self._offset = self.unit_log.stat().st_size if self.unit_log.exists() else 0
         devcluster.up(self.layout, self.name)
+        if self.nodes == 2:  # the same agent on a second node (kubeadm join; devstack/cluster_join.py)
+            from devstack import cluster_join
+
+            cluster_join.join(self.layout)
 
     def alive(self) -> bool:
         return devcluster.is_up(self.layout)
@@ -254,5 +260,5 @@ class KubeadmNode(Agent):
                               timeout=30).stdout.strip()
 
 
-def kubeadm_nodes(layout: Layout, workdir: Path) -> dict[str, Agent]:
-    return {name: KubeadmNode(layout, workdir, name) for name in devcluster.KUBELETS}
+def kubeadm_nodes(layout: Layout, workdir: Path, nodes: int = 1) -> dict[str, Agent]:
+    return {name: KubeadmNode(layout, workdir, name, nodes) for name in devcluster.KUBELETS}

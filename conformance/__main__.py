@@ -93,6 +93,8 @@ def with_published_agents(name: str, meta: dict[str, Any]) -> dict[str, Any]:
     if not missing or not path.exists():
         return meta
     published = json.loads(path.read_text())
+    if published.get("selection", {}).get("cluster_nodes", 1) != meta.get("selection", {}).get("cluster_nodes", 1):
+        return meta  # another cluster shape: the halves would not compare
     merged = json.loads(json.dumps(meta))
     for agent in missing:
         if agent not in published.get("agents", {}):
@@ -148,13 +150,15 @@ def run_pass(args: argparse.Namespace, layout: Layout, name: str, agent_names: l
                 part["nodes"] = args.nodes
     print(f"conformance: {pass_.title}: {sel['count']} specs, ginkgo {sel['nodes']} process(es); in {rundir}",
           file=sys.stderr)
-    agents = kubeadm_nodes(layout, rundir) if pass_.cluster else agents_by_name(layout, rundir)
+    agents = kubeadm_nodes(layout, rundir, args.cluster_nodes) if pass_.cluster else agents_by_name(layout, rundir)
     chosen = {a: agents[a] for a in agent_names}
     meta: dict[str, Any] = {"pass": name, "title": pass_.title, "date": now.strftime("%Y-%m-%d %H:%M UTC"),
                             "commit": commit(), "versions": versions(layout, chosen) | run.tool_versions(e2e, ginkgo),
                             "selection": sel, "agents": {}}
     if pass_.setup:
-        meta["setup"] = pass_.setup
+        meta["setup"] = pass_.setup + (" A second node of the same agent joined each cluster (`kubeadm join`; "
+                                       "`python -m devstack cluster join`)." if args.cluster_nodes == 2 else "")
+        sel["cluster_nodes"] = args.cluster_nodes
     for agent_name, agent in chosen.items():
         print(f"conformance: {pass_.title} under {agent_name}", file=sys.stderr)
         # The tree as this agent starts (a pass takes an hour per agent): what kopflet actually ran.
@@ -193,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--focus", default=default(None), help="a ginkgo focus regex in place of the pass's selection "
                                                               "(its skip still applies): a focused rerun")
         p.add_argument("--nodes", type=int, default=default(None), help="ginkgo processes (default: the pass's)")
+        p.add_argument("--cluster-nodes", type=int, choices=(1, 2), default=default(1),  # type: ignore[arg-type]
+                       help="the cluster pass's nodes: 1, or 2 (a second node of the same agent joined with kubeadm "
+                            "join, in namespaces of its own: what the specs that need two nodes ask for)")
         p.add_argument("--timeout", default=default(None),
                        help="ginkgo's suite timeout, a Go duration (default: node 3h, serial 6h)")
     p_report = sub.add_parser("report", help="rewrite docs/conformance.md and the README from docs/conformance/")

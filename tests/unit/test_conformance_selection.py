@@ -263,3 +263,17 @@ def test_a_run_of_one_agent_keeps_the_other_agents_published_half(monkeypatch: p
     assert merged["agents"]["kubelet"] == meta["agents"]["kubelet"]
     assert (merged["commit"], merged["versions"]) == ("c1", {"kubelet": "v1.37.1", "kopflet": "k1"})
     assert meta["agents"].keys() == {"kubelet"}  # not changed in place
+
+
+def test_halves_of_different_cluster_shapes_are_not_merged(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import json
+
+    from conformance import __main__ as cli
+
+    monkeypatch.setattr(cli, "DOCS", tmp_path)
+    (tmp_path / "cluster.json").write_text(json.dumps({"selection": {"cluster_nodes": 1}, "versions": {},
+                                                       "agents": {"kubelet": {"junit": "cluster-kubelet.xml"}}}))
+    meta = {"selection": {"cluster_nodes": 2}, "versions": {}, "agents": {"kopflet": {"junit": "cluster-kopflet.xml"}}}
+    assert cli.with_published_agents("cluster", meta) == meta
+    meta["selection"]["cluster_nodes"] = 1
+    assert list(cli.with_published_agents("cluster", meta)["agents"]) == ["kopflet", "kubelet"]
