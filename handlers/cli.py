@@ -1,8 +1,9 @@
 """The ``kopflet`` command: the upstream kubelet's flags, checked first, then the operator in this process.
 
 ``kopflet --kubeconfig=/etc/kopflet/node.kubeconfig --hostname-override=edge-1 --cluster-dns=10.96.0.10`` is
-``KOPFLET_ARGS='...' kopf run --standalone --all-namespaces --liveness=http://127.0.0.1:10248/healthz
-operator/main.py``, except that a bad flag or config file is reported (exit status 2) before anything starts.
+``KOPFLET_ARGS='...' kopf run --standalone --all-namespaces operator/main.py``, except that a bad flag or config
+file is reported (exit status 2) before anything starts. Either way the agent serves ``/healthz`` on
+``--healthz-bind-address``:``--healthz-port`` itself (`kopflet.server.healthz_server`), not Kopf's ``--liveness``.
 The flags travel to the agent's start-up handler in ``KOPFLET_ARGS``, exactly as under ``kopf run``.
 """
 
@@ -74,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # upstream logsapi.ValidateAndApply: the format, -v and --vmodule (kopf.configure's place; `kopf run` keeps it)
     logs_setup.apply(cfg.log_format, cfg.log_verbosity, cfg.log_vmodule)
-    kopf.run(standalone=True, clusterwide=True, liveness_endpoint=cfg.healthz_endpoint or None)
+    kopf.run(standalone=True, clusterwide=True)
     return 0
 
 

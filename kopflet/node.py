@@ -68,6 +68,7 @@ from kopflet.pods.workers import PodWorkers
 from kopflet.prober.manager import ProbeManager
 from kopflet.server.auth_reviews import authenticator_for, authorizer_for
 from kopflet.server.backend import AgentBackend
+from kopflet.server.healthz_server import HealthzServer
 from kopflet.server.server import Server, ServingTLS, serve, serving_tls
 from kopflet.stats import summary
 from kopflet.stats.collector import StatsCollector
@@ -76,7 +77,7 @@ from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager, read_kubelet_mappings
 from kopflet.volumes.manager import VolumeManager
 from kopflet.watchdog import rules as watchdog_rules
-from kopflet.watchdog.health_checker import Check, HealthChecker
+from kopflet.watchdog.health_checker import Check, HealthChecker, LogFlushCheck, default_checks
 
 logger = logging.getLogger(__name__)
 
@@ -381,9 +382,16 @@ class Node:
         self.pod_resources = PodResourcesServer(
             self.layout.pod_resources_socket, pods=self.workers.bodies, metrics=self.metrics,
             providers=Providers(cpus=self.cpu_manager, memory=self.memory_manager, devices=self.device_manager))
+        # upstream's one LogHealthz per process: the watchdog's, which /healthz runs too (a node without a
+        # watchdog, in tests, has its own).
+        self._own_log_check = watchdog is None
+        self.log_check = watchdog.log_check if watchdog is not None else LogFlushCheck()
         self.backend = AgentBackend(self.workers, self.relist, cri, self.metrics, self.stats,
-                                    self.probe_metrics)
+                                    self.probe_metrics, health_checks=self.healthz_checks())
         self.server: Server | None = None
+        # cmd/kubelet/app/server.go run: the healthz port, ping only, started once the kubelet runs.
+        self.healthz_server = HealthzServer(cfg.healthz_bind_address, cfg.healthz_port) if cfg.healthz_port \
+            else None
         self.serving_certificates: ServerCertificateManager | None = None
         self.watchdog = watchdog
         self._tasks: list[asyncio.Task[None]] = []
@@ -471,7 +479,8 @@ class Node:
         upstream's registerWithAPIServer does beside the pods' work), then start the loops (upstream Run): the
         services cache, the static pod source (its
         first scan before housekeeping may run: static pods' containers are not orphans), the relist, the
-        heartbeats, housekeeping, the kubelet API and the pod-resources API. OSError or ssl.SSLError when an API
+        heartbeats, housekeeping, the kubelet API and the pod-resources API, and last the healthz port (a port
+        that cannot be bound there is only logged, as upstream's). OSError or ssl.SSLError when an API
         cannot be served; CPUManagerError or MemoryManagerError, before anything else, when the CPU, memory or
         topology manager's policy, the machine and the checkpoint do not fit (upstream refuses to start);
         KernelTunablesError, once the Node is registered, when the kernel tunables are not as the kubelet needs
@@ -510,6 +519,10 @@ class Node:
         ]
         if self.watchdog is not None:  # upstream Run: SetHealthCheckers, right before the sync loop
             self.watchdog.set_health_checkers(self.sync_loop_health_check, self.health_checkers())
+        if self.healthz_server is not None:
+            # upstream run: the healthz port once RunKubelet returns (the Node need not exist yet), before READY=1;
+            # bound in the background, tried again every 5 s while the port is taken
+            self.healthz_server.start()
 
     # ------------------------------------------------------------------------------- health checks
 
@@ -521,6 +534,11 @@ class Node:
     def health_checkers(self) -> list[Check]:
         """upstream containerManager.GetHealthCheckers: the device plugins' registration server."""
         return [("device-plugin", self.device_manager.healthy)]
+
+    def healthz_checks(self) -> tuple[Check, ...]:
+        """The kubelet API's ``/healthz`` (InstallAuthNotRequiredHandlers): ping, log, syncloop and the container
+        manager's, as the watchdog runs them; the healthz port runs ping alone."""
+        return default_checks(self.log_check, self.sync_loop_health_check, self.health_checkers())
 
     def _registered(self) -> None:
         """The Node exists: upstream's "Starting kubelet." event."""
@@ -574,6 +592,8 @@ class Node:
         new node's)."""
         if self.watchdog is not None:
             self.watchdog.set_health_checkers(None)
+        if self.healthz_server is not None:
+            await self.healthz_server.close()
         if self.server is not None:
             await self.server.close()
         if self.serving_certificates is not None:
@@ -589,5 +609,7 @@ class Node:
         await self.prober.close()
         await self.recorder.flush(grace=EVENT_FLUSH_TIMEOUT)
         await self.api.close()
+        if self._own_log_check:
+            self.log_check.close()
         if close_runtime:
             await self.runtime.close()

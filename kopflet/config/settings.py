@@ -403,7 +403,8 @@ class AgentConfig:
 
     @property
     def healthz_endpoint(self) -> str:
-        """The liveness URL (Kopf's ``liveness_endpoint``), or "" when ``healthz_port`` is 0."""
+        """The healthz port's URL (what a liveness probe or kubeadm's ``kubelet-check`` asks), or "" when
+        ``healthz_port`` is 0."""
         if not self.healthz_port:
             return ""
         return f"http://{gotext.join_host_port(self.healthz_bind_address, self.healthz_port)}/healthz"

@@ -21,15 +21,24 @@ from kopflet.metrics import KubeletMetrics, ProbeMetrics
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pods.workers import PodWorkers
 from kopflet.stats import collector as agent_stats
+from kopflet.watchdog.health_checker import Check
 
 logger = logging.getLogger(__name__)
 
 
 class AgentBackend:
     def __init__(self, workers: PodWorkers, cache: RuntimeCache, cri: CriClient, metrics: KubeletMetrics,
-                 stats: agent_stats.StatsCollector, probes: ProbeMetrics | None = None) -> None:
+                 stats: agent_stats.StatsCollector, probes: ProbeMetrics | None = None,
+                 health_checks: Sequence[Check] = ()) -> None:
+        """`health_checks`: ``/healthz``'s, as the node has them (`kopflet.node.Node.healthz_checks`)."""
         self.workers, self.cache, self.cri, self.metrics_registry, self.stats = workers, cache, cri, metrics, stats
         self.probes = probes
+        self._health_checks = tuple(health_checks)
+
+    # ------------------------------------------------------------------------------------------ healthz
+
+    def health_checks(self) -> Sequence[Check]:
+        return self._health_checks
 
     # ------------------------------------------------------------------------------------------ pods
 

@@ -41,6 +41,8 @@ WRITE_TIMEOUT = 120.0
 READ_SIZE = 64 * 1024
 
 TEXT = "text/plain; charset=utf-8"
+NOT_FOUND = "404 page not found\n"
+"""Go's http.NotFound: what a ServeMux answers for a path without a handler."""
 _TE_REFUSED = "request bodies with Transfer-Encoding are not supported"
 _REQUEST_LINE = re.compile(rb"[^ ]* [^ ]* HTTP/[0-9]+\.[0-9]+\r?")
 """Go's parseRequestLine and ParseHTTPVersion: method, target and version apart by single spaces."""
@@ -327,14 +329,16 @@ class HttpConnection:
         return self._h11.send(h11.Data(data=data)) if data and not self._head_only else b""
 
     async def respond(self, status: int, body: bytes | str, *, content_type: str | None = TEXT, close: bool = False,
-                      headers: Sequence[tuple[str, str]] = ()) -> None:
+                      headers: Sequence[tuple[str, str]] = (), nosniff: bool | None = None) -> None:
         """A whole response with its Content-Length (the body left out after HEAD); ``close`` ends the connection
-        after it. ``content_type`` None: no Content-Type (an empty answer, as Go's redirect of a POST)."""
+        after it. ``content_type`` None: no Content-Type (an empty answer, as Go's redirect of a POST).
+        ``nosniff``: ``X-Content-Type-Options: nosniff``; None: with TEXT only (http.Error's), False: never (a
+        handler that only wrote text, its type sniffed by Go)."""
         data = body.encode() if isinstance(body, str) else body
         fields = [("Content-Length", str(len(data))), *headers]
         if content_type is not None:
             fields.insert(0, ("Content-Type", content_type))
-        if content_type == TEXT:
+        if nosniff if nosniff is not None else content_type == TEXT:
             fields.append(("X-Content-Type-Options", "nosniff"))
         await self.write(self._response(status, fields, close) + self._data(data) + self._h11.send(h11.EndOfMessage()))
 

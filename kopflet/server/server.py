@@ -33,10 +33,11 @@ from kopflet import gotext
 from kopflet.config import configz, tls_options
 from kopflet.config.settings import AgentConfig
 from kopflet.logs.cri_logs import LogOptionsError
-from kopflet.server import auth_rules
+from kopflet.server import auth_rules, healthz_server
 from kopflet.server.auth_rules import Attributes, Subject, UserInfo, is_upgrade_request, is_websocket_request
 from kopflet.server.http import (
     MAX_LINE,
+    NOT_FOUND,
     TEXT,
     HttpConnection,
     HttpError,
@@ -46,6 +47,7 @@ from kopflet.server.http import (
     replay,
 )
 from kopflet.server.streaming import handshake_refusal, port_forward_ports, replayed_headers, stream_options
+from kopflet.watchdog.health_checker import Check
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +63,6 @@ stopped reading included: ``streamingConnectionIdleTimeout``'s default (4h), for
 
 METRICS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 JSON = "application/json"
-NOT_FOUND = "404 page not found\n"
 # InstallSystemLogHandler with enableSystemLogHandler off (getHandlerForDisabledEndpoint; http.Error adds the
 # newline): kopflet serves no node log files, so /logs/ never reads a path.
 LOGS_DISABLED = "logs endpoint is disabled.\n"
@@ -75,6 +76,11 @@ WriteFn = Callable[[bytes], Awaitable[None]]
 
 class Backend(Protocol):
     """What the server needs from the agent. LookupError means 404, ValueError 400, anything else 500."""
+
+    def health_checks(self) -> Sequence[Check]:
+        """``/healthz``'s checks, in order (InstallAuthNotRequiredHandlers: ping, log, syncloop, then the container
+        manager's); each is also served alone on ``/healthz/<name>``."""
+        ...
 
     def pods(self) -> list[dict[str, Any]]:
         """The pods the agent manages (``GET /pods``), as API objects."""
@@ -307,8 +313,8 @@ class Server:
             await connection.respond(200, self.configz_body, content_type=JSON, close=not keep,
                                      headers=[("X-Content-Type-Options", "nosniff")])
             return keep
-        if head == "healthz" and (not rest or rest[0] in ("ping", "log", "syncloop")) and len(rest) <= 1:
-            await connection.respond(200, "ok", close=not keep)
+        if head == "healthz" and await healthz_server.respond(connection, request, self.backend.health_checks(),
+                                                              keep):
             return keep
         if head in ("pods", "runningpods") and rest in ([], [""]):
             if not await self._methods(connection, request, keep, "GET"):

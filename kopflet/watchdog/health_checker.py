@@ -11,7 +11,9 @@ restarted by systemd; a ping that cannot be sent is tried again once about a sec
 ``$NOTIFY_SOCKET`` that is unset is an error each round, as upstream.
 
 `LogFlushCheck` is healthz's LogHealthz: a thread flushes the root logger's handlers every minute, and the check
-fails once the last flush ended two minutes ago (a handler stuck writing to a full stderr holds its lock).
+fails once the last flush ended two minutes ago (a handler stuck writing to a full stderr holds its lock). As
+upstream's LogHealthz, there is one per process: the watchdog's, which the kubelet API's ``/healthz`` runs too
+(`default_checks` names the checks both run).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ Check = tuple[str, Callable[[], str]]
 why not."""
 
 
-def _ping() -> str:
+def ping() -> str:
     """healthz.PingHealthz: always healthy."""
     return ""
 
@@ -83,7 +85,15 @@ class LogFlushCheck:
         self._stopped.set()
 
 
-def _outcome(check: Callable[[], str]) -> str:
+def default_checks(log: Callable[[], str], sync_loop: Callable[[], str], checkers: Sequence[Check] = ()
+                   ) -> tuple[Check, ...]:
+    """The kubelet's health checks in upstream's order: healthz's ping and log (`log`: the process's one
+    `LogFlushCheck`, as upstream's LogHealthz is one), syncloop, then `checkers` (the container manager's). The
+    watchdog (SetHealthCheckers) and the kubelet API's ``/healthz`` (InstallAuthNotRequiredHandlers) run the same."""
+    return (("ping", ping), ("log", log), ("syncloop", sync_loop), *checkers)
+
+
+def outcome(check: Callable[[], str]) -> str:
     """A check's error; one that raises fails with what it raised (a bug, never a reason to stop checking)."""
     try:
         return check()
@@ -126,6 +136,11 @@ class HealthChecker:
         return cls(interval, environ=environ, notify=notify, rand=rand, log_check=log_check)
 
     @property
+    def log_check(self) -> LogFlushCheck:
+        """The process's log check, shared with the kubelet API's ``/healthz`` (upstream's one LogHealthz)."""
+        return self._log
+
+    @property
     def enabled(self) -> bool:
         return bool(self.interval)
 
@@ -139,7 +154,7 @@ class HealthChecker:
         if sync_loop is None:
             self._checks = ()
         else:
-            self._checks = (("ping", _ping), ("log", self._log), ("syncloop", sync_loop), *checkers)
+            self._checks = default_checks(self._log, sync_loop, checkers)
 
     @property
     def check_names(self) -> tuple[str, ...]:
@@ -173,7 +188,7 @@ class HealthChecker:
 
     def check(self) -> str:
         """doCheck: the first failed check, as upstream words it; "" when all pass (or there are none)."""
-        return rules.first_failure((name, _outcome(check)) for name, check in self._checks)
+        return rules.first_failure((name, outcome(check)) for name, check in self._checks)
 
     async def check_and_notify(self) -> bool:
         """One round: the checks, then ``WATCHDOG=1`` only when they pass, tried as `rules.NOTIFY_RETRY` says.
@@ -201,4 +216,4 @@ class HealthChecker:
         return False
 
 
-__all__ = ["Check", "HealthChecker", "LogFlushCheck"]
+__all__ = ["Check", "HealthChecker", "LogFlushCheck", "default_checks", "outcome", "ping"]

@@ -281,8 +281,8 @@ def _listening(pid: int) -> set[tuple[str, int]]:
 
 def test_the_agent_listens_on_its_api_and_loopback_healthz_only(running_agent: Agent) -> None:
     """4.2.4 and the security model: the HTTPS API on --address:--port and nothing else but the unauthenticated
-    /healthz on 127.0.0.1 (healthzBindAddress; the `kopflet` command serves it, `kopf run` as here does not unless
-    given --liveness): no read-only port, no debug or profiling port."""
+    /healthz on 127.0.0.1 (healthzBindAddress; the agent serves it under `kopf run` as here too): no read-only port,
+    no debug or profiling port."""
     assert running_agent.proc is not None
     found = _listening(running_agent.proc.pid)
     assert ("0.0.0.0", API_PORT) in found, found

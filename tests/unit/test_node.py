@@ -13,6 +13,7 @@ from kopflet.client.kubeapi import Credentials
 from kopflet.config.settings import AgentConfig
 from kopflet.node import HostFacts, Node, Runtime
 from kopflet.nodestatus.setters import MachineFacts
+from kopflet.watchdog.health_checker import HealthChecker
 
 
 class FakeCri:
@@ -26,12 +27,16 @@ HOST = HostFacts(machine=MachineFacts(cpus=2, memory_bytes=4 << 30, ephemeral_st
                  resolv_conf="nameserver 10.0.0.10\n", hugepage_sizes=("2MB",), masked_paths=("/proc/kcore",))
 
 
-def node(name: str, root: str, host: HostFacts = HOST, **settings: Any) -> Node:
+def node(name: str, root: str, host: HostFacts = HOST, *, watchdog: HealthChecker | None = None,
+         **settings: Any) -> Node:
+    """A node on no fixed port: neither the kubelet API's nor the healthz port (never this machine's 10248)."""
+    settings.setdefault("healthz_port", 0)
     cri = FakeCri()
     runtime = Runtime(cri, cri, "containerd", "1.7.24", "v1")  # type: ignore[arg-type]
     cfg = AgentConfig(node_name=name, root_dir=root, pod_log_root=f"{root}/logs", node_ip="10.0.0.9", port=0,
                       **settings)
-    return Node(cfg, credentials=Credentials(server="https://127.0.0.1:6443"), runtime=runtime, host=host)
+    return Node(cfg, credentials=Credentials(server="https://127.0.0.1:6443"), runtime=runtime, host=host,
+                watchdog=watchdog)
 
 
 def _parts(n: Node) -> dict[str, Any]:

@@ -103,6 +103,17 @@ class FakeBackend:
         self.log_gate: asyncio.Event | None = None
         self.log_cancelled = asyncio.Event()
         self.fail: BaseException | None = None
+        self.unhealthy: dict[str, str] = {}
+        """A check's name to its error: the checks below fail with them."""
+        self.checked: list[str] = []
+
+    def health_checks(self) -> list[tuple[str, Any]]:
+        def check(name: str) -> Any:
+            def run() -> str:
+                self.checked.append(name)
+                return self.unhealthy.get(name, "")
+            return run
+        return [(name, check(name)) for name in ("ping", "log", "syncloop", "device-plugin")]
 
     def _maybe_fail(self) -> None:
         if self.fail is not None:
@@ -427,10 +438,61 @@ async def test_without_a_client_ca_no_certificate_is_asked_for(pki: Pki) -> None
 async def test_healthz(h: Harness) -> None:
     response = await call(h, "GET", "/healthz")
     assert (response.status, response.text, response.header("content-type")) == (200, "ok", srv.TEXT)
-    for path in ("/healthz/ping", "/healthz/syncloop", "/healthz/log"):
-        assert (await call(h, "GET", path)).text == "ok"
+    assert response.header("x-content-type-options") == "nosniff"
+    for path in ("/healthz/ping", "/healthz/syncloop", "/healthz/log", "/healthz/device-plugin"):
+        response = await call(h, "GET", path)
+        assert (response.status, response.text, response.header("content-type")) == (200, "ok", srv.TEXT)
+        assert response.header("x-content-type-options") is None  # Go sniffed the type of a bare "ok"
     head = await call(h, "HEAD", "/healthz")
     assert (head.status, head.header("content-length"), head.body) == (200, "2", b"")
+    response = await call(h, "GET", "/healthz?verbose")
+    assert response.text == "[+]ping ok\n[+]log ok\n[+]syncloop ok\n[+]device-plugin ok\nhealthz check passed\n"
+
+
+SLOW = "sync Loop took longer than expected"
+SYNCLOOP_FAILED = ("[+]ping ok\n[+]log ok\n[-]syncloop failed: reason withheld\n[+]device-plugin ok\n"
+                   "healthz check failed\n")
+
+
+@pytest.mark.parametrize(("method", "target", "status", "body", "nosniff"), [
+    ("GET", "/healthz", 500, SYNCLOOP_FAILED, True),
+    ("POST", "/healthz", 500, SYNCLOOP_FAILED, True),  # any method, as upstream's mux handlers
+    ("GET", "/healthz?verbose", 500, SYNCLOOP_FAILED, True),
+    ("GET", "/healthz?exclude=syncloop", 200, "ok", True),
+    ("GET", "/healthz?exclude=syncloop&verbose=1", 200,
+     "[+]ping ok\n[+]log ok\n[+]syncloop excluded: ok\n[+]device-plugin ok\nhealthz check passed\n", True),
+    ("GET", "/healthz/syncloop", 500, f"internal server error: {SLOW}\n", True),
+    ("GET", "/healthz/syncloop?exclude=syncloop", 500, f"internal server error: {SLOW}\n", True),
+    ("GET", "/healthz/ping", 200, "ok", False),
+    ("GET", "/healthz/log", 200, "ok", False),
+])
+async def test_healthz_when_the_sync_loop_is_stuck(h: Harness, method: str, target: str, status: int, body: str,
+                                                   nosniff: bool) -> None:
+    h.backend.unhealthy["syncloop"] = SLOW
+    response = await call(h, method, target)
+    assert (response.status, response.text, response.header("content-type")) == (status, body, srv.TEXT)
+    assert response.header("content-length") == str(len(body))
+    assert (response.header("x-content-type-options") == "nosniff") is nosniff
+
+
+async def test_healthz_runs_the_checks_not_excluded_once_each_request(h: Harness) -> None:
+    h.backend.unhealthy["device-plugin"] = "device registration error: gone"
+    head = await call(h, "HEAD", "/healthz?exclude=log")
+    body = ("[+]ping ok\n[+]log excluded: ok\n[+]syncloop ok\n[-]device-plugin failed: reason withheld\n"
+            "healthz check failed\n")
+    assert (head.status, head.header("content-length"), head.body) == (500, str(len(body)), b"")
+    assert h.backend.checked == ["ping", "syncloop", "device-plugin"]
+    h.backend.checked.clear()
+    assert (await call(h, "GET", "/healthz/device-plugin")).status == 500
+    assert h.backend.checked == ["device-plugin"]
+
+
+async def test_healthz_is_authorized_before_any_check_runs(pki: Pki) -> None:
+    async with running(pki, authorizer=RecordingAuthorizer(allowed=set())) as h:
+        h.backend.unhealthy["syncloop"] = SLOW
+        for target in ("/healthz", "/healthz/syncloop"):
+            assert (await call(h, "GET", target)).status == 403
+        assert h.backend.checked == []
 
 
 async def test_pods_and_running_pods(h: Harness) -> None:
@@ -466,7 +528,7 @@ async def test_stats_summary(h: Harness) -> None:
 # does: tests/unit/test_server_hostile.py.
 @pytest.mark.parametrize("path", ["/", "/nope", "/stats", "/stats/container", "/exec/ns/p", "/exec/ns/p/u/c/x",
                                   "/exec/ns/p/", "/containerLogs/ns/p", "/portForward/ns", "/healthz/other",
-                                  "/pods/x"])
+                                  "/healthz/", "/healthz/ping/x", "/pods/x"])
 async def test_unknown_paths_are_404(h: Harness, path: str) -> None:
     response = await call(h, "GET", path)
     assert (response.status, response.text) == (404, "404 page not found\n")

@@ -37,6 +37,7 @@ PATHS = {
     "/exec/ns/pod/c": ["proxy"],
     "/exec/ns/pod/uid/c": ["proxy"],
     "/healthz": ["healthz", "proxy"],
+    "/healthz/device-plugin": ["healthz", "proxy"],
     "/healthz/log": ["healthz", "proxy"],
     "/healthz/ping": ["healthz", "proxy"],
     "/healthz/syncloop": ["healthz", "proxy"],
