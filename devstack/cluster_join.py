@@ -5,7 +5,7 @@ The machine has one network stack, one /etc/kubernetes and one /var/lib/kubelet,
 second node gets what a second machine would have of its own, and shares the rest (the kernel, the cgroup tree, the
 image store's files):
 
-- a network namespace (`NETNS`) joined to the host by a veth pair (`HOST_ADDR` on the host, `NODE_ADDR` the node's
+- a network namespace joined to the host by a veth pair (`HOST_ADDR` on the host, `NODE_ADDR` the node's
   InternalIP), with its pods' range (`POD_SUBNET`) routed to it; kube-proxy's DaemonSet pod there programs that
   namespace's iptables, as on another machine;
 - a mount namespace, held by a process that only sleeps, with empty directories of its own bound over
@@ -39,8 +39,6 @@ import grpc
 from devstack import cluster, configs, processes
 from devstack.layout import REPO, Layout
 
-NETNS = "kopflet-node2"
-NETNS_PATH = Path("/run/netns") / NETNS
 VETH_HOST, VETH_NODE = "kn2-host", "kn2-node"
 HOST_ADDR, NODE_ADDR, PREFIX = "192.168.222.1", "192.168.222.2", 30
 POD_SUBNET = "10.90.0.0/24"  # outside the first node's pod range (10.88.0.0/16) and the DaemonSet's (10.89.0.0/24)
@@ -121,30 +119,34 @@ def enter(layout: Layout) -> list[str]:
 
 
 def make_network(layout: Layout) -> None:
-    """The namespace, its veth to the host with addresses and routes both ways, forwarding on."""
-    _run(["ip", "netns", "add", NETNS])
+    """The holder's network namespace joined to the host: a veth with addresses and routes both ways, forwarding
+    on. Not `ip netns add`: on a host where none was made that way it bind-mounts /run/netns over itself, hiding the
+    network namespaces containerd has mounted there from containerd, which then cannot remove its sandboxes."""
+    pid = holder_pid(layout)
+    if pid is None:
+        raise processes.StackError("the second node's namespaces are gone")
     _run(["ip", "link", "add", VETH_HOST, "type", "veth", "peer", "name", VETH_NODE])
-    _run(["ip", "link", "set", VETH_NODE, "netns", NETNS])
+    _run(["ip", "link", "set", VETH_NODE, "netns", str(pid)])
     _run(["ip", "addr", "add", f"{HOST_ADDR}/{PREFIX}", "dev", VETH_HOST])
     _run(["ip", "link", "set", VETH_HOST, "up"])
-    inside = ["ip", "netns", "exec", NETNS]
+    inside = ["nsenter", f"--target={pid}", "--net", "--"]
     _run([*inside, "ip", "link", "set", "lo", "up"])
     _run([*inside, "ip", "addr", "add", f"{NODE_ADDR}/{PREFIX}", "dev", VETH_NODE])
     _run([*inside, "ip", "link", "set", VETH_NODE, "up"])
     _run([*inside, "ip", "route", "add", "default", "via", HOST_ADDR])
-    _run([*inside, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+    _run([*inside, "sysctl", "-qw", "net.ipv4.ip_forward=1"])  # /proc/sys/net is the namespace's
     _run(["ip", "route", "replace", POD_SUBNET, "via", NODE_ADDR])
 
 
 def remove_network() -> None:
+    """The route and the veth (its peer goes with it); the namespace goes with its last process."""
     _run(["ip", "route", "del", POD_SUBNET], check=False)
-    _run(["ip", "link", "del", VETH_HOST], check=False)  # its peer goes with it
-    _run(["ip", "netns", "del", NETNS], check=False)
+    _run(["ip", "link", "del", VETH_HOST], check=False)
 
 
 def start_holder(layout: Layout) -> None:
-    """A process that sleeps in the node's network namespace and a new mount namespace, with the node's own
-    directories bound over `PRIVATE_PATHS`; every other process of the node enters its namespaces."""
+    """A process that sleeps in a new network namespace and a new mount namespace, with the node's own directories
+    bound over `PRIVATE_PATHS`; every other process of the node enters its namespaces."""
     node = node_layout(layout)
     binds = []
     for path in PRIVATE_PATHS:
@@ -153,8 +155,8 @@ def start_holder(layout: Layout) -> None:
         Path(path).mkdir(parents=True, exist_ok=True)
         binds.append(f"mount --bind {own} {path}")
     script = " && ".join([*binds, "exec sleep infinity"])
-    processes.start(HOLDER, ["nsenter", f"--net={NETNS_PATH}", "unshare", "--mount", "--propagation", "private",
-                             "sh", "-c", script], pids=layout.pids, logs=layout.logs, healthy=lambda: _bound(layout))
+    processes.start(HOLDER, ["unshare", "--net", "--mount", "--propagation", "private", "sh", "-c", script],
+                    pids=layout.pids, logs=layout.logs, healthy=lambda: _bound(layout))
 
 
 def _bound(layout: Layout) -> bool:
@@ -235,9 +237,9 @@ def join(layout: Layout) -> None:
     leave(layout)  # what a failed join left
     node = node_layout(layout)
     node.root.mkdir(parents=True, exist_ok=True)
-    make_network(layout)
     make_cgroup_root()
     start_holder(layout)
+    make_network(layout)
     write_runtime_files(layout)
     start_runtime(layout)
     start_kubelet(layout)
@@ -325,7 +327,7 @@ def has_traces(layout: Layout) -> bool:
     node = node_layout(layout)
     return (any(processes.read_pid(layout.pids / f"{name}.pid") is not None
                 for name in (HOLDER, REGISTRY, CONTAINERD, UNIT))
-            or NETNS_PATH.exists() or node.root.exists() or node.run_dir.exists())
+            or Path(f"/sys/class/net/{VETH_HOST}").exists() or node.root.exists() or node.run_dir.exists())
 
 
 def leave(layout: Layout) -> None:
