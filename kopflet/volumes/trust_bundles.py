@@ -2,9 +2,9 @@
 
 Mirrors upstream v1.37.1's pkg/kubelet/clustertrustbundle (`InformerManager`: ``GetTrustAnchorsByName``,
 ``GetTrustAnchorsBySigner``, ``normalizeTrustAnchors``), the ClusterTrustBundle branch of pkg/volume/projected
-``collectData``, apimachinery's ``LabelSelectorAsSelector`` and label requirements, and Go's ``encoding/pem``
-(``Decode``, ``EncodeToMemory``), written again in Python: no cryptography package is needed, the certificates are
-only decoded from PEM, deduplicated and encoded again, never parsed.
+``collectData`` and apimachinery's ``LabelSelectorAsSelector`` and label requirements; the PEM is Go's
+``encoding/pem`` (``Decode``, ``EncodeToMemory``), `kopflet.gopem`: no cryptography package is needed, the
+certificates are only decoded from PEM, deduplicated and encoded again, never parsed.
 
 Upstream's kubelet keeps every ClusterTrustBundle in an informer (started on first use, at the first of
 certificates.k8s.io v1, v1beta1, v1alpha1 the apiserver serves) and answers from its lister. Here the caller lists
@@ -13,14 +13,12 @@ them and passes what it got as `Bundles`: the objects, or the error upstream giv
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import random
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kopflet import gotext
+from kopflet import gopem, gotext
 from kopflet.api import spec
 
 API_GROUP = "certificates.k8s.io"
@@ -38,11 +36,6 @@ NO_MATCH = "combination of signerName and labelSelector matched zero ClusterTrus
 MAX_LABEL_SELECTOR_LENGTH = 100 * 1024  # clustertrustbundle_manager.go maxLabelSelectorLength
 
 CERTIFICATE = "CERTIFICATE"
-_PEM_START = b"\n-----BEGIN "
-_PEM_END = b"\n-----END "
-_PEM_END_OF_LINE = b"-----"
-_PEM_LINE_LENGTH = 64
-_BASE64 = re.compile(rb"[A-Za-z0-9+/]*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 
 
 class TrustAnchorsError(Exception):
@@ -98,108 +91,14 @@ def _text(value: Any) -> str:
 # ------------------------------------------------------------------------------------------ encoding/pem
 
 
-@dataclasses.dataclass(frozen=True)
-class PemBlock:
-    """Go's pem.Block: the type, the headers (``Key: Value`` lines) and the decoded bytes."""
-
-    type: str
-    headers: tuple[tuple[str, str], ...]
-    data: bytes
-
-
-def _get_line(data: bytes) -> tuple[bytes, bytes, int]:
-    """Go pem's getLine: the first line without its trailing blanks and newline, the rest, the bytes consumed."""
-    i = data.find(b"\n")
-    if i < 0:
-        i = j = len(data)
-    else:
-        j = i + 1
-        if i > 0 and data[i - 1] == 0x0D:
-            i -= 1
-    return data[:i].rstrip(b" \t"), data[j:], j
-
-
-def _base64_decode(data: bytes) -> bytes | None:
-    """Go's base64.StdEncoding.Decode of a body (blanks and line breaks skipped): whole quantums, padding only at
-    the end; None on an error. (binascii's strict mode would take a stray ``=`` after a whole quantum.)"""
-    cleaned = data.translate(None, b" \t\r\n")
-    if len(cleaned) % 4 or not _BASE64.fullmatch(cleaned):
-        return None
-    return base64.b64decode(cleaned)
-
-
-def pem_decode(data: bytes) -> tuple[PemBlock | None, bytes]:
-    """Go's pem.Decode: the next PEM block and the input after it, or (None, `data`) when there is none.
-
-    Blocks start and end at the beginnings and ends of lines; the last BEGIN before the first END is taken, so
-    repeated BEGIN lines without an END are skipped, and a malformed block is passed over for the next."""
-    rest = data
-    end_trailer_index = 0
-    while True:
-        if end_trailer_index < 0 or end_trailer_index > len(rest):
-            return None, data
-        rest = rest[end_trailer_index:]
-        end_index = rest.find(_PEM_END)
-        if end_index < 0:
-            return None, data
-        end_trailer_index = end_index + len(_PEM_END)
-        begin_index = rest.rfind(_PEM_START[1:], 0, end_index)
-        if begin_index < 0 or (begin_index > 0 and rest[begin_index - 1] != 0x0A):
-            continue
-        skip = begin_index + len(_PEM_START) - 1
-        rest = rest[skip:]
-        end_index -= skip
-        end_trailer_index -= skip
-
-        type_line, rest, consumed = _get_line(rest)
-        end_index -= consumed
-        end_trailer_index -= consumed
-        if not type_line.endswith(_PEM_END_OF_LINE):
-            continue
-        type_line = type_line[:-len(_PEM_END_OF_LINE)]
-
-        headers: dict[str, str] = {}
-        while True:
-            if not rest:
-                return None, data
-            line, following, consumed = _get_line(rest)
-            key, colon, value = line.partition(b":")
-            if not colon:
-                break
-            headers[key.strip().decode("latin-1")] = value.strip().decode("latin-1")
-            rest = following
-            end_index -= consumed
-            end_trailer_index -= consumed
-
-        if headers and end_index < 0:
-            continue
-        end_trailer = rest[end_trailer_index:]
-        end_trailer_length = len(type_line) + len(_PEM_END_OF_LINE)
-        if len(end_trailer) < end_trailer_length:
-            continue
-        rest_of_end_line = end_trailer[end_trailer_length:]
-        end_trailer = end_trailer[:end_trailer_length]
-        if not end_trailer.startswith(type_line) or not end_trailer.endswith(_PEM_END_OF_LINE):
-            continue
-        if _get_line(rest_of_end_line)[0]:
-            continue  # the END line must end with only blanks
-
-        decoded = b""
-        if end_index > 0:
-            body = _base64_decode(rest[:end_index])
-            if body is None:
-                continue
-            decoded = body
-        _, rest, _ = _get_line(rest[end_index + len(_PEM_END) - 1:])
-        return PemBlock(type_line.decode("latin-1"), tuple(headers.items()), decoded), rest
+# Go's pem.Block and pem.Decode are kopflet.gopem's; the names stay part of this module's API.
+PemBlock = gopem.Block
+pem_decode = gopem.decode
 
 
 def pem_encode(block_type: str, data: bytes) -> bytes:
-    """Go's pem.EncodeToMemory of a block without headers: base64 in lines of 64 characters."""
-    text = base64.b64encode(data)
-    lines = b"".join(text[i:i + _PEM_LINE_LENGTH] + b"\n" for i in range(0, len(text), _PEM_LINE_LENGTH))
-    kind = block_type.encode("latin-1")
-    return b"-----BEGIN " + kind + b"-----\n" + lines + b"-----END " + kind + b"-----\n"
+    """Go's pem.EncodeToMemory of a block without headers, as normalizeTrustAnchors writes each anchor."""
+    return gopem.encode(gopem.Block(block_type, data=data))
 
 
 def normalize_trust_anchors(bundles: Iterable[ClusterTrustBundle], order_seed: bytes) -> bytes:
@@ -207,12 +106,7 @@ def normalize_trust_anchors(bundles: Iterable[ClusterTrustBundle], order_seed: b
     shuffled (by `order_seed`), and written again as CERTIFICATE blocks, one after the other."""
     anchors: set[bytes] = set()
     for bundle in bundles:
-        rest = bundle.trust_bundle.encode()
-        while True:
-            block, rest = pem_decode(rest)
-            if block is None:
-                break
-            anchors.add(block.data)
+        anchors.update(block.data for block in gopem.decode_all(bundle.trust_bundle.encode()))
     ordered = sorted(anchors)
     random.Random(order_seed).shuffle(ordered)
     return b"".join(pem_encode(CERTIFICATE, anchor) for anchor in ordered)
