@@ -42,7 +42,7 @@ IMPURE = frozenset({
     "kopflet.pleg.relist", "kopflet.pods.housekeeping", "kopflet.pods.teardown", "kopflet.pods.workers",
     "kopflet.sdnotify",
     "kopflet.prober.manager", "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.http",
-    "kopflet.server.healthz_server",
+    "kopflet.server.healthz_server", "kopflet.server.http_server",
     "kopflet.server.server", "kopflet.stats.collector", "kopflet.status.manager", "kopflet.userns.userns_manager",
     "kopflet.volumes.manager", "kopflet.watchdog.health_checker", "kopflet.podcertificate.keys",
     "kopflet.podcertificate.manager",
