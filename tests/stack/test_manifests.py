@@ -119,10 +119,11 @@ EXPECTED_CLUSTER_RULES = (
         ("kopflet/volumes/manager.py",
          '"POST", f"/api/v1/namespaces/{q(pod.namespace)}/serviceaccounts/{q(account)}/token"'),
     )),
-    # Service environment variables.
+    # Service environment variables (a list+watch cache: kopflet/client/informer.py lists and watches).
     Rule("", ("services",), ("list", "watch"), (
-        ("kopflet/envvars/services.py", 'self.api.request("GET", "/api/v1/services")'),
-        ("kopflet/envvars/services.py", 'self.api.watch("/api/v1/services", version)'),
+        ("kopflet/envvars/services.py", 'Informer(api, "/api/v1/services", '),
+        ("kopflet/client/informer.py", 'await self.api.request("GET", self.path, params=self.params or None)'),
+        ("kopflet/client/informer.py", 'self.api.watch(self.path, version, params=self.params or None)'),
     )),
     # ClusterTrustBundles for projected clusterTrustBundle sources (one list per setup of a pod that has one).
     Rule("certificates.k8s.io", ("clustertrustbundles",), ("list",), (

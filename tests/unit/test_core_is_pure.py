@@ -30,7 +30,7 @@ IMPURE = frozenset({
     "kopflet.apis.podresources.proto.v1alpha1.api_pb2", "kopflet.apis.podresources.proto.v1alpha1.api_pb2_grpc",
     "kopflet.certificate.bootstrap", "kopflet.certificate.manager",
     "kopflet.certificate.openssl", "kopflet.certificate.signing", "kopflet.certificate.store",
-    "kopflet.client.events", "kopflet.client.kubeapi", "kopflet.cm.cgroups",
+    "kopflet.client.events", "kopflet.client.informer", "kopflet.client.kubeapi", "kopflet.cm.cgroups",
     "kopflet.cm.container_manager", "kopflet.cm.cpumanager.manager", "kopflet.cm.memorymanager.manager",
     "kopflet.cm.devicemanager.manager", "kopflet.cm.devicemanager.proto.api_pb2_grpc",
     "kopflet.config.file_source", "kopflet.envvars.services", "kopflet.eviction.manager", "kopflet.eviction.signals",
