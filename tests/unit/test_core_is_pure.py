@@ -44,7 +44,8 @@ IMPURE = frozenset({
     "kopflet.prober.manager", "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.http",
     "kopflet.server.healthz_server",
     "kopflet.server.server", "kopflet.stats.collector", "kopflet.status.manager", "kopflet.userns.userns_manager",
-    "kopflet.volumes.manager", "kopflet.watchdog.health_checker", "kopflet.podcertificate.keys",
+    "kopflet.volumes.manager", "kopflet.volumes.trust_bundle_manager", "kopflet.watchdog.health_checker",
+    "kopflet.podcertificate.keys",
     "kopflet.podcertificate.manager",
 })
 
