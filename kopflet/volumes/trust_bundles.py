@@ -7,15 +7,16 @@ Mirrors upstream v1.37.1's pkg/kubelet/clustertrustbundle (`InformerManager`: ``
 certificates are only decoded from PEM, deduplicated and encoded again, never parsed.
 
 Upstream's kubelet keeps every ClusterTrustBundle in an informer (started on first use, at the first of
-certificates.k8s.io v1, v1beta1, v1alpha1 the apiserver serves) and answers from its lister. Here the caller lists
-them and passes what it got as `Bundles`: the objects, or the error upstream gives when it has none.
+certificates.k8s.io v1, v1beta1, v1alpha1 the apiserver serves) and answers from its lister. Here
+`kopflet.volumes.trust_bundle_manager` keeps them the same way and passes what it has as `Bundles`: the objects, or
+the error upstream gives when it has none. `references` and `affected` say which pods a changed bundle concerns.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kopflet import gopem, gotext
@@ -24,12 +25,20 @@ from kopflet.api import spec
 API_GROUP = "certificates.k8s.io"
 API_VERSIONS = ("v1", "v1beta1", "v1alpha1")
 """LazyInformerManager.ensureManagerSet: the versions tried, in this order; the first served is used."""
+RESOURCE = "clustertrustbundles"
+_APIS = "/apis"
+SYNC_WAIT = 10.0
+"""ensureManagerSet: how long the first caller waits for the freshly started informer to sync (seconds)."""
 
 NOT_SYNCED = "ClusterTrustBundle informer has not yet synced"
-"""InformerManager's answer while it has no list of the bundles (here: the list failed)."""
+"""InformerManager's answer until its informer has listed the bundles once (HasSynced)."""
 
 NOT_SUPPORTED = "ClusterTrustBundle projection is not supported in static kubelet mode"
 """NoopManager's answer, which upstream uses when the apiserver serves no ClusterTrustBundle API version."""
+
+DISCOVERY_FAILED = ("failed to ensure informer manager for ClusterTrustBundles: failed to determine which informer "
+                    "manager to choose: ")
+"""LazyInformerManager's answer when the discovery of a version failed (the cause follows); asked again next time."""
 
 NAME_OR_SIGNER_REQUIRED = "ClusterTrustBundle projection requires either name or signerName to be set"
 NO_MATCH = "combination of signerName and labelSelector matched zero ClusterTrustBundles"
@@ -86,6 +95,59 @@ class Bundles:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+# ------------------------------------------------------------------------------------------ the API
+
+
+def discovery_path(version: str) -> str:
+    """The group version's discovery document (ServerResourcesForGroupVersion)."""
+    return f"{_APIS}/{API_GROUP}/{version}"
+
+
+def list_path(version: str) -> str:
+    """The collection the informer lists and watches."""
+    return f"/apis/certificates.k8s.io/{version}/clustertrustbundles"
+
+
+def serves_bundles(discovery: Mapping[str, Any]) -> bool:
+    """clusterTrustBundlesAvailable: whether the group version's APIResourceList has ``clustertrustbundles``."""
+    resources = discovery.get("resources") if isinstance(discovery.get("resources"), list) else []
+    return any(isinstance(r, Mapping) and r.get("name") == RESOURCE for r in resources)
+
+
+# ------------------------------------------------------------------------------------------ who is concerned
+
+
+Reference = tuple[str, str]
+"""What a source reads: ("name", a bundle's name) or ("signer", a signer name)."""
+BY_NAME, BY_SIGNER = "name", "signer"
+
+
+def references(pod: spec.Pod) -> frozenset[Reference]:
+    """The bundles the pod's ``clusterTrustBundle`` sources read: by name, or every bundle of a signer (whatever
+    their labels: a change of labels may add or take one away). A source with neither reads nothing."""
+    found: set[Reference] = set()
+    for source in _sources(pod):
+        name, signer_name = source.get("name"), source.get("signerName")
+        if isinstance(name, str):
+            found.add((BY_NAME, name))
+        elif isinstance(signer_name, str):
+            found.add((BY_SIGNER, signer_name))
+    return frozenset(found)
+
+
+def affected(pods: Mapping[str, frozenset[Reference]], changed: Iterable[ClusterTrustBundle]) -> set[str]:
+    """The pods (by UID, from their `references`) whose sources may read otherwise now that `changed` were added,
+    modified or deleted: those naming one, and those reading its signer's bundles (upstream's dropCacheFor drops
+    the signer's cached answers, or the name's for a bundle without a signer; here a by-name source of a bundle
+    with a signer is concerned too)."""
+    touched: set[Reference] = set()
+    for bundle in changed:
+        touched.add((BY_NAME, bundle.name))
+        if bundle.signer_name:
+            touched.add((BY_SIGNER, bundle.signer_name))
+    return {uid for uid, refs in pods.items() if refs & touched}
 
 
 # ------------------------------------------------------------------------------------------ encoding/pem
@@ -232,32 +294,44 @@ def trust_anchors(source: Mapping[str, Any], bundles: Bundles) -> bytes:
     raise TrustAnchorsError(NAME_OR_SIGNER_REQUIRED)
 
 
-def wanted(pod: spec.Pod) -> bool:
-    """Whether a projected volume of the pod has a ``clusterTrustBundle`` source (the bundles are listed only then)."""
+def _sources(pod: spec.Pod) -> Iterator[Mapping[str, Any]]:
+    """The pod's ``clusterTrustBundle`` sources."""
     for volume in pod.spec.volumes:
         projected = volume.get("projected")
         sources = projected.get("sources") if isinstance(projected, Mapping) else None
-        if isinstance(sources, list) and any(
-                isinstance(s, Mapping) and isinstance(s.get("clusterTrustBundle"), Mapping) for s in sources):
-            return True
-    return False
+        for source in sources if isinstance(sources, list) else ():
+            if isinstance(source, Mapping) and isinstance(source.get("clusterTrustBundle"), Mapping):
+                yield source["clusterTrustBundle"]
+
+
+def wanted(pod: spec.Pod) -> bool:
+    """Whether a projected volume of the pod has a ``clusterTrustBundle`` source (the bundles are read only then)."""
+    return next(_sources(pod), None) is not None
 
 
 __all__ = [
     "API_GROUP",
     "API_VERSIONS",
+    "BY_NAME",
+    "BY_SIGNER",
     "Bundles",
     "ClusterTrustBundle",
     "PemBlock",
+    "Reference",
     "Requirement",
     "Selector",
     "TrustAnchorsError",
+    "affected",
     "anchors_by_name",
     "anchors_by_signer",
+    "discovery_path",
     "label_selector_as_selector",
+    "list_path",
     "normalize_trust_anchors",
     "pem_decode",
     "pem_encode",
+    "references",
+    "serves_bundles",
     "trust_anchors",
     "wanted",
 ]
