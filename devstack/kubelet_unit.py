@@ -16,7 +16,9 @@ start as systemd does. ``python -m devstack.kubelet_unit [--kopflet PATH]``; SIG
 kopflet's unit (manifests/systemd/kubelet.service, with 10-kubeadm.conf: these constants, which
 tests/unit/test_systemd_units.py holds to the files) is ``Type=notify``: as systemd, the runner gives kopflet a
 ``$NOTIFY_SOCKET`` of its own and prints what kopflet says there (``kubelet.service: READY=1``), so the cluster's log
-shows when the agent was ready, as ``systemctl status`` would.
+shows when the agent was ready, as ``systemctl status`` would. As systemd, it gives a start-up ``TimeoutStartSec``
+(90 s) to say ``READY=1``, extended by each ``EXTEND_TIMEOUT_USEC``; a start-up that runs out is terminated
+(SIGTERM, SIGKILL 90 s later) and started again after ``RestartSec``.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ KUBECONFIG_ARGS = ("--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.con
                    "--kubeconfig=/etc/kubernetes/kubelet.conf")
 CONFIG_ARGS = ("--config=/var/lib/kubelet/config.yaml",)
 RESTART_SEC = 10.0
+TIMEOUT_START_SEC = 90.0  # systemd's DefaultTimeoutStartSec; neither unit sets its own
+TIMEOUT_STOP_SEC = 90.0  # DefaultTimeoutStopSec: SIGTERM, then SIGKILL this much later
 SERVICE_TYPE = "notify"
 NOTIFY_SOCKET_ENV = "NOTIFY_SOCKET"
 
@@ -66,7 +70,31 @@ class NotifySocket:
         self.sock.close()
 
 
-def _print_notifications(notify: NotifySocket, stopped: threading.Event) -> None:
+class StartTimeout:
+    """systemd's start-up timeout of a Type=notify service: ``READY=1`` within ``TimeoutStartSec`` of the start, or
+    within the last ``EXTEND_TIMEOUT_USEC`` when that runs later (sd_notify(3): the extension applies only beyond the
+    original maximum). Times are monotonic seconds; thread-safe, as notifications arrive on their own thread."""
+
+    def __init__(self, started: float, timeout: float = TIMEOUT_START_SEC) -> None:
+        self._lock = threading.Lock()
+        self.deadline: float | None = started + timeout
+        self.ready = False
+
+    def notified(self, states: Sequence[str], now: float) -> None:
+        with self._lock:
+            for state in states:
+                key, _, value = state.partition("=")
+                if key == "READY" and value == "1":
+                    self.ready, self.deadline = True, None
+                elif key == "EXTEND_TIMEOUT_USEC" and self.deadline is not None and value.isdigit():
+                    self.deadline = max(self.deadline, now + int(value) / 1_000_000)
+
+    def expired(self, now: float) -> bool:
+        with self._lock:
+            return self.deadline is not None and now >= self.deadline
+
+
+def _print_notifications(notify: NotifySocket, stopped: threading.Event, current: list[StartTimeout]) -> None:
     while not stopped.is_set():
         try:
             states = notify.receive(0.5)
@@ -74,6 +102,8 @@ def _print_notifications(notify: NotifySocket, stopped: threading.Event) -> None
             return
         for state in states or ():
             print(f"kubelet.service: {state}", flush=True)
+        if states and current:
+            current[-1].notified(states, time.monotonic())
 
 
 def parse_environment_file(text: str) -> dict[str, str]:
@@ -108,6 +138,27 @@ def read_env(paths: Sequence[Path]) -> dict[str, str]:
     return env
 
 
+def _wait(child: subprocess.Popen[bytes], start: StartTimeout) -> int:
+    """The main process's exit code; a start-up that runs out of time is terminated as systemd does it."""
+    killed_at: float | None = None
+    while True:
+        try:
+            return child.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        except InterruptedError:
+            continue
+        now = time.monotonic()
+        if killed_at is None and start.expired(now):
+            print("kubelet.service: start operation timed out. Terminating.", flush=True)
+            child.send_signal(signal.SIGTERM)
+            killed_at = now
+        elif killed_at is not None and now - killed_at >= TIMEOUT_STOP_SEC:
+            print("kubelet.service: State 'stop-sigterm' timed out. Killing.", flush=True)
+            child.kill()
+            killed_at = float("inf")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack.kubelet_unit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kopflet", default=str(Path(sys.executable).with_name("kopflet")))
@@ -128,20 +179,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         cleanup.callback(notify.close)
         listening = threading.Event()
         cleanup.callback(listening.set)
-        threading.Thread(target=_print_notifications, args=(notify, listening), daemon=True).start()
+        current: list[StartTimeout] = []
+        threading.Thread(target=_print_notifications, args=(notify, listening, current), daemon=True).start()
         env = {**os.environ, NOTIFY_SOCKET_ENV: str(notify.path)}  # Type=notify
         while not stopping:
             command = exec_start(args.kopflet, read_env([KUBEADM_FLAGS_ENV, DEFAULTS_ENV]))
             print(f"kubelet.service: starting {shlex.join(command)}", flush=True)
+            current.append(StartTimeout(time.monotonic()))
+            del current[:-1]
             child = subprocess.Popen(command, env=env)
             if stopping:  # a SIGTERM between the loop's check and the start: this agent stops too
                 child.send_signal(signal.SIGTERM)
-            while True:
-                try:
-                    code = child.wait()
-                    break
-                except InterruptedError:
-                    continue
+            code = _wait(child, current[-1])
             if stopping:
                 break
             print(f"kubelet.service: main process exited, code={code}; restarting in {RESTART_SEC:.0f}s",

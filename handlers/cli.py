@@ -73,8 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return USAGE_ERROR
     os.environ[configuration.ARGS_ENV] = shlex.join(all_args)
 
-    # upstream logsapi.ValidateAndApply: the format, -v and --vmodule (kopf.configure's place; `kopf run` keeps it)
-    logs_setup.apply(cfg.log_format, cfg.log_verbosity, cfg.log_vmodule)
+    # upstream logsapi.ValidateAndApply: the format, -v, --vmodule, the format's output routing and the flush
+    # daemon (kopf.configure's place; `kopf run` keeps it)
+    routing = cfg.log_routing
+    logs_setup.apply(cfg.log_format, cfg.log_verbosity, cfg.log_vmodule, split_stream=routing.split_stream,
+                     info_buffer_bytes=routing.info_buffer_bytes, flush_frequency=cfg.log_flush_frequency)
     kopf.run(standalone=True, clusterwide=True)
     return 0
 

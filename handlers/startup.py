@@ -163,23 +163,30 @@ async def client_certificate(memo: kopf.Memo, logger: logging.Logger, **_: Any) 
     if memo.get("client_certificate_ready") or not (cfg.bootstrap_kubeconfig or cfg.rotate_certificates):
         return
     try:
-        if cfg.rotate_certificates:
-            manager = memo.get("certificates")
-            if manager is None:
-                manager = await new_client_manager(cfg.kubeconfig, cfg.bootstrap_kubeconfig, cfg.cert_directory,
-                                                   cfg.node_name)
-                memo.certificates = manager
-                manager.start(on_fatal=lambda message: _certificate_lost(message, logger))
-            if manager.current() is None:
-                logger.info("waiting for the node's client certificate (rotateCertificates)")
-            await manager.wait_for_certificate()
-        else:
-            await load_client_cert(cfg.kubeconfig, cfg.bootstrap_kubeconfig, cfg.cert_directory, cfg.node_name)
+        async with sdnotify.extending_start("waiting for the node's client certificate"):
+            await _client_certificate(cfg, memo, logger)
     except (BootstrapError, ManagerError, CsrDenied, OpensslError) as exc:
         raise kopf.PermanentError(f"no client certificate: {exc}") from exc
     except CsrError as exc:
         raise kopf.TemporaryError(f"no client certificate yet: {exc}", delay=BOOTSTRAP_RETRY_DELAY) from exc
     memo.client_certificate_ready = True
+
+
+async def _client_certificate(cfg: configuration.AgentConfig, memo: kopf.Memo, logger: logging.Logger) -> None:
+    """The wait itself; under a Type=notify unit systemd is told to keep waiting (`sdnotify.extending_start`) as
+    long as it lasts (upstream waits up to an hour for the request's approval)."""
+    if cfg.rotate_certificates:
+        manager = memo.get("certificates")
+        if manager is None:
+            manager = await new_client_manager(cfg.kubeconfig, cfg.bootstrap_kubeconfig, cfg.cert_directory,
+                                               cfg.node_name)
+            memo.certificates = manager
+            manager.start(on_fatal=lambda message: _certificate_lost(message, logger))
+        if manager.current() is None:
+            logger.info("waiting for the node's client certificate (rotateCertificates)")
+        await manager.wait_for_certificate()
+    else:
+        await load_client_cert(cfg.kubeconfig, cfg.bootstrap_kubeconfig, cfg.cert_directory, cfg.node_name)
 
 
 def _certificate_lost(message: str, logger: logging.Logger) -> None:

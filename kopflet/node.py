@@ -76,6 +76,7 @@ from kopflet.status.manager import StatusManager
 from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager, read_kubelet_mappings
 from kopflet.volumes.manager import VolumeManager
+from kopflet.volumes.trust_bundle_manager import ClusterTrustBundleManager
 from kopflet.watchdog import rules as watchdog_rules
 from kopflet.watchdog.health_checker import Check, HealthChecker, LogFlushCheck, default_checks
 
@@ -323,6 +324,9 @@ class Node:
         self.pod_certificates = PodCertificateManager(self.api, cfg.node_name, node_uid=lambda: self.heartbeat.uid,
                                                       recorder=self.recorder, wake=self._wake)
         self.metrics.watch_pod_certificates(self.pod_certificates.metric_report)
+        # upstream NewMainKubelet: NewLazyInformerManager, the volume host's source of ClusterTrustBundles (its
+        # informer started at the first clusterTrustBundle source); a changed bundle wakes the pods reading it.
+        self.trust_bundles = ClusterTrustBundleManager(self.api, wake=self._wake)
         servers, searches, options = sandbox_config.parse_resolv_conf(host.resolv_conf)
         dns = sandbox_config.DnsSettings(cluster_dns=cfg.cluster_dns, cluster_domain=cfg.cluster_domain,
                                          host_servers=servers, host_searches=searches, host_options=options)
@@ -332,7 +336,7 @@ class Node:
             node_allocatable=self.heartbeat.allocatable, allocations=self.allocations, cgroups=self.cgroups,
             layout=self.layout, hooks=HookRunner(cri),
             volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout,
-                                  pod_certificates=self.pod_certificates),
+                                  pod_certificates=self.pod_certificates, trust_bundles=self.trust_bundles),
             hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths,
             before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager, devices=self.device_manager,
             memory=self.memory_manager, userns=self.userns, swap_controller=host.swap_controller,
@@ -471,7 +475,8 @@ class Node:
         return {(p.get("metadata") or {}).get("uid", "") for p in await self.api.list_pods(self.cfg.pod_field_selector)}
 
     def _wake(self, uids: set[str]) -> None:
-        """A probe result changed, a pod certificate request was answered: the pods' workers look again."""
+        """A probe result changed, a pod certificate request was answered, a ClusterTrustBundle changed: the pods'
+        workers look again."""
         self.workers.wake(uids)
 
     async def start(self) -> None:
@@ -516,6 +521,7 @@ class Node:
             asyncio.create_task(self.cpu_manager.run(), name="cpu-manager"),
             asyncio.create_task(self.memory_manager.run(), name="memory-manager"),
             asyncio.create_task(self.pod_certificates.run(), name="pod-certificates"),
+            asyncio.create_task(self.trust_bundles.run(), name="cluster-trust-bundles"),
         ]
         if self.watchdog is not None:  # upstream Run: SetHealthCheckers, right before the sync loop
             self.watchdog.set_health_checkers(self.sync_loop_health_check, self.health_checkers())

@@ -18,16 +18,28 @@ nothing is sent, as go-systemd.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Final
+
+logger = logging.getLogger(__name__)
 
 NOTIFY_SOCKET_ENV: Final = "NOTIFY_SOCKET"
 READY: Final = "READY=1"
 """go-systemd SdNotifyReady: start-up is finished."""
 STOPPING: Final = "STOPPING=1"
 """go-systemd SdNotifyStopping: the service is beginning its shutdown."""
+EXTEND_TIMEOUT_USEC: Final = "EXTEND_TIMEOUT_USEC"
+"""sd_notify(3): the current state (here the start-up) may last this many microseconds more, beyond
+``TimeoutStartSec=``, before systemd gives up on it; sent again before it runs out, it extends again."""
+STATUS: Final = "STATUS"
+"""sd_notify(3): one line of free text that ``systemctl status`` shows."""
+EXTEND_EVERY: Final = 30.0
+"""Seconds between two extensions of a start-up that waits on someone else (`extending_start`); each one grants
+twice as long, so one lost datagram does not end it."""
 WATCHDOG: Final = "WATCHDOG=1"
 """go-systemd SdNotifyWatchdog: the keep-alive ping of a unit with ``WatchdogSec=`` (`kopflet.watchdog`)."""
 SEND_TIMEOUT: Final = 5.0
@@ -84,5 +96,42 @@ async def notify_async(*states: str, environ: Mapping[str, str] | None = None,
         return await asyncio.to_thread(notify, *states, environ=environ, send_timeout=send_timeout)
 
 
-__all__ = ["NOTIFY_SOCKET_ENV", "READY", "SEND_TIMEOUT", "STOPPING", "WATCHDOG", "NotifyError", "address", "message",
-           "notify", "notify_async"]
+@contextlib.asynccontextmanager
+async def extending_start(status: str, *, every: float = EXTEND_EVERY,
+                          environ: Mapping[str, str] | None = None) -> AsyncIterator[None]:
+    """While the body waits on someone else (a certificate signing request to be approved: upstream waits up to an
+    hour), tell systemd every ``every`` seconds that the start-up goes on (``EXTEND_TIMEOUT_USEC``) and why
+    (``STATUS``), so a Type=notify unit's ``TimeoutStartSec=`` (90 s by default) does not kill a start-up that is
+    only waiting. Upstream's kubelet needs none of this: its units are Type=simple. A failed notification is logged
+    at debug level once; nothing is sent without ``$NOTIFY_SOCKET``."""
+    grant = f"{EXTEND_TIMEOUT_USEC}={int(2 * every * 1_000_000)}"
+    sent = False
+
+    async def keep_extending() -> None:
+        nonlocal sent
+        failed = False
+        while True:
+            try:
+                if not await notify_async(f"{STATUS}={status}", grant, environ=environ):
+                    return  # not under a notify unit
+                sent = True
+            except (NotifyError, TimeoutError) as exc:
+                if not failed:
+                    logger.debug(f"{grant}: {exc}")
+                failed = True
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(keep_extending(), name="sdnotify-extend-start")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if sent:  # the wait is over: `systemctl status` no longer says it waits
+            with contextlib.suppress(NotifyError, TimeoutError):
+                await notify_async(f"{STATUS}=", environ=environ)
+
+
+__all__ = ["EXTEND_EVERY", "EXTEND_TIMEOUT_USEC", "NOTIFY_SOCKET_ENV", "READY", "SEND_TIMEOUT", "STATUS", "STOPPING",
+           "WATCHDOG", "NotifyError", "address", "extending_start", "message", "notify", "notify_async"]

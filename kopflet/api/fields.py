@@ -415,7 +415,7 @@ def _volume_fields() -> dict[str, Field]:
         f"{s}.serviceAccountToken.user": _atomic_user(_volume(projected={"sources": [{"serviceAccountToken": {
             "path": "token", "user": 1000}}]})),
     })
-    trust = "kopflet.volumes.trust_bundles.trust_anchors, kopflet.volumes.manager (ClusterTrustBundle list)"
+    trust = "kopflet.volumes.trust_bundles.trust_anchors, kopflet.volumes.trust_bundle_manager (the bundles cache)"
     fields.update({f"{s}.clusterTrustBundle.{name}": _handled(trust) for name in (
         "name", "signerName", "labelSelector", "optional", "path")})
     fields[f"{s}.clusterTrustBundle.user"] = _atomic_user(_volume(projected={"sources": [{"clusterTrustBundle": {

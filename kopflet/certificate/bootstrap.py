@@ -274,7 +274,7 @@ async def load_client_cert(kubeconfig_path: str, bootstrap_path: str, cert_dir: 
     store = await new_store(cert_dir)
     key: bytes | None = None
     try:
-        key = pem.private_key((await asyncio.to_thread(store.current)).key_pem).text.encode()
+        key = pem.private_key((await asyncio.to_thread(store.current)).key_pem).text.encode("utf-8", "surrogateescape")
     except (OSError, StoreError, pem.PemError):
         key = None
     # The key waits in its own file until the certificate is issued: the store's current path is its symlink.

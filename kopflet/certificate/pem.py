@@ -1,7 +1,8 @@
 """PEM blocks, the certificate store's file names, and what ``openssl x509`` says of a certificate. Pure.
 
 Upstream: client-go util/certificate/certificate_store.go (the ``<prefix>-<qualifier>.pem`` names, the
-``2006-01-02-15-04-05`` timestamp, the pair file's layout: certificates, then the key), v1.37.1.
+``2006-01-02-15-04-05`` timestamp, the pair file's layout: certificates, then the key), util/cert's ParseCertsPEM,
+v1.37.1. The PEM is read and written as Go's encoding/pem does it (`kopflet.gopem`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import calendar
 import dataclasses
 import datetime
 import ipaddress
-import re
+
+from kopflet import gopem
 
 # certificate_store.go: the pair name prefix the kubelet gives NewFileStore for its client certificate, and the
 # qualifiers of the selected pair's symlink and of the one being swapped in.
@@ -29,7 +31,6 @@ DIRECTORY_MODE = 0o755
 KEY_FILE_MODE = 0o600
 
 CERTIFICATE = "CERTIFICATE"
-_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)-----END \1-----", re.DOTALL)
 _MONTHS = {name: number for number, name in enumerate(calendar.month_abbr) if name}
 
 
@@ -39,7 +40,8 @@ class PemError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """One PEM block: its type (``CERTIFICATE``, ``EC PRIVATE KEY`` ...) and its text, BEGIN to END lines."""
+    """One PEM block: its type (``CERTIFICATE``, ``EC PRIVATE KEY`` ...) and its text, BEGIN to END lines as
+    pem.Encode writes them (encode it with ``surrogateescape`` to get a non-UTF-8 byte of a type or header back)."""
 
     type: str
     text: str
@@ -55,15 +57,23 @@ def timestamp(moment: datetime.datetime) -> str:
     return moment.strftime("%Y-%m-%d-%H-%M-%S")
 
 
+def _decode(data: bytes | str) -> list[gopem.Block]:
+    return gopem.decode_all(data.encode() if isinstance(data, str) else data)
+
+
+def _block(block: gopem.Block) -> Block:
+    return Block(block.type, gopem.encode(block).decode("utf-8", "surrogateescape"))
+
+
 def blocks(data: bytes | str) -> list[Block]:
-    """Every PEM block in ``data``, in order (text around them is ignored, as encoding/pem does)."""
-    text = data.decode("ascii", errors="replace") if isinstance(data, bytes) else data
-    return [Block(m.group(1), m.group(0).replace("\r\n", "\n") + "\n") for m in _BLOCK.finditer(text)]
+    """Every block Go's pem.Decode finds in ``data``, in order (text around and between them is dropped)."""
+    return [_block(b) for b in _decode(data)]
 
 
 def certificates(data: bytes | str) -> list[str]:
-    """The CERTIFICATE blocks: the leaf first, then intermediates (certutil.ParseCertsPEM). PemError if none."""
-    found = [b.text for b in blocks(data) if b.type == CERTIFICATE]
+    """The CERTIFICATE blocks without headers (certutil.ParseCertsPEM passes over the others): the leaf first, then
+    intermediates, each as fileStore.Update writes it (pem.Encode of the certificate). PemError if none."""
+    found = [_block(b).text for b in _decode(data) if b.type == CERTIFICATE and not b.headers]
     if not found:
         raise PemError("data does not contain any valid RSA or ECDSA certificates")
     return found

@@ -104,7 +104,7 @@ class FileStore:
         path = str(directory / pem.pair_filename(self.prefix, pem.timestamp(self._now())))
         fd = os.open(path, os.O_CREAT | os.O_TRUNC | os.O_RDWR, pem.PAIR_FILE_MODE)
         try:
-            os.write(fd, text.encode())
+            os.write(fd, text.encode("utf-8", "surrogateescape"))
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -200,7 +200,8 @@ def kubelet_configuration(config: AgentConfig) -> dict[str, Any]:
 
 # The nested structs of the object (the rest of its mappings are Go maps).
 _STRUCTS = frozenset({"authentication", "authentication.x509", "authentication.webhook", "authentication.anonymous",
-                      "authorization", "authorization.webhook", "memorySwap", "logging", "crashLoopBackOff"})
+                      "authorization", "authorization.webhook", "memorySwap", "logging", "logging.options",
+                      "logging.options.text", "logging.options.json", "crashLoopBackOff"})
 
 
 def field_paths(body: Mapping[str, Any], prefix: str = "") -> Iterable[str]:

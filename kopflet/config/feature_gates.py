@@ -3,8 +3,10 @@ refusal of every other value.
 
 Upstream's kubelet takes any gate its registry knows (cmd/kubelet/app/server.go: ``SetFromMap`` of the flags' gates,
 then of the file's merged with them) and refuses an unknown name with ``unrecognized feature gate: X``. kopflet
-implements one gate, ``QOSReserved`` (alpha, off by default at v1.37.1: the QoS tiers' memory limits of
-``qosReserved``), both ways, and the behaviour of ``SystemdWatchdog`` (GA and locked on: the systemd watchdog,
+implements three gates both ways: ``QOSReserved`` (alpha, off by default at v1.37.1: the QoS tiers' memory limits of
+``qosReserved``), and component-base's ``LoggingAlphaOptions`` (alpha, off: the logging formats' splitStream and
+infoBufferSize) and ``LoggingBetaOptions`` (beta, on: the json format), which `kopflet.config.log_options` checks
+as logsapi.Validate does; and the behaviour of ``SystemdWatchdog`` (GA and locked on: the systemd watchdog,
 `kopflet.watchdog`), whose gate upstream no longer reads; that one is taken at true only, and is no no-op. Any other
 gate upstream knows it takes only at upstream v1.37.1's default, as a no-op
 (kopflet behaves as upstream does with the gate at its default; a kubelet config copied from a node that spells out
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from kopflet.config.log_options import LOGGING_ALPHA_OPTIONS, LOGGING_BETA_OPTIONS
 from kopflet.config.upstream_feature_gates import (
     EMULATION_VERSION,
     LOCKED_TO_DEFAULT,
@@ -32,7 +35,11 @@ from kopflet.config.upstream_feature_gates import (
 QOS_RESERVED: Final = "QOSReserved"
 """pkg/features QOSReserved: alpha since 1.11, default false."""
 
-IMPLEMENTED: Mapping[str, bool] = MappingProxyType({QOS_RESERVED: False})
+IMPLEMENTED: Mapping[str, bool] = MappingProxyType({
+    LOGGING_ALPHA_OPTIONS: False,  # component-base logs/api/v1: alpha since 1.24, default false
+    LOGGING_BETA_OPTIONS: True,  # beta since 1.24, default true
+    QOS_RESERVED: False,
+})
 """The gates kopflet implements, with their upstream default at v1.37.1."""
 SYSTEMD_WATCHDOG: Final = "SystemdWatchdog"
 """pkg/features SystemdWatchdog: beta on in 1.32, GA and locked to true since 1.35 (upstream's watchdog runs
@@ -104,10 +111,11 @@ def problems(gates: Mapping[str, bool]) -> list[str]:
             errors.append(f"cannot set feature gate {name} to {_go_bool(value)}, feature is locked to "
                           f"{_go_bool(default)}")
         else:
-            implemented = ", ".join(sorted(IMPLEMENTED))
+            *others, last = sorted(IMPLEMENTED)
+            implemented = f"{', '.join(others)} and {last}" if others else last
             errors.append(f"cannot set feature gate {name} to {_go_bool(value)}, kopflet does not implement it "
                           f"(it takes {name} only at upstream's default, {_go_bool(default)}; the only feature "
-                          f"gate it implements both ways is {implemented})")
+                          f"gates it implements both ways are {implemented})")
     return errors
 
 
@@ -131,5 +139,6 @@ def enabled(gates: Mapping[str, bool], name: str) -> bool:
     return gates.get(name, IMPLEMENTED[name])
 
 
-__all__ = ["IMPLEMENTED", "IMPLEMENTED_LOCKED", "QOS_RESERVED", "SYSTEMD_WATCHDOG", "FeatureGateError", "check",
-           "enabled", "no_ops", "parse_bool", "parse_flag", "problems"]
+__all__ = ["IMPLEMENTED", "IMPLEMENTED_LOCKED", "LOGGING_ALPHA_OPTIONS", "LOGGING_BETA_OPTIONS", "QOS_RESERVED",
+           "SYSTEMD_WATCHDOG", "FeatureGateError", "check", "enabled", "no_ops", "parse_bool", "parse_flag",
+           "problems"]

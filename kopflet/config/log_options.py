@@ -1,13 +1,16 @@
 """The config file's ``logging`` (component-base logs/api/v1 ``LoggingConfiguration``) and its flags
-(``--logging-format``, ``-v``, ``--vmodule``, ``--log-flush-frequency``), held to what kopflet's logging does.
+(``--logging-format``, ``-v``, ``--vmodule``, ``--log-flush-frequency``, ``--log-{text,json}-split-stream``,
+``--log-{text,json}-info-buffer-size``), checked as upstream checks them.
 
 Upstream decodes the struct strictly, defaults it (``SetRecommendedLoggingConfiguration``: format ``text``,
-flushFrequency 5s, both formats' ``infoBufferSize`` "0") and checks it (``logsapi.Validate``). kubeadm writes it
-at those defaults, so a kubeadm node's file carries it. kopflet logs through Python's ``logging``
+flushFrequency 5s, both formats' ``infoBufferSize`` "0") and checks it (``logsapi.Validate``, `validate`). kubeadm
+writes it at those defaults, so a kubeadm node's file carries it. kopflet logs through Python's ``logging``
 (`kopflet.logs.setup`): the ``text`` or ``json`` format, at the verbosity of ``-v`` with ``--vmodule``'s per-file
-verbosities (klog's semantics, `kopflet.logs.verbosity`); its handler writes each line at once, so any
-flushFrequency holds. What it does not have (``splitStream``, a non-zero ``infoBufferSize``: upstream's alpha
-options behind the LoggingAlphaOptions gate, off by default) is refused with `NOT_YET`, never ignored.
+verbosities (klog's semantics, `kopflet.logs.verbosity`). Each format's output routing options (``splitStream``:
+info lines to stdout, errors to stderr; ``infoBufferSize``: the info stream buffered, flushed every flushFrequency
+and at exit) are upstream's alpha options: `validate` refuses them unless the LoggingAlphaOptions gate is on, in
+upstream's words (``logging.options.json.splitStream: Forbidden: Feature LoggingAlphaOptions is disabled``), and
+the json format unless LoggingBetaOptions is (on by default).
 
 Pure: the YAML values and flag text in, the values kopflet keeps or a `LoggingError` out. ``flushFrequency`` is read
 by `kopflet.config.settings` (a Go duration, or integer nanoseconds).
@@ -21,6 +24,7 @@ from typing import Any, Final
 
 from kopflet import gotext
 from kopflet.api import qos
+from kopflet.eviction import thresholds
 
 TEXT_FORMAT: Final = "text"
 """logsapi.DefaultLogFormat."""
@@ -32,15 +36,27 @@ DEFAULT_FLUSH_FREQUENCY: Final = 5.0
 """logsapi.LogFlushFreqDefault, what a zero flushFrequency becomes."""
 MAX_VERBOSITY: Final = 2**31 - 1
 """logsapi.Validate: klog takes a positive int32 only."""
-NOT_YET: Final = ("kopflet's logging has the text and json formats, the verbosity (-v, logging.verbosity), vmodule "
-                  "and any flushFrequency; splitStream and a non-zero infoBufferSize (upstream's alpha options) it "
-                  "does not have yet")
+LOGGING_ALPHA_OPTIONS: Final = "LoggingAlphaOptions"
+"""logsapi.LoggingAlphaOptions (alpha, off): guards splitStream and a non-zero infoBufferSize of either format."""
+LOGGING_BETA_OPTIONS: Final = "LoggingBetaOptions"
+"""logsapi.LoggingBetaOptions (beta, on): guards the json format (logs/json/register)."""
 VMODULE_NOT_TEXT: Final = "logging.vmodule: Forbidden: Only supported for text log format"
 """logsapi.Validate's error for per-file verbosities with another format than text (field.Forbidden)."""
+JSON_DISABLED: Final = f"logging.format: Forbidden: Log format json is disabled, see {LOGGING_BETA_OPTIONS} feature"
+"""logsapi.Validate's error for the json format with LoggingBetaOptions off."""
+# apimachinery resource.ParseQuantity's errors (ErrFormatWrong, ErrSuffix), as QuantityValue.Set returns them.
+_ERR_FORMAT_WRONG: Final = ("quantities must match the regular expression "
+                            "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+_ERR_SUFFIX: Final = "unable to parse quantity's suffix"
 
 
 class LoggingError(ValueError):
-    """A ``logging`` value upstream refuses, or one kopflet does not honour (`NOT_YET`)."""
+    """A ``logging`` value upstream refuses, in its words where it has them."""
+
+
+def alpha_option_disabled(path: str) -> str:
+    """logsapi.Validate's error for an alpha option set with LoggingAlphaOptions off (field.Forbidden)."""
+    return f"{path}: Forbidden: Feature {LOGGING_ALPHA_OPTIONS} is disabled"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +65,15 @@ class OutputRouting:
 
     split_stream: bool = False
     """Info messages to stdout, errors to stderr (upstream's alpha option)."""
-    info_buffer_size: int = 0
-    """Bytes of info messages buffered with splitStream (0: none)."""
+    info_buffer_size: str = "0"
+    """The quantity of bytes of info messages buffered with splitStream, as Quantity.String() writes it ("0":
+    none, the default SetRecommendedLoggingConfiguration gives)."""
+
+    @property
+    def info_buffer_bytes(self) -> int:
+        """``InfoBufferSize.Value()``: the bytes, rounded up (what Validate tests against zero and the factories
+        buffer when positive)."""
+        return qos.value(self.info_buffer_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +98,8 @@ def _show(value: Any) -> str:
 
 
 def parse_format(value: Any) -> str:
-    """``logging.format`` / ``--logging-format``: "" (the default, text), ``text`` or ``json`` (upstream's
-    LoggingBetaOptions gate, on by default; kopflet takes every gate at its default only)."""
+    """``logging.format`` / ``--logging-format``: "" (the default, text), ``text`` or ``json`` (which needs the
+    LoggingBetaOptions gate, on by default: `validate`)."""
     if not isinstance(value, str):
         raise LoggingError(f"expected a string, got {_show(value)}")
     if value in ("", TEXT_FORMAT):
@@ -162,50 +185,48 @@ def render_vmodule(vmodule: tuple[tuple[str, int], ...]) -> str:
     return ",".join(f"{pattern}={level}" for pattern, level in vmodule)
 
 
-def validate(log_format: str, vmodule: tuple[tuple[str, int], ...]) -> list[str]:
-    """The checks of logsapi.Validate across fields, once flags and file are merged: per-file verbosities only with
-    the text format."""
-    return [VMODULE_NOT_TEXT] if vmodule and log_format != TEXT_FORMAT else []
+def validate(log_format: str, vmodule: tuple[tuple[str, int], ...], options: FormatOptions | None = None, *,
+             alpha_options: bool = False, beta_options: bool = True) -> list[str]:
+    """logsapi.Validate's checks across fields, once flags and file are merged, in its order and words: the json
+    format needs LoggingBetaOptions; per-file verbosities only with the text format; both formats' options (all
+    validated, though only the selected one's are used) need LoggingAlphaOptions to leave their defaults."""
+    errors = []
+    if log_format == JSON_FORMAT and not beta_options:
+        errors.append(JSON_DISABLED)
+    if vmodule and log_format != TEXT_FORMAT:
+        errors.append(VMODULE_NOT_TEXT)
+    for name, routing in (("text", (options or DEFAULT_OPTIONS).text), ("json", (options or DEFAULT_OPTIONS).json)):
+        if routing.split_stream and not alpha_options:
+            errors.append(alpha_option_disabled(f"logging.options.{name}.splitStream"))
+        if routing.info_buffer_bytes != 0 and not alpha_options:
+            errors.append(alpha_option_disabled(f"logging.options.{name}.infoBufferSize"))
+    return errors
 
 
-def _routing(name: str, value: Any) -> OutputRouting:
-    """One format's options (``{splitStream, infoBufferSize}``), as decoded: a bool and a quantity of bytes."""
-    if not isinstance(value, Mapping):
-        raise LoggingError(f"{name}: expected a mapping with splitStream and infoBufferSize, got {_show(value)}")
-    unknown = sorted(str(key) for key in set(value) - {"splitStream", "infoBufferSize"})
-    if unknown:
-        raise LoggingError(f"{name}: unknown field {_show(unknown[0])}")
-    split = value.get("splitStream", False)
-    if not isinstance(split, bool):
-        raise LoggingError(f"{name}.splitStream: expected true or false, got {_show(split)}")
-    size = value.get("infoBufferSize", 0)
+def _canonical_quantity(text: str) -> str:
+    """resource.ParseQuantity, then Quantity.String(): the canonical form upstream writes back (``64Ki``, ``1k``
+    for 1000, ``0``)."""
     try:
-        if isinstance(size, bool) or not isinstance(size, str | int | float):
-            raise qos.QuantityError("not a quantity")
-        amount = qos.value(size)  # Quantity.Value: bytes, rounded up
-    except qos.QuantityError:
-        raise LoggingError(f"{name}.infoBufferSize: expected a quantity such as \"0\" or \"64Ki\", "
-                           f"got {_show(size)}") from None
-    return OutputRouting(split_stream=split, info_buffer_size=amount)
+        amount = qos.parse_quantity(text)
+    except qos.QuantityError as exc:
+        raise LoggingError(_ERR_FORMAT_WRONG if str(exc).startswith("quantities must") else _ERR_SUFFIX) from None
+    return thresholds.format_quantity(amount, thresholds.quantity_format(text))
 
 
-def parse_options(value: Any) -> FormatOptions:
-    """``logging.options``: ``{text: {...}, json: {...}}``; only upstream's defaults for now (no splitStream, an
-    infoBufferSize of 0), as kubeadm writes them (`NOT_YET`)."""
-    if not isinstance(value, Mapping):
-        raise LoggingError(f"expected a mapping with text and json, got {_show(value)}")
-    unknown = sorted(str(key) for key in set(value) - {"text", "json"})
-    if unknown:
-        raise LoggingError(f"unknown field {_show(unknown[0])}")
-    options = FormatOptions(**{name: _routing(name, value[name] if value[name] is not None else {})
-                               for name in ("text", "json") if name in value})
-    for name in ("text", "json"):
-        routing: OutputRouting = getattr(options, name)
-        if routing.split_stream:
-            raise LoggingError(f"{name}.splitStream true: {NOT_YET}")
-        if routing.info_buffer_size:
-            raise LoggingError(f"{name}.infoBufferSize {routing.info_buffer_size}: {NOT_YET}")
-    return options
+def parse_info_buffer_size_flag(text: str) -> str:
+    """``--log-{text,json}-info-buffer-size``: resource.QuantityValue.Set (ParseQuantity; its errors)."""
+    return _canonical_quantity(text)
+
+
+def parse_info_buffer_size(value: Any) -> str:
+    """``logging.options.{text,json}.infoBufferSize``: a quantity, as a string or a number (Quantity.UnmarshalJSON
+    parses a JSON number's text)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise LoggingError(f'expected a quantity such as "0" or "64Ki", got {_show(value)}')
+    try:
+        return _canonical_quantity(value if isinstance(value, str) else repr(value))
+    except LoggingError:
+        raise LoggingError(f'expected a quantity such as "0" or "64Ki", got {_show(value)}') from None
 
 
 def render_options(options: FormatOptions) -> dict[str, Any]:
@@ -213,12 +234,13 @@ def render_options(options: FormatOptions) -> dict[str, Any]:
     (omitempty), infoBufferSize as a quantity string (a defaulted QuantityValue is "0", never left out)."""
     def routing(value: OutputRouting) -> dict[str, Any]:
         body: dict[str, Any] = {"splitStream": True} if value.split_stream else {}
-        body["infoBufferSize"] = str(value.info_buffer_size)
+        body["infoBufferSize"] = value.info_buffer_size
         return body
     return {"text": routing(options.text), "json": routing(options.json)}
 
 
-__all__ = ["DEFAULT_FLUSH_FREQUENCY", "DEFAULT_OPTIONS", "FORMATS", "JSON_FORMAT", "MAX_VERBOSITY", "NOT_YET",
-           "TEXT_FORMAT", "VMODULE_NOT_TEXT", "FormatOptions", "LoggingError", "OutputRouting", "parse_format",
-           "parse_options", "parse_verbosity", "parse_vmodule", "parse_vmodule_flag", "render_options",
-           "render_vmodule", "validate"]
+__all__ = ["DEFAULT_FLUSH_FREQUENCY", "DEFAULT_OPTIONS", "FORMATS", "JSON_DISABLED", "JSON_FORMAT",
+           "LOGGING_ALPHA_OPTIONS", "LOGGING_BETA_OPTIONS", "MAX_VERBOSITY", "TEXT_FORMAT", "VMODULE_NOT_TEXT",
+           "FormatOptions", "LoggingError", "OutputRouting", "alpha_option_disabled", "parse_format",
+           "parse_info_buffer_size", "parse_info_buffer_size_flag", "parse_verbosity", "parse_vmodule",
+           "parse_vmodule_flag", "render_options", "render_vmodule", "validate"]

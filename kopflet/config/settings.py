@@ -89,6 +89,16 @@ def _frozen(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
     return MappingProxyType(dict(mapping or {}))
 
 
+def _format_options(values: Mapping[str, Any]) -> log_options.FormatOptions:
+    """``logging.options`` from the four settings its fields and flags are (absent ones at their defaults)."""
+    def routing(name: str) -> log_options.OutputRouting:
+        default = log_options.OutputRouting()
+        return log_options.OutputRouting(
+            split_stream=values.get(f"log_{name}_split_stream", default.split_stream),
+            info_buffer_size=values.get(f"log_{name}_info_buffer_size", default.info_buffer_size))
+    return log_options.FormatOptions(text=routing("text"), json=routing("json"))
+
+
 @dataclasses.dataclass(frozen=True)
 class AgentConfig:
     node_name: str
@@ -157,13 +167,22 @@ class AgentConfig:
     log_format: str = log_options.TEXT_FORMAT
     """``--logging-format`` / ``logging.format``: ``text`` or ``json`` (component-base logs/json's shape)."""
     log_flush_frequency: float = log_options.DEFAULT_FLUSH_FREQUENCY
-    """``logging.flushFrequency``: the most a log line waits in a buffer. kopflet's handlers write each line at
-    once, so any value holds; kept for /configz."""
+    """``logging.flushFrequency``: the most a log line waits in a buffer (klog's flush daemon): only the info
+    stream with splitStream and an infoBufferSize is buffered; every other line is written at once."""
     log_vmodule: tuple[tuple[str, int], ...] = ()
     """``--vmodule`` / ``logging.vmodule``: (file pattern, verbosity) pairs, klog's per-file verbosities, matched
     against the base name of the source file that logs, without ``.py``; text format only."""
-    log_options: log_options.FormatOptions = log_options.DEFAULT_OPTIONS
-    """``logging.options``: the text and json formats' options; upstream's defaults only for now."""
+    log_text_split_stream: bool = False
+    """``--log-text-split-stream`` / ``logging.options.text.splitStream``: with the text format, info lines to
+    stdout and warnings and errors to stderr (LoggingAlphaOptions)."""
+    log_text_info_buffer_size: str = "0"
+    """``--log-text-info-buffer-size`` / ``logging.options.text.infoBufferSize``: a quantity (its canonical form);
+    with the text format's splitStream, stdout is buffered up to that many bytes (LoggingAlphaOptions)."""
+    log_json_split_stream: bool = False
+    """``--log-json-split-stream`` / ``logging.options.json.splitStream``: the json format's (info and warnings to
+    stdout, errors to stderr)."""
+    log_json_info_buffer_size: str = "0"
+    """``--log-json-info-buffer-size`` / ``logging.options.json.infoBufferSize``: the json format's."""
     address: str = "0.0.0.0"
     """``--address``: where the kubelet API (HTTPS: logs, exec, port-forward, stats) listens."""
     port: int = 10250
@@ -317,11 +336,23 @@ class AgentConfig:
     """``--seccomp-default``: the same, as upstream's separate kubelet flag (either one turns it on)."""
     feature_gates: Mapping[str, bool] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     """``featureGates`` (``--feature-gates``): gate -> on, as given (the flag's merged over the file's): the gates
-    kopflet implements (`feature_gates.IMPLEMENTED`: QOSReserved) either way, SystemdWatchdog (locked on) at true,
-    any other upstream gate only at its v1.37.1 default (a no-op, `startup_notes`)."""
+    kopflet implements (`feature_gates.IMPLEMENTED`: QOSReserved, LoggingAlphaOptions, LoggingBetaOptions) either
+    way, SystemdWatchdog (locked on) at true, any other upstream gate only at its v1.37.1 default (a no-op,
+    `startup_notes`)."""
     qos_reserved: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
     """``qosReserved`` (``--qos-reserved``): resource -> percentage, as given (``memory: 50%``; checked by
     `helpers.parse_qos_reserved`). In force only with the QOSReserved gate on (`qos_reserved_in_force`)."""
+
+    @property
+    def log_options(self) -> log_options.FormatOptions:
+        """``logging.options``: both formats' options, all validated (`log_options.validate`)."""
+        return _format_options(vars(self))
+
+    @property
+    def log_routing(self) -> log_options.OutputRouting:
+        """The options of the format in use (upstream's factories read only their own format's)."""
+        options = self.log_options
+        return options.json if self.log_format == log_options.JSON_FORMAT else options.text
 
     @property
     def qos_reserved_gate(self) -> bool:
@@ -1125,7 +1156,9 @@ FLUSH_FREQUENCY = _Kind("duration", _flush_frequency_flag, _flush_frequency)
 # --vmodule appends, as pflag's Set of upstream's VModuleConfigurationPflag does (and after the file's: `load`).
 VMODULE = _Kind("pattern=N,...", _logging(log_options.parse_vmodule_flag), _logging(log_options.parse_vmodule),
                 accumulate=_append)
-LOG_FORMAT_OPTIONS = _Kind("FormatOptions", _logging(log_options.parse_options), _logging(log_options.parse_options))
+# logging.options.{text,json}.infoBufferSize and their flags: a resource.QuantityValue (pflag type "quantity").
+INFO_BUFFER_SIZE = _Kind("quantity", _logging(log_options.parse_info_buffer_size_flag),
+                         _logging(log_options.parse_info_buffer_size))
 SHUTDOWN_GRACE_PERIOD = _Kind("duration", _shutdown_grace_period("shutdownGracePeriod"),
                               _text_then(_shutdown_grace_period("shutdownGracePeriod")))
 SHUTDOWN_GRACE_PERIOD_CRITICAL_PODS = _Kind(
@@ -1275,17 +1308,46 @@ SETTINGS: tuple[Setting, ...] = (
             "\"[time] logger [LEVEL] message\"; json: one JSON object per line with upstream's keys (ts in "
             "milliseconds, logger, caller, msg, v, then key/values; errors have err instead of v)."),
     Setting("log_flush_frequency", "log-flush-frequency", "logging.flushFrequency", FLUSH_FREQUENCY, "5s",
-            "Maximum time between log flushes (a duration; in the file also nanoseconds); kopflet writes each "
-            "line at once, so any value holds. Zero (on the command line) or negative is refused, as upstream."),
+            "Maximum time between log flushes (a duration; in the file also nanoseconds): how long info lines "
+            "wait in the buffer of --log-text-info-buffer-size or --log-json-info-buffer-size; every other line is "
+            "written at once. Zero (on the command line) or negative is refused, as upstream."),
     Setting("log_vmodule", "vmodule", "logging.vmodule", VMODULE, "none",
             "Comma-separated list of pattern=N settings for file-filtered logging (only works for text log "
             "format): a line logged from a source file whose base name without .py matches the glob pattern is "
             "written at verbosity N or -v, whichever is higher (klog's -vmodule; the first matching pattern wins; "
             "N=0 patterns are ignored). In the file a list of {filePattern, verbosity}; the flag's are added "
             "after the file's."),
-    Setting("log_options", None, "logging.options", LOG_FORMAT_OPTIONS, "none",
-            "The text and json formats' options: only upstream's defaults, splitStream false and infoBufferSize "
-            "\"0\" (as kubeadm writes them); kopflet does not have the others yet."),
+    # logsapi.AddFlags' output routing flags, upstream's help first; the file's logging.options.{text,json}.
+    Setting("log_text_split_stream", "log-text-split-stream", "logging.options.text.splitStream", BOOL, "false",
+            "[Alpha] In text format, write error messages to stderr and info messages to stdout. The default is to "
+            "write a single stream to stdout. Enable the LoggingAlphaOptions feature gate to use this. (kopflet "
+            "command only. Info lines, V levels included, go to stdout and warnings and errors to stderr, as klog's "
+            "router sends every line but an I line there; without it every line goes to stderr, as upstream writes "
+            "it whatever its help says.)"),
+    Setting("log_text_info_buffer_size", "log-text-info-buffer-size", "logging.options.text.infoBufferSize",
+            INFO_BUFFER_SIZE, "0",
+            "[Alpha] In text format with split output streams, the info messages can be buffered for a while to "
+            "increase performance. The default value of zero bytes disables buffering. The size can be specified "
+            "as number of bytes (512), multiples of 1000 (1K), multiples of 1024 (2Ki), or powers of those (3M, 4G, "
+            "5Mi, 6Gi). Enable the LoggingAlphaOptions feature gate to use this. (kopflet command only. 1k, not 1K: "
+            "upstream's quantity parser refuses K, as kopflet's does. Buffered "
+            "lines are written when the next would not fit, every --log-flush-frequency and at exit; at most 2Gi, "
+            "as upstream; a negative size, like zero, buffers nothing.)"),
+    Setting("log_json_split_stream", "log-json-split-stream", "logging.options.json.splitStream", BOOL, "false",
+            "[Alpha] In JSON format, write error messages to stderr and info messages to stdout. The default is to "
+            "write a single stream to stdout. Enable the LoggingAlphaOptions feature gate to use this. (kopflet "
+            "command only. Info lines and warnings (klog's Warning is an info line under this format) go to "
+            "stdout, errors to stderr; without it every line goes to stderr, as upstream writes it whatever its "
+            "help says.)"),
+    Setting("log_json_info_buffer_size", "log-json-info-buffer-size", "logging.options.json.infoBufferSize",
+            INFO_BUFFER_SIZE, "0",
+            "[Alpha] In JSON format with split output streams, the info messages can be buffered for a while to "
+            "increase performance. The default value of zero bytes disables buffering. The size can be specified "
+            "as number of bytes (512), multiples of 1000 (1K), multiples of 1024 (2Ki), or powers of those (3M, 4G, "
+            "5Mi, 6Gi). Enable the LoggingAlphaOptions feature gate to use this. (kopflet command only. 1k, not 1K: "
+            "upstream's quantity parser refuses K, as kopflet's does. Buffered "
+            "lines are written when the next would not fit, every --log-flush-frequency (at least every 30s, "
+            "zap's own flush) and at exit; at most 2Gi, as upstream.)"),
     # The kubelet API server (HTTPS): logs, exec/attach/port-forward, pods, stats, metrics.
     Setting("address", "address", "address", IP, "0.0.0.0",
             "The IP address the kubelet API serves on (0.0.0.0 or :: for all interfaces)."),
@@ -1442,8 +1504,10 @@ SETTINGS: tuple[Setting, ...] = (
     # setMemoryReserve).
     Setting("feature_gates", "feature-gates", "featureGates", FEATURE_GATES, "none",
             "Feature gates as Name=true|false pairs, comma separated (in the file a mapping of names to booleans); "
-            "the flag's are merged over the file's, as upstream. kopflet implements one gate, QOSReserved (alpha, "
-            "default false: qosReserved), and SystemdWatchdog's behaviour (GA, locked to true: the systemd "
+            "the flag's are merged over the file's, as upstream. kopflet implements three gates: QOSReserved (alpha, "
+            "default false: qosReserved), LoggingAlphaOptions (alpha, default false: the logging.options and "
+            "--log-*-split-stream, --log-*-info-buffer-size) and LoggingBetaOptions (beta, default true: the json "
+            "logging format), and SystemdWatchdog's behaviour (GA, locked to true: the systemd "
             "watchdog, on whenever the unit sets WatchdogSec). Any other gate upstream v1.37.1 knows is accepted "
             "only at that release's "
             "default, as a no-op (kopflet behaves as upstream does with it at its default; logged at start); set "
@@ -1775,10 +1839,15 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     if "log_vmodule" in file_values and "log_vmodule" in flags:
         # upstream kubeletConfigFlagPrecedence re-parses the flags onto the file's struct: --vmodule appends
         values["log_vmodule"] = file_values["log_vmodule"] + flags["log_vmodule"]
-    logging_errors = log_options.validate(values.get("log_format", AgentConfig.log_format),
-                                          values.get("log_vmodule", AgentConfig.log_vmodule))
-    if logging_errors:
-        raise ConfigError(f"invalid configuration: {logging_errors[0]}")
+    gates = values.get("feature_gates", {})
+    logging_errors = log_options.validate(
+        values.get("log_format", AgentConfig.log_format), values.get("log_vmodule", AgentConfig.log_vmodule),
+        _format_options(values),
+        alpha_options=feature_gates.enabled(gates, feature_gates.LOGGING_ALPHA_OPTIONS),
+        beta_options=feature_gates.enabled(gates, feature_gates.LOGGING_BETA_OPTIONS))
+    if logging_errors:  # upstream's ValidateAndApplyAsField: its ErrorList as one aggregate error
+        raise ConfigError("invalid configuration: " + (logging_errors[0] if len(logging_errors) == 1 else
+                                                       "[" + ", ".join(logging_errors) + "]"))
     values["node_name"] = _node_name(flags.get("node_name"), environ, hostname)
     values.setdefault("image_endpoint", values.get("runtime_endpoint", DEFAULT_RUNTIME_ENDPOINT))
     if "node_status_report_frequency" not in values and "node_status_update_frequency" in file_values:

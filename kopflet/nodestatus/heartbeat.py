@@ -94,6 +94,9 @@ class NodeAgent:
         self.runtime_version = runtime_version
         self.uid = ""
         self.taints: tuple[admission.Taint, ...] = tuple(cfg.register_with_taints)
+        self.labels: dict[str, str] | None = None
+        """The Node object's labels as last read (None until then): what others add (`kubectl label`, an e2e
+        spec's node selector) counts for admission, as upstream's node lister sees it."""
         self._posted: dict[str, Any] = {}
         self._conditions: list[dict[str, str]] = []
         self._last_report = 0.0
@@ -123,15 +126,18 @@ class NodeAgent:
     async def admission_info(self) -> admission.NodeInfo:
         """This node as admission sees it: its labels, current taints and allocatable resources.
 
-        The taints are read fresh (one GET per admitted pod): upstream reads them from a Node informer,
-        and a pod must not be rejected for a taint that is already gone."""
+        Labels and taints are read fresh from the Node (one GET per admitted pod): upstream reads them from a Node
+        informer, and a pod must be neither rejected for a taint that is already gone nor for a label another
+        writer has just added (a DaemonSet's node selector on a label set a moment before). Before the Node was
+        ever read, the labels the agent registers it with stand in (upstream getNodeAnyWay's initialNode)."""
         try:
             await self.refresh_node()
         except API_ERRORS as exc:
             logger.warning(f"could not read node {self.cfg.node_name}, admitting with known taints: {exc}")
         return admission.NodeInfo(
             name=self.cfg.node_name,
-            labels=setters.node_labels(self.cfg.node_name, self.facts, self.cfg.node_labels),
+            labels=self.labels if self.labels is not None else setters.node_labels(
+                self.cfg.node_name, self.facts, self.cfg.node_labels),
             taints=self.taints, os="linux", kernel_version=self.facts.kernel_version,
             allowed_unsafe_sysctls=self.cfg.allowed_unsafe_sysctls, allocatable=self.allocatable(),
             pressure=tuple(kind for kind, on in self.pressure().items() if on),
@@ -222,11 +228,12 @@ class NodeAgent:
                 "spec": spec})
 
     async def refresh_node(self) -> None:
-        """Follow the Node's taints as others change them (upstream reads them from its node informer).
+        """Follow the Node's labels and taints as others change them (upstream reads them from its node informer).
 
         Only admission uses them, so they are read when a pod is admitted, not on every heartbeat: an idle
         node costs the apiserver its lease renewals only (make bench: 6 requests a minute, as upstream)."""
         node = await self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}")
+        self.labels = {str(k): str(v) for k, v in ((node.get("metadata") or {}).get("labels") or {}).items()}
         self.taints = tuple(admission.Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""))
                             for t in node.get("spec", {}).get("taints", []) or [])
 

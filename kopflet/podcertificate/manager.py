@@ -5,11 +5,11 @@ Upstream keeps a workqueue of sources, fed by the pod manager (TrackPod), by a P
 refresh pass every minute, and the projected volume reads the bundle of its source (GetPodCertificateCredentialBundle).
 kopflet handles the sources of a pod when its volumes are set up, which its worker does on every sync (at least every
 syncFrequency: the refresh pass); the watch of the node's requests (`run`, upstream's informer, listed and watched
-with ``spec.nodeName=<node>``, which the Node authorizer allows) is where a pending source learns its answer, and
-an answer wakes the pod's worker, as upstream's informer handlers queue the pod's sources. What the apiserver lets a
-node do: create a request (NodeRestriction checks that its node, pod, ServiceAccount and their UIDs are this node's,
-the pod's and its ServiceAccount's, and that the pod's volumes name the signer), get, list and watch the node's
-requests; read the ServiceAccounts of its pods (for the UID).
+with ``spec.nodeName=<node>``, which the Node authorizer allows; `kopflet.client.informer`) is where a pending
+source learns its answer, and an answer wakes the pod's worker, as upstream's informer handlers queue the pod's
+sources. What the apiserver lets a node do: create a request (NodeRestriction checks that its node, pod,
+ServiceAccount and their UIDs are this node's, the pod's and its ServiceAccount's, and that the pod's volumes name
+the signer), get, list and watch the node's requests; read the ServiceAccounts of its pods (for the UID).
 
 The watch starts with the first podCertificate source (a node without one never lists), and nothing survives a
 restart: every source then gets a new key and request, as upstream. The rules are in `states` (pure).
@@ -21,13 +21,14 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kopflet import gotext
 from kopflet.api import spec
 from kopflet.certificate import openssl
 from kopflet.client.events import EventRecorder
+from kopflet.client.informer import Delta, Informer
 from kopflet.client.kubeapi import API_ERRORS, KubeApiError, KubeClient, q
 from kopflet.logs.verbosity import v
 from kopflet.podcertificate import keys, states
@@ -35,7 +36,6 @@ from kopflet.podcertificate.states import ProjectionKey
 
 logger = logging.getLogger(__name__)
 
-RETRY_MIN, RETRY_MAX = 1.0, 30.0
 Credentials = tuple[bytes, bytes] | str
 """A source's (private key, certificate chain), or why there is none (the volume's error)."""
 
@@ -65,8 +65,9 @@ class PodCertificateManager:
         self.openssl_command = openssl_command
         self._states: dict[ProjectionKey, states.State] = {}
         self._signers: dict[ProjectionKey, str] = {}
-        self._requests: dict[tuple[str, str], Mapping[str, Any]] = {}  # (namespace, name): upstream's pcrLister
-        self._synced = asyncio.Event()
+        self._informer: Informer[Mapping[str, Any]] = Informer(  # upstream's pcrInformer, its lister by (ns, name)
+            api, states.requests_path(), lambda obj: obj, what="PodCertificateRequest",
+            params={"fieldSelector": f"{states.NODE_NAME_FIELD}={node_name}"}, on_change=self._changed)
         self._needed = asyncio.Event()
 
     # ------------------------------------------------------------------------------------------ the sources
@@ -116,10 +117,10 @@ class PodCertificateManager:
             logger.log(v(4), f"PodCertificateRequest {key.namespace}/{waiting.request_name} created, moving to "
                              f"credStateWait (pod {key.pod_name}, volume {key.volume}, source {key.source_index})")
         elif isinstance(state, states.Wait | states.WaitRefresh):
-            if not self._synced.is_set():
+            if not self._informer.has_synced():
                 return  # upstream handles nothing before its informer has synced
-            step = states.observed(state, key.namespace, self._requests.get((key.namespace, state.request_name)),
-                                   now=self.clock(), jitter=self.jitter())
+            pcr = self._informer.objects.get((key.namespace, state.request_name))  # upstream's pcrLister
+            step = states.observed(state, key.namespace, pcr, now=self.clock(), jitter=self.jitter())
             self._states[key] = step.state
             self._post(pod, step.events)
             if step.state != state:
@@ -178,49 +179,15 @@ class PodCertificateManager:
     # ------------------------------------------------------------------------------------------ the watch
 
     async def run(self) -> None:
-        """List the node's requests, then watch them from that version (list again on 410 Gone or any error, with
-        backoff); each change wakes the pod a pending source of which waits on it. Idle until a pod has a
-        podCertificate source."""
+        """List the node's requests, then watch them from that version (`kopflet.client.informer`: list again on
+        410 Gone or any error, with backoff); each change wakes the pod a pending source of which waits on it.
+        Idle until a pod has a podCertificate source."""
         await self._needed.wait()
-        path, selector = states.requests_path(), {"fieldSelector": f"{states.NODE_NAME_FIELD}={self.node_name}"}
-        delay = RETRY_MIN
-        while True:
-            try:
-                version = await self._list(path, selector)
-                delay = RETRY_MIN
-                while True:
-                    async for event in self.api.watch(path, version, params=selector):
-                        version = self._apply(event) or version
-            except (*API_ERRORS, ValueError) as exc:
-                if not (isinstance(exc, KubeApiError) and exc.status == 410):
-                    logger.warning(f"PodCertificateRequest watch failed, listing again in {delay:.0f}s: {exc}")
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, RETRY_MAX)
+        await self._informer.run()
 
-    async def _list(self, path: str, params: Mapping[str, str]) -> str:
-        payload = await self.api.request("GET", path, params=params)
-        self._requests = {}
-        for item in payload.get("items") or ():
-            meta = item.get("metadata") or {}
-            self._requests[str(meta.get("namespace") or ""), str(meta.get("name") or "")] = item
-        self._synced.set()
-        self._wake_waiting({str((item.get("spec") or {}).get("podUID") or "") for item in self._requests.values()})
-        return str((payload.get("metadata") or {}).get("resourceVersion") or "")
-
-    def _apply(self, event: Mapping[str, Any]) -> str:
-        """One watch event into the cache; the version to watch on from."""
-        obj = event.get("object") or {}
-        meta = obj.get("metadata") or {}
-        version = str(meta.get("resourceVersion") or "")
-        if event.get("type") == "BOOKMARK":
-            return version
-        ref = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        if event.get("type") == "DELETED":
-            self._requests.pop(ref, None)
-        else:
-            self._requests[ref] = obj
-        self._wake_waiting({str((obj.get("spec") or {}).get("podUID") or "")})
-        return version
+    def _changed(self, deltas: Sequence[Delta[Mapping[str, Any]]]) -> None:
+        """upstream's informer handlers: the pods of the requests listed or changed, if a source of theirs waits."""
+        self._wake_waiting({str(((d.new or d.old or {}).get("spec") or {}).get("podUID") or "") for d in deltas})
 
     def _wake_waiting(self, uids: set[str]) -> None:
         """Wake the pods among `uids` with a source waiting for an answer, or still creating its request (the answer

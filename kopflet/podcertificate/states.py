@@ -27,13 +27,11 @@ Pure: no clock (``now`` and ``jitter`` are passed in), no I/O.
 from __future__ import annotations
 
 import base64
-import binascii
 import dataclasses
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from kopflet import gotext
+from kopflet import gopem, gotext
 from kopflet.api import spec, times
 
 API_VERSION = "certificates.k8s.io/v1"
@@ -63,7 +61,6 @@ REASON_EXPIRED = "CertificateExpired"
 
 PRIVATE_KEY = "PRIVATE KEY"
 CERTIFICATE = "CERTIFICATE"
-_PEM_BLOCK = re.compile(r"-----BEGIN ([^\r\n-]*)-----\r?\n(.*?)-----END \1-----", re.DOTALL)
 
 
 # ------------------------------------------------------------------------------------------------- key types
@@ -216,27 +213,16 @@ def request_body(who: Identity, source: Source, stub_request_der: bytes) -> dict
 
 
 def clean_certificate_chain(chain: str) -> bytes:
-    """upstream cleanCertificateChain: every PEM block of the issued chain, in order, as a ``CERTIFICATE`` block
-    with no headers and nothing between blocks (Go's pem.Decode and pem.EncodeToMemory: 64 characters a line,
-    whatever type the block had); a block whose body is not base64 is skipped, as pem.Decode skips it."""
-    out = []
-    for match in _PEM_BLOCK.finditer(chain):
-        lines = match.group(2).splitlines()
-        while lines and ":" in lines[0]:  # pem.Decode: leading "key: value" lines are headers
-            lines.pop(0)
-        try:
-            der = base64.b64decode("".join("".join(lines).split()), validate=True)
-        except (binascii.Error, ValueError):
-            continue
-        out.append(pem_encode(CERTIFICATE, der))
-    return "".join(out).encode()
+    """upstream cleanCertificateChain: every block Go's pem.Decode finds in the issued chain, in order, written
+    again by pem.EncodeToMemory as a ``CERTIFICATE`` block without headers, whatever its type; nothing between
+    blocks, and a block pem.Decode passes over (a body that is not base64, a mismatched END ...) is left out."""
+    return b"".join(gopem.encode(gopem.Block(CERTIFICATE, data=block.data))
+                    for block in gopem.decode_all(chain.encode()))
 
 
 def pem_encode(block_type: str, der: bytes) -> str:
-    """Go's pem.EncodeToMemory without headers."""
-    text = base64.b64encode(der).decode()
-    lines = [text[i:i + 64] for i in range(0, len(text), 64)]
-    return f"-----BEGIN {block_type}-----\n" + "".join(line + "\n" for line in lines) + f"-----END {block_type}-----\n"
+    """Go's pem.EncodeToMemory of a block without headers, as text."""
+    return gopem.encode(gopem.Block(block_type, data=der)).decode("utf-8", "surrogateescape")
 
 
 # ----------------------------------------------------------------------------------------------------- states

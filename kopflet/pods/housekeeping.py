@@ -59,19 +59,29 @@ class Housekeeping:
             if runtime is None:
                 continue
             logger.info(f"removing orphaned pod {runtime.namespace}/{runtime.name} ({uid}) from the runtime")
-            await self.teardown.pod(uid, runtime.namespace, runtime.name)
+            await self._tear_down(uid, runtime.namespace, runtime.name)
         # Pod directories (volumes, tmpfs mounts) of pods that are gone everywhere: left when a pod was deleted
         # while the agent was down and its sandboxes were removed too (upstream cleanupOrphanedPodDirs).
         for uid in dirs:
             if uid not in listed and uid not in self.workers and uid not in self.relist.pods and uid not in orphans:
                 logger.info(f"removing the directory of orphaned pod {uid}")
-                await self.teardown.pod(uid)
+                await self._tear_down(uid)
         # The runtime's orphans took their cgroups with them; the rest is looked at again under the lock (a
         # directory's teardown that left its volumes leaves the cgroup at the minimum shares).
         await self.cleanup_pod_cgroups({uid: names for uid, names in cgroups.items()
                                         if uid not in listed and uid not in orphans})
         await self.cleanup_user_namespaces(listed)
         return len(orphans)
+
+    async def _tear_down(self, uid: str, namespace: str = "", name: str = "") -> None:
+        """One orphan's teardown; its failure is logged and the round goes on with the others (upstream's
+        HandlePodCleanups hands each orphan to its own pod worker and logs a kill that fails), and the next round
+        finds it again."""
+        try:
+            await self.teardown.pod(uid, namespace, name)
+        except (CriError, OSError) as exc:
+            logger.warning(f"failed to remove orphaned pod {namespace}/{name} ({uid}), retrying later: {exc}"
+                           if name else f"failed to remove the directory of orphaned pod {uid}, retrying later: {exc}")
 
     async def cleanup_pod_cgroups(self, found: dict[str, list[str]]) -> None:
         """upstream cleanupOrphanedPodCgroups: the cgroups of pods that are not running (no worker, nothing on the

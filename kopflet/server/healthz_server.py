@@ -12,21 +12,13 @@ as long as the process serves, also while the sync loop is stuck or before the N
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 
 from kopflet.logs.verbosity import v
 from kopflet.server import healthz
-from kopflet.server.http import (
-    MAX_LINE,
-    NOT_FOUND,
-    HttpConnection,
-    HttpError,
-    Request,
-    canonical_location,
-    redirect_body,
-)
+from kopflet.server.http import NOT_FOUND, HttpConnection, Request, canonical_location, redirect_body
+from kopflet.server.http_server import HttpServer
 from kopflet.watchdog.health_checker import Check, outcome, ping
 
 logger = logging.getLogger(__name__)
@@ -67,18 +59,19 @@ async def respond(connection: HttpConnection, request: Request, checks: Sequence
     return True
 
 
-class HealthzServer:
+class HealthzServer(HttpServer[HttpConnection]):
     """``--healthz-bind-address``:``--healthz-port``, served from `start` until `close`."""
+
+    log_name = "healthz connection"
+    logger = logging.getLogger(__name__)
 
     def __init__(self, host: str, port: int, checks: Sequence[Check] = PING_ONLY, *,
                  retry_period: float = RETRY_PERIOD) -> None:
+        super().__init__(HttpConnection)
         self.host, self.requested_port, self.checks = host, port, tuple(checks)
         self.retry_period = retry_period
-        self._server: asyncio.Server | None = None
         self._task: asyncio.Task[None] | None = None
-        self._connections: set[asyncio.Task[None]] = set()
         self._serving = asyncio.Event()
-        self._closing = False
 
     @property
     def port(self) -> int:
@@ -100,9 +93,7 @@ class HealthzServer:
     async def _run(self) -> None:
         while True:
             try:
-                self._server = await asyncio.start_server(self._serve_connection, host=self.host,
-                                                          port=self.requested_port, limit=MAX_LINE,
-                                                          reuse_address=True)
+                await self._listen(self.host, self.requested_port)
             except OSError as exc:
                 logger.error(f"Failed to start healthz server: {exc}")
                 await asyncio.sleep(self.retry_period)
@@ -118,54 +109,10 @@ class HealthzServer:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        server, self._server = self._server, None
         self._serving.clear()
-        if server is not None:
-            server.close()
-        tasks = list(self._connections)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=grace)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if server is not None:
-            await server.wait_closed()
+        await super().close(grace)
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        connection = HttpConnection(reader, writer)
-        try:
-            while not self._closing:
-                try:
-                    request = await connection.read_request()
-                except HttpError as exc:
-                    await connection.respond(exc.status, exc.message, close=True)
-                    break
-                if request is None:
-                    break
-                keep = request.keep_alive and not self._closing
-                await self._handle(connection, request, keep)
-                if not keep or not connection.next_cycle():
-                    break
-        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            logger.debug(f"healthz connection from {connection.remote} ended: {exc!r}")
-            if isinstance(exc, TimeoutError):  # a client that does not read: no graceful close
-                writer.transport.abort()
-        except asyncio.CancelledError:
-            if not self._closing:
-                raise
-        except Exception:
-            logger.exception(f"healthz connection from {connection.remote} failed")
-        finally:
-            self._connections.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                async with asyncio.timeout(5):
-                    await writer.wait_closed()
-
-    async def _handle(self, connection: HttpConnection, request: Request, keep: bool) -> None:
+    async def _handle(self, connection: HttpConnection, request: Request, keep: bool) -> bool:
         """Go's ServeMux with healthz's handlers: an unclean path redirected (307), healthz's paths answered, any
         other path 404."""
         location = canonical_location(request.method, request.target)
@@ -173,9 +120,9 @@ class HealthzServer:
             content_type, body = redirect_body(request.method, location)
             await connection.respond(307, body, content_type=content_type, close=not keep,
                                      headers=[("Location", location)])
-            return
-        if not await respond(connection, request, self.checks, keep):
+        elif not await respond(connection, request, self.checks, keep):
             await connection.respond(404, NOT_FOUND, close=not keep)
+        return keep
 
 
 __all__ = ["PING_ONLY", "RETRY_PERIOD", "HealthzServer", "answer", "respond"]

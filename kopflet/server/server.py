@@ -40,12 +40,12 @@ from kopflet.server.http import (
     NOT_FOUND,
     TEXT,
     HttpConnection,
-    HttpError,
     Request,
     canonical_location,
     redirect_body,
     replay,
 )
+from kopflet.server.http_server import HttpServer
 from kopflet.server.streaming import handshake_refusal, port_forward_ports, replayed_headers, stream_options
 from kopflet.watchdog.health_checker import Check
 
@@ -150,7 +150,6 @@ class _Connection(HttpConnection):
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         super().__init__(reader, writer)
-        self.busy = False
         self.subject: Subject | None = None
         self.der: bytes | None = None
         ssl_object = writer.get_extra_info("ssl_object")
@@ -161,22 +160,22 @@ class _Connection(HttpConnection):
                 self.der = ssl_object.getpeercert(binary_form=True)
 
 
-class Server:
+class Server(HttpServer[_Connection]):
     """The listening kubelet API; :meth:`close` stops it gracefully."""
+
+    logger = logging.getLogger(__name__)
 
     def __init__(self, node_name: str, backend: Backend, authenticator: Authenticating,
                  authorizer: Authorizing, *, configz_body: str = "{}",
                  stream_idle_timeout: float | None = None) -> None:
         """`stream_idle_timeout`: ``streamingConnectionIdleTimeout`` in seconds, 0 for none; None:
         STREAM_IDLE_TIMEOUT."""
+        super().__init__(_Connection)
         self.node_name, self.backend = node_name, backend
         self.stream_idle_timeout = stream_idle_timeout
         # GET /configz: fixed at start, as upstream registers the configuration once. "{}": none registered.
         self.configz_body = configz_body
         self.authenticator, self.authorizer = authenticator, authorizer
-        self._server: asyncio.Server | None = None
-        self._connections: dict[asyncio.Task[None], _Connection] = {}
-        self._closing = False
         self._port = 0
 
     @property
@@ -189,27 +188,8 @@ class Server:
         return self._port
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None) -> None:
-        self._server = await asyncio.start_server(
-            self._serve_connection, host=host, port=port, ssl=tls, limit=MAX_LINE, reuse_address=True,
-            ssl_handshake_timeout=HANDSHAKE_TIMEOUT if tls is not None else None)
-        self._port = int(self._server.sockets[0].getsockname()[1])
-
-    async def close(self, grace: float = 5.0) -> None:
-        """Stop listening, let requests in progress finish for ``grace`` seconds, then cut the rest (streams)."""
-        self._closing = True
-        if self._server is not None:
-            self._server.close()
-        for task, connection in list(self._connections.items()):
-            if not connection.busy:
-                task.cancel()
-        tasks = list(self._connections)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=grace)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        server = await self._listen(host, port, tls, handshake_timeout=HANDSHAKE_TIMEOUT)
+        self._port = int(server.sockets[0].getsockname()[1])
 
     async def __aenter__(self) -> Server:
         return self
@@ -219,48 +199,8 @@ class Server:
 
     # ----------------------------------------------------------------------------------------- per connection
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        connection = _Connection(reader, writer)
-        self._connections[task] = connection
-        try:
-            while not self._closing:
-                try:
-                    request = await connection.read_request()
-                except HttpError as exc:
-                    await connection.respond(exc.status, exc.message, close=True)
-                    break
-                if request is None:
-                    break
-                connection.busy = True
-                keep_alive = await self._handle(connection, request)
-                connection.busy = False
-                if not keep_alive or not connection.next_cycle():
-                    break
-        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
-            logger.debug(f"Connection from {connection.remote} ended: {exc!r}")
-            if isinstance(exc, TimeoutError):  # a write the client did not read: no graceful close flushing it
-                writer.transport.abort()
-        except asyncio.CancelledError:
-            # close() cut it: end quietly (asyncio's stream callback would log a cancelled connection task).
-            if not self._closing:
-                raise
-        except Exception:
-            logger.exception(f"Connection from {connection.remote} failed")
-            if connection.can_respond:  # Go's server would hang up; a client still waiting gets told (no traceback)
-                with contextlib.suppress(Exception):
-                    await connection.respond(500, "500 Internal Server Error", close=True)
-        finally:
-            self._connections.pop(task, None)
-            writer.close()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                async with asyncio.timeout(5):
-                    await writer.wait_closed()
-
-    async def _handle(self, connection: _Connection, request: Request) -> bool:
+    async def _handle(self, connection: _Connection, request: Request, keep: bool) -> bool:
         """Authenticate, authorize, route. True when the connection may serve another request."""
-        keep = request.keep_alive and not self._closing
         location = canonical_location(request.method, request.target)
         if location is not None:
             # Go's ServeMux redirects a path with "//", "." or ".." segments to its clean form, before the kubelet's

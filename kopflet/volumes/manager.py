@@ -2,13 +2,13 @@
 
 What each volume holds is decided by the pure ``kopflet.volumes.plugins``; this module fetches what it needs
 (ConfigMaps and Secrets one at a time, ServiceAccount tokens through TokenRequest bound to the pod, the
-cluster's ClusterTrustBundles in one list when a projected volume has a ``clusterTrustBundle`` source,
-podCertificate sources' keys and chains from the pod certificate manager),
+cluster's ClusterTrustBundles from the ClusterTrustBundle manager's list+watch cache when a projected volume has a
+``clusterTrustBundle`` source, podCertificate sources' keys and chains from the pod certificate manager),
 mounts tmpfs where the plan says, checks hostPath types, and writes file volumes atomically the way
 upstream's AtomicWriter does (a timestamped directory, the ``..data`` symlink swapped in one rename,
 and top-level symlinks into it), so a reader never sees half an update. Called on every sync, so
-ConfigMap/Secret changes, ClusterTrustBundle changes and token rotation (at 80% of the token's lifetime) reach
-running pods.
+ConfigMap/Secret changes, ClusterTrustBundle changes (which also wake the pods that read them) and token rotation
+(at 80% of the token's lifetime) reach running pods.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from typing import Any
 
 from kopflet import paths
 from kopflet.api import spec, times
-from kopflet.client.kubeapi import API_ERRORS, KubeApiError, KubeClient, q
+from kopflet.client.kubeapi import KubeApiError, KubeClient, q
 from kopflet.config.settings import AgentConfig
 from kopflet.podcertificate.manager import PodCertificateManager
 from kopflet.volumes import plugins
 from kopflet.volumes import trust_bundles as ctb
 from kopflet.volumes.plugins import VolumeError, VolumePlan
+from kopflet.volumes.trust_bundle_manager import ClusterTrustBundleManager
 
 logger = logging.getLogger(__name__)
 
@@ -42,16 +43,14 @@ TOKEN_REFRESH_FRACTION = 0.8  # upstream: rotate when 80% of the lifetime has pa
 
 class VolumeManager:
     def __init__(self, cfg: AgentConfig, api: KubeClient, node_allocatable: Callable[[], Mapping[str, str]] = dict,
-                 *, layout: paths.Layout | None = None, pod_certificates: PodCertificateManager | None = None) -> None:
-        """`pod_certificates`: None, podCertificate sources fail as upstream's NoOpManager makes them fail."""
+                 *, layout: paths.Layout | None = None, pod_certificates: PodCertificateManager | None = None,
+                 trust_bundles: ClusterTrustBundleManager | None = None) -> None:
+        """`pod_certificates`: None, podCertificate sources fail as upstream's NoOpManager makes them fail;
+        `trust_bundles`: None, clusterTrustBundle sources fail as upstream's NoopManager makes them fail."""
         self.cfg, self.api, self.node_allocatable = cfg, api, node_allocatable
         self.layout = layout if layout is not None else cfg.layout
-        self.pod_certificates = pod_certificates
+        self.pod_certificates, self.trust_bundles = pod_certificates, trust_bundles
         self._tokens: dict[tuple[str, str, int], tuple[str, float]] = {}  # (uid, audience, exp) -> (token, refresh_at)
-        # The ClusterTrustBundle API version the apiserver serves, found at the first need (upstream's
-        # LazyInformerManager): None not looked for yet, "" none served (upstream's NoopManager, for good).
-        self._trust_bundle_version: str | None = None
-        self._trust_bundle_order = os.urandom(16)  # the anchors' shuffle, fixed for this process
 
     async def setup(self, pod: spec.Pod) -> dict[str, VolumePlan]:
         """Fetch, plan and materialize every volume of the pod; VolumeError says what is missing."""
@@ -61,7 +60,7 @@ class VolumeManager:
         tokens = {}
         for token in plugins.token_requests(pod):
             tokens[(token.audience, token.expiration_seconds)] = await self._token(pod, token)
-        trust_bundles = await self.cluster_trust_bundles() if ctb.wanted(pod) else None
+        trust_bundles = await self._trust_bundles(pod) if ctb.wanted(pod) else None
         certificates = await self.pod_certificates.credentials(pod) if self.pod_certificates is not None else {}
         plans = plugins.plan_volumes(pod, layout=self.layout, config_maps=config_maps, secrets=secrets,
                                      tokens=tokens, node_name=self.cfg.node_name,
@@ -96,36 +95,20 @@ class VolumeManager:
         self._tokens[key] = (status.get("token", ""), now + lifetime * TOKEN_REFRESH_FRACTION)
         return str(status.get("token", ""))
 
-    async def cluster_trust_bundles(self) -> ctb.Bundles:
-        """Every ClusterTrustBundle, listed afresh on each setup that needs them (as ConfigMaps and Secrets are
-        read on every sync), where upstream answers from an informer's cache. The API version is the first of
-        v1, v1beta1, v1alpha1 the apiserver serves (a 404 on the list: not served); none served gives upstream's
-        NoopManager error from then on. A failed list gives upstream's not-synced error (the cause is logged) and
-        is tried again on the next sync."""
-        versions = ctb.API_VERSIONS if self._trust_bundle_version is None else (self._trust_bundle_version,)
-        for version in versions:
-            if not version:
-                break
-            path = f"/apis/certificates.k8s.io/{version}/clustertrustbundles"
-            try:
-                answer = await self.api.request("GET", path)
-            except API_ERRORS as exc:
-                if isinstance(exc, KubeApiError) and exc.not_found and self._trust_bundle_version is None:
-                    continue
-                logger.warning(f"listing ClusterTrustBundles failed: {exc}")
-                return ctb.Bundles(error=ctb.NOT_SYNCED)
-            self._trust_bundle_version = version
-            return ctb.Bundles.from_list(answer, self._trust_bundle_order)
-        if self._trust_bundle_version is None:
-            logger.info("No version of the ClusterTrustBundle API was found: clusterTrustBundle projections fail")
-        self._trust_bundle_version = ""
-        return ctb.Bundles(error=ctb.NOT_SUPPORTED)
+    async def _trust_bundles(self, pod: spec.Pod) -> ctb.Bundles:
+        """The cluster's ClusterTrustBundles from the manager's cache (upstream's informer lister), or the error
+        every clusterTrustBundle source of the pod then gets."""
+        if self.trust_bundles is None:
+            return ctb.Bundles(error=ctb.NOT_SUPPORTED)
+        return await self.trust_bundles.for_pod(pod)
 
     def forget(self, uid: str) -> None:
         for key in [k for k in self._tokens if k[0] == uid]:
             del self._tokens[key]
         if self.pod_certificates is not None:
             self.pod_certificates.forget(uid)
+        if self.trust_bundles is not None:
+            self.trust_bundles.forget(uid)
 
     async def cleanup(self, uid: str) -> None:
         """Unmount the pod's tmpfs volumes; the caller then removes the pod's directory."""

@@ -2,47 +2,49 @@
 
 Mirrors upstream v1.37.1's pkg/kubelet/clustertrustbundle (`InformerManager`: ``GetTrustAnchorsByName``,
 ``GetTrustAnchorsBySigner``, ``normalizeTrustAnchors``), the ClusterTrustBundle branch of pkg/volume/projected
-``collectData``, apimachinery's ``LabelSelectorAsSelector`` and label requirements, and Go's ``encoding/pem``
-(``Decode``, ``EncodeToMemory``), written again in Python: no cryptography package is needed, the certificates are
-only decoded from PEM, deduplicated and encoded again, never parsed.
+``collectData`` and apimachinery's ``LabelSelectorAsSelector`` and label requirements; the PEM is Go's
+``encoding/pem`` (``Decode``, ``EncodeToMemory``), `kopflet.gopem`: no cryptography package is needed, the
+certificates are only decoded from PEM, deduplicated and encoded again, never parsed.
 
 Upstream's kubelet keeps every ClusterTrustBundle in an informer (started on first use, at the first of
-certificates.k8s.io v1, v1beta1, v1alpha1 the apiserver serves) and answers from its lister. Here the caller lists
-them and passes what it got as `Bundles`: the objects, or the error upstream gives when it has none.
+certificates.k8s.io v1, v1beta1, v1alpha1 the apiserver serves) and answers from its lister. Here
+`kopflet.volumes.trust_bundle_manager` keeps them the same way and passes what it has as `Bundles`: the objects, or
+the error upstream gives when it has none. `references` and `affected` say which pods a changed bundle concerns.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import random
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from kopflet import gotext
+from kopflet import gopem, gotext
 from kopflet.api import spec
 
 API_GROUP = "certificates.k8s.io"
 API_VERSIONS = ("v1", "v1beta1", "v1alpha1")
 """LazyInformerManager.ensureManagerSet: the versions tried, in this order; the first served is used."""
+RESOURCE = "clustertrustbundles"
+_APIS = "/apis"
+SYNC_WAIT = 10.0
+"""ensureManagerSet: how long the first caller waits for the freshly started informer to sync (seconds)."""
 
 NOT_SYNCED = "ClusterTrustBundle informer has not yet synced"
-"""InformerManager's answer while it has no list of the bundles (here: the list failed)."""
+"""InformerManager's answer until its informer has listed the bundles once (HasSynced)."""
 
 NOT_SUPPORTED = "ClusterTrustBundle projection is not supported in static kubelet mode"
 """NoopManager's answer, which upstream uses when the apiserver serves no ClusterTrustBundle API version."""
+
+DISCOVERY_FAILED = ("failed to ensure informer manager for ClusterTrustBundles: failed to determine which informer "
+                    "manager to choose: ")
+"""LazyInformerManager's answer when the discovery of a version failed (the cause follows); asked again next time."""
 
 NAME_OR_SIGNER_REQUIRED = "ClusterTrustBundle projection requires either name or signerName to be set"
 NO_MATCH = "combination of signerName and labelSelector matched zero ClusterTrustBundles"
 MAX_LABEL_SELECTOR_LENGTH = 100 * 1024  # clustertrustbundle_manager.go maxLabelSelectorLength
 
 CERTIFICATE = "CERTIFICATE"
-_PEM_START = b"\n-----BEGIN "
-_PEM_END = b"\n-----END "
-_PEM_END_OF_LINE = b"-----"
-_PEM_LINE_LENGTH = 64
-_BASE64 = re.compile(rb"[A-Za-z0-9+/]*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 
 
 class TrustAnchorsError(Exception):
@@ -95,111 +97,70 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+# ------------------------------------------------------------------------------------------ the API
+
+
+def discovery_path(version: str) -> str:
+    """The group version's discovery document (ServerResourcesForGroupVersion)."""
+    return f"{_APIS}/{API_GROUP}/{version}"
+
+
+def list_path(version: str) -> str:
+    """The collection the informer lists and watches."""
+    return f"/apis/certificates.k8s.io/{version}/clustertrustbundles"
+
+
+def serves_bundles(discovery: Mapping[str, Any]) -> bool:
+    """clusterTrustBundlesAvailable: whether the group version's APIResourceList has ``clustertrustbundles``."""
+    resources = discovery.get("resources") if isinstance(discovery.get("resources"), list) else []
+    return any(isinstance(r, Mapping) and r.get("name") == RESOURCE for r in resources)
+
+
+# ------------------------------------------------------------------------------------------ who is concerned
+
+
+Reference = tuple[str, str]
+"""What a source reads: ("name", a bundle's name) or ("signer", a signer name)."""
+BY_NAME, BY_SIGNER = "name", "signer"
+
+
+def references(pod: spec.Pod) -> frozenset[Reference]:
+    """The bundles the pod's ``clusterTrustBundle`` sources read: by name, or every bundle of a signer (whatever
+    their labels: a change of labels may add or take one away). A source with neither reads nothing."""
+    found: set[Reference] = set()
+    for source in _sources(pod):
+        name, signer_name = source.get("name"), source.get("signerName")
+        if isinstance(name, str):
+            found.add((BY_NAME, name))
+        elif isinstance(signer_name, str):
+            found.add((BY_SIGNER, signer_name))
+    return frozenset(found)
+
+
+def affected(pods: Mapping[str, frozenset[Reference]], changed: Iterable[ClusterTrustBundle]) -> set[str]:
+    """The pods (by UID, from their `references`) whose sources may read otherwise now that `changed` were added,
+    modified or deleted: those naming one, and those reading its signer's bundles (upstream's dropCacheFor drops
+    the signer's cached answers, or the name's for a bundle without a signer; here a by-name source of a bundle
+    with a signer is concerned too)."""
+    touched: set[Reference] = set()
+    for bundle in changed:
+        touched.add((BY_NAME, bundle.name))
+        if bundle.signer_name:
+            touched.add((BY_SIGNER, bundle.signer_name))
+    return {uid for uid, refs in pods.items() if refs & touched}
+
+
 # ------------------------------------------------------------------------------------------ encoding/pem
 
 
-@dataclasses.dataclass(frozen=True)
-class PemBlock:
-    """Go's pem.Block: the type, the headers (``Key: Value`` lines) and the decoded bytes."""
-
-    type: str
-    headers: tuple[tuple[str, str], ...]
-    data: bytes
-
-
-def _get_line(data: bytes) -> tuple[bytes, bytes, int]:
-    """Go pem's getLine: the first line without its trailing blanks and newline, the rest, the bytes consumed."""
-    i = data.find(b"\n")
-    if i < 0:
-        i = j = len(data)
-    else:
-        j = i + 1
-        if i > 0 and data[i - 1] == 0x0D:
-            i -= 1
-    return data[:i].rstrip(b" \t"), data[j:], j
-
-
-def _base64_decode(data: bytes) -> bytes | None:
-    """Go's base64.StdEncoding.Decode of a body (blanks and line breaks skipped): whole quantums, padding only at
-    the end; None on an error. (binascii's strict mode would take a stray ``=`` after a whole quantum.)"""
-    cleaned = data.translate(None, b" \t\r\n")
-    if len(cleaned) % 4 or not _BASE64.fullmatch(cleaned):
-        return None
-    return base64.b64decode(cleaned)
-
-
-def pem_decode(data: bytes) -> tuple[PemBlock | None, bytes]:
-    """Go's pem.Decode: the next PEM block and the input after it, or (None, `data`) when there is none.
-
-    Blocks start and end at the beginnings and ends of lines; the last BEGIN before the first END is taken, so
-    repeated BEGIN lines without an END are skipped, and a malformed block is passed over for the next."""
-    rest = data
-    end_trailer_index = 0
-    while True:
-        if end_trailer_index < 0 or end_trailer_index > len(rest):
-            return None, data
-        rest = rest[end_trailer_index:]
-        end_index = rest.find(_PEM_END)
-        if end_index < 0:
-            return None, data
-        end_trailer_index = end_index + len(_PEM_END)
-        begin_index = rest.rfind(_PEM_START[1:], 0, end_index)
-        if begin_index < 0 or (begin_index > 0 and rest[begin_index - 1] != 0x0A):
-            continue
-        skip = begin_index + len(_PEM_START) - 1
-        rest = rest[skip:]
-        end_index -= skip
-        end_trailer_index -= skip
-
-        type_line, rest, consumed = _get_line(rest)
-        end_index -= consumed
-        end_trailer_index -= consumed
-        if not type_line.endswith(_PEM_END_OF_LINE):
-            continue
-        type_line = type_line[:-len(_PEM_END_OF_LINE)]
-
-        headers: dict[str, str] = {}
-        while True:
-            if not rest:
-                return None, data
-            line, following, consumed = _get_line(rest)
-            key, colon, value = line.partition(b":")
-            if not colon:
-                break
-            headers[key.strip().decode("latin-1")] = value.strip().decode("latin-1")
-            rest = following
-            end_index -= consumed
-            end_trailer_index -= consumed
-
-        if headers and end_index < 0:
-            continue
-        end_trailer = rest[end_trailer_index:]
-        end_trailer_length = len(type_line) + len(_PEM_END_OF_LINE)
-        if len(end_trailer) < end_trailer_length:
-            continue
-        rest_of_end_line = end_trailer[end_trailer_length:]
-        end_trailer = end_trailer[:end_trailer_length]
-        if not end_trailer.startswith(type_line) or not end_trailer.endswith(_PEM_END_OF_LINE):
-            continue
-        if _get_line(rest_of_end_line)[0]:
-            continue  # the END line must end with only blanks
-
-        decoded = b""
-        if end_index > 0:
-            body = _base64_decode(rest[:end_index])
-            if body is None:
-                continue
-            decoded = body
-        _, rest, _ = _get_line(rest[end_index + len(_PEM_END) - 1:])
-        return PemBlock(type_line.decode("latin-1"), tuple(headers.items()), decoded), rest
+# Go's pem.Block and pem.Decode are kopflet.gopem's; the names stay part of this module's API.
+PemBlock = gopem.Block
+pem_decode = gopem.decode
 
 
 def pem_encode(block_type: str, data: bytes) -> bytes:
-    """Go's pem.EncodeToMemory of a block without headers: base64 in lines of 64 characters."""
-    text = base64.b64encode(data)
-    lines = b"".join(text[i:i + _PEM_LINE_LENGTH] + b"\n" for i in range(0, len(text), _PEM_LINE_LENGTH))
-    kind = block_type.encode("latin-1")
-    return b"-----BEGIN " + kind + b"-----\n" + lines + b"-----END " + kind + b"-----\n"
+    """Go's pem.EncodeToMemory of a block without headers, as normalizeTrustAnchors writes each anchor."""
+    return gopem.encode(gopem.Block(block_type, data=data))
 
 
 def normalize_trust_anchors(bundles: Iterable[ClusterTrustBundle], order_seed: bytes) -> bytes:
@@ -207,12 +168,7 @@ def normalize_trust_anchors(bundles: Iterable[ClusterTrustBundle], order_seed: b
     shuffled (by `order_seed`), and written again as CERTIFICATE blocks, one after the other."""
     anchors: set[bytes] = set()
     for bundle in bundles:
-        rest = bundle.trust_bundle.encode()
-        while True:
-            block, rest = pem_decode(rest)
-            if block is None:
-                break
-            anchors.add(block.data)
+        anchors.update(block.data for block in gopem.decode_all(bundle.trust_bundle.encode()))
     ordered = sorted(anchors)
     random.Random(order_seed).shuffle(ordered)
     return b"".join(pem_encode(CERTIFICATE, anchor) for anchor in ordered)
@@ -338,32 +294,44 @@ def trust_anchors(source: Mapping[str, Any], bundles: Bundles) -> bytes:
     raise TrustAnchorsError(NAME_OR_SIGNER_REQUIRED)
 
 
-def wanted(pod: spec.Pod) -> bool:
-    """Whether a projected volume of the pod has a ``clusterTrustBundle`` source (the bundles are listed only then)."""
+def _sources(pod: spec.Pod) -> Iterator[Mapping[str, Any]]:
+    """The pod's ``clusterTrustBundle`` sources."""
     for volume in pod.spec.volumes:
         projected = volume.get("projected")
         sources = projected.get("sources") if isinstance(projected, Mapping) else None
-        if isinstance(sources, list) and any(
-                isinstance(s, Mapping) and isinstance(s.get("clusterTrustBundle"), Mapping) for s in sources):
-            return True
-    return False
+        for source in sources if isinstance(sources, list) else ():
+            if isinstance(source, Mapping) and isinstance(source.get("clusterTrustBundle"), Mapping):
+                yield source["clusterTrustBundle"]
+
+
+def wanted(pod: spec.Pod) -> bool:
+    """Whether a projected volume of the pod has a ``clusterTrustBundle`` source (the bundles are read only then)."""
+    return next(_sources(pod), None) is not None
 
 
 __all__ = [
     "API_GROUP",
     "API_VERSIONS",
+    "BY_NAME",
+    "BY_SIGNER",
     "Bundles",
     "ClusterTrustBundle",
     "PemBlock",
+    "Reference",
     "Requirement",
     "Selector",
     "TrustAnchorsError",
+    "affected",
     "anchors_by_name",
     "anchors_by_signer",
+    "discovery_path",
     "label_selector_as_selector",
+    "list_path",
     "normalize_trust_anchors",
     "pem_decode",
     "pem_encode",
+    "references",
+    "serves_bundles",
     "trust_anchors",
     "wanted",
 ]

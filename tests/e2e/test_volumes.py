@@ -1,6 +1,7 @@
 """Volumes on the real stack: emptyDir shared between containers, configMap and secret files (secrets on
 tmpfs), the default kube-api-access token volume bound to the pod, a missing source keeping the pod
-ContainerCreating with FailedMount until it appears, and unsupported volume types refused clearly."""
+ContainerCreating with FailedMount until it appears, unsupported volume types refused clearly, and projected
+clusterTrustBundle and podCertificate sources (a changed bundle reaching the running pod)."""
 
 from __future__ import annotations
 
@@ -324,6 +325,40 @@ def test_cluster_trust_bundles_projected_by_name_and_by_signer(running_agent: Ag
     finally:
         for name in bundles:
             admin.run("delete", "clustertrustbundle", name, "--ignore-not-found", check=False)
+
+
+def test_cluster_trust_bundle_update_reaches_the_running_pod(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                                             namespace: str, tmp_path: Path) -> None:
+    """A ClusterTrustBundle changed while a pod projects it: the file follows, the container is not restarted
+    (upstream: the informer's handlers and the periodic remount; kopflet's watch also wakes the pod at once), and the
+    agent started one informer for the whole run rather than listing on each sync."""
+    name = f"kopflet-e2e-live-{uuid.uuid4().hex[:6]}"
+    first, second = _self_signed_pem(tmp_path, "live-1"), _self_signed_pem(tmp_path, "live-2")
+
+    def bundle(trust: str) -> None:
+        admin.apply(json.dumps({"apiVersion": "certificates.k8s.io/v1", "kind": "ClusterTrustBundle",
+                                "metadata": {"name": name}, "spec": {"trustBundle": trust}}))
+
+    try:
+        bundle(first)
+        # Seen from inside: Ready only once the projected file holds both certificates.
+        probe = {"exec": {"command": ["sh", "-c", "test $(grep -c 'BEGIN CERTIFICATE' /ctb/ca.pem) -eq 2"]},
+                 "periodSeconds": 1}
+        admin.apply(pod_manifest("ctb-watcher", namespace, layout.node_name, [container(
+            "main", "sleep 3600", volumeMounts=[{"name": "ctb", "mountPath": "/ctb"}], readinessProbe=probe)],
+            volumes=[{"name": "ctb", "projected": {"sources": [{"clusterTrustBundle": {"name": name,
+                                                                                          "path": "ca.pem"}}]}}]))
+        pod = wait_pod(admin, namespace, "ctb-watcher",
+                       lambda p: "running" in statuses(p).get("main", {}).get("state", {}), what="running")
+        assert not is_ready(pod)
+        started = time.monotonic()
+        bundle(first + second)
+        pod = wait_pod(admin, namespace, "ctb-watcher", is_ready, timeout=90,
+                       what="Ready: the updated bundle is in the volume")
+        assert statuses(pod)["main"]["restartCount"] == 0, f"took {time.monotonic() - started:.1f}s"
+        assert running_agent.output().count("Started ClusterTrustBundle informer") == 1
+    finally:
+        admin.run("delete", "clustertrustbundle", name, "--ignore-not-found", check=False)
 
 
 def _requests(admin: Kubectl, namespace: str, signer: str) -> list[dict[str, Any]]:

@@ -119,15 +119,18 @@ EXPECTED_CLUSTER_RULES = (
         ("kopflet/volumes/manager.py",
          '"POST", f"/api/v1/namespaces/{q(pod.namespace)}/serviceaccounts/{q(account)}/token"'),
     )),
-    # Service environment variables.
+    # Service environment variables (a list+watch cache: kopflet/client/informer.py lists and watches).
     Rule("", ("services",), ("list", "watch"), (
-        ("kopflet/envvars/services.py", 'self.api.request("GET", "/api/v1/services")'),
-        ("kopflet/envvars/services.py", 'self.api.watch("/api/v1/services", version)'),
+        ("kopflet/envvars/services.py", 'Informer(api, "/api/v1/services", '),
+        ("kopflet/client/informer.py", 'await self.api.request("GET", self.path, params=self.params or None)'),
+        ("kopflet/client/informer.py", 'self.api.watch(self.path, version, params=self.params or None)'),
     )),
-    # ClusterTrustBundles for projected clusterTrustBundle sources (one list per setup of a pod that has one).
-    Rule("certificates.k8s.io", ("clustertrustbundles",), ("list",), (
-        ("kopflet/volumes/manager.py", 'path = f"/apis/certificates.k8s.io/{version}/clustertrustbundles"'),
-        ("kopflet/volumes/manager.py", 'answer = await self.api.request("GET", path)'),
+    # ClusterTrustBundles for projected clusterTrustBundle sources (a list+watch cache from the first pod that has
+    # one, as upstream's informer).
+    Rule("certificates.k8s.io", ("clustertrustbundles",), ("list", "watch"), (
+        ("kopflet/volumes/trust_bundles.py", 'return f"/apis/certificates.k8s.io/{version}/clustertrustbundles"'),
+        ("kopflet/volumes/trust_bundle_manager.py", "Informer(self.api, ctb.list_path(version), "),
+        ("kopflet/client/informer.py", 'self.api.watch(self.path, version, params=self.params or None)'),
     )),
     # runtimeClassName to the CRI handler.
     Rule("node.k8s.io", ("runtimeclasses",), ("get",), (

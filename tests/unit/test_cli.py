@@ -106,7 +106,8 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(kopf, "run", lambda **kwargs: calls.append({**kwargs, "env": os.environ.get("KOPFLET_ARGS")}))
     monkeypatch.setattr(kopf, "configure", lambda **kwargs: calls.append({"configure": kwargs}))
-    monkeypatch.setattr(cli.logs_setup, "apply", lambda *args: calls.append({"logging": args}))
+    monkeypatch.setattr(cli.logs_setup, "apply",
+                        lambda *args, **kwargs: calls.append({"logging": args, "routing": kwargs}))
     for name in list(os.environ):
         if name.startswith("KOPFLET_"):
             monkeypatch.delenv(name)
@@ -118,9 +119,36 @@ def test_main_runs_the_operator_with_the_flags_in_kopflet_args(started: list[dic
     args = ["--hostname-override=edge-1", "--node-labels=tier=a", "-v", "4"]
     assert cli.main(args) == 0
     configure, run = started
-    assert configure == {"logging": ("text", 4, ())}  # the format, -v and --vmodule, before the operator runs
+    # the format, -v and --vmodule, the format's output routing and the flush period, before the operator runs
+    assert configure == {"logging": ("text", 4, ()),
+                         "routing": {"split_stream": False, "info_buffer_bytes": 0, "flush_frequency": 5.0}}
     # No Kopf liveness endpoint: the agent serves the healthz port itself (kopflet.server.healthz_server).
     assert run == {"standalone": True, "clusterwide": True, "env": shlex.join(args)}
+
+
+@pytest.mark.parametrize(("args", "routing"), [
+    # only the options of the format in use apply (upstream's factories read their own format's)
+    (["--logging-format=json", "--log-json-split-stream", "--log-json-info-buffer-size=64Ki",
+      "--log-text-info-buffer-size=1Mi", "--log-flush-frequency=2s"],
+     {"split_stream": True, "info_buffer_bytes": 65536, "flush_frequency": 2.0}),
+    (["--log-json-split-stream", "--log-text-split-stream", "--log-text-info-buffer-size=1.5k"],
+     {"split_stream": True, "info_buffer_bytes": 1500, "flush_frequency": 5.0}),
+    (["--logging-format=json", "--log-text-split-stream"],
+     {"split_stream": False, "info_buffer_bytes": 0, "flush_frequency": 5.0}),
+])
+def test_main_applies_the_formats_output_routing(started: list[dict[str, Any]], args: list[str],
+                                                  routing: dict[str, Any]) -> None:
+    assert cli.main(["--feature-gates=LoggingAlphaOptions=true", *args]) == 0
+    assert started[0]["routing"] == routing
+
+
+def test_main_refuses_split_streams_without_the_alpha_gate(started: list[dict[str, Any]],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--logging-format=json", "--log-json-split-stream"]) == 2
+    assert started == []
+    assert capsys.readouterr().err.startswith(
+        "kopflet: invalid configuration: logging.options.json.splitStream: Forbidden: Feature LoggingAlphaOptions "
+        "is disabled\n")
 
 
 def test_main_puts_kopflet_args_from_the_environment_first(started: list[dict[str, Any]],

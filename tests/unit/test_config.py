@@ -491,7 +491,7 @@ eventRecordQPS: 0
 eventBurst: 20
 podPidsLimit: 1024
 protectKernelDefaults: true
-featureGates: {QOSReserved: true}
+featureGates: {QOSReserved: true, LoggingAlphaOptions: true}
 qosReserved: {memory: 50%}
 httpCheckFrequency: 40s
 volumeStatsAggPeriod: 2m
@@ -501,7 +501,7 @@ logging:
   flushFrequency: 2s
   verbosity: 3
   vmodule: [{filePattern: workers, verbosity: 4}]
-  options: {text: {infoBufferSize: "0"}, json: {splitStream: false, infoBufferSize: 0}}
+  options: {text: {splitStream: true, infoBufferSize: "0"}, json: {splitStream: true, infoBufferSize: 64Ki}}
 shutdownGracePeriod: 0s
 shutdownGracePeriodCriticalPods: 0s
 crashLoopBackOff: {maxContainerRestartPeriod: 5m}
@@ -544,9 +544,10 @@ def test_full_config_file() -> None:
         seccomp_default=True, local_storage_capacity_isolation=False, enforce_node_allocatable=("none",),
         streaming_connection_idle_timeout=1800.0, event_record_qps=0, event_burst=20, pod_pids_limit=1024,
         protect_kernel_defaults=True, cgroup_root="/custom", cgroups_per_qos=False, cgroup_driver="systemd",
-        feature_gates={"QOSReserved": True}, qos_reserved={"memory": "50%"},
+        feature_gates={"QOSReserved": True, "LoggingAlphaOptions": True}, qos_reserved={"memory": "50%"},
         http_check_frequency=40.0, volume_stats_agg_period=120.0, memory_swap_behavior="NoSwap", log_verbosity=3,
-        log_flush_frequency=2.0, log_vmodule=(("workers", 4),),
+        log_flush_frequency=2.0, log_vmodule=(("workers", 4),), log_text_split_stream=True,
+        log_json_split_stream=True, log_json_info_buffer_size="64Ki",
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 

@@ -147,17 +147,23 @@ def test_accepted(body: str, expected: dict[str, Any]) -> None:
      r'field "logging.vmodule": item 0: Invalid value: "a=b": File pattern must not contain equal sign or comma'),
     ("logging: {vmodule: [{filePattern: a, verbosity: 2147483648}]}\n",
      r'field "logging.vmodule": item 0: verbosity: Invalid value: 2147483648: Must be <= 2147483647'),
+    # the output routing options are alpha: refused without LoggingAlphaOptions, in logsapi.Validate's words
     ("logging: {options: {text: {splitStream: true}}}\n",
-     r'field "logging.options": text.splitStream true: kopflet\'s logging has the text and json formats, the '
-     r'verbosity \(-v, logging.verbosity\), vmodule and any flushFrequency; splitStream and a non-zero '
-     r'infoBufferSize \(upstream\'s alpha options\) it does not have yet'),
+     r'^invalid configuration: logging.options.text.splitStream: Forbidden: Feature LoggingAlphaOptions is '
+     r'disabled$'),
     ("logging: {vmodule: [{filePattern: server, level: 4}]}\n",
      r'field "logging.vmodule": item 0: unknown field "level"'),
     ("logging: {options: {json: {infoBufferSize: 64Ki}}}\n",
-     r'field "logging.options": json.infoBufferSize 65536: kopflet\'s logging has'),
+     r'^invalid configuration: logging.options.json.infoBufferSize: Forbidden: Feature LoggingAlphaOptions is '
+     r'disabled$'),
     ("logging: {options: {json: {infoBufferSize: lots}}}\n",
-     r'field "logging.options": json.infoBufferSize: expected a quantity such as "0" or "64Ki", got "lots"'),
-    ("logging: {options: {yaml: {}}}\n", r'field "logging.options": unknown field "yaml"'),
+     r'field "logging.options.json.infoBufferSize": expected a quantity such as "0" or "64Ki", got "lots"'),
+    ("logging: {options: {yaml: {}}}\n", r'unknown field "logging.options.yaml"'),
+    ("logging: {options: {text: {split: true}}}\n",
+     r'unknown field "logging.options.text.split" \(did you mean logging.options.text.splitStream\?\)'),
+    ("logging: {options: {json: true}}\n", r'field "logging.options.json": expected a mapping, got true'),
+    ("logging: {options: {json: {splitStream: \"true\"}}}\n",
+     r'field "logging.options.json.splitStream": expected true or false, got "true"'),
     ("logging: {flushFrequency: -1}\n", r'field "logging.flushFrequency": Invalid value: -1: Must be greater than '
                                         r'zero'),
     ("logging: {flushFrequency: 1.5}\n", r'field "logging.flushFrequency": expected a duration such as "5s" or a '

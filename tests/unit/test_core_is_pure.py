@@ -30,7 +30,7 @@ IMPURE = frozenset({
     "kopflet.apis.podresources.proto.v1alpha1.api_pb2", "kopflet.apis.podresources.proto.v1alpha1.api_pb2_grpc",
     "kopflet.certificate.bootstrap", "kopflet.certificate.manager",
     "kopflet.certificate.openssl", "kopflet.certificate.signing", "kopflet.certificate.store",
-    "kopflet.client.events", "kopflet.client.kubeapi", "kopflet.cm.cgroups",
+    "kopflet.client.events", "kopflet.client.informer", "kopflet.client.kubeapi", "kopflet.cm.cgroups",
     "kopflet.cm.container_manager", "kopflet.cm.cpumanager.manager", "kopflet.cm.memorymanager.manager",
     "kopflet.cm.devicemanager.manager", "kopflet.cm.devicemanager.proto.api_pb2_grpc",
     "kopflet.config.file_source", "kopflet.envvars.services", "kopflet.eviction.manager", "kopflet.eviction.signals",
@@ -42,9 +42,10 @@ IMPURE = frozenset({
     "kopflet.pleg.relist", "kopflet.pods.housekeeping", "kopflet.pods.teardown", "kopflet.pods.workers",
     "kopflet.sdnotify",
     "kopflet.prober.manager", "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.http",
-    "kopflet.server.healthz_server",
+    "kopflet.server.healthz_server", "kopflet.server.http_server",
     "kopflet.server.server", "kopflet.stats.collector", "kopflet.status.manager", "kopflet.userns.userns_manager",
-    "kopflet.volumes.manager", "kopflet.watchdog.health_checker", "kopflet.podcertificate.keys",
+    "kopflet.volumes.manager", "kopflet.volumes.trust_bundle_manager", "kopflet.watchdog.health_checker",
+    "kopflet.podcertificate.keys",
     "kopflet.podcertificate.manager",
 })
 

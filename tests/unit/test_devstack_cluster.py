@@ -86,3 +86,22 @@ def test_the_join_configuration(v1: bool) -> None:
     assert reg.get("ignorePreflightErrors", []) == (["SystemVerification"] if v1 else [])
     assert join["patches"]["directory"].endswith("/patches")
     assert yaml.safe_load(cluster_join.kubelet_patch()) == {"cgroupRoot": cluster_join.CGROUP_ROOT}
+
+
+@pytest.mark.parametrize(("notifications", "now", "expired"), [
+    ([], 89.9, False),
+    ([], 90.0, True),  # TimeoutStartSec=90 from the start
+    ([(10.0, ["READY=1"])], 1000.0, False),  # started: no start timeout any more
+    ([(80.0, ["STATUS=waiting", "EXTEND_TIMEOUT_USEC=60000000"])], 139.0, False),  # extended to 140 s
+    ([(80.0, ["EXTEND_TIMEOUT_USEC=60000000"])], 140.0, True),  # and not again
+    ([(10.0, ["EXTEND_TIMEOUT_USEC=1000000"])], 89.0, False),  # an extension never shortens the original maximum
+    ([(80.0, ["EXTEND_TIMEOUT_USEC=60000000"]), (130.0, ["EXTEND_TIMEOUT_USEC=60000000"])], 189.0, False),
+    ([(80.0, ["EXTEND_TIMEOUT_USEC=60000000"]), (130.0, ["READY=1"])], 500.0, False),
+    ([(80.0, ["EXTEND_TIMEOUT_USEC=bogus"])], 90.0, True),
+])
+def test_the_unit_start_timeout(notifications: list[tuple[float, list[str]]], now: float, expired: bool) -> None:
+    """systemd's TimeoutStartSec of a Type=notify unit with sd_notify's EXTEND_TIMEOUT_USEC (sd_notify(3))."""
+    start = kubelet_unit.StartTimeout(started=0.0)
+    for at, states in notifications:
+        start.notified(states, at)
+    assert start.expired(now) is expired

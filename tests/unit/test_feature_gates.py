@@ -1,6 +1,7 @@
 """featureGates / --feature-gates and qosReserved / --qos-reserved as settings (issue 20).
 
-kopflet implements one gate, QOSReserved, and SystemdWatchdog's behaviour (locked on: taken at true, not a no-op);
+kopflet implements three gates, QOSReserved, LoggingAlphaOptions and LoggingBetaOptions (the logging options, checked
+in test_logging_options.py), and SystemdWatchdog's behaviour (locked on: taken at true, not a no-op);
 any other gate upstream v1.37.1 knows is taken only at its default there
 (a no-op, noted at start), and refused at start at the other value (upstream's words for a gate locked to its
 default); a name upstream does not know either gets upstream's message. qosReserved is parsed as upstream's
@@ -135,13 +136,18 @@ def test_parse_flag_errors_are_upstreams(text: str, message: str) -> None:
 
 
 NOT_IMPLEMENTED = ("cannot set feature gate {name} to {value}, kopflet does not implement it (it takes {name} only "
-                   "at upstream's default, {default}; the only feature gate it implements both ways is QOSReserved)")
+                   "at upstream's default, {default}; the only feature gates it implements both ways are "
+                   "LoggingAlphaOptions, LoggingBetaOptions and QOSReserved)")
 
 
 @pytest.mark.parametrize(("gates", "errors", "no_ops"), [
     ({}, [], []),
     ({"QOSReserved": True}, [], []),  # implemented both ways: never a no-op
     ({"QOSReserved": False}, [], []),
+    ({"LoggingAlphaOptions": True}, [], []),  # the logging options, both ways
+    ({"LoggingAlphaOptions": False}, [], []),
+    ({"LoggingBetaOptions": False}, [], []),  # the json format, both ways
+    ({"LoggingBetaOptions": True}, [], []),
     ({"NoSuchGate": True}, ["unrecognized feature gate: NoSuchGate"], []),
     ({"NoSuchGate": False}, ["unrecognized feature gate: NoSuchGate"], []),
     ({"qosreserved": True}, ["unrecognized feature gate: qosreserved"], []),  # names are case-sensitive, as upstream

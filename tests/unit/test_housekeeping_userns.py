@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from cri_client import CriError
 from kopflet.paths import Layout
 from kopflet.pods.housekeeping import Housekeeping
 from kopflet.userns.userns_manager import UsernsManager
@@ -67,3 +68,31 @@ async def test_a_range_of_a_pod_no_one_knows_is_freed(tmp_path: Path) -> None:
     assert teardown.pods == ["unknown"]
     assert set(userns.allocations.used_by) == {"a", "listed"}
     assert not (tmp_path / "pods" / "unknown" / "userns").exists()
+
+
+class FailingTeardown(Teardown):
+    """A teardown whose runtime answers with an error for the pods in `failing` (a sandbox whose status cannot be
+    read, say)."""
+
+    def __init__(self, failing: set[str]) -> None:
+        super().__init__()
+        self.failing = failing
+
+    async def pod(self, uid: str, namespace: str = "", name: str = "") -> None:
+        if uid in self.failing:
+            raise CriError("UNKNOWN", "failed to read the sandbox's status", "PodSandboxStatus")
+        await super().pod(uid, namespace, name)
+
+
+async def test_one_orphan_that_cannot_be_removed_does_not_stop_the_round(tmp_path: Path) -> None:
+    layout = Layout(str(tmp_path), pod_log_root=str(tmp_path / "logs"))
+    userns = UsernsManager(layout, max_pods=110)
+    for uid in ("dir-only", "unknown"):
+        userns.get_or_create(uid)
+    teardown = FailingTeardown({"broken", "dir-only"})
+    keeper = Housekeeping(Api([]), Relist(["broken", "fine"]), set(), teardown, layout,  # type: ignore[arg-type]
+                          "spec.nodeName=n", userns=userns)
+    assert await keeper.cleanup_orphans() == 2
+    # the other runtime orphan and the other directory were still removed, and the user namespaces cleaned up
+    assert teardown.pods == ["fine", "unknown"]
+    assert not userns.allocations.used_by  # the round went on to free the ranges no one knows

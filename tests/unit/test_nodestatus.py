@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from cri_client import types as cri
-from kopflet.api import apparmor
+from kopflet.api import apparmor, spec
 from kopflet.client.kubeapi import KubeApiError
 from kopflet.config.settings import AgentConfig
+from kopflet.lifecycle import admission
 from kopflet.nodestatus import heartbeat, setters
 from kopflet.nodestatus.setters import Condition, MachineFacts
 
@@ -350,3 +351,32 @@ async def test_a_registration_cut_short_is_done_again_whole(monkeypatch: pytest.
     assert agent.uid == ""  # so the heartbeat loop registers (and says so) instead of taking it as done
     await agent.register_with_api_server()
     assert agent.uid == "u1" and api.patched
+
+
+async def test_admission_sees_the_labels_others_put_on_the_node() -> None:
+    """A label set on the Node by someone else (kubectl label; the DaemonSet and NodeSelector [Conformance] specs)
+    counts for admission at once, as upstream's node lister sees it; before the Node is read, the agent's own."""
+    cfg = AgentConfig(node_name="n1")
+    api = FakeApi(None)
+    agent = heartbeat.NodeAgent(cfg, api, FakeCri(), "containerd://2", FACTS)  # type: ignore[arg-type]
+    api.existing = {"metadata": {"uid": "u1", "labels": {"kubernetes.io/hostname": "n1", "color": "blue"}}}
+    info = await agent.admission_info()
+    assert info.labels == {"kubernetes.io/hostname": "n1", "color": "blue"}
+    pod = spec.pod_from_body({"metadata": {"name": "p", "namespace": "ns", "uid": "p1"},
+                              "spec": {"nodeSelector": {"color": "blue"}, "containers": [{"name": "c", "image": "i"}]}})
+    assert admission.admit(pod, info, []) is None
+    api.existing["metadata"]["labels"].pop("color")  # the label is taken off again
+    rejection = admission.admit(pod, await agent.admission_info(), [])
+    assert rejection is not None and rejection.reason == "NodeAffinity"
+
+
+async def test_admission_labels_before_the_node_was_read() -> None:
+    cfg = AgentConfig(node_name="n1", node_labels={"zone": "a"})
+
+    class DownApi(FakeApi):
+        async def request(self, method: str, path: str, body: Any = None, content_type: str = "") -> dict[str, Any]:
+            raise KubeApiError(503, "ServiceUnavailable", "down", method, path)
+
+    agent = heartbeat.NodeAgent(cfg, DownApi(None), FakeCri(), "containerd://2", FACTS)  # type: ignore[arg-type]
+    info = await agent.admission_info()
+    assert info.labels["zone"] == "a" and info.labels["kubernetes.io/hostname"] == "n1"

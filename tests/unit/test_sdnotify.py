@@ -4,11 +4,14 @@ abstract namespace (``@name``)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -113,6 +116,64 @@ async def test_notify_async_times_out_on_a_full_socket(tmp_path: Path) -> None:
         with pytest.raises(sdnotify.NotifyError, match="cannot notify systemd"):
             for _ in range(100_000):  # the kernel's per-socket datagram queue (net.unix.max_dgram_qlen) fills up
                 await sdnotify.notify_async("STATUS=" + "x" * 1024, environ=env, send_timeout=0.05)
+
+
+# --- a start-up that waits on someone else ----------------------------------------------------------------------
+
+
+async def test_extending_start_extends_while_the_body_waits_then_clears_the_status(
+        systemd_socket: tuple[socket.socket, str]) -> None:
+    sock, path = systemd_socket
+    env = {sdnotify.NOTIFY_SOCKET_ENV: path}
+    async with sdnotify.extending_start("waiting for the certificate", every=0.05, environ=env):
+        await asyncio.sleep(0.12)
+    received = []
+    sock.settimeout(0.5)
+    with contextlib.suppress(TimeoutError):
+        while True:
+            received.append(sock.recv(4096))
+    assert received[-1] == b"STATUS="
+    extensions = received[:-1]
+    assert len(extensions) >= 2  # at the start and again before the first one ran out
+    assert set(extensions) == {b"STATUS=waiting for the certificate\nEXTEND_TIMEOUT_USEC=100000"}
+
+
+async def test_extending_start_sends_nothing_without_a_notify_socket() -> None:
+    async with sdnotify.extending_start("waiting", every=0.01, environ={}):
+        await asyncio.sleep(0.05)
+
+
+async def test_extending_start_survives_a_socket_nobody_listens_on(tmp_path: Path) -> None:
+    env = {sdnotify.NOTIFY_SOCKET_ENV: str(tmp_path / "gone")}
+    async with sdnotify.extending_start("waiting", every=0.01, environ=env):
+        await asyncio.sleep(0.05)
+
+
+class _AttrMemo(dict[str, Any]):
+    """kopf.Memo: a dict whose keys are set as attributes too."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+async def test_the_client_certificate_wait_extends_the_start_up(
+        systemd_socket: tuple[socket.socket, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handler that waits for the node's client certificate tells systemd it is still starting."""
+    sock, path = systemd_socket
+    monkeypatch.setenv(sdnotify.NOTIFY_SOCKET_ENV, path)
+    waited = asyncio.Event()
+
+    async def wait(*_: Any, **__: Any) -> None:
+        await asyncio.sleep(0.1)  # the request waits for its approval
+        waited.set()
+
+    monkeypatch.setattr(startup, "load_client_cert", wait)
+    memo = _AttrMemo(config=SimpleNamespace(bootstrap_kubeconfig="/b", rotate_certificates=False, kubeconfig="/k",
+                                        cert_directory="/c", node_name="n"))
+    await startup.client_certificate(memo=memo, logger=_Logger())
+    assert waited.is_set() and memo["client_certificate_ready"]
+    assert sock.recv(4096).startswith(b"STATUS=waiting for the node's client certificate\nEXTEND_TIMEOUT_USEC=")
+    assert sock.recv(4096) == b"STATUS="
 
 
 # --- where the agent sends them ---------------------------------------------------------------------------------

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import pytest
 
+from kopflet.envvars import services
 from kopflet.envvars.service_env import Service, ServicePort, service_env, visible_services
 
 KUBERNETES = Service(namespace="default", name="kubernetes", cluster_ip="10.96.0.1",
@@ -79,3 +83,54 @@ def test_ipv6_cluster_ip_is_bracketed_in_urls() -> None:
 ])
 def test_from_object(obj: dict, expected: Service) -> None:
     assert Service.from_object(obj) == expected
+
+
+# ------------------------------------------------------------------------------- the cache (list + watch)
+
+
+class FakeServiceApi:
+    """/api/v1/services: one list, then the queued watch events."""
+
+    def __init__(self, items: list[dict]) -> None:
+        self.items = items
+        self.events: asyncio.Queue[dict] = asyncio.Queue()
+        self.calls: list[tuple[str, str]] = []
+
+    async def request(self, method: str, path: str, **_: object) -> dict:
+        self.calls.append((method, path))
+        return {"metadata": {"resourceVersion": "5"}, "items": self.items}
+
+    async def watch(self, path: str, resource_version: str, **_: object) -> AsyncIterator[dict]:
+        self.calls.append(("WATCH", f"{path}?resourceVersion={resource_version}"))
+        while True:
+            yield await self.events.get()
+
+
+def service_object(namespace: str, name: str, ip: str, port: int, version: str = "1") -> dict:
+    return {"metadata": {"namespace": namespace, "name": name, "resourceVersion": version},
+            "spec": {"clusterIP": ip, "ports": [{"port": port}]}}
+
+
+async def test_the_cache_lists_then_follows_the_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(services, "SYNC_WAIT", 0.01)
+    api = FakeServiceApi([service_object("shop", "web", "10.96.0.5", 80)])
+    cache = services.ServiceCache(api)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="services have not yet been read at least once"):
+        await cache.env("shop", True)
+    assert await cache.env("shop", True, static=True) == {}  # a static pod gets what is known
+    task = asyncio.create_task(cache.run())
+    try:
+        await asyncio.sleep(0.01)
+        assert (await cache.env("shop", True))["WEB_SERVICE_HOST"] == "10.96.0.5"
+        api.events.put_nowait({"type": "MODIFIED", "object": service_object("shop", "web", "10.96.0.6", 80, "6")})
+        api.events.put_nowait({"type": "ADDED", "object": service_object("shop", "db", "10.96.0.7", 5432, "7")})
+        await asyncio.sleep(0.01)
+        env = await cache.env("shop", True)
+        assert env["WEB_SERVICE_HOST"] == "10.96.0.6" and env["DB_SERVICE_PORT"] == "5432"
+        api.events.put_nowait({"type": "DELETED", "object": service_object("shop", "db", "10.96.0.7", 5432, "8")})
+        await asyncio.sleep(0.01)
+        assert "DB_SERVICE_HOST" not in await cache.env("shop", True)
+        assert api.calls == [("GET", "/api/v1/services"), ("WATCH", "/api/v1/services?resourceVersion=5")]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,6 +1,7 @@
 """Projected ``clusterTrustBundle`` sources: Go's PEM decoding and encoding, label selectors, upstream's
 clustertrustbundle manager (by name, by signer and labels, merged anchors, optional, errors), the projected volume's
-files, and the VolumeManager's list of the bundles.
+files, the API's paths and which pods a changed bundle concerns (the manager's cache and wakes:
+test_trust_bundle_manager.py).
 
 The PEM and selector tables were checked against Go (encoding/pem of go1.26, apimachinery v0.37.1's
 LabelSelectorAsSelector) on the same inputs; the manager's cases follow upstream's clustertrustbundle_manager_test.go
@@ -18,8 +19,6 @@ from typing import Any
 import pytest
 
 from kopflet.api.spec import Pod, pod_from_body
-from kopflet.client.kubeapi import KubeApiError
-from kopflet.config.settings import AgentConfig
 from kopflet.paths import Layout
 from kopflet.volumes import manager, plugins
 from kopflet.volumes import trust_bundles as ctb
@@ -383,81 +382,49 @@ def test_wanted() -> None:
                                     {"name": "e", "emptyDir": {}}]))
 
 
-# --------------------------------------------------------------------------------------- the manager's I/O
+# ------------------------------------------------------------------------------ the API, who is concerned
 
 
-class FakeApi:
-    """Answers GETs of the ClusterTrustBundle lists: by version, an answer or an exception."""
-
-    def __init__(self, answers: dict[str, dict[str, Any] | BaseException]) -> None:
-        self.answers = answers
-        self.calls: list[str] = []
-
-    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
-        assert method == "GET"
-        self.calls.append(path)
-        version = path.split("/")[3]
-        answer = self.answers.get(version, KubeApiError(404, "NotFound", "the server could not find it", method,
-                                                        path))
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
+def test_the_api_paths() -> None:
+    assert ctb.discovery_path("v1beta1") == "/apis/certificates.k8s.io/v1beta1"
+    assert ctb.list_path("v1") == "/apis/certificates.k8s.io/v1/clustertrustbundles"
 
 
-def list_path(version: str) -> str:
-    return f"/apis/certificates.k8s.io/{version}/clustertrustbundles"
+@pytest.mark.parametrize(("discovery", "served"), [
+    ({"resources": [{"name": "certificatesigningrequests"}, {"name": "clustertrustbundles"}]}, True),
+    ({"resources": [{"name": "certificatesigningrequests"}, {"name": "certificatesigningrequests/status"}]}, False),
+    ({"resources": [{"name": "clustertrustbundles/status"}]}, False),
+    ({}, False),
+    ({"resources": None}, False),
+])
+def test_serves_bundles(discovery: dict[str, Any], served: bool) -> None:
+    assert ctb.serves_bundles(discovery) is served
 
 
-LIST = {"items": [{"metadata": {"name": "a"}, "spec": {"signerName": "s/a", "trustBundle": pem(A)}}]}
+def test_references() -> None:
+    pod = make_pod([projected({"name": "a", "path": "a"}, {"signerName": "s/x", "labelSelector": {}, "path": "b"},
+                              {"path": "neither"}),
+                    {"name": "other", "projected": {"sources": [{"configMap": {"name": "c"}},
+                                                                {"clusterTrustBundle": {"name": "b", "path": "c"}}]}},
+                    {"name": "e", "emptyDir": {}}])
+    assert ctb.references(pod) == {("name", "a"), ("signer", "s/x"), ("name", "b")}
+    assert ctb.references(make_pod([{"name": "e", "emptyDir": {}}])) == frozenset()
 
 
-def volume_manager(api: FakeApi, tmp_path: Path) -> manager.VolumeManager:
-    return manager.VolumeManager(AgentConfig(node_name="n"), api, layout=Layout(str(tmp_path)))  # type: ignore[arg-type]
+PODS = {"by-name": frozenset({("name", "a")}), "by-signer": frozenset({("signer", "s/x")}),
+        "both": frozenset({("name", "z"), ("signer", "s/y")}), "none": frozenset()}
 
 
-async def test_the_first_version_served_is_used_from_then_on(tmp_path: Path) -> None:
-    api = FakeApi({"v1beta1": LIST, "v1alpha1": LIST})
-    volumes = volume_manager(api, tmp_path)
-    got = await volumes.cluster_trust_bundles()
-    assert got.items == (ClusterTrustBundle("a", "s/a", pem(A)),) and not got.error and len(got.order_seed) == 16
-    assert api.calls == [list_path("v1"), list_path("v1beta1")]
-    assert (await volumes.cluster_trust_bundles()).order_seed == got.order_seed  # one order for the process
-    assert api.calls[2:] == [list_path("v1beta1")]
-
-
-async def test_no_version_served_is_upstreams_noop_manager_for_good(tmp_path: Path) -> None:
-    api = FakeApi({})
-    volumes = volume_manager(api, tmp_path)
-    assert await volumes.cluster_trust_bundles() == Bundles(error=ctb.NOT_SUPPORTED)
-    assert api.calls == [list_path(v) for v in ("v1", "v1beta1", "v1alpha1")]
-    api.answers["v1"] = LIST
-    assert await volumes.cluster_trust_bundles() == Bundles(error=ctb.NOT_SUPPORTED)
-    assert len(api.calls) == 3
-
-
-@pytest.mark.parametrize("failure", [KubeApiError(403, "Forbidden", "no", "GET", "/x"), TimeoutError(),
-                                     ConnectionResetError()], ids=["403", "timeout", "reset"])
-async def test_a_failed_list_is_not_synced_and_tried_again(tmp_path: Path, failure: BaseException) -> None:
-    api = FakeApi({"v1": failure})
-    volumes = volume_manager(api, tmp_path)
-    assert await volumes.cluster_trust_bundles() == Bundles(error=ctb.NOT_SYNCED)
-    api.answers["v1"] = LIST
-    assert (await volumes.cluster_trust_bundles()).items
-    assert api.calls == [list_path("v1")] * 2
-
-
-async def test_setup_lists_the_bundles_only_for_pods_that_project_them(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    written: list[dict[str, plugins.VolumePlan]] = []
-    monkeypatch.setattr(manager, "materialize", lambda plans, fs_group: written.append(dict(plans)))
-    api = FakeApi({"v1": LIST})
-    volumes = volume_manager(api, tmp_path)
-    await volumes.setup(make_pod([{"name": "e", "emptyDir": {}}]))
-    assert api.calls == []
-    plans = await volumes.setup(make_pod([projected({"name": "a", "path": "ca.pem"})]))
-    assert api.calls == [list_path("v1")]
-    assert plans["ctb-volume-0"].files == (FileEntry("ca.pem", pem(A).encode(), 0o644),)
-    assert written[-1] == plans
+@pytest.mark.parametrize(("changed", "woken"), [
+    ([bundle("a", "", "")], {"by-name"}),
+    ([bundle("a", "s/x", "")], {"by-name", "by-signer"}),  # by name, whatever its signer; and its signer's
+    ([bundle("b", "s/x", "")], {"by-signer"}),
+    ([bundle("b", "s/y", ""), bundle("z", "", "")], {"both"}),
+    ([bundle("q", "s/q", "")], set()),
+    ([], set()),
+])
+def test_affected(changed: list[ClusterTrustBundle], woken: set[str]) -> None:
+    assert ctb.affected(PODS, changed) == woken
 
 
 # ---------------------------------------------------------------------------------- the atomic writer
