@@ -391,10 +391,11 @@ def node_publish_request(volume: pvc.VolumeSpec, pod: spec.Pod, layout: paths.La
     """Upstream SetUpAt (publishVolumeForBlock for a block volume): the NodePublishVolume request.
 
     The volume context is the volume's attributes, then the pod's (a ``podInfoOnMount`` driver), then `tokens`
-    (`service_account_tokens`' attribute), which go to the secrets instead for a ``serviceAccountTokenInSecrets``
-    driver. `secrets` are the NodePublishSecretRef's. A persistent volume is published from its staging path when
-    the driver stages; an inline one never is, and gets no publish context and no mount options. A block volume
-    names its staging path always, and gets no token, mount option or fsGroup."""
+    (`service_account_tokens`' attribute; only a driver with ``tokenRequests`` gets them), which go to the secrets
+    instead for a ``serviceAccountTokenInSecrets`` driver. `secrets` are the NodePublishSecretRef's. A persistent
+    volume is published from its staging path when the driver stages; an inline one never is, and gets no publish
+    context and no mount options. A block volume names its staging path always, and gets no token, mount option or
+    fsGroup."""
     pod_info = pod_info_attributes(pod, volume.lifecycle) if driver.pod_info_on_mount else {}
     context = {**volume.volume_attributes, **pod_info}
     all_secrets = dict(secrets or {})
@@ -404,10 +405,11 @@ def node_publish_request(volume: pvc.VolumeSpec, pod: spec.Pod, layout: paths.La
             volume_capability=_capability(volume, capabilities, block=True), readonly=volume.read_only,
             staging_target_path=staging_path(volume, layout), publish_context=dict(publish_context or {}),
             secrets=all_secrets, volume_context=context)
+    token_attributes = dict(tokens or {}) if driver.token_requests else {}
     if driver.service_account_token_in_secrets:
-        all_secrets.update(tokens or {})
+        all_secrets.update(token_attributes)
     else:
-        context.update(tokens or {})
+        context.update(token_attributes)
     persistent = volume.lifecycle == pvc.LIFECYCLE_PERSISTENT
     capability = _capability(volume, capabilities, block=False, fs_type=volume.fs_type,
                              mount_flags=volume.mount_options if persistent else (), fs_group=fs_group)

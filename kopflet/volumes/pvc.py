@@ -592,7 +592,9 @@ def resolve(pod: spec.Pod, *, claims: Mapping[str, Fetched], persistent_volumes:
                 errors.add(str(exc))
             failed.append(outer)
             continue
-        driver = _fetched(csi_drivers, resolved.driver, "CSIDriver") if resolved.plugin == PLUGIN_CSI else None
+        # No CSIDriver is read for a volume without a driver's name (drivers_wanted leaves it out).
+        driver = (_fetched(csi_drivers, resolved.driver, "CSIDriver")
+                  if resolved.plugin == PLUGIN_CSI and resolved.driver else None)
         attachable = is_attachable(resolved, driver)
         device_mountable = is_device_mountable(resolved)
         name = volume_name_for(resolved, pod.uid, attachable=attachable, device_mountable=device_mountable)
