@@ -2,7 +2,10 @@
 Where the kubelet keeps a pod's files on the node: the one place each path form is written.
 
 Mirrors upstream's getters in pkg/kubelet/kubelet_getters.go (`getPodsDir`, `getPodDir`, `getPodVolumesDir`,
-`getPodVolumeDir`, `getPodContainerDir`), `getEtcHostsPath` (kubelet_pods.go), the checkpoint file names
+`getPodVolumeDir`, `getPodContainerDir`, `getPluginsDir`, `getPluginDir`, `getVolumeDevicePluginDir`,
+`getPodVolumeDevicesDir`, `getPodVolumeDeviceDir`), the volume plugins' own path forms (pkg/volume/csi: `getTargetPath`,
+`makeDeviceMountPath`, the block mapper's paths; pkg/volume/local), `getEtcHostsPath` (kubelet_pods.go), the checkpoint
+file names
 (allocation_manager.go `allocatedPodsStateFile`, kuberuntime_manager.go `actuatedPodsStateFile`), the
 ``--cert-dir`` default (cmd/kubelet/app/options) and the log layout of pkg/kubelet/kuberuntime/helpers.go
 (`BuildPodLogsDirectory`, `BuildContainerLogsDirectory`, `buildContainerLogsPath`). Directory names are
@@ -14,6 +17,7 @@ Pure: paths are strings joined with `posixpath` (the node is Linux); callers tha
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import posixpath
 
 DEFAULT_ROOT_DIR = "/var/lib/kopflet"
@@ -40,6 +44,14 @@ SECCOMP_DIR_NAME = "seccomp"  # kuberuntime_manager.go: seccompProfileRoot = fil
 POD_RESOURCES_DIR_NAME = "pod-resources"  # DefaultKubeletPodResourcesDirName
 POD_RESOURCES_SOCKET = "kubelet.sock"  # apis/podresources Socket "kubelet", made a path by util.LocalEndpoint
 LOG_PATH_DELIMITER = "_"  # kuberuntime/helpers.go logPathDelimiter
+PLUGINS_DIR_NAME = "plugins"  # DefaultKubeletPluginsDirName
+VOLUME_DEVICES_DIR_NAME = "volumeDevices"  # DefaultKubeletVolumeDevicesDirName
+CSI_PLUGIN_NAME = "kubernetes.io/csi"  # pkg/volume/csi CSIPluginName
+LOCAL_PLUGIN_NAME = "kubernetes.io/local-volume"  # pkg/volume/local localVolumePluginName
+GLOBAL_MOUNT_DIR_NAME = "globalmount"  # pkg/volume/csi globalMountInGlobalPath
+MOUNTS_IN_GLOBAL_PD_PATH = "mounts"  # pkg/volume/util MountsInGlobalPDPath
+CSI_MOUNT_DIR_NAME = "mount"  # pkg/volume/csi GetCSIMounterPath
+VOL_DATA_FILE_NAME = "vol_data.json"  # pkg/volume/csi volDataFileName
 
 
 def escape_qualified_name(name: str) -> str:
@@ -147,6 +159,103 @@ class Layout:
         endpoint)."""
         return posixpath.join(self.pod_resources_dir, POD_RESOURCES_SOCKET)
 
+    # ------------------------------------------------------------ volume plugins (kubelet_getters.go, pkg/volume)
+
+    @property
+    def plugins_dir(self) -> str:
+        """``<root>/plugins`` (upstream `getPluginsDir`, also `getVolumeDevicePluginsDir`): the volume plugins'
+        node-wide directories (CSI staging paths, block volumes' global map paths)."""
+        return posixpath.join(self.root_dir, PLUGINS_DIR_NAME)
+
+    def plugin_dir(self, plugin: str) -> str:
+        """``<root>/plugins/<plugin>`` (upstream `getPluginDir`): the plugin's name as given, not escaped
+        (``kubernetes.io/csi`` is two directories, as upstream's CSI plugin asks for it)."""
+        return posixpath.join(self.plugins_dir, plugin)
+
+    def volume_device_plugin_dir(self, plugin: str) -> str:
+        """``<root>/plugins/<plugin>/volumeDevices`` (upstream `getVolumeDevicePluginDir`), the name as given: CSI
+        passes ``kubernetes.io/csi``, the local plugin its escaped ``kubernetes.io~local-volume``."""
+        return posixpath.join(self.plugin_dir(plugin), VOLUME_DEVICES_DIR_NAME)
+
+    def pod_volume_devices_dir(self, uid: str) -> str:
+        """``<root>/pods/<uid>/volumeDevices`` (upstream `getPodVolumeDevicesDir`): the pod's block volumes."""
+        return posixpath.join(self.pod_dir(uid), VOLUME_DEVICES_DIR_NAME)
+
+    def pod_volume_device_dir(self, uid: str, plugin: str) -> str:
+        """``<root>/pods/<uid>/volumeDevices/<escaped plugin>`` (upstream `getPodVolumeDeviceDir`, whose callers
+        escape the plugin's name first: escaped here, as `volume_dir` does)."""
+        return posixpath.join(self.pod_volume_devices_dir(uid), escape_qualified_name(plugin))
+
+    def pod_device_map_path(self, uid: str, plugin: str, spec_name: str) -> str:
+        """``<root>/pods/<uid>/volumeDevices/<escaped plugin>/<spec name>``: a block volume's symlink the container's
+        device is made from (upstream `GetPodDeviceMapPath`'s directory and name joined, as makeBlockVolumes does)."""
+        return posixpath.join(self.pod_volume_device_dir(uid, plugin), spec_name)
+
+    def csi_volume_dir(self, uid: str, spec_name: str) -> str:
+        """``<root>/pods/<uid>/volumes/kubernetes.io~csi/<escaped spec name>`` (upstream csi `getTargetPath`): holds
+        ``vol_data.json`` and the ``mount`` directory. The spec name is the PV's name, or the pod volume's for an
+        inline CSI volume."""
+        return self.volume_dir(uid, CSI_PLUGIN_NAME, escape_qualified_name(spec_name))
+
+    def csi_mount_path(self, uid: str, spec_name: str) -> str:
+        """``.../kubernetes.io~csi/<spec name>/mount`` (upstream csiMountMgr.GetPath): NodePublishVolume's
+        target_path, bind-mounted into the containers."""
+        return posixpath.join(self.csi_volume_dir(uid, spec_name), CSI_MOUNT_DIR_NAME)
+
+    def csi_vol_data_path(self, uid: str, spec_name: str) -> str:
+        """``.../kubernetes.io~csi/<spec name>/vol_data.json``: what SetUp saved for the teardown (saveVolumeData)."""
+        return posixpath.join(self.csi_volume_dir(uid, spec_name), VOL_DATA_FILE_NAME)
+
+    def csi_device_mount_path(self, driver: str, volume_handle: str) -> str:
+        """``<root>/plugins/kubernetes.io/csi/<driver>/<sha256(volumeHandle)>/globalmount`` (upstream
+        `makeDeviceMountPath`): NodeStageVolume's staging_target_path, shared by every pod of the volume."""
+        digest = hashlib.sha256(volume_handle.encode()).hexdigest()
+        return posixpath.join(self.plugin_dir(CSI_PLUGIN_NAME), driver, digest, GLOBAL_MOUNT_DIR_NAME)
+
+    def csi_device_vol_data_path(self, driver: str, volume_handle: str) -> str:
+        """The staging path's ``vol_data.json``, beside ``globalmount`` (MountDevice's saveVolumeData)."""
+        return posixpath.join(posixpath.dirname(self.csi_device_mount_path(driver, volume_handle)), VOL_DATA_FILE_NAME)
+
+    def csi_block_volume_dir(self, spec_name: str) -> str:
+        """``<root>/plugins/kubernetes.io/csi/volumeDevices/<escaped spec name>`` (upstream csi
+        `getVolumePluginDir`)."""
+        return posixpath.join(self.volume_device_plugin_dir(CSI_PLUGIN_NAME), escape_qualified_name(spec_name))
+
+    def csi_block_global_map_path(self, spec_name: str) -> str:
+        """``.../volumeDevices/<spec name>/dev`` (upstream csiBlockMapper.GetGlobalMapPath): one bind-mounted map file
+        per pod UID in it."""
+        return posixpath.join(self.csi_block_volume_dir(spec_name), "dev")
+
+    def csi_block_data_dir(self, spec_name: str) -> str:
+        """``.../volumeDevices/<spec name>/data`` (upstream `getVolumeDeviceDataDir`): the block volume's
+        ``vol_data.json``."""
+        return posixpath.join(self.csi_block_volume_dir(spec_name), "data")
+
+    def csi_block_staging_path(self, spec_name: str) -> str:
+        """``<root>/plugins/kubernetes.io/csi/volumeDevices/staging/<spec name>`` (upstream csiBlockMapper
+        GetStagingPath): a block volume's NodeStageVolume staging_target_path."""
+        return posixpath.join(self.volume_device_plugin_dir(CSI_PLUGIN_NAME), "staging", spec_name)
+
+    def csi_block_publish_path(self, spec_name: str, uid: str) -> str:
+        """``<root>/plugins/kubernetes.io/csi/volumeDevices/publish/<spec name>/<pod uid>`` (upstream csiBlockMapper
+        getPublishPath): a block volume's NodePublishVolume target_path."""
+        return posixpath.join(self.volume_device_plugin_dir(CSI_PLUGIN_NAME), "publish", spec_name, uid)
+
+    def local_volume_dir(self, uid: str, pv_name: str) -> str:
+        """``<root>/pods/<uid>/volumes/kubernetes.io~local-volume/<pv>`` (upstream localVolume.GetPath): the bind
+        mount of a local PV's path."""
+        return self.volume_dir(uid, LOCAL_PLUGIN_NAME, pv_name)
+
+    def local_device_mount_path(self, pv_name: str) -> str:
+        """``<root>/plugins/kubernetes.io/local-volume/mounts/<pv>`` (upstream `getGlobalLocalPath` for a block
+        device): where a local PV on a block device is formatted and mounted once."""
+        return posixpath.join(self.plugin_dir(LOCAL_PLUGIN_NAME), MOUNTS_IN_GLOBAL_PD_PATH, pv_name)
+
+    def local_block_global_map_path(self, pv_name: str) -> str:
+        """``<root>/plugins/kubernetes.io~local-volume/volumeDevices/<pv>`` (upstream localVolume.GetGlobalMapPath,
+        which escapes the plugin's name where the CSI plugin does not)."""
+        return posixpath.join(self.volume_device_plugin_dir(escape_qualified_name(LOCAL_PLUGIN_NAME)), pv_name)
+
     # ------------------------------------------------------------------ <pod-log-root> (kuberuntime/helpers.go)
 
     def pod_log_dir(self, namespace: str, name: str, uid: str) -> str:
@@ -173,9 +282,11 @@ class Layout:
 __all__ = [
     "ACTUATED_PODS_STATE",
     "ALLOCATED_PODS_STATE",
+    "CSI_PLUGIN_NAME",
     "DEFAULT_CONTAINER_LOGS_DIR",
     "DEFAULT_POD_LOG_ROOT",
     "DEFAULT_ROOT_DIR",
+    "LOCAL_PLUGIN_NAME",
     "Layout",
     "escape_qualified_name",
     "pod_uid_from_log_dir",

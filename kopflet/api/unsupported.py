@@ -26,7 +26,7 @@ Pure: the pod and the mappings in it only.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from kopflet.api import spec
@@ -206,10 +206,13 @@ def mount_error(container: spec.ContainerSpec, mount: Mapping[str, Any]) -> str 
     return None
 
 
-def volume_devices_error(container: spec.ContainerSpec) -> str | None:
-    """Upstream `makeBlockVolumes`' error for a device whose volume has no block mapper, and kopflet has none: raw
-    block volumes come from PersistentVolumeClaims, which kopflet does not mount either."""
+def volume_devices_error(container: spec.ContainerSpec, block_volumes: Collection[str] = ()) -> str | None:
+    """Upstream `makeBlockVolumes`' error for a device whose volume has no block mapper. `block_volumes` are the
+    pod's volumes set up as raw block devices (block-mode PersistentVolumes, once mounted); none otherwise, and
+    every device is refused."""
     for _i, device in _items(container.raw.get("volumeDevices")):
+        if device.get("name") in block_volumes:
+            continue
         return (f'cannot find volume "{device.get("name") or ""}" to pass into container "{container.name}": '
                 "kopflet has no raw block volumes (volumeDevices)")
     return None

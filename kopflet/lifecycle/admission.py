@@ -543,6 +543,19 @@ def _child(body: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def node_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str], node_name: str = "") -> bool:
+    """Upstream `corev1.MatchNodeSelectorTerms` (a `v1.NodeSelector`): its ``nodeSelectorTerms`` OR-ed; an empty or
+    unparsable term matches nothing, and so does a selector without terms. `node_name` empty leaves ``matchFields``
+    out, as for the label-only Node upstream's `CheckNodeAffinity` builds for a PersistentVolume's node affinity."""
+    node = NodeInfo(name=node_name, labels=labels)
+    for term in selector.get("nodeSelectorTerms") or []:
+        if not isinstance(term, Mapping) or not (term.get("matchExpressions") or term.get("matchFields")):
+            continue
+        if _term_matches(term, node):
+            return True
+    return False
+
+
 def required_node_affinity_matches(pod: spec.Pod, node: NodeInfo) -> bool:
     """Upstream `GetRequiredNodeAffinity(pod).Match(node)`: ``spec.nodeSelector`` (every label equal) and
     ``requiredDuringSchedulingIgnoredDuringExecution`` (terms OR-ed; empty or unparsable terms match nothing)."""
@@ -636,6 +649,7 @@ __all__ = [
     "is_extended_resource",
     "is_scalar_resource",
     "kernel_version_tuple",
+    "node_selector_matches",
     "pod_requests",
     "required_node_affinity_matches",
     "safe_sysctls",

@@ -30,7 +30,7 @@ from kopflet.api import spec, times
 from kopflet.client.kubeapi import KubeApiError, KubeClient, q
 from kopflet.config.settings import AgentConfig
 from kopflet.podcertificate.manager import PodCertificateManager
-from kopflet.volumes import plugins
+from kopflet.volumes import plugins, pvc
 from kopflet.volumes import trust_bundles as ctb
 from kopflet.volumes.plugins import VolumeError, VolumePlan
 from kopflet.volumes.trust_bundle_manager import ClusterTrustBundleManager
@@ -153,6 +153,8 @@ def materialize(plans: Mapping[str, VolumePlan], fs_group: int | None = None) ->
                 continue
             if plan.kind == plugins.KIND_IMAGE:
                 continue  # upstream's image plugin: SetUp is a no-op, the runtime mounts the pulled image
+            if plan.kind in pvc.POD_VOLUME_KINDS:
+                continue  # set up by the volume manager's loop (stage, publish) before it was planned
             created = not path.exists()
             # Upstream emptyDir setupDir, which configMap, secret, downwardAPI and projected volumes wrap too: the
             # volume's directory is 0777 whatever the umask, so any uid the containers run as can reach it.

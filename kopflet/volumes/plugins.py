@@ -20,6 +20,11 @@ The cluster's ClusterTrustBundles come as `trust_bundles.Bundles` when `trust_bu
 podCertificate sources' keys and chains as the pod certificate manager answers them.
 
 A volume that cannot be set up raises `VolumeError`, whose text is the ``FailedMount`` event message.
+
+PersistentVolumeClaim, generic ephemeral and inline csi volumes are `kopflet.volumes.pvc`'s: resolved, attached,
+staged and published by the volume manager's loop (`kopflet.volumes.desired_state`) before the plan. Given their
+mounted volumes (`persistent`), `plan_volumes` plans them where their plugin set them up; without (the default),
+they are refused as volume types kopflet has no plugin for.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from kopflet import gotext, paths
 from kopflet.api import qos, spec, unsupported
 from kopflet.envvars import container_env
 from kopflet.podcertificate import states as podcertificate
+from kopflet.volumes import pvc
 from kopflet.volumes import trust_bundles as ctb
 
 KIND_EMPTY_DIR = "emptyDir"
@@ -120,6 +126,9 @@ class VolumePlan:
     """An image volume's reference as the pod names it (``host_path`` is then empty: nothing is on the node)."""
     pull_policy: str = ""
     """An image volume's pull policy, defaulted as the apiserver does (SetDefaults_Volume)."""
+    block: bool = False
+    """A block-mode PersistentVolume: `host_path` is the symlink to the device, passed to containers as a device
+    (``volumeDevices``), never mounted."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,6 +360,7 @@ def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[st
                  node_name: str = "", node_allocatable: Mapping[str, str] | None = None,
                  trust_bundles: ctb.Bundles | None = None,
                  pod_certificates: Mapping[tuple[str, int], tuple[bytes, bytes] | str] | None = None,
+                 persistent: Mapping[str, pvc.VolumeToMount] | None = None,
                  ) -> dict[str, VolumePlan]:
     """A `VolumePlan` per pod volume (in spec order), or `VolumeError` for the first that cannot be set up.
 
@@ -360,12 +370,23 @@ def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[st
     projected volume has a ``clusterTrustBundle`` source. `pod_certificates` maps a podCertificate source's
     ``(volume, index in its sources)`` to its (private key, certificate chain) or to why there is none (the pod
     certificate manager's answer; a source missing from it fails as upstream's NoOpManager makes it fail).
+    `persistent` maps the pod's persistentVolumeClaim, ephemeral and csi volumes to their mounted volumes
+    (`kopflet.volumes.desired_state` says when all are): each is planned at its plugin's path, read-only as its
+    spec says; one a container uses but missing from it is a caller bug (ValueError), an unused one is left out
+    (upstream never mounts it). None: those volumes are refused (``unsupported volume type``).
     """
     del node_name  # not readable through downward API volumes (only metadata.* fields are)
     plans: dict[str, VolumePlan] = {}
+    used = set().union(*pvc.pod_volume_names(pod)) if persistent is not None else set()
     for volume in pod.spec.volumes:
         name = _volume_name(volume)
         kind, body = _source(volume)
+        if persistent is not None and pvc.is_persistent(volume):
+            if name in persistent:
+                plans[name] = _persistent_plan(pod, name, pvc.volume_kind(volume), persistent[name], layout)
+            elif name in used:
+                raise ValueError(f"persistent volume {name!r} is used but not mounted (missing from `persistent`)")
+            continue
         try:
             plans[name] = _plan(pod, name, kind, body, layout=layout, config_maps=config_maps,
                                 secrets=secrets, tokens=tokens, node_allocatable=node_allocatable,
@@ -422,6 +443,14 @@ def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, layou
                                      trust_bundles=trust_bundles, pod_certificates=pod_certificates or {})
     return VolumePlan(name=name, kind=kind, host_path=directory, tmpfs=tmpfs, files=_files(name, payload),
                       read_only=True)
+
+
+def _persistent_plan(pod: spec.Pod, name: str, kind: str, volume: pvc.VolumeToMount,
+                     layout: paths.Layout) -> VolumePlan:
+    """A mounted PVC-backed or inline csi volume: where its plugin set it up for the pod (`pvc.host_path`), and
+    read-only as its spec says (upstream makeMounts: the mounter's ReadOnly attribute)."""
+    return VolumePlan(name=name, kind=kind, host_path=pvc.host_path(volume.spec, layout, pod.uid),
+                      read_only=volume.spec.read_only, block=volume.spec.is_block)
 
 
 def _image_plan(name: str, body: Mapping[str, Any]) -> VolumePlan:
@@ -554,7 +583,8 @@ def container_mounts(pod: spec.Pod, container: spec.ContainerSpec, plans: Mappin
     directory), with no host path; an image volume without its image here is a caller bug (ValueError).
     """
     del pod  # kept for the API's symmetry (upstream makeMounts takes the pod)
-    if error := unsupported.volume_devices_error(container):  # refused, not skipped (upstream makeBlockVolumes)
+    block = frozenset(n for n, p in plans.items() if p.block)
+    if error := unsupported.volume_devices_error(container, block):  # refused, not skipped (upstream makeBlockVolumes)
         raise VolumeError(error)
     mounts = []
     for mount in container.volume_mounts:
@@ -562,7 +592,7 @@ def container_mounts(pod: spec.Pod, container: spec.ContainerSpec, plans: Mappin
         if error := unsupported.mount_error(container, mount):  # recursiveReadOnly Enabled, bindMountOptions
             raise VolumeError(error, name)
         plan = plans.get(name)
-        if plan is None:
+        if plan is None or plan.block:  # a block volume has no mounter (its mode was checked when resolved)
             raise VolumeError(f'cannot find volume "{name}" to mount into container "{container.name}"', name)
         sub_path = mount.get("subPath") or ""
         if mount.get("subPathExpr"):
@@ -594,6 +624,26 @@ def container_mounts(pod: spec.Pod, container: spec.ContainerSpec, plans: Mappin
     return mounts
 
 
+def container_devices(container: spec.ContainerSpec, plans: Mapping[str, VolumePlan]) -> list[cri.Device]:
+    """The container's ``volumeDevices`` as CRI devices (upstream `makeBlockVolumes`): each block volume's symlink
+    under the pod's ``volumeDevices`` directory at the device path, ``r`` when read-only, else ``mrw``. The caller
+    leaves out a device whose symlink does not exist (upstream skips it)."""
+    devices = []
+    for device in container.raw.get("volumeDevices") or []:
+        if not isinstance(device, Mapping):
+            continue
+        name, path = str(device.get("name") or ""), str(device.get("devicePath") or "")
+        if not path.startswith("/"):
+            raise VolumeError(f"error DevicePath `{path}` must be an absolute path", name)
+        plan = plans.get(name)
+        if plan is None or not plan.block:
+            raise VolumeError(f"cannot find volume {gotext.go_quote(name)} to pass into container "
+                              f"{gotext.go_quote(container.name)}", name)
+        devices.append(cri.Device(container_path=path, host_path=plan.host_path,
+                                  permissions="r" if plan.read_only else "mrw"))
+    return devices
+
+
 def _expand_sub_path(template: str, env: Mapping[str, str], volume: str) -> str:
     """Upstream `ExpandContainerVolumeMounts`: unknown or empty variables are an error, not kept as written."""
     missing: set[str] = set()
@@ -615,6 +665,7 @@ __all__ = [
     "TokenSpec",
     "VolumeError",
     "VolumePlan",
+    "container_devices",
     "container_mounts",
     "fs_user",
     "plan_volumes",

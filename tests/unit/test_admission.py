@@ -591,3 +591,26 @@ def test_apparmor_is_not_rechecked_past_pending() -> None:
     pod = make_pod(securityContext=aa("RuntimeDefault"))
     assert admit(pod, node(), [], pending=False) is None
     assert admit(pod, node(), []) == NO_APPARMOR
+
+
+def _expr(key: str, operator: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": operator, **({"values": list(values)} if values else {})}
+
+
+@pytest.mark.parametrize(("terms", "labels", "node_name", "matches"), [
+    ([{"matchExpressions": [_expr("zone", "In", "a", "b")]}], {"zone": "b"}, "", True),
+    ([{"matchExpressions": [_expr("zone", "In", "a")]}], {"zone": "b"}, "", False),
+    ([{"matchExpressions": [_expr("zone", "In", "a")]}, {"matchExpressions": [_expr("disk", "Exists")]}],
+     {"disk": "ssd"}, "", True),
+    ([], {"zone": "a"}, "", False),
+    ([{}], {"zone": "a"}, "", False),
+    ([{"matchExpressions": [_expr("zone", "Unknown")]}], {"zone": "a"}, "", False),
+    ([{"matchFields": [_expr("metadata.name", "In", "node-b")]}], {}, "", True),
+    ([{"matchFields": [_expr("metadata.name", "In", "node-b")]}], {}, "node-a", False),
+    ([{"matchFields": [_expr("metadata.name", "In", "node-a")]}], {}, "node-a", True),
+], ids=["In", "not In", "terms OR-ed", "no terms", "empty term", "unparsable", "fields without a name",
+        "fields of another node", "fields of this node"])
+def test_node_selector_matches(terms: list[dict[str, Any]], labels: dict[str, str], node_name: str,
+                               matches: bool) -> None:
+    """Upstream corev1.MatchNodeSelectorTerms, as CheckNodeAffinity uses it for PersistentVolumes (labels only)."""
+    assert admission.node_selector_matches({"nodeSelectorTerms": terms}, labels, node_name) is matches

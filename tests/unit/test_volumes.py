@@ -7,17 +7,19 @@ the plan (or the exact error message).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cri_client.types import ImageSpec, Mount, MountPropagation
+from cri_client.types import Device, ImageSpec, Mount, MountPropagation
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.paths import Layout
-from kopflet.volumes import plugins
+from kopflet.volumes import plugins, pvc
 from kopflet.volumes.manager import materialize, set_volume_ownership
 from kopflet.volumes.plugins import FileEntry, TokenSpec, VolumeError, VolumePlan
 
@@ -475,3 +477,112 @@ def test_a_projected_token_is_0600_and_owned_by_the_pods_user(security_context: 
     by_path = {f.path: f for f in plans["kube-api-access-x1y2z"].files}
     assert (by_path["token"].mode, by_path["token"].owner) == (mode, owner)
     assert by_path["ca.crt"].mode == by_path["namespace"].mode == 0o644
+
+
+# ------------------------------------------------------------------------------------ persistent volumes
+
+PERSISTENT_VOLUMES = [
+    {"name": "data", "persistentVolumeClaim": {"claimName": "data-claim", "readOnly": True}},
+    {"name": "raw", "persistentVolumeClaim": {"claimName": "raw-claim"}},
+    {"name": "scratch", "csi": {"driver": "inline.example.com"}},
+    {"name": "unused", "ephemeral": {"volumeClaimTemplate": {}}},
+    {"name": "cfg", "configMap": {"name": "cfg"}},
+]
+
+
+def persistent_pod(devices: list[dict[str, Any]] | None = None) -> Pod:
+    container: dict[str, Any] = {"name": "app", "image": "nginx:1", "volumeMounts": [
+        {"name": "data", "mountPath": "/data"}, {"name": "scratch", "mountPath": "/scratch"},
+        {"name": "cfg", "mountPath": "/cfg"}],
+        "volumeDevices": devices if devices is not None else [{"name": "raw", "devicePath": "/dev/xvda"}]}
+    return pod_from_body({"metadata": {"name": "web", "namespace": "shop", "uid": UID},
+                          "spec": {"volumes": PERSISTENT_VOLUMES, "containers": [container]}})
+
+
+def mounted_volume(outer: str, **spec: Any) -> pvc.VolumeToMount:
+    fields: dict[str, Any] = {"outer_name": outer, "name": "pv-" + outer, "plugin": pvc.PLUGIN_CSI,
+                              "read_only": False, "pv_name": "pv-" + outer, "driver": "csi.example.com",
+                              "volume_handle": outer}
+    fields.update(spec)
+    volume = pvc.VolumeSpec(**fields)
+    return pvc.VolumeToMount(name=f"kubernetes.io/csi/csi.example.com^{outer}", spec=volume, pod_uid=UID,
+                             outer_names=(outer,), attachable=True, device_mountable=True)
+
+
+MOUNTED = {
+    "data": mounted_volume("data", read_only=True),
+    "raw": mounted_volume("raw", volume_mode="Block"),
+    "scratch": mounted_volume("scratch", name="scratch", pv_name="", lifecycle="Ephemeral"),
+}
+
+
+def persistent_plans(pod: Pod, persistent: dict[str, pvc.VolumeToMount] | None = MOUNTED) -> dict[str, VolumePlan]:
+    return plugins.plan_volumes(pod, layout=LAYOUT, config_maps=CONFIG_MAPS, secrets=SECRETS, tokens=TOKENS,
+                                persistent=persistent)
+
+
+def test_mounted_persistent_volumes_are_planned_where_their_plugin_set_them_up() -> None:
+    plans = persistent_plans(persistent_pod())
+    assert list(plans) == ["data", "raw", "scratch", "cfg"]  # the unused ephemeral volume is never mounted
+    assert plans["data"] == VolumePlan(name="data", kind="persistentVolumeClaim",
+                                       host_path=vdir("csi", "pv-data") + "/mount", read_only=True)
+    assert plans["raw"] == VolumePlan(name="raw", kind="persistentVolumeClaim", block=True,
+                                      host_path=f"{ROOT}/pods/{UID}/volumeDevices/kubernetes.io~csi/pv-raw")
+    assert plans["scratch"] == VolumePlan(name="scratch", kind="csi", host_path=vdir("csi", "scratch") + "/mount")
+
+
+def test_a_used_persistent_volume_not_mounted_is_a_caller_bug() -> None:
+    with pytest.raises(ValueError, match="'raw' is used but not mounted"):
+        persistent_plans(persistent_pod(), {k: v for k, v in MOUNTED.items() if k != "raw"})
+
+
+def test_without_their_mounted_volumes_persistent_volumes_are_refused_as_before() -> None:
+    with pytest.raises(VolumeError, match="unsupported volume type persistentVolumeClaim"):
+        persistent_plans(persistent_pod(), None)
+
+
+def test_persistent_volumes_as_mounts_and_devices() -> None:
+    pod = persistent_pod()
+    plans = persistent_plans(pod)
+    container = pod.spec.containers[0]
+    mounts = plugins.container_mounts(pod, container, plans, {})
+    assert [(m.container_path, m.host_path, m.readonly) for m in mounts] == [
+        ("/data", vdir("csi", "pv-data") + "/mount", True), ("/scratch", vdir("csi", "scratch") + "/mount", False),
+        ("/cfg", vdir("configmap", "cfg"), True)]
+    assert plugins.container_devices(container, plans) == [
+        Device(container_path="/dev/xvda", host_path=f"{ROOT}/pods/{UID}/volumeDevices/kubernetes.io~csi/pv-raw",
+               permissions="mrw")]
+    read_only = {**plans, "raw": dataclasses.replace(plans["raw"], read_only=True)}
+    assert plugins.container_devices(container, read_only)[0].permissions == "r"
+
+
+@pytest.mark.parametrize(("devices", "message"), [
+    ([{"name": "raw", "devicePath": "dev/xvda"}], "error DevicePath `dev/xvda` must be an absolute path"),
+    ([{"name": "data", "devicePath": "/dev/xvda"}], 'cannot find volume "data" to pass into container "app"'),
+    ([{"name": "nope", "devicePath": "/dev/xvda"}], 'cannot find volume "nope" to pass into container "app"'),
+])
+def test_container_device_errors(devices: list[dict[str, Any]], message: str) -> None:
+    pod = persistent_pod(devices)
+    with pytest.raises(VolumeError, match=re.escape(message)):
+        plugins.container_devices(pod.spec.containers[0], persistent_plans(pod))
+
+
+def test_a_device_without_a_block_volume_is_still_refused_at_the_mounts() -> None:
+    pod = persistent_pod([{"name": "data", "devicePath": "/dev/xvda"}])
+    with pytest.raises(VolumeError, match='cannot find volume "data" to pass into container "app": kopflet has no raw '
+                                          "block volumes"):
+        plugins.container_mounts(pod, pod.spec.containers[0], persistent_plans(pod), {})
+
+
+def test_a_block_volume_cannot_be_mounted() -> None:
+    pod = persistent_pod()
+    plans = persistent_plans(pod)
+    container = dataclasses.replace(pod.spec.containers[0], volume_mounts=({"name": "raw", "mountPath": "/raw"},))
+    with pytest.raises(VolumeError, match='cannot find volume "raw" to mount into container "app"'):
+        plugins.container_mounts(pod, container, plans, {})
+
+
+def test_materialize_leaves_persistent_volumes_to_the_volume_manager(tmp_path: Path) -> None:
+    plan_ = VolumePlan(name="data", kind="persistentVolumeClaim", host_path=str(tmp_path / "csi" / "mount"))
+    materialize({"data": plan_}, fs_group=2000)
+    assert not (tmp_path / "csi").exists()
