@@ -39,11 +39,13 @@ IMPURE = frozenset({
     "kopflet.logs.setup",
     "kopflet.checkpointmanager", "kopflet.lockfile", "kopflet.node", "kopflet.nodestatus.heartbeat",
     "kopflet.oom.watcher",
+    "kopflet.pluginmanager.proto.api_pb2", "kopflet.pluginmanager.proto.api_pb2_grpc",
     "kopflet.pleg.relist", "kopflet.pods.housekeeping", "kopflet.pods.teardown", "kopflet.pods.workers",
     "kopflet.sdnotify",
     "kopflet.prober.manager", "kopflet.server.auth_reviews", "kopflet.server.backend", "kopflet.server.http",
     "kopflet.server.healthz_server",
     "kopflet.server.server", "kopflet.stats.collector", "kopflet.status.manager", "kopflet.userns.userns_manager",
+    "kopflet.volumes.csi.proto.csi_pb2", "kopflet.volumes.csi.proto.csi_pb2_grpc",
     "kopflet.volumes.manager", "kopflet.watchdog.health_checker", "kopflet.podcertificate.keys",
     "kopflet.podcertificate.manager",
 })
