@@ -4,12 +4,15 @@
   records every request and answers from its fields, or aborts with `fail[method]` = (grpc.StatusCode, details).
 - `FakeRegistrar` serves the kubelet plugin registration service (what node-driver-registrar serves in
   ``plugins_registry``): GetInfo answers its `info`, NotifyRegistrationStatus statuses are recorded.
+- `FakeKube` stands for the apiserver of the node info manager's calls (a Node and its CSINode in memory).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import json
 import os
 import shutil
 import tempfile
@@ -18,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from kopflet.client.kubeapi import KubeApiError
 from kopflet.pluginmanager.proto import api_pb2 as reg_pb2
 from kopflet.pluginmanager.proto import api_pb2_grpc as reg_grpc
 from kopflet.volumes.csi.proto import csi_pb2 as pb
@@ -162,3 +166,86 @@ class FakeRegistrar(_Server, reg_grpc.RegistrationServicer):
         if self.fail_notify is not None:
             await context.abort(*self.fail_notify)
         return reg_pb2.RegistrationStatusResponse()
+
+
+class FakeKube:
+    """The apiserver calls of the node info manager, on a Node and its CSINode held in memory: GET, POST, PUT,
+    DELETE of csinodes (resourceVersion checked on PUT), GET of the Node and strategic merge patches of its metadata
+    on nodes/status. `fail` holds (method, path) → KubeApiErrors to raise, one per call, before anything else."""
+
+    def __init__(self, node_name: str = "node-a", node_uid: str = "uid-a") -> None:
+        self.node_name = node_name
+        self.node: dict[str, Any] = {"metadata": {"name": node_name, "uid": node_uid, "labels": {}, "annotations": {}}}
+        self.csi_node: dict[str, Any] | None = None
+        self.version = 0
+        self.calls: list[tuple[str, str, Any]] = []
+        self.fail: dict[tuple[str, str], list[Any]] = {}
+
+    def _error(self, status: int, reason: str, message: str, method: str, path: str) -> Exception:
+        return KubeApiError(status, reason, message, method, path)
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        self.version += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+
+    async def get_or_none(self, path: str) -> dict[str, Any] | None:
+        try:
+            return await self.request("GET", path)
+        except Exception as exc:
+            if getattr(exc, "not_found", False):
+                return None
+            raise
+
+    async def request(self, method: str, path: str, *, body: Any = None, content_type: str = "application/json",
+                      params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        json.dumps(body)  # what the real client sends must be JSON
+        self.calls.append((method, path, copy.deepcopy(body)))
+        queued = self.fail.get((method, path))
+        if queued:
+            raise queued.pop(0)
+        csinodes = "/apis/storage.k8s.io/v1/csinodes"
+        node_path = f"/api/v1/nodes/{self.node_name}"
+        if path == node_path and method == "GET":
+            return copy.deepcopy(self.node)
+        if path == f"{node_path}/status" and method == "PATCH":
+            assert content_type == "application/strategic-merge-patch+json"
+            for field, changes in (body.get("metadata") or {}).items():
+                current = self.node["metadata"].setdefault(field, {})
+                for key, value in changes.items():
+                    if value is None:
+                        current.pop(key, None)
+                    else:
+                        current[key] = value
+            return copy.deepcopy(self.node)
+        name = f"{csinodes}/{self.node_name}"
+        if path == name and method == "GET":
+            if self.csi_node is None:
+                raise self._error(404, "NotFound", f'csinodes.storage.k8s.io "{self.node_name}" not found', method,
+                                  path)
+            return copy.deepcopy(self.csi_node)
+        if path == csinodes and method == "POST":
+            if self.csi_node is not None:
+                raise self._error(409, "AlreadyExists", f'csinodes.storage.k8s.io "{self.node_name}" already exists',
+                                  method, path)
+            refs = body["metadata"].get("ownerReferences") or []
+            if any(not ref.get("uid") for ref in refs):
+                raise self._error(422, "Invalid", "metadata.ownerReferences.uid: Invalid value: \"\": uid must not "
+                                  "be empty", method, path)
+            self.csi_node = copy.deepcopy(body)
+            self._bump(self.csi_node)
+            return copy.deepcopy(self.csi_node)
+        if path == name and method == "PUT":
+            if self.csi_node is None:
+                raise self._error(404, "NotFound", "not found", method, path)
+            if body["metadata"].get("resourceVersion") != self.csi_node["metadata"]["resourceVersion"]:
+                raise self._error(409, "Conflict", "the object has been modified; please apply your changes to the "
+                                  "latest version and try again", method, path)
+            self.csi_node = copy.deepcopy(body)
+            self._bump(self.csi_node)
+            return copy.deepcopy(self.csi_node)
+        if path == name and method == "DELETE":
+            if self.csi_node is None:
+                raise self._error(404, "NotFound", "not found", method, path)
+            self.csi_node = None
+            return {}
+        raise AssertionError(f"unexpected call {method} {path}")
