@@ -243,6 +243,10 @@ class NodeInfoManager:
             # upstream: klog.Fatalf, and the restarted kubelet tries again from the start
             logger.error(f"Failed to initialize CSINode after retrying: {nodeinfo.WAIT_TIMEOUT}")
 
+    async def run(self) -> None:
+        """The node's loop: `initialize_csi_node`, then nothing more (driver registrations write the rest)."""
+        await self.initialize_csi_node()
+
     async def _initialize_once(self) -> None:
         try:
             await self.initialize_csi_node_with_annotation()
