@@ -93,6 +93,9 @@ agent-image:
 proto: venv
 	bash cri_client/proto/generate.sh
 	bash kopflet/apis/podresources/proto/generate.sh
+	bash kopflet/cm/devicemanager/proto/generate.sh
+	bash kopflet/pluginmanager/proto/generate.sh
+	bash kopflet/volumes/csi/proto/generate.sh
 
 down: venv
 	$(PY) -m devstack down

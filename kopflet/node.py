@@ -61,6 +61,8 @@ from kopflet.nodestatus.heartbeat import NodeAgent, read_machine_facts
 from kopflet.nodestatus.setters import MachineFacts
 from kopflet.oom.watcher import OomWatcher
 from kopflet.pleg.relist import RuntimeCache
+from kopflet.pluginmanager.cache import CSI_PLUGIN
+from kopflet.pluginmanager.plugin_manager import PluginManager
 from kopflet.podcertificate.manager import PodCertificateManager
 from kopflet.pods.housekeeping import Housekeeping
 from kopflet.pods.teardown import Teardown
@@ -75,6 +77,9 @@ from kopflet.stats.collector import StatsCollector
 from kopflet.status.manager import StatusManager
 from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager, read_kubelet_mappings
+from kopflet.volumes.csi.handler import RegistrationHandler
+from kopflet.volumes.csi.nodeinfomanager import NodeInfoManager
+from kopflet.volumes.csi.registration import DriversStore
 from kopflet.volumes.manager import VolumeManager
 from kopflet.volumes.trust_bundle_manager import ClusterTrustBundleManager
 from kopflet.watchdog import rules as watchdog_rules
@@ -386,6 +391,15 @@ class Node:
         self.pod_resources = PodResourcesServer(
             self.layout.pod_resources_socket, pods=self.workers.bodies, metrics=self.metrics,
             providers=Providers(cpus=self.cpu_manager, memory=self.memory_manager, devices=self.device_manager))
+        # The CSI plugin's node side (upstream csi_plugin.go Init): the registered drivers, the Node's and the
+        # CSINode's driver entries; the plugin manager hands it the CSIPlugin registration sockets (kubelet.go
+        # AddHandler(CSIPlugin, csi.PluginHandler)). Device plugins register through the device manager's own
+        # Registration service, and kopflet has no DRA manager: neither type has a handler here.
+        self.csi_drivers = DriversStore()
+        self.csi_node_info = NodeInfoManager(self.api, cfg.node_name)
+        self.csi_registration = RegistrationHandler(self.csi_drivers, self.csi_node_info)
+        self.plugin_manager = PluginManager(self.layout.plugins_registry_dir)
+        self.plugin_manager.add_handler(CSI_PLUGIN, self.csi_registration)
         # upstream's one LogHealthz per process: the watchdog's, which /healthz runs too (a node without a
         # watchdog, in tests, has its own).
         self._own_log_check = watchdog is None
@@ -522,6 +536,10 @@ class Node:
             asyncio.create_task(self.memory_manager.run(), name="memory-manager"),
             asyncio.create_task(self.pod_certificates.run(), name="pod-certificates"),
             asyncio.create_task(self.trust_bundles.run(), name="cluster-trust-bundles"),
+            # upstream initializeCSINode: started with the CSI plugin, the CSINode made once the apiserver answers
+            asyncio.create_task(self.csi_node_info.run(), name="csinode-initialization"),
+            # upstream initializeRuntimeDependentModules: the plugin manager after the container manager
+            asyncio.create_task(self.plugin_manager.run(), name="plugin-manager"),
         ]
         if self.watchdog is not None:  # upstream Run: SetHealthCheckers, right before the sync loop
             self.watchdog.set_health_checkers(self.sync_loop_health_check, self.health_checkers())

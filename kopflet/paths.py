@@ -42,9 +42,10 @@ CERT_DIR_NAME = "pki"  # cmd/kubelet/app/options: CertDirectory "/var/lib/kubele
 DEVICE_PLUGINS_DIR_NAME = "device-plugins"  # deviceplugin/v1beta1 DevicePluginPath "/var/lib/kubelet/device-plugins/"
 SECCOMP_DIR_NAME = "seccomp"  # kuberuntime_manager.go: seccompProfileRoot = filepath.Join(rootDirectory, "seccomp")
 POD_RESOURCES_DIR_NAME = "pod-resources"  # DefaultKubeletPodResourcesDirName
+PLUGINS_DIR_NAME = "plugins"  # DefaultKubeletPluginsDirName
+PLUGINS_REGISTRY_DIR_NAME = "plugins_registry"  # DefaultKubeletPluginsRegistrationDirName
 POD_RESOURCES_SOCKET = "kubelet.sock"  # apis/podresources Socket "kubelet", made a path by util.LocalEndpoint
 LOG_PATH_DELIMITER = "_"  # kuberuntime/helpers.go logPathDelimiter
-PLUGINS_DIR_NAME = "plugins"  # DefaultKubeletPluginsDirName
 VOLUME_DEVICES_DIR_NAME = "volumeDevices"  # DefaultKubeletVolumeDevicesDirName
 CSI_PLUGIN_NAME = "kubernetes.io/csi"  # pkg/volume/csi CSIPluginName
 LOCAL_PLUGIN_NAME = "kubernetes.io/local-volume"  # pkg/volume/local localVolumePluginName
@@ -163,9 +164,18 @@ class Layout:
 
     @property
     def plugins_dir(self) -> str:
-        """``<root>/plugins`` (upstream `getPluginsDir`, also `getVolumeDevicePluginsDir`): the volume plugins'
-        node-wide directories (CSI staging paths, block volumes' global map paths)."""
+        """``<root>/plugins`` (upstream `getPluginsDir`, also `getVolumeDevicePluginsDir`, made 0750 at start): the
+        volume plugins' node-wide directories (CSI staging paths, block volumes' global map paths), and where CSI
+        drivers deployed for this agent put their sockets (``plugins/<driver>/csi.sock``)."""
         return posixpath.join(self.root_dir, PLUGINS_DIR_NAME)
+
+    @property
+    def plugins_registry_dir(self) -> str:
+        """``<root>/plugins_registry`` (upstream `getPluginsRegistrationDir`, made 0750 at start): the plugin
+        manager watches it for the registration sockets of plugins (node-driver-registrar's
+        ``<driver>-reg.sock``). Upstream's is ``/var/lib/kubelet/plugins_registry``; a driver deployed for this agent
+        mounts this one."""
+        return posixpath.join(self.root_dir, PLUGINS_REGISTRY_DIR_NAME)
 
     def plugin_dir(self, plugin: str) -> str:
         """``<root>/plugins/<plugin>`` (upstream `getPluginDir`): the plugin's name as given, not escaped

@@ -65,6 +65,7 @@ WRITES = frozenset({
     ("events", "", "create"), ("events", "", "patch"),
     ("leases", "", "create"), ("leases", "", "patch"),
     ("serviceaccounts", "token", "create"),
+    ("csinodes", "", "create"), ("csinodes", "", "update"), ("csinodes", "", "delete"),
     ("tokenreviews", "", "create"), ("subjectaccessreviews", "", "create"),
 })
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")

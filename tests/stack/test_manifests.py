@@ -94,10 +94,12 @@ EXPECTED_CLUSTER_RULES = (
         ("kopflet/nodestatus/heartbeat.py", 'self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}",'),
         ("kopflet/nodestatus/heartbeat.py", 'self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}")'),
     )),
-    # Node status.
+    # Node status; the CSI drivers' node ID annotation and topology labels (upstream PatchNodeStatus).
     Rule("", ("nodes/status",), ("patch",), (
         ("kopflet/nodestatus/heartbeat.py",
          'self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}/status",'),
+        ("kopflet/volumes/csi/nodeinfomanager.py",
+         'await self.api.request("PATCH", f"/api/v1/nodes/{q(self.node_name)}/status", body=patch,'),
     )),
     # Pod events, repeats folded into one with a patch.
     Rule("", ("events",), ("create", "patch"), (
@@ -135,6 +137,16 @@ EXPECTED_CLUSTER_RULES = (
     # runtimeClassName to the CRI handler.
     Rule("node.k8s.io", ("runtimeclasses",), ("get",), (
         ("kopflet/kuberuntime/executor.py", 'self.api.get_or_none(f"/apis/node.k8s.io/v1/runtimeclasses/{name}")'),
+    )),
+    # The node's CSINode: made at start and for the first driver, a driver's entry written and removed, replaced when
+    # an earlier Node of the name owned it.
+    Rule("storage.k8s.io", ("csinodes",), ("get", "create", "update", "delete"), (
+        ("kopflet/volumes/csi/nodeinfomanager.py", 'CSINODES = "/apis/storage.k8s.io/v1/csinodes"'),
+        ("kopflet/volumes/csi/nodeinfomanager.py", "csi_node = await self.api.get_or_none(self._csi_node_path)"),
+        ("kopflet/volumes/csi/nodeinfomanager.py", 'return await self.api.request("POST", CSINODES, body=body)'),
+        ("kopflet/volumes/csi/nodeinfomanager.py",
+         'await self.api.request("PUT", self._csi_node_path, body=install.csi_node)'),
+        ("kopflet/volumes/csi/nodeinfomanager.py", 'await self.api.request("DELETE", self._csi_node_path)'),
     )),
     # The kubelet API: bearer tokens.
     Rule("authentication.k8s.io", ("tokenreviews",), ("create",), (
@@ -185,6 +197,9 @@ DENIED = (
     ("patch", "leases.coordination.k8s.io", "", "default"),
     ("create", "leases.coordination.k8s.io", "", "default"),
     ("list", "runtimeclasses.node.k8s.io", "", ""),
+    ("list", "csinodes.storage.k8s.io", "", ""),
+    ("patch", "csinodes.storage.k8s.io", "", ""),
+    ("list", "csidrivers.storage.k8s.io", "", ""),
     ("list", "namespaces", "", ""),
     ("get", "persistentvolumeclaims", "", "default"),
     ("list", "customresourcedefinitions.apiextensions.k8s.io", "", ""),

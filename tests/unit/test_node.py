@@ -174,3 +174,16 @@ async def test_host_facts_read_the_swap_controller(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(node_module, "read_host_container_facts", lambda: ((), ()))
     monkeypatch.setattr(node_module, "swap_controller", lambda: SwapController.V2)
     assert (await HostFacts.read(AgentConfig(node_name="n"))).swap_controller is SwapController.V2
+
+
+def test_the_plugin_manager_hands_csi_plugins_to_the_csi_registration_handler() -> None:
+    """upstream kubelet.go: AddHandler(CSIPlugin, csi.PluginHandler) on the plugin manager of
+    <root-dir>/plugins_registry; the handler records drivers in the node's own store and writes the node's own Node
+    and CSINode (two Nodes share neither)."""
+    from kopflet.pluginmanager.cache import CSI_PLUGIN
+
+    n = node("node-a", "/var/lib/a")
+    assert n.plugin_manager.sock_dir == "/var/lib/a/plugins_registry"
+    assert n.plugin_manager.handlers == {CSI_PLUGIN: n.csi_registration}
+    assert n.csi_registration.drivers is n.csi_drivers and n.csi_registration.nim is n.csi_node_info
+    assert n.csi_node_info.api is n.api and n.csi_node_info.node_name == "node-a"

@@ -78,7 +78,7 @@ async def test_start_serves_the_healthz_port_which_stays_ok_while_the_sync_loop_
     n.heartbeat.try_register = no_apiserver  # type: ignore[method-assign]
     for part in (n.services, n.relist, n.heartbeat, n.status, n.housekeeping, n.container_gc, n.image_gc,
                  n.log_manager, n.eviction, n.oom, n.container_manager, n.cpu_manager, n.memory_manager,
-                 n.pod_certificates):
+                 n.pod_certificates, n.csi_node_info, n.plugin_manager):
         part.run = _idle  # type: ignore[method-assign]
     server = n.healthz_server
     try:
