@@ -401,6 +401,19 @@ fi
 # main module's). release-tools/build.make: `CGO_ENABLED=0 go build -a -ldflags '-X main.version=$(REV)
 # -extldflags "-static"'` in cmd/<command>; the release build (prow.sh's gcr_cloud_build) sets REV to the tag, so
 # `<command> --version` prints "<command> <tag>" as the released images' binaries do.
+
+# carried_replaces GOMOD VERSION: GOMOD's replace directives as lines of a replace block, a directory replacement made
+# the replaced module's release VERSION.
+carried_replaces() {
+  go mod edit -print "$1" \
+    | awk '/^replace \($/ {b = 1; next} b && /^\)$/ {b = 0; next} b {print; next} /^replace / {sub(/^replace /, ""); print}' \
+    | while read -r line; do
+        [ -n "$line" ] || continue
+        old=${line%% => *} new=${line#* => }
+        case $new in ./*|../*) new="${old%% *} $2" ;; esac
+        echo "	$old => $new"
+      done
+}
 if [ "$csi" = 1 ]; then
   mkdir -p "$out/csi"
   for row in "${csi_sidecars[@]}"; do
@@ -409,7 +422,7 @@ if [ "$csi" = 1 ]; then
     d="$cache/build/csi-$name-$version"; mkdir -p "$d"
     (
       cd "$d"
-      printf 'module kopflet.local/%s\n' "$name" > go.mod
+      printf 'module kopflet.local/%s\n' "$name" > go.mod  # where `go mod download` runs, until written below
       upstream=$(go mod download -json "$module@$version" | sed -n 's/.*"GoMod": "\([^"]*\)".*/\1/p')
       [ -f "$upstream" ] || { echo "the Go module proxy has no $module $version" >&2; exit 1; }
       gover=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$upstream")
@@ -418,14 +431,7 @@ if [ "$csi" = 1 ]; then
         echo "go ${gover:-1.26}"
         echo "require $module $version"
         echo "replace ("
-        go mod edit -print "$upstream" \
-          | awk '/^replace \($/ {b = 1; next} b && /^\)$/ {b = 0; next} b {print; next} /^replace / {sub(/^replace /, ""); print}' \
-          | while read -r line; do
-              [ -n "$line" ] || continue
-              old=${line%% => *} new=${line#* => }
-              case $new in ./*|../*) new="${old%% *} $version" ;; esac
-              echo "	$old => $new"
-            done
+        carried_replaces "$upstream" "$version"
         echo ")"
       } > go.mod
       cat > tools.go <<GO
