@@ -19,6 +19,12 @@
 #   what was built.
 #   $out/crictl: cri-tools $CRI_TOOLS_VERSION's crictl, as its Makefile builds it (CGO off, -trimpath, the version
 #   stamped), for the node's shell (docs/operations.md's minikube guide runs it on the node).
+# --csi also builds the CSI sidecars of the hostpath driver deployment upstream's e2e suite uses (images/build.py packs
+#   them as registry.k8s.io/sig-storage/<command>:<version>): $out/csi/csi-provisioner, csi-attacher, csi-resizer,
+#   csi-snapshotter and csi-snapshot-metadata, each from its own Go module at the tag versions.env pins (CSI_*), as
+#   release-tools/build.make builds it (CGO off, -X main.version=<the tag>), with a <command>.version file beside it.
+#   hostpathplugin, csi-node-driver-registrar, livenessprobe and csi-external-health-monitor-controller are not built:
+#   the Go module proxy serves no version of their modules (see versions.env).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -38,6 +44,15 @@ test_bins=(agnhost nnp sample-device-plugin)
 # `make test` needs it, and its cold build takes minutes); sample-apiserver.version beside it says what was built.
 e2e_bins=()
 cluster_bins=()
+# --csi: each sidecar as "<command> <Go module> <version>"; the command's main package is <module>/cmd/<command>.
+csi_sidecars=(
+  "csi-provisioner github.com/kubernetes-csi/external-provisioner/v6 $CSI_PROVISIONER_VERSION"
+  "csi-attacher github.com/kubernetes-csi/external-attacher/v4 $CSI_ATTACHER_VERSION"
+  "csi-resizer github.com/kubernetes-csi/external-resizer/v2 $CSI_RESIZER_VERSION"
+  "csi-snapshotter github.com/kubernetes-csi/external-snapshotter/v8 $CSI_SNAPSHOTTER_VERSION"
+  "csi-snapshot-metadata github.com/kubernetes-csi/external-snapshot-metadata $CSI_SNAPSHOT_METADATA_VERSION"
+)
+csi=0
 for arg in "$@"; do
   case $arg in
     --kubelet) k8s_bins+=(kubelet) ;;
@@ -46,15 +61,24 @@ for arg in "$@"; do
       k8s_bins+=(kubeadm kube-proxy)
       cluster_bins=(kube-log-runner cluster/etcd cluster/etcdctl cluster/etcdutl cluster/coredns crictl
                     cluster/metrics-server) ;;
-    *) echo "usage: $0 [--kubelet] [--e2e] [--cluster]" >&2; exit 2 ;;
+    --csi) csi=1 ;;
+    *) echo "usage: $0 [--kubelet] [--e2e] [--cluster] [--csi]" >&2; exit 2 ;;
   esac
 done
+# csi_fresh NAME VERSION: whether $out/csi holds NAME built from VERSION.
+csi_fresh() { [ -x "$out/csi/$1" ] && [ "$(cat "$out/csi/$1.version" 2>/dev/null)" = "$2" ]; }
 
 missing=0
 for b in etcd "${k8s_bins[@]}" "${test_bins[@]}" "${e2e_bins[@]}" "${cluster_bins[@]}"; do
   [ -x "$out/$b" ] || missing=1
 done
 [ -f "$out/e2e-images/.complete" ] || missing=1
+if [ "$csi" = 1 ]; then
+  for row in "${csi_sidecars[@]}"; do
+    read -r name _ version <<< "$row"
+    csi_fresh "$name" "$version" || missing=1
+  done
+fi
 if [ "$missing" = 0 ]; then echo "$out"; exit 0; fi
 
 mkdir -p "$out" "$cache/build"
@@ -367,5 +391,64 @@ GO
       mv "$out/crictl.tmp" "$out/crictl"
     )
   fi
+fi
+# --- the hostpath driver's CSI sidecars (--csi) ---------------------------------------------------
+# Each a module of its own (each sidecar pins its own k8s.io release). Upstream builds a sidecar in its repository, the
+# module as the main module: its go.mod's replace directives (the k8s.io staging modules k8s.io/kubernetes needs at
+# one release, and a nested client module at ./client) are in force there, but a dependency's are ignored, so this
+# module carries them over: a version replacement as it is, a directory (the nested module, which the module's zip
+# leaves out) as that module's release of the same tag. The go line is the sidecar's own (GODEBUG defaults follow the
+# main module's). release-tools/build.make: `CGO_ENABLED=0 go build -a -ldflags '-X main.version=$(REV)
+# -extldflags "-static"'` in cmd/<command>; the release build (prow.sh's gcr_cloud_build) sets REV to the tag, so
+# `<command> --version` prints "<command> <tag>" as the released images' binaries do.
+
+# carried_replaces GOMOD VERSION: GOMOD's replace directives as lines of a replace block, a directory replacement made
+# the replaced module's release VERSION.
+carried_replaces() {
+  go mod edit -print "$1" \
+    | awk '/^replace \($/ {b = 1; next} b && /^\)$/ {b = 0; next} b {print; next} /^replace / {sub(/^replace /, ""); print}' \
+    | while read -r line; do
+        [ -n "$line" ] || continue
+        old=${line%% => *} new=${line#* => }
+        case $new in ./*|../*) new="${old%% *} $2" ;; esac
+        echo "	$old => $new"
+      done
+}
+if [ "$csi" = 1 ]; then
+  mkdir -p "$out/csi"
+  for row in "${csi_sidecars[@]}"; do
+    read -r name module version <<< "$row"
+    csi_fresh "$name" "$version" && continue
+    d="$cache/build/csi-$name-$version"; mkdir -p "$d"
+    (
+      cd "$d"
+      printf 'module kopflet.local/%s\n' "$name" > go.mod  # where `go mod download` runs, until written below
+      upstream=$(go mod download -json "$module@$version" | sed -n 's/.*"GoMod": "\([^"]*\)".*/\1/p')
+      [ -f "$upstream" ] || { echo "the Go module proxy has no $module $version" >&2; exit 1; }
+      gover=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$upstream")
+      {
+        echo "module kopflet.local/$name"
+        echo "go ${gover:-1.26}"
+        echo "require $module $version"
+        echo "replace ("
+        carried_replaces "$upstream" "$version"
+        echo ")"
+      } > go.mod
+      cat > tools.go <<GO
+//go:build tools
+
+// Package tools pins $name's main package.
+package tools
+
+import _ "$module/cmd/$name"
+GO
+      go mod tidy >&2
+      echo "building $name $version ..." >&2
+      go build -trimpath -tags tools -ldflags "-X main.version=$version -extldflags \"-static\"" \
+        -o "$out/csi/$name.tmp" "$module/cmd/$name" >&2
+      mv "$out/csi/$name.tmp" "$out/csi/$name"
+    )
+    echo "$version" > "$out/csi/$name.version"
+  done
 fi
 echo "$out"

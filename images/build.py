@@ -11,7 +11,8 @@ built from) and Debian's packages of the tools where upstream installs Alpine's 
 nginx, ...). When --bin-dir holds build-binaries.sh --cluster's output,
 the images `kubeadm init` pulls are added (kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
 etcd, coredns/coredns) with metrics-server/metrics-server (for `kubectl top`, manifests/cluster/metrics-server.yaml):
-upstream's binaries on upstream's distroless bases, made of Debian's packages.
+upstream's binaries on upstream's distroless bases, made of Debian's packages. When it holds build-binaries.sh --csi's
+output, the hostpath CSI driver's sidecars (registry.k8s.io/sig-storage/csi-provisioner, csi-attacher, ...) are added.
 
 Builds are reproducible (fixed mtimes and owners, sorted tar entries, gzip mtime 0, canonical
 JSON), so an unchanged input gives the same manifest digest, and the push is skipped when the
@@ -2349,6 +2350,93 @@ def metrics_server_image(assets: ClusterAssets, tag: str) -> Image:
     )
 
 
+# --- the hostpath CSI driver's sidecars --------------------------------------------------------
+# The CSI sidecars of the hostpath driver deployment upstream's e2e suite runs (k8s.io/kubernetes v1.37.1's
+# test/e2e/testing-manifests/storage-csi/hostpath/hostpath/csi-hostpath-plugin.yaml), under the names and tags it
+# gives them: registry.k8s.io/sig-storage/<command>:<version>. Each repository's Dockerfile (the module's root one, or
+# cmd/<command>/Dockerfile where it has one) is the same four lines: FROM gcr.io/distroless/static:latest (root: its
+# config's User 0, WorkingDir /, PATH and SSL_CERT_FILE), LABEL maintainers and description, COPY the binary to
+# /<command>, ENTRYPOINT ["/<command>"]; release-tools' build.make adds `--label revision=$(REV)`, the tag in the
+# release build. The binaries are build-binaries.sh --csi's, each with the tag it was built from beside it.
+# Not here: hostpathplugin (FROM alpine, with Alpine's tools), csi-node-driver-registrar, livenessprobe and
+# csi-external-health-monitor-controller: the Go module proxy serves no version of their modules (versions.env).
+
+CSI_REGISTRY = "sig-storage"  # registry.k8s.io/sig-storage/...
+# command -> (its Go module, its Dockerfile's LABEL description)
+CSI_SIDECARS: dict[str, tuple[str, str]] = {
+    "csi-provisioner": ("github.com/kubernetes-csi/external-provisioner/v6", "CSI External Provisioner"),
+    "csi-attacher": ("github.com/kubernetes-csi/external-attacher/v4", "CSI External Attacher"),
+    "csi-resizer": ("github.com/kubernetes-csi/external-resizer/v2", "CSI External Resizer"),
+    "csi-snapshotter": ("github.com/kubernetes-csi/external-snapshotter/v8", "CSI External Snapshotter Sidecar"),
+    "csi-snapshot-metadata": ("github.com/kubernetes-csi/external-snapshot-metadata",
+                              "CSI External Snapshot Metadata Sidecar"),
+}  # fmt: skip
+CSI_LABELS = {"maintainers": "Kubernetes Authors"}
+
+
+@dataclass(frozen=True)
+class CsiAssets:
+    """What build-binaries.sh --csi leaves: csi/<command> and csi/<command>.version (the tag it was built from)."""
+
+    bin_dir: Path
+
+    def binary(self, name: str) -> Path:
+        return self.bin_dir / "csi" / name
+
+    def version_file(self, name: str) -> Path:
+        return self.bin_dir / "csi" / f"{name}.version"
+
+    def version(self, name: str) -> str:
+        return self.version_file(name).read_text().strip()
+
+    @property
+    def built(self) -> list[str]:
+        """The sidecars whose binary and version file are there, in table order."""
+        return [n for n in CSI_SIDECARS if self.binary(n).is_file() and self.version_file(n).is_file()]
+
+
+def csi_sidecar_labels(name: str, version: str) -> dict[str, str]:
+    """The Dockerfile's labels and build.make's revision, and what this image really is."""
+    module, description = CSI_SIDECARS[name]
+    return {
+        **CSI_LABELS,
+        "description": description,
+        "revision": version,
+        "org.opencontainers.image.title": name,
+        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.description": (
+            f"{name} {version} from {module} on distroless static made of Debian's packages, by kopflet"
+        ),
+    }
+
+
+def csi_sidecar_image(assets: CsiAssets, name: str) -> Image:
+    """registry.k8s.io/sig-storage/<name>:<the tag its binary was built from>: the binary at /<name>, its entrypoint,
+    on distroless static (root)."""
+    version = assets.version(name)
+
+    def files(ctx: Context) -> list[Entry]:
+        root = distroless_static(ctx)
+        root[name] = file_(name, assets.binary(name).read_bytes(), 0o755)
+        return list(root.values())
+
+    return Image(
+        repo=f"{CSI_REGISTRY}/{name}",
+        tag=version,
+        files=files,
+        # distroless static's config (root) with the Dockerfile's ENTRYPOINT.
+        config={"Entrypoint": [f"/{name}"], "Env": DISTROLESS_ENV, "User": "0", "WorkingDir": "/"},
+        labels=lambda: csi_sidecar_labels(name, version),
+        key=lambda ctx: [*distroless_static_key(ctx), *file_key(assets.binary(name))],
+    )
+
+
+def csi_images(bin_dir: Path) -> list[Image]:
+    """The sidecar images of the binaries build-binaries.sh --csi built."""
+    assets = CsiAssets(bin_dir)
+    return [csi_sidecar_image(assets, name) for name in assets.built]
+
+
 # --- the image table -------------------------------------------------------------------------
 
 E2E_REGISTRY_IMAGES = "e2e-test-images"  # registry.k8s.io/e2e-test-images/...
@@ -2489,15 +2577,25 @@ def main(argv: list[str] | None = None) -> int:
         help="add the kubeadm cluster's images (made of build-binaries.sh --cluster's output in --bin-dir; added "
         "without this flag whenever those binaries are there)",
     )
+    ap.add_argument(
+        "--csi",
+        action="store_true",
+        help="add the CSI sidecar images (made of build-binaries.sh --csi's output in --bin-dir; added without this "
+        "flag whenever those binaries are there)",
+    )
     ap.add_argument("--no-push", action="store_true", help="only build the OCI layouts")
     ap.add_argument("--list", action="store_true", help="list the known images and exit")
     ap.add_argument("images", nargs="*", metavar="IMAGE", help="e.g. pause, busybox, library/busybox:1.36")
     args = ap.parse_args(argv)
     if args.cluster and not (args.bin_dir and ClusterAssets(args.bin_dir).complete):
         ap.error("--cluster needs --bin-dir holding build-binaries.sh --cluster's output")
+    if args.csi and not (args.bin_dir and CsiAssets(args.bin_dir).built):
+        ap.error("--csi needs --bin-dir holding build-binaries.sh --csi's output")
     images = [*IMAGES, *e2e_images(args.bin_dir)] if args.bin_dir else IMAGES
     if args.bin_dir and ClusterAssets(args.bin_dir).complete:
         images = [*images, *cluster_images(args.bin_dir)]
+    if args.bin_dir:
+        images = [*images, *csi_images(args.bin_dir)]
     if args.list:
         print("\n".join(i.ref for i in images))
         return 0
