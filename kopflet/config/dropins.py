@@ -160,7 +160,7 @@ def parse_dropin(path: str, absolute: str, text: str) -> dict[str, Any]:
     loader = _DropInLoader(text)
     loader.duplicates = []
     try:
-        node = loader.get_node()  # YAMLToJSON reads the first document only
+        node = loader.get_node() if loader.check_node() else None  # YAMLToJSON reads the first document only
         body = None if node is None else loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
