@@ -31,7 +31,8 @@ def load(tmp_path: Path, config: str | None, files: dict[str, str], *flags: str)
 
 @pytest.mark.parametrize(("config", "files", "flags", "expected"), [
     pytest.param("port: 9090\nhealthzPort: 10257\n",
-                 {"10-kubelet.conf": HEAD + "port: 9090\n", "20-kubelet.conf": HEAD + "port: 8080\nhealthzPort: 10255\n"},
+                 {"10-kubelet.conf": HEAD + "port: 9090\n",
+                  "20-kubelet.conf": HEAD + "port: 8080\nhealthzPort: 10255\n"},
                  (), {"port": 8080, "healthz_port": 10255}, id="drop-ins override the file, in order"),
     pytest.param("healthzPort: 10256\nkubeReserved: {memory: 100Mi}\nsyncFrequency: 5m\n",
                  {"10-kubelet.conf": HEAD + "healthzPort: 10255\nkubeReserved: {memory: 150Mi, cpu: 200m}\n",
