@@ -99,7 +99,7 @@ def test_drop_ins_merge(tmp_path: Path, config: str | None, files: dict[str, str
                  "evictionHard: {imagefs.available: null}\n",
                  {"memory.available": "500Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%",
                   "imagefs.inodesFree": "5%", "imagefs.available": "15%"},
-                 id="mergeDefaultEvictionSettings fills in again what a null removed"),
+                 id="DIVERGES from upstream: effective_eviction_hard refills what a null removed (upstream: absent)"),
     pytest.param("maxPods: 50\n", "evictionHard: {imagefs.available: null, imagefs.inodesFree: null}\n",
                  {"memory.available": "100Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%"},
                  id="null drops a default threshold"),
