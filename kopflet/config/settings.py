@@ -35,7 +35,7 @@ from kopflet.cm.cpumanager import policy_options
 from kopflet.cm.memorymanager import memory_manager
 from kopflet.cm.memorymanager.memory_manager import MemoryReservation
 from kopflet.cm.topologymanager import policy as topology_policy
-from kopflet.config import feature_gates, log_options, tls_options
+from kopflet.config import dropins, feature_gates, log_options, tls_options
 from kopflet.eviction import thresholds
 from kopflet.lifecycle import admission
 
@@ -1239,6 +1239,12 @@ SETTINGS: tuple[Setting, ...] = (
             "handshakes fail with \"no serving certificate available for the kubelet\"."),
     Setting("_config", "config", None, STRING, '""',
             "A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1). Flags override its fields."),
+    Setting("_config_dir", "config-dir", None, STRING, '""',
+            "Path to a directory containing drop-in configuration files that override settings from defaults and "
+            "the --config file. The path may be absolute or relative; relative paths start at the Kubelet's current "
+            "working directory. Drop-in files must have a '.conf' suffix (e.g., '99-kubelet-address.conf') and are "
+            "processed in lexical order. Only '.conf' files are loaded; all other files are ignored. All .conf files "
+            "in the directory and its subdirectories are processed in lexical order."),
     Setting("node_name", "hostname-override", None, STRING, "the hostname",
             "The node's name. Without it: $NODE_NAME, then the hostname; lowercased."),
     Setting("node_ip", "node-ip", None, NODE_IP, "detected",
@@ -1726,6 +1732,11 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 def parse_config_file(path: str, text: str) -> dict[str, Any]:
     """A KubeletConfiguration document -> {attribute: value}; every problem found is in one ConfigError."""
+    return _config_values(f"config file {path}", _config_body(path, text))
+
+
+def _config_body(path: str, text: str) -> Mapping[Any, Any]:
+    """The one KubeletConfiguration mapping of a ``--config`` file, its apiVersion and kind checked."""
     where = f"config file {path}"
     try:
         documents = [doc for doc in yaml.load_all(text, Loader=_StrictLoader) if doc is not None]
@@ -1741,9 +1752,13 @@ def parse_config_file(path: str, text: str) -> dict[str, Any]:
                           f"got {_show(body.get('apiVersion'))}")
     if body.get("kind") != CONFIG_KIND:
         raise ConfigError(f"{where}: kind must be {_show(CONFIG_KIND)}, got {_show(body.get('kind'))}")
+    return body
+
+
+def _config_values(where: str, body: Mapping[Any, Any], *, ignore_unknown: bool = False) -> dict[str, Any]:
     values: dict[str, Any] = {}
     problems: list[str] = []
-    _read_fields(body, "", values, problems)
+    _read_fields(body, "", values, problems, ignore_unknown=ignore_unknown)
     if len(problems) == 1:
         raise ConfigError(f"{where}: {problems[0]}")
     if problems:
@@ -1751,7 +1766,43 @@ def parse_config_file(path: str, text: str) -> dict[str, Any]:
     return values
 
 
-def _read_fields(body: Mapping[Any, Any], prefix: str, values: dict[str, Any], problems: list[str]) -> None:
+def unsupported_fields(body: Mapping[Any, Any], prefix: str = "") -> list[str]:
+    """The fields of a document (set, not null) that kopflet does not honour, by their dotted names."""
+    found: list[str] = []
+    for key, raw in body.items():
+        name = f"{prefix}{key}"
+        if raw is None:
+            continue
+        if name in _GROUPS and isinstance(raw, Mapping):
+            found.extend(unsupported_fields(raw, f"{name}."))
+        elif name in UNSUPPORTED_FIELDS:
+            found.append(name)
+    return found
+
+
+def _dropin_check(document: Mapping[str, Any]) -> str | None:
+    """kopflet's own refusal in a drop-in: a field it would not honour (upstream takes it)."""
+    found = unsupported_fields(document)
+    return (f"field {_show(found[0])} is not supported by kopflet (it would have no effect); remove it"
+            if found else None)
+
+
+def merge_config_dir(config_body: Mapping[str, Any] | None, config_dir: str, read_dir: dropins.ReadDir,
+                     read_file: Callable[[str], str], cwd: str) -> dict[str, Any]:
+    """``--config-dir``: the drop-ins merged onto the ``--config`` document (upstream mergeKubeletConfigurations),
+    then read as one configuration. Unknown fields in a drop-in are dropped, as upstream's encoding/json drops
+    them; a wrongly typed value is upstream's unmarshal error of the merged configuration."""
+    base = dropins.merge_base(None if config_body is None else {str(k): v for k, v in config_body.items()})
+    try:
+        merged, _skipped = dropins.merge(base, config_dir, read_dir, read_file, cwd, check=_dropin_check)
+    except dropins.DropInError as exc:
+        raise ConfigError(str(exc)) from None
+    return _config_values("failed to merge kubelet configs: failed to unmarshal merged JSON into kubelet "
+                          "configuration", merged, ignore_unknown=True)
+
+
+def _read_fields(body: Mapping[Any, Any], prefix: str, values: dict[str, Any], problems: list[str], *,
+                 ignore_unknown: bool = False) -> None:
     """The fields of one mapping of the file into ``values``; nested structs (``authentication.x509``) recurse.
 
     Fields are named by their dotted path (``authentication.webhook.cacheTTL``) in messages and in SETTINGS.
@@ -1766,13 +1817,15 @@ def _read_fields(body: Mapping[Any, Any], prefix: str, values: dict[str, Any], p
             if not isinstance(raw, Mapping):
                 problems.append(f"field {_show(name)}: expected a mapping, got {_show(raw)}")
                 continue
-            _read_fields(raw, f"{name}.", values, problems)
+            _read_fields(raw, f"{name}.", values, problems, ignore_unknown=ignore_unknown)
             continue
         setting = _BY_FIELD.get(name) if isinstance(key, str) else None
         if setting is None:
             if name in UNSUPPORTED_FIELDS:
                 problems.append(f"field {_show(name)} is not supported by kopflet (it would have no effect); "
                                 f"remove it")
+            elif ignore_unknown:
+                pass  # a drop-in's unknown field: upstream's encoding/json unmarshal drops it
             else:
                 problems.append(f"unknown field {_show(name)}" + _suggest(name, sorted({*_BY_FIELD, *_GROUPS})))
             continue
@@ -1815,21 +1868,31 @@ def _node_name(flag: str | None, environ: Mapping[str, str], hostname: str) -> s
 
 
 def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
-         read_file: Callable[[str], str]) -> AgentConfig:
-    """The agent's configuration: flags > ``--config`` file > legacy environment variables > defaults.
+         read_file: Callable[[str], str], read_dir: dropins.ReadDir | None = None, cwd: str = "/") -> AgentConfig:
+    """The agent's configuration: flags > ``--config-dir`` drop-ins > ``--config`` file > legacy environment
+    variables > defaults.
 
-    ``read_file(path)`` returns a file's text (or raises OSError); it is called only for ``--config``.
+    ``read_file(path)`` returns a file's text (or raises OSError); it is called for ``--config`` and the drop-ins.
+    ``read_dir(path)`` lists a directory (see :data:`dropins.ReadDir`), for ``--config-dir`` only; ``cwd`` is the
+    working directory relative drop-in paths are shown against (upstream's filepath.Abs).
     """
     flags = parse_flags(argv)
     file_values: dict[str, Any] = {}
     flag_path = flags.pop("_config", "")
+    config_dir = flags.pop("_config_dir", "")
     path, source = (flag_path, "--config") if flag_path else (environ.get(CONFIG_ENV, ""), CONFIG_ENV)
+    config_body: Mapping[Any, Any] | None = None
     if path:
         try:
             text = read_file(path)
         except OSError as exc:
             raise ConfigError(f"{source} {path}: cannot read it: {exc.strerror or exc}") from None
-        file_values = parse_config_file(path, text)
+        config_body = _config_body(path, text)
+        file_values = _config_values(f"config file {path}", config_body)
+    if config_dir:
+        if read_dir is None:
+            raise ConfigError(f"--config-dir {config_dir}: no way to list a directory here")
+        file_values = merge_config_dir(config_body, config_dir, read_dir, read_file, cwd)
     env_values = parse_legacy_env(environ)
 
     values: dict[str, Any] = {**env_values, **file_values, **flags}
@@ -1899,9 +1962,10 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     return AgentConfig(**values)
 
 
-def from_env(environ: Mapping[str, str], hostname: str, read_file: Callable[[str], str]) -> AgentConfig:
+def from_env(environ: Mapping[str, str], hostname: str, read_file: Callable[[str], str],
+             read_dir: dropins.ReadDir | None = None, cwd: str = "/") -> AgentConfig:
     """The agent's configuration when ``kopf run`` owns the command line: the flags come from ``KOPFLET_ARGS``."""
-    return load(split_args(environ.get(ARGS_ENV, "")), environ, hostname, read_file)
+    return load(split_args(environ.get(ARGS_ENV, "")), environ, hostname, read_file, read_dir, cwd)
 
 
 def usage(program: str = "kopflet") -> str:
