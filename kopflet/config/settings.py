@@ -650,7 +650,7 @@ def _colon_multimap(text: str) -> Mapping[str, tuple[str, ...]]:
         key, colon, value = pair.partition(":")
         if not colon:
             raise _Invalid("malformed pair, expect string:string")
-        out[key.strip()] = out.get(key.strip(), ()) + (value.strip(),)
+        out[key.strip()] = (*out.get(key.strip(), ()), value.strip())
     return MappingProxyType(out)
 
 
