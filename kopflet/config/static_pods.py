@@ -198,30 +198,33 @@ class URLRead:
     """Why the answer was not used (upstream's error text), or empty."""
     data: bytes | None = None
     """The answer the next one is compared with: an unchanged answer sends nothing."""
+    data_error: str = ""
+    """Why `data` was not used: an unchanged bad document is still bad (said again, never a success)."""
     warnings: tuple[str, ...] = ()
     """Pods left out of the set (filterInvalidPods: a name twice)."""
 
 
-def read_url(url: str, status: int, reason: str, data: bytes, last: bytes | None, node_name: str,
-             seen: str) -> URLRead:
+def read_url(url: str, status: int, reason: str, data: bytes, node_name: str, seen: str, *,
+             last: bytes | None = None, last_error: str = "") -> URLRead:
     """One answer: too long, not 200, empty, unchanged, or decoded as one Pod or a PodList (extractFromURL's order).
+    `last`, `last_error`: the previous answer's `data` and `data_error`.
 
-    A bad document is remembered, so it is reported once, and keeps the last good set; an empty answer is an empty set
-    and an error, as upstream's (its data is not remembered there, so an unchanged document after it would not be
-    sent again; here it is: b"" is remembered)."""
+    A bad document is remembered, so it is decoded once, and keeps the last good set; an empty answer is an empty
+    set and an error, as upstream's (its data is not remembered there, so an unchanged document after it would not
+    be sent again; here it is: b"" is remembered)."""
     if len(data) >= MAX_CONFIG_LENGTH:
-        return URLRead(None, READ_LIMIT_REACHED, last)
+        return URLRead(None, READ_LIMIT_REACHED, last, last_error)
     if status != 200:
-        return URLRead(None, f"{url}: {status} {reason}".rstrip(), last)  # Go's resp.Status: "500 Internal ..."
+        return URLRead(None, f"{url}: {status} {reason}".rstrip(), last, last_error)  # Go's resp.Status
     if not data:
         return URLRead((), f"zero-length data received from {url}", b"")
     if data == last:
-        return URLRead(None, "", last)
+        return URLRead(None, last_error, last, last_error)
     try:
         pods, warnings = url_pods(url, data, node_name, seen)
     except ManifestError as exc:
-        return URLRead(None, str(exc), data)
-    return URLRead(pods, "", data, warnings)
+        return URLRead(None, str(exc), data, str(exc))
+    return URLRead(pods, "", data, "", warnings)
 
 
 def url_pods(url: str, data: bytes, node_name: str, seen: str) -> tuple[tuple[StaticPod, ...], tuple[str, ...]]:

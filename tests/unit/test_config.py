@@ -548,7 +548,8 @@ def test_full_config_file() -> None:
         protect_kernel_defaults=True, cgroup_root="/custom", cgroups_per_qos=False, cgroup_driver="systemd",
         feature_gates={"QOSReserved": True, "LoggingAlphaOptions": True}, qos_reserved={"memory": "50%"},
         http_check_frequency=40.0, static_pod_url="http://10.0.0.1/pods",
-        static_pod_url_header={"Authorization": ("Bearer t",), "X-A": ("a", "b")}, volume_stats_agg_period=120.0, memory_swap_behavior="NoSwap", log_verbosity=3,
+        static_pod_url_header={"Authorization": ("Bearer t",), "X-A": ("a", "b")}, volume_stats_agg_period=120.0,
+        memory_swap_behavior="NoSwap", log_verbosity=3,
         log_flush_frequency=2.0, log_vmodule=(("workers", 4),), log_text_split_stream=True,
         log_json_split_stream=True, log_json_info_buffer_size="64Ki",
     )
