@@ -115,6 +115,10 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("syncFrequency", lambda c: _duration(c.resync_period), False),
     ("fileCheckFrequency", lambda c: _duration(c.file_check_frequency), False),
     ("httpCheckFrequency", lambda c: _duration(c.http_check_frequency), False),
+    ("staticPodURL", lambda c: c.static_pod_url, True),
+    # served as set: upstream masks the headers only in its start-up log (marshalKubeletConfigForLog), not here
+    ("staticPodURLHeader", lambda c: {k: list(c.static_pod_url_header[k]) for k in sorted(c.static_pod_url_header)},
+     True),
     ("address", lambda c: c.address, True),
     ("port", lambda c: c.port, True),
     ("readOnlyPort", lambda c: c.read_only_port, True),  # always 0: left out, as upstream's disabled port

@@ -137,8 +137,14 @@ class AgentConfig:
     file_check_frequency: float = 20.0
     """``fileCheckFrequency``: how often the static pod path is re-read, in seconds."""
     http_check_frequency: float = 20.0
-    """``httpCheckFrequency``: how often upstream reads ``staticPodURL``, its only use; kopflet refuses
-    staticPodURL, so (as upstream without one) it has no effect. Accepted for kubeadm's files; shown in /configz."""
+    """``--http-check-frequency`` / ``httpCheckFrequency``: how often ``static_pod_url`` is read, in seconds."""
+    static_pod_url: str = ""
+    """``--manifest-url`` / ``staticPodURL``: static pods from this URL (a Pod or a PodList), read every
+    ``http_check_frequency`` (upstream pkg/kubelet/config/http.go); empty: none."""
+    static_pod_url_header: Mapping[str, tuple[str, ...]] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}))
+    """``--manifest-url-header`` / ``staticPodURLHeader``: HTTP headers (name -> values, in order) sent with every
+    read of ``static_pod_url``."""
     max_pods: int = 110
     """``--max-pods``: admission rejects pods beyond this (``OutOfpods``); also the Node's ``pods`` capacity."""
     node_labels: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
@@ -634,6 +640,28 @@ def _pair(text: str) -> dict[str, str]:
     return {key.strip(): value.strip()}
 
 
+def _colon_multimap(text: str) -> Mapping[str, tuple[str, ...]]:
+    """``a:hello,b:again,b:beautiful`` as cliflag's ColonSeparatedMultimapStringString: pairs split on ``,``, each on
+    its first ``:``, keys and values trimmed; a key repeated keeps its values in order."""
+    out: dict[str, tuple[str, ...]] = {}
+    for pair in text.split(","):
+        if not pair:
+            continue
+        key, colon, value = pair.partition(":")
+        if not colon:
+            raise _Invalid("malformed pair, expect string:string")
+        out[key.strip()] = (*out.get(key.strip(), ()), value.strip())
+    return MappingProxyType(out)
+
+
+def _append_multimap(old: Mapping[str, tuple[str, ...]],
+                     new: Mapping[str, tuple[str, ...]]) -> Mapping[str, tuple[str, ...]]:
+    out = dict(old)
+    for key, values in new.items():
+        out[key] = out.get(key, ()) + values
+    return MappingProxyType(out)
+
+
 def _labels(text: str) -> Mapping[str, str]:
     labels = _pairs(text)
     for key, value in labels.items():
@@ -1064,6 +1092,20 @@ def _yaml_string_map(value: Any) -> dict[str, str]:
     return {str(key): item for key, item in value.items()}
 
 
+def _yaml_multimap(value: Any) -> Mapping[str, tuple[str, ...]]:
+    """``staticPodURLHeader``: map[string][]string."""
+    if not isinstance(value, Mapping):
+        raise _Invalid(f"expected a mapping of lists of strings, got {_show(value)}")
+    out: dict[str, tuple[str, ...]] = {}
+    for key, items in value.items():
+        if items is None:
+            items = []
+        if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+            raise _Invalid(f"expected a list of strings, got {_show(items)} for {_show(key)}")
+        out[str(key)] = tuple(items)
+    return MappingProxyType(out)
+
+
 def _yaml_feature_gates(value: Any) -> Mapping[str, bool]:
     """``featureGates``: a mapping of gate names to YAML booleans (map[string]bool)."""
     if not isinstance(value, Mapping):
@@ -1185,6 +1227,8 @@ CIPHER_SUITES = _Kind("strings", _cipher_suites, lambda v: tuple(_cipher_suite(s
 # --cpu-manager-policy-options takes one key=value per flag (cliflag.NewMapStringStringNoSplit).
 POLICY_OPTIONS = _Kind("mapStringString", lambda t: _frozen(_pair(t)), lambda v: _frozen(_yaml_string_map(v)),
                        accumulate=_merge)
+# --manifest-url-header: cliflag ColonSeparatedMultimapStringString (repeated flags append; a flag replaces the file's).
+URL_HEADERS = _Kind("colonSeparatedMultimapStringString", _colon_multimap, _yaml_multimap, accumulate=_append_multimap)
 # --reserved-memory: repeated flags append (upstream ReservedMemoryVar).
 RESERVED_MEMORY = _Kind("reserved-memory", _reserved_memory_flag, _yaml_reserved_memory, accumulate=_append)
 ENFORCEMENTS = _Kind("strings", lambda t: tuple(_csv(t)), lambda v: tuple(_yaml_strings(v)), accumulate=_append)
@@ -1259,9 +1303,17 @@ SETTINGS: tuple[Setting, ...] = (
             "Directory (or one file) of static pod manifests. Empty: no static pods."),
     Setting("file_check_frequency", "file-check-frequency", "fileCheckFrequency", DURATION, "20s",
             "How often the static pod path is checked for changes."),
-    Setting("http_check_frequency", None, "httpCheckFrequency", DURATION, "20s",
-            "How often upstream reads staticPodURL for static pods, its only use. kopflet refuses staticPodURL, "
-            "so, as upstream without one, this has no effect; accepted (kubeadm writes it) and shown in /configz."),
+    Setting("http_check_frequency", "http-check-frequency", "httpCheckFrequency", DURATION, "20s",
+            "Duration between checking http for new data (the static pods of --manifest-url)."),
+    # The HTTP static pod source (upstream makePodSourceConfig: NewSourceURL when staticPodURL is set).
+    Setting("static_pod_url", "manifest-url", "staticPodURL", STRING, '""',
+            "URL for accessing additional Pod specifications to run: a Pod or a PodList (YAML or JSON), read every "
+            "--http-check-frequency; its pods run as static pods (source http) with mirror pods. Empty: none."),
+    Setting("static_pod_url_header", "manifest-url-header", "staticPodURLHeader", URL_HEADERS, "none",
+            "Comma-separated list of HTTP headers to use when accessing the url provided to --manifest-url. "
+            "Multiple headers with the same name will be added in the same order provided. This flag can be "
+            "repeatedly invoked. For example: --manifest-url-header 'a:hello,b:again,c:world' --manifest-url-header "
+            "'b:beautiful'"),
     Setting("resync_period", "sync-frequency", "syncFrequency", DURATION, "1m0s",
             "Every pod is synced with the runtime at least this often."),
     Setting("max_pods", "max-pods", "maxPods", COUNT, "110",
@@ -1622,7 +1674,7 @@ CONFIG_ENV = "KOPFLET_CONFIG"  # the config file when --config is not given (the
 # Every field of the upstream KubeletConfiguration v1beta1 (staging/src/k8s.io/kubelet/config/v1beta1/types.go)
 # that kopflet does not honour: setting one is an error, not a silent no-op.
 UNSUPPORTED_FIELDS = frozenset({
-    "enableServer", "staticPodURL", "staticPodURLHeader",
+    "enableServer",
     "tlsCurvePreferences",
     "registryPullQPS",
     "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
