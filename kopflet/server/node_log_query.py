@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 from kopflet.gotext import go_json, go_quote
 
@@ -89,7 +89,7 @@ def parse_rfc3339(text: str) -> datetime:
     year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
     fraction, zone = match.group(7) or "", match.group(8)
     if zone == "Z":
-        tz = timezone.utc
+        tz = UTC
     else:
         hours, minutes = int(zone[1:3]), int(zone[4:6])
         if hours > 23 or minutes > 59:
@@ -110,7 +110,7 @@ def go_rfc3339(value: datetime) -> str:
     if value.microsecond:
         text += "." + f"{value.microsecond:06d}".rstrip("0")
     offset = value.utcoffset() or timedelta(0)
-    if offset == timedelta(0) and value.tzinfo is timezone.utc:
+    if offset == timedelta(0) and value.tzinfo is UTC:
         return text + "Z"
     total = int(offset.total_seconds()) // 60
     sign = "-" if total < 0 else "+"
