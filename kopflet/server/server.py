@@ -398,7 +398,8 @@ class Server(HttpServer[_Connection]):
         for a path besides it or a query validate refuses); everything else is the file server on /var/log."""
         logs = self.system_logs
         assert logs is not None
-        if not await self._methods(connection, request, keep, "GET"):  # GETOnlyRestfulFilter: HEAD too is 405
+        if request.method != "GET":  # GETOnlyRestfulFilter: HEAD too is 405
+            await connection.respond(405, "Method Not Allowed", close=not keep, headers=[("Allow", "GET")])
             return keep
         sub = request.path.removeprefix("/logs").removeprefix("/")  # http.StripPrefix("/logs/")
         if logs.query:

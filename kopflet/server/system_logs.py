@@ -166,10 +166,11 @@ class SystemLogs:
             except OSError as exc:
                 error = f"openat {name}: {_go_errno(exc.errno)}"
                 break
+            if stat.S_ISDIR(os.fstat(fd).st_mode):  # /var/log/<service>/ is not the log: os.ErrNotExist
+                os.close(fd)
+                missing = True
+                continue
             with os.fdopen(fd, "rb") as f:
-                if stat.S_ISDIR(os.fstat(fd).st_mode):  # /var/log/<service>/ is not the log: os.ErrNotExist
-                    missing = True
-                    continue
                 error = await _copy(f, write, deadline)
             break
         if missing:
