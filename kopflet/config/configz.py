@@ -179,6 +179,8 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("enforceNodeAllocatable", lambda c: list(c.enforce_node_allocatable), True),
     ("allowedUnsafeSysctls", lambda c: list(c.allowed_unsafe_sysctls), True),
     ("logging", _logging, False),
+    ("enableSystemLogHandler", lambda c: c.enable_system_log_handler, False),  # a *bool upstream defaults
+    ("enableSystemLogQuery", lambda c: c.enable_system_log_query, False),  # the internal bool, converted: always
     ("shutdownGracePeriod", lambda c: _duration(c.shutdown_grace_period), False),
     ("shutdownGracePeriodCriticalPods", lambda c: _duration(c.shutdown_grace_period_critical_pods), False),
     # KubeletCrashLoopBackOffMax (on by default) defaults the pointer: always there.

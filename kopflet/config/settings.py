@@ -210,6 +210,12 @@ class AgentConfig:
     fail_cgroup_v1: bool = False
     """``failCgroupV1``: refuse to start on a cgroup v1 host. Off by default, unlike upstream v1.37 (on): kopflet
     keeps running where upstream's kubelet needs ``failCgroupV1: false`` (this project's own hosts among them)."""
+    enable_system_log_handler: bool = True
+    """``enableSystemLogHandler``: serve /var/log on the kubelet API's ``/logs/`` (authorized as ``nodes/log``);
+    off: 405 ``logs endpoint is disabled.``"""
+    enable_system_log_query: bool = False
+    """``enableSystemLogQuery``: the node log query on ``/logs/?query=`` (journalctl, or the service's file under
+    /var/log); needs ``enable_system_log_handler``."""
     protect_kernel_defaults: bool = False
     """``protectKernelDefaults``: refuse to start when the kernel tunables the kubelet expects differ, instead of
     setting them."""
@@ -1630,6 +1636,16 @@ SETTINGS: tuple[Setting, ...] = (
             "Refuse to start on a host using cgroup v1, with upstream's error. Upstream v1.37 defaults to true; "
             "kopflet to false, so it keeps running on the cgroup v1 hosts upstream's kubelet needs false for "
             "(kubeadm's own instructions on cgroup v1: false, and its SystemVerification preflight check skipped)."),
+    # The kubelet API's /logs/ (upstream InstallSystemLogHandler, kubelet.go Run's logServer, the NodeLogQuery gate:
+    # GA and locked on at v1.37.1). Config-file fields only, as upstream.
+    Setting("enable_system_log_handler", None, "enableSystemLogHandler", BOOL, "true",
+            "Serve the node's log files under /var/log on the kubelet API's /logs/ (kubectl get --raw "
+            "/api/v1/nodes/<node>/proxy/logs/<path>), to callers allowed nodes/log. Off: /logs/ answers 405 "
+            "\"logs endpoint is disabled.\".", zero_is_default=False),
+    Setting("enable_system_log_query", None, "enableSystemLogQuery", BOOL, "false",
+            "The node log query: /logs/?query=<service> streams journalctl's entries of that unit (or its log file "
+            "under /var/log when journald has none), with sinceTime, untilTime, tailLines, pattern and boot; "
+            "/logs/?query=<file> a file under /var/log. Needs enableSystemLogHandler.", zero_is_default=False),
     Setting("protect_kernel_defaults", "protect-kernel-defaults", "protectKernelDefaults", BOOL, "false",
             "Refuse to start when vm.overcommit_memory, vm.panic_on_oom, kernel.panic, kernel.panic_on_oops, "
             "kernel.keys.root_maxkeys or kernel.keys.root_maxbytes differ from the kubelet's values (1, 0, 10, 1, "
@@ -1688,8 +1704,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit",
     "failSwapOn", "configMapAndSecretChangeDetectionStrategy", "defaultPodSysctls",
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup",
-    "volumePluginDir", "providerID", "kernelMemcgNotification", "enableSystemLogHandler",
-    "enableSystemLogQuery",
+    "volumePluginDir", "providerID", "kernelMemcgNotification",
     "shutdownGracePeriodByPodPriority", "enableProfilingHandler",
     "enableDebugFlagsHandler", "memoryThrottlingFactor", "memoryReservationPolicy",
     "registerNode", "tracing", "userNamespaces",
