@@ -2,8 +2,9 @@
 
 The configuration is :func:`kopflet.config.settings.from_env` over the real environment (``KOPFLET_ARGS`` carries the
 kubelet flags, since ``kopf run`` owns the command line), the hostname and the real file system for
-``--config``. The credentials come from one function, :func:`connection_info`, used by both Kopf (through the
-``@kopf.on.login`` handler here) and the agent's own apiserver client, so both speak as the same node.
+``--config`` and ``--config-dir``. The credentials come from one function, :func:`connection_info`, used by both
+Kopf (through the ``@kopf.on.login`` handler here) and the agent's own apiserver client, so both speak as the same
+node.
 
 With ``rotateCertificates`` the client certificate comes from the certificate manager (startup's
 ``client_certificate`` has put it in memo), as upstream's rotating transport takes the manager's pair whatever the
@@ -19,6 +20,7 @@ import datetime
 import logging
 import os
 import socket
+import stat
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,9 +35,20 @@ def read_text(path: str) -> str:
         return f.read()
 
 
+def read_dir(path: str) -> list[tuple[str, bool]] | None:
+    """A ``--config-dir`` directory's entries (name, is a directory) as Go's WalkDir sees them: the path itself by
+    lstat (a symbolic link is not a directory: None), the entries without following links."""
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        return None
+    with os.scandir(path) as entries:
+        return [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+
+
 def load_agent_config(environ: Mapping[str, str] | None = None) -> configuration.AgentConfig:
-    """The configuration from ``$KOPFLET_ARGS``, the legacy variables, the hostname and the ``--config`` file."""
-    return configuration.from_env(os.environ if environ is None else environ, socket.gethostname(), read_text)
+    """The configuration from ``$KOPFLET_ARGS``, the legacy variables, the hostname, the ``--config`` file and the
+    ``--config-dir`` drop-ins."""
+    return configuration.from_env(os.environ if environ is None else environ, socket.gethostname(), read_text,
+                                  read_dir, os.getcwd())
 
 
 def connection_info(cfg: configuration.AgentConfig, *, logger: logging.Logger | logging.LoggerAdapter[Any],

@@ -15,7 +15,6 @@ import itertools
 import logging
 import os
 import signal
-import socket
 import ssl
 from collections.abc import Iterator
 from typing import Any
@@ -81,7 +80,7 @@ def _config(memo: kopf.Memo) -> configuration.AgentConfig:
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     try:
-        cfg = configuration.from_env(os.environ, socket.gethostname(), read_file=configuring.read_text)
+        cfg = configuring.load_agent_config()
     except configuration.ConfigError as exc:
         raise kopf.PermanentError(str(exc)) from exc
     if cfg.fail_cgroup_v1 and not await asyncio.to_thread(is_cgroup2):

@@ -41,6 +41,7 @@ from kopflet.cm.memorymanager.machine import MachineError, NUMANode
 from kopflet.cm.memorymanager.manager import MemoryManager, read_numa_nodes
 from kopflet.config import static_pods
 from kopflet.config.file_source import StaticPodSource
+from kopflet.config.http_source import ManifestURLSource
 from kopflet.config.settings import AgentConfig
 from kopflet.envvars.services import ServiceCache
 from kopflet.eviction import helpers as eviction_helpers
@@ -357,7 +358,8 @@ class Node:
             metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating, devices=self.device_manager,
             memory=self.memory_manager)
         self.housekeeping = Housekeeping(self.api, self.relist, self.workers, self.teardown, self.layout,
-                                         cfg.pod_field_selector, userns=self.userns, cgroups=self.cgroups)
+                                         cfg.pod_field_selector, userns=self.userns, cgroups=self.cgroups,
+                                         sources_ready=self._sources_ready)
         self.container_gc = ContainerGC(self.relist, self.executor, gc.GCPolicy(
             min_age=cfg.minimum_container_ttl_duration, max_per_pod_container=cfg.maximum_dead_containers_per_container,
             max_containers=cfg.maximum_dead_containers), terminated=self.workers.terminated)
@@ -374,8 +376,14 @@ class Node:
             symlink_dir=self.layout.container_logs_dir)
         self.oom = OomWatcher(lambda reason, message: self.recorder.node_event("Warning", reason, message,
                                                                              self.heartbeat.uid))
+        # upstream makePodSourceConfig: the file source with staticPodPath, the http source with staticPodURL; both
+        # feed one static pod manager (its mirror pods).
         self.static_pods = StaticPodSource(cfg, self.api, self.workers, lambda: self.heartbeat.uid) \
-            if cfg.pod_manifest_path else None
+            if cfg.pod_manifest_path or cfg.static_pod_url else None
+        self.manifest_url = ManifestURLSource(
+            cfg.static_pod_url, cfg.static_pod_url_header, cfg.node_name, cfg.http_check_frequency,
+            self.static_pods.apply, self.recorder, lambda: self.heartbeat.uid) \
+            if cfg.static_pod_url and self.static_pods is not None else None
         self.stats = StatsCollector(cri, node_name=cfg.node_name, layout=self.layout,
                                     pod_cgroup_candidates=self.cgroups.layout.pod_cgroup_candidates,
                                     volume_stats_period=cfg.volume_stats_agg_period)
@@ -518,9 +526,13 @@ class Node:
             logger.info(f"serving the kubelet API on {cfg.address}:{cfg.port}")
         await self.pod_resources.start()
         self._tasks.append(asyncio.create_task(self.services.run(), name="services"))
-        if self.static_pods is not None:
+        if self.static_pods is not None and cfg.pod_manifest_path:
             await self.static_pods.scan()
             self._tasks.append(asyncio.create_task(self.static_pods.run(), name="static-pods"))
+        if self.manifest_url is not None:
+            logger.info(f"Adding pod URL with HTTP header: URL {cfg.static_pod_url}, header names "
+                        f"{sorted({name for name, _ in self.manifest_url.headers})}")  # the values may be secrets
+            self._tasks.append(asyncio.create_task(self.manifest_url.run(), name="static-pods-url"))
         self._tasks += [
             asyncio.create_task(self.relist.run(self.workers.wake), name="runtime-relist"),
             asyncio.create_task(self.heartbeat.run(on_registered=self._registered_late), name="node-heartbeat"),
@@ -563,6 +575,11 @@ class Node:
         """The kubelet API's ``/healthz`` (InstallAuthNotRequiredHandlers): ping, log, syncloop and the container
         manager's, as the watchdog runs them; the healthz port runs ping alone."""
         return default_checks(self.log_check, self.sync_loop_health_check, self.health_checkers())
+
+    def _sources_ready(self) -> bool:
+        """upstream sourcesReady.AllReady: the file source is read before housekeeping starts; the URL counts once it
+        has given its pods (an answer decoded, or an empty one)."""
+        return self.manifest_url is None or self.manifest_url.synced.is_set()
 
     def _registered(self) -> None:
         """The Node exists: upstream's "Starting kubelet." event."""
@@ -626,6 +643,8 @@ class Node:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.manifest_url is not None:
+            await self.manifest_url.close()
         await self.stats.close()
         await self.container_manager.close()
         await self.workers.stop()

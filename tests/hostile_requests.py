@@ -31,7 +31,7 @@ WEBSOCKET = ("Connection: Upgrade", "Upgrade: websocket", "Sec-WebSocket-Version
              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==")
 EXEC = "/exec/ns/p/c?command=sh&output=1"
 REMOTE_COMMAND_PROTOCOLS = "[v4.channel.k8s.io v3.channel.k8s.io v2.channel.k8s.io channel.k8s.io]"
-LOGS_DISABLED = "logs endpoint is disabled.\n"
+NOT_FOUND = "404 page not found\n"
 X_FORWARDED_FOR = '"X-Forwarded-For":[]string{"127.0.0.1"}'
 """The client's address as the streaming server would see it (both tests connect from 127.0.0.1)."""
 
@@ -148,16 +148,18 @@ CASES: tuple[Case, ...] = (
          headers={"location": "/logs/etc/passwd"}, upstream="Go's ServeMux"),
     Case("root-double-slash", "logs", request("//etc/passwd"), 307, redirect_link("/etc/passwd"),
          headers={"location": "/etc/passwd"}, upstream="Go's ServeMux"),
-    Case("logs-encoded-dot-dot", "logs", request("/logs/%2e%2e/%2e%2e/etc/passwd"), 405, LOGS_DISABLED,
-         upstream="not a dot segment for the mux; kopflet serves no files: enableSystemLogHandler off"),
-    Case("logs-encoded-slashes", "logs", request("/logs/..%2f..%2fetc%2fpasswd"), 405, LOGS_DISABLED,
+    Case("logs-encoded-dot-dot", "logs", request("/logs/%2e%2e/%2e%2e/etc/passwd"), 404, NOT_FOUND,
+         upstream="not a dot segment for the mux; the file server (enableSystemLogHandler, on by default) cleans "
+                  "the decoded path inside /var/log: /var/log/etc/passwd, not there"),
+    Case("logs-encoded-slashes", "logs", request("/logs/..%2f..%2fetc%2fpasswd"), 404, NOT_FOUND,
          upstream="as logs-encoded-dot-dot"),
-    Case("logs-double-encoded", "logs", request("/logs/%252e%252e%252fetc%252fpasswd"), 405, LOGS_DISABLED,
-         upstream="as logs-encoded-dot-dot"),
-    Case("logs-absolute", "logs", request("/logs/%2fetc%2fpasswd"), 405, LOGS_DISABLED,
-         upstream="as logs-encoded-dot-dot"),
-    Case("logs-root", "logs", request("/logs/"), 405, LOGS_DISABLED,
-         upstream="getHandlerForDisabledEndpoint (enableSystemLogHandler off)"),
+    Case("logs-double-encoded", "logs", request("/logs/%252e%252e%252fetc%252fpasswd"), 404, NOT_FOUND,
+         upstream="as logs-encoded-dot-dot: one decoding, a file named '%2e%2e%2fetc%2fpasswd'"),
+    Case("logs-absolute", "logs", request("/logs/%2fetc%2fpasswd"), 404, NOT_FOUND,
+         upstream="as logs-encoded-dot-dot: /var/log/etc/passwd"),
+    Case("logs-root", "logs", request("/logs/"), 200, None,
+         contains='<meta name="viewport" content="width=device-width">',
+         upstream="http.FileServer's listing of /var/log (enableSystemLogHandler on, upstream's default)"),
     # -------------------------------------------------------------------------------- /containerLogs/
     Case("container-logs-dot-dot", "containerLogs", request("/containerLogs/ns/../p/c"), 307,
          redirect_link("/containerLogs/p/c"), headers={"location": "/containerLogs/p/c"}, upstream="Go's ServeMux"),

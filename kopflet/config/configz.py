@@ -115,6 +115,10 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("syncFrequency", lambda c: _duration(c.resync_period), False),
     ("fileCheckFrequency", lambda c: _duration(c.file_check_frequency), False),
     ("httpCheckFrequency", lambda c: _duration(c.http_check_frequency), False),
+    ("staticPodURL", lambda c: c.static_pod_url, True),
+    # served as set: upstream masks the headers only in its start-up log (marshalKubeletConfigForLog), not here
+    ("staticPodURLHeader", lambda c: {k: list(c.static_pod_url_header[k]) for k in sorted(c.static_pod_url_header)},
+     True),
     ("address", lambda c: c.address, True),
     ("port", lambda c: c.port, True),
     ("readOnlyPort", lambda c: c.read_only_port, True),  # always 0: left out, as upstream's disabled port
@@ -175,6 +179,8 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("enforceNodeAllocatable", lambda c: list(c.enforce_node_allocatable), True),
     ("allowedUnsafeSysctls", lambda c: list(c.allowed_unsafe_sysctls), True),
     ("logging", _logging, False),
+    ("enableSystemLogHandler", lambda c: c.enable_system_log_handler, False),  # a *bool upstream defaults
+    ("enableSystemLogQuery", lambda c: c.enable_system_log_query, False),  # the internal bool, converted: always
     ("shutdownGracePeriod", lambda c: _duration(c.shutdown_grace_period), False),
     ("shutdownGracePeriodCriticalPods", lambda c: _duration(c.shutdown_grace_period_critical_pods), False),
     # KubeletCrashLoopBackOffMax (on by default) defaults the pointer: always there.

@@ -44,7 +44,9 @@ IMPLEMENTED: Mapping[str, bool] = MappingProxyType({
 SYSTEMD_WATCHDOG: Final = "SystemdWatchdog"
 """pkg/features SystemdWatchdog: beta on in 1.32, GA and locked to true since 1.35 (upstream's watchdog runs
 without reading it)."""
-IMPLEMENTED_LOCKED: frozenset[str] = frozenset({SYSTEMD_WATCHDOG})
+NODE_LOG_QUERY: Final = "NodeLogQuery"
+"""pkg/features NodeLogQuery: GA and locked to true since 1.36 (the node log query, with enableSystemLogQuery)."""
+IMPLEMENTED_LOCKED: frozenset[str] = frozenset({SYSTEMD_WATCHDOG, NODE_LOG_QUERY})
 """Gates locked to their v1.37.1 default whose behaviour at that default kopflet implements: taken at the default
 (not a no-op), refused otherwise in upstream's words for a locked gate."""
 
@@ -139,6 +141,7 @@ def enabled(gates: Mapping[str, bool], name: str) -> bool:
     return gates.get(name, IMPLEMENTED[name])
 
 
-__all__ = ["IMPLEMENTED", "IMPLEMENTED_LOCKED", "LOGGING_ALPHA_OPTIONS", "LOGGING_BETA_OPTIONS", "QOS_RESERVED",
+__all__ = ["IMPLEMENTED", "IMPLEMENTED_LOCKED", "LOGGING_ALPHA_OPTIONS", "LOGGING_BETA_OPTIONS", "NODE_LOG_QUERY",
+           "QOS_RESERVED",
            "SYSTEMD_WATCHDOG", "FeatureGateError", "check", "enabled", "no_ops", "parse_bool", "parse_flag",
            "problems"]

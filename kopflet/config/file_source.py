@@ -6,6 +6,9 @@ size or mtime changes. A changed manifest is a new pod (its UID hashes the conte
 killed, the new one started. A broken file is logged once per content and skipped, as upstream's file
 source skips it; the other manifests are unaffected. Mirror pods are (re)created whenever missing,
 stale or being deleted, and removed with their static pod.
+
+`StaticPodSource` is also the static pod manager of the other source, ``staticPodURL``
+(`kopflet.config.http_source`): each source hands it its whole set (`StaticPodSource.apply`).
 """
 
 from __future__ import annotations
@@ -67,9 +70,15 @@ class StaticPodSource:
     def __init__(self, cfg: AgentConfig, api: KubeClient, workers: PodSink, node_uid: Callable[[], str]) -> None:
         """`node_uid` gives the registered Node's uid, which mirror pods name as their owner."""
         self.cfg, self.api, self.workers, self.node_uid = cfg, api, workers, node_uid
-        self.pods: dict[str, StaticPod] = {}
+        self._sources: dict[str, dict[str, StaticPod]] = {}  # source ("file", "http") -> key -> pod
         self._reported: dict[str, str] = {}
         self._mirrors = asyncio.Lock()  # one pass over the mirror pods at a time (a scan, the Node's registration)
+        self._applying = asyncio.Lock()  # one source's set replaced at a time (upstream podStorage's podLock)
+
+    @property
+    def pods(self) -> dict[str, StaticPod]:
+        """Every source's static pods: a file's keyed by its path, a URL's by their UID."""
+        return {key: pod for pods in self._sources.values() for key, pod in pods.items()}
 
     async def scan(self) -> None:
         files = await asyncio.to_thread(read_manifests, self.cfg.pod_manifest_path)
@@ -86,21 +95,29 @@ class StaticPodSource:
                     logger.error(f"static pod manifest skipped: {exc}")
                 continue
             self._reported.pop(path, None)
-            old = self.pods.get(path)
-            found[path] = old if old is not None and old.uid == pod.uid else pod
-        kept = {p.uid for p in found.values()}
-        for old in self.pods.values():
-            if old.uid not in kept:
-                logger.info(f"static pod {old.namespace}/{old.name} from {old.path} removed or changed: stopping it")
-                self.workers.deleted(dict(old.body))
-                await self._delete_mirror(old)
-        started = {p.uid for p in self.pods.values()}
-        self.pods = found
-        await self.ensure_mirrors()
-        for pod in found.values():
-            if pod.uid not in started:
-                logger.info(f"static pod {pod.namespace}/{pod.name} from {pod.path}")
-                self.workers.update(dict(pod.body))
+            found[path] = pod
+        await self.apply(static_pods.SOURCE_FILE, found)
+
+    async def apply(self, source: str, found: Mapping[str, StaticPod]) -> None:
+        """A source's whole set of static pods (upstream's SET update, podStorage.merge): the pods gone or changed
+        (a new UID) are stopped with their mirror pods, the new ones started; an unchanged pod keeps its seen time."""
+        async with self._applying:
+            current = self._sources.get(source, {})
+            by_uid = {p.uid: p for p in current.values()}
+            found = {key: by_uid.get(pod.uid, pod) for key, pod in found.items()}
+            kept = {p.uid for p in found.values()}
+            for old in current.values():
+                if old.uid not in kept:
+                    logger.info(f"static pod {old.namespace}/{old.name} from {old.path} removed or changed: "
+                                f"stopping it")
+                    self.workers.deleted(dict(old.body))
+                    await self._delete_mirror(old)
+            self._sources[source] = dict(found)
+            await self.ensure_mirrors()
+            for pod in found.values():
+                if pod.uid not in by_uid:
+                    logger.info(f"static pod {pod.namespace}/{pod.name} from {pod.path}")
+                    self.workers.update(dict(pod.body))
 
     async def ensure_mirrors(self) -> None:
         """Every static pod has exactly one current mirror pod (upstream syncPod's mirror handling).
@@ -119,7 +136,7 @@ class StaticPodSource:
         except API_ERRORS as exc:
             logger.warning(f"cannot list this node's pods to check mirror pods: {exc}")
             return
-        for pod in self.pods.values():
+        for pod in list(self.pods.values()):
             try:
                 mirror = bound.get((pod.namespace, pod.name))
                 if mirror is not None:

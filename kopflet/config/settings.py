@@ -35,7 +35,7 @@ from kopflet.cm.cpumanager import policy_options
 from kopflet.cm.memorymanager import memory_manager
 from kopflet.cm.memorymanager.memory_manager import MemoryReservation
 from kopflet.cm.topologymanager import policy as topology_policy
-from kopflet.config import feature_gates, log_options, tls_options
+from kopflet.config import dropins, feature_gates, log_options, tls_options
 from kopflet.eviction import thresholds
 from kopflet.lifecycle import admission
 
@@ -137,8 +137,14 @@ class AgentConfig:
     file_check_frequency: float = 20.0
     """``fileCheckFrequency``: how often the static pod path is re-read, in seconds."""
     http_check_frequency: float = 20.0
-    """``httpCheckFrequency``: how often upstream reads ``staticPodURL``, its only use; kopflet refuses
-    staticPodURL, so (as upstream without one) it has no effect. Accepted for kubeadm's files; shown in /configz."""
+    """``--http-check-frequency`` / ``httpCheckFrequency``: how often ``static_pod_url`` is read, in seconds."""
+    static_pod_url: str = ""
+    """``--manifest-url`` / ``staticPodURL``: static pods from this URL (a Pod or a PodList), read every
+    ``http_check_frequency`` (upstream pkg/kubelet/config/http.go); empty: none."""
+    static_pod_url_header: Mapping[str, tuple[str, ...]] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}))
+    """``--manifest-url-header`` / ``staticPodURLHeader``: HTTP headers (name -> values, in order) sent with every
+    read of ``static_pod_url``."""
     max_pods: int = 110
     """``--max-pods``: admission rejects pods beyond this (``OutOfpods``); also the Node's ``pods`` capacity."""
     node_labels: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
@@ -204,6 +210,12 @@ class AgentConfig:
     fail_cgroup_v1: bool = False
     """``failCgroupV1``: refuse to start on a cgroup v1 host. Off by default, unlike upstream v1.37 (on): kopflet
     keeps running where upstream's kubelet needs ``failCgroupV1: false`` (this project's own hosts among them)."""
+    enable_system_log_handler: bool = True
+    """``enableSystemLogHandler``: serve /var/log on the kubelet API's ``/logs/`` (authorized as ``nodes/log``);
+    off: 405 ``logs endpoint is disabled.``"""
+    enable_system_log_query: bool = False
+    """``enableSystemLogQuery``: the node log query on ``/logs/?query=`` (journalctl, or the service's file under
+    /var/log); needs ``enable_system_log_handler``."""
     protect_kernel_defaults: bool = False
     """``protectKernelDefaults``: refuse to start when the kernel tunables the kubelet expects differ, instead of
     setting them."""
@@ -632,6 +644,28 @@ def _pair(text: str) -> dict[str, str]:
     if not eq:
         raise _Invalid("malformed pair, expect string=string")
     return {key.strip(): value.strip()}
+
+
+def _colon_multimap(text: str) -> Mapping[str, tuple[str, ...]]:
+    """``a:hello,b:again,b:beautiful`` as cliflag's ColonSeparatedMultimapStringString: pairs split on ``,``, each on
+    its first ``:``, keys and values trimmed; a key repeated keeps its values in order."""
+    out: dict[str, tuple[str, ...]] = {}
+    for pair in text.split(","):
+        if not pair:
+            continue
+        key, colon, value = pair.partition(":")
+        if not colon:
+            raise _Invalid("malformed pair, expect string:string")
+        out[key.strip()] = (*out.get(key.strip(), ()), value.strip())
+    return MappingProxyType(out)
+
+
+def _append_multimap(old: Mapping[str, tuple[str, ...]],
+                     new: Mapping[str, tuple[str, ...]]) -> Mapping[str, tuple[str, ...]]:
+    out = dict(old)
+    for key, values in new.items():
+        out[key] = out.get(key, ()) + values
+    return MappingProxyType(out)
 
 
 def _labels(text: str) -> Mapping[str, str]:
@@ -1064,6 +1098,20 @@ def _yaml_string_map(value: Any) -> dict[str, str]:
     return {str(key): item for key, item in value.items()}
 
 
+def _yaml_multimap(value: Any) -> Mapping[str, tuple[str, ...]]:
+    """``staticPodURLHeader``: map[string][]string."""
+    if not isinstance(value, Mapping):
+        raise _Invalid(f"expected a mapping of lists of strings, got {_show(value)}")
+    out: dict[str, tuple[str, ...]] = {}
+    for key, items in value.items():
+        if items is None:
+            items = []
+        if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+            raise _Invalid(f"expected a list of strings, got {_show(items)} for {_show(key)}")
+        out[str(key)] = tuple(items)
+    return MappingProxyType(out)
+
+
 def _yaml_feature_gates(value: Any) -> Mapping[str, bool]:
     """``featureGates``: a mapping of gate names to YAML booleans (map[string]bool)."""
     if not isinstance(value, Mapping):
@@ -1185,6 +1233,8 @@ CIPHER_SUITES = _Kind("strings", _cipher_suites, lambda v: tuple(_cipher_suite(s
 # --cpu-manager-policy-options takes one key=value per flag (cliflag.NewMapStringStringNoSplit).
 POLICY_OPTIONS = _Kind("mapStringString", lambda t: _frozen(_pair(t)), lambda v: _frozen(_yaml_string_map(v)),
                        accumulate=_merge)
+# --manifest-url-header: cliflag ColonSeparatedMultimapStringString (repeated flags append; a flag replaces the file's).
+URL_HEADERS = _Kind("colonSeparatedMultimapStringString", _colon_multimap, _yaml_multimap, accumulate=_append_multimap)
 # --reserved-memory: repeated flags append (upstream ReservedMemoryVar).
 RESERVED_MEMORY = _Kind("reserved-memory", _reserved_memory_flag, _yaml_reserved_memory, accumulate=_append)
 ENFORCEMENTS = _Kind("strings", lambda t: tuple(_csv(t)), lambda v: tuple(_yaml_strings(v)), accumulate=_append)
@@ -1239,6 +1289,12 @@ SETTINGS: tuple[Setting, ...] = (
             "handshakes fail with \"no serving certificate available for the kubelet\"."),
     Setting("_config", "config", None, STRING, '""',
             "A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1). Flags override its fields."),
+    Setting("_config_dir", "config-dir", None, STRING, '""',
+            "Path to a directory containing drop-in configuration files that override settings from defaults and "
+            "the --config file. The path may be absolute or relative; relative paths start at the Kubelet's current "
+            "working directory. Drop-in files must have a '.conf' suffix (e.g., '99-kubelet-address.conf') and are "
+            "processed in lexical order. Only '.conf' files are loaded; all other files are ignored. All .conf files "
+            "in the directory and its subdirectories are processed in lexical order."),
     Setting("node_name", "hostname-override", None, STRING, "the hostname",
             "The node's name. Without it: $NODE_NAME, then the hostname; lowercased."),
     Setting("node_ip", "node-ip", None, NODE_IP, "detected",
@@ -1253,9 +1309,17 @@ SETTINGS: tuple[Setting, ...] = (
             "Directory (or one file) of static pod manifests. Empty: no static pods."),
     Setting("file_check_frequency", "file-check-frequency", "fileCheckFrequency", DURATION, "20s",
             "How often the static pod path is checked for changes."),
-    Setting("http_check_frequency", None, "httpCheckFrequency", DURATION, "20s",
-            "How often upstream reads staticPodURL for static pods, its only use. kopflet refuses staticPodURL, "
-            "so, as upstream without one, this has no effect; accepted (kubeadm writes it) and shown in /configz."),
+    Setting("http_check_frequency", "http-check-frequency", "httpCheckFrequency", DURATION, "20s",
+            "Duration between checking http for new data (the static pods of --manifest-url)."),
+    # The HTTP static pod source (upstream makePodSourceConfig: NewSourceURL when staticPodURL is set).
+    Setting("static_pod_url", "manifest-url", "staticPodURL", STRING, '""',
+            "URL for accessing additional Pod specifications to run: a Pod or a PodList (YAML or JSON), read every "
+            "--http-check-frequency; its pods run as static pods (source http) with mirror pods. Empty: none."),
+    Setting("static_pod_url_header", "manifest-url-header", "staticPodURLHeader", URL_HEADERS, "none",
+            "Comma-separated list of HTTP headers to use when accessing the url provided to --manifest-url. "
+            "Multiple headers with the same name will be added in the same order provided. This flag can be "
+            "repeatedly invoked. For example: --manifest-url-header 'a:hello,b:again,c:world' --manifest-url-header "
+            "'b:beautiful'"),
     Setting("resync_period", "sync-frequency", "syncFrequency", DURATION, "1m0s",
             "Every pod is synced with the runtime at least this often."),
     Setting("max_pods", "max-pods", "maxPods", COUNT, "110",
@@ -1572,6 +1636,16 @@ SETTINGS: tuple[Setting, ...] = (
             "Refuse to start on a host using cgroup v1, with upstream's error. Upstream v1.37 defaults to true; "
             "kopflet to false, so it keeps running on the cgroup v1 hosts upstream's kubelet needs false for "
             "(kubeadm's own instructions on cgroup v1: false, and its SystemVerification preflight check skipped)."),
+    # The kubelet API's /logs/ (upstream InstallSystemLogHandler, kubelet.go Run's logServer, the NodeLogQuery gate:
+    # GA and locked on at v1.37.1). Config-file fields only, as upstream.
+    Setting("enable_system_log_handler", None, "enableSystemLogHandler", BOOL, "true",
+            "Serve the node's log files under /var/log on the kubelet API's /logs/ (kubectl get --raw "
+            "/api/v1/nodes/<node>/proxy/logs/<path>), to callers allowed nodes/log. Off: /logs/ answers 405 "
+            "\"logs endpoint is disabled.\".", zero_is_default=False),
+    Setting("enable_system_log_query", None, "enableSystemLogQuery", BOOL, "false",
+            "The node log query: /logs/?query=<service> streams journalctl's entries of that unit (or its log file "
+            "under /var/log when journald has none), with sinceTime, untilTime, tailLines, pattern and boot; "
+            "/logs/?query=<file> a file under /var/log. Needs enableSystemLogHandler.", zero_is_default=False),
     Setting("protect_kernel_defaults", "protect-kernel-defaults", "protectKernelDefaults", BOOL, "false",
             "Refuse to start when vm.overcommit_memory, vm.panic_on_oom, kernel.panic, kernel.panic_on_oops, "
             "kernel.keys.root_maxkeys or kernel.keys.root_maxbytes differ from the kubelet's values (1, 0, 10, 1, "
@@ -1616,7 +1690,7 @@ CONFIG_ENV = "KOPFLET_CONFIG"  # the config file when --config is not given (the
 # Every field of the upstream KubeletConfiguration v1beta1 (staging/src/k8s.io/kubelet/config/v1beta1/types.go)
 # that kopflet does not honour: setting one is an error, not a silent no-op.
 UNSUPPORTED_FIELDS = frozenset({
-    "enableServer", "staticPodURL", "staticPodURLHeader",
+    "enableServer",
     "tlsCurvePreferences",
     "registryPullQPS",
     "registryBurst", "imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
@@ -1630,8 +1704,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit",
     "failSwapOn", "configMapAndSecretChangeDetectionStrategy", "defaultPodSysctls",
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup",
-    "volumePluginDir", "providerID", "kernelMemcgNotification", "enableSystemLogHandler",
-    "enableSystemLogQuery",
+    "volumePluginDir", "providerID", "kernelMemcgNotification",
     "shutdownGracePeriodByPodPriority", "enableProfilingHandler",
     "enableDebugFlagsHandler", "memoryThrottlingFactor", "memoryReservationPolicy",
     "registerNode", "tracing", "userNamespaces",
@@ -1726,6 +1799,11 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 def parse_config_file(path: str, text: str) -> dict[str, Any]:
     """A KubeletConfiguration document -> {attribute: value}; every problem found is in one ConfigError."""
+    return _config_values(f"config file {path}", _config_body(path, text))
+
+
+def _config_body(path: str, text: str) -> Mapping[Any, Any]:
+    """The one KubeletConfiguration mapping of a ``--config`` file, its apiVersion and kind checked."""
     where = f"config file {path}"
     try:
         documents = [doc for doc in yaml.load_all(text, Loader=_StrictLoader) if doc is not None]
@@ -1741,9 +1819,13 @@ def parse_config_file(path: str, text: str) -> dict[str, Any]:
                           f"got {_show(body.get('apiVersion'))}")
     if body.get("kind") != CONFIG_KIND:
         raise ConfigError(f"{where}: kind must be {_show(CONFIG_KIND)}, got {_show(body.get('kind'))}")
+    return body
+
+
+def _config_values(where: str, body: Mapping[Any, Any], *, ignore_unknown: bool = False) -> dict[str, Any]:
     values: dict[str, Any] = {}
     problems: list[str] = []
-    _read_fields(body, "", values, problems)
+    _read_fields(body, "", values, problems, ignore_unknown=ignore_unknown)
     if len(problems) == 1:
         raise ConfigError(f"{where}: {problems[0]}")
     if problems:
@@ -1751,7 +1833,43 @@ def parse_config_file(path: str, text: str) -> dict[str, Any]:
     return values
 
 
-def _read_fields(body: Mapping[Any, Any], prefix: str, values: dict[str, Any], problems: list[str]) -> None:
+def unsupported_fields(body: Mapping[Any, Any], prefix: str = "") -> list[str]:
+    """The fields of a document (set, not null) that kopflet does not honour, by their dotted names."""
+    found: list[str] = []
+    for key, raw in body.items():
+        name = f"{prefix}{key}"
+        if raw is None:
+            continue
+        if name in _GROUPS and isinstance(raw, Mapping):
+            found.extend(unsupported_fields(raw, f"{name}."))
+        elif name in UNSUPPORTED_FIELDS:
+            found.append(name)
+    return found
+
+
+def _dropin_check(document: Mapping[str, Any]) -> str | None:
+    """kopflet's own refusal in a drop-in: a field it would not honour (upstream takes it)."""
+    found = unsupported_fields(document)
+    return (f"field {_show(found[0])} is not supported by kopflet (it would have no effect); remove it"
+            if found else None)
+
+
+def merge_config_dir(config_body: Mapping[str, Any] | None, config_dir: str, read_dir: dropins.ReadDir,
+                     read_file: Callable[[str], str], cwd: str) -> dict[str, Any]:
+    """``--config-dir``: the drop-ins merged onto the ``--config`` document (upstream mergeKubeletConfigurations),
+    then read as one configuration. Unknown fields in a drop-in are dropped, as upstream's encoding/json drops
+    them; a wrongly typed value is upstream's unmarshal error of the merged configuration."""
+    base = dropins.merge_base(None if config_body is None else {str(k): v for k, v in config_body.items()})
+    try:
+        merged, _skipped = dropins.merge(base, config_dir, read_dir, read_file, cwd, check=_dropin_check)
+    except dropins.DropInError as exc:
+        raise ConfigError(str(exc)) from None
+    return _config_values("failed to merge kubelet configs: failed to unmarshal merged JSON into kubelet "
+                          "configuration", merged, ignore_unknown=True)
+
+
+def _read_fields(body: Mapping[Any, Any], prefix: str, values: dict[str, Any], problems: list[str], *,
+                 ignore_unknown: bool = False) -> None:
     """The fields of one mapping of the file into ``values``; nested structs (``authentication.x509``) recurse.
 
     Fields are named by their dotted path (``authentication.webhook.cacheTTL``) in messages and in SETTINGS.
@@ -1766,13 +1884,15 @@ def _read_fields(body: Mapping[Any, Any], prefix: str, values: dict[str, Any], p
             if not isinstance(raw, Mapping):
                 problems.append(f"field {_show(name)}: expected a mapping, got {_show(raw)}")
                 continue
-            _read_fields(raw, f"{name}.", values, problems)
+            _read_fields(raw, f"{name}.", values, problems, ignore_unknown=ignore_unknown)
             continue
         setting = _BY_FIELD.get(name) if isinstance(key, str) else None
         if setting is None:
             if name in UNSUPPORTED_FIELDS:
                 problems.append(f"field {_show(name)} is not supported by kopflet (it would have no effect); "
                                 f"remove it")
+            elif ignore_unknown:
+                pass  # a drop-in's unknown field: upstream's encoding/json unmarshal drops it
             else:
                 problems.append(f"unknown field {_show(name)}" + _suggest(name, sorted({*_BY_FIELD, *_GROUPS})))
             continue
@@ -1815,21 +1935,31 @@ def _node_name(flag: str | None, environ: Mapping[str, str], hostname: str) -> s
 
 
 def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
-         read_file: Callable[[str], str]) -> AgentConfig:
-    """The agent's configuration: flags > ``--config`` file > legacy environment variables > defaults.
+         read_file: Callable[[str], str], read_dir: dropins.ReadDir | None = None, cwd: str = "/") -> AgentConfig:
+    """The agent's configuration: flags > ``--config-dir`` drop-ins > ``--config`` file > legacy environment
+    variables > defaults.
 
-    ``read_file(path)`` returns a file's text (or raises OSError); it is called only for ``--config``.
+    ``read_file(path)`` returns a file's text (or raises OSError); it is called for ``--config`` and the drop-ins.
+    ``read_dir(path)`` lists a directory (see :data:`dropins.ReadDir`), for ``--config-dir`` only; ``cwd`` is the
+    working directory relative drop-in paths are shown against (upstream's filepath.Abs).
     """
     flags = parse_flags(argv)
     file_values: dict[str, Any] = {}
     flag_path = flags.pop("_config", "")
+    config_dir = flags.pop("_config_dir", "")
     path, source = (flag_path, "--config") if flag_path else (environ.get(CONFIG_ENV, ""), CONFIG_ENV)
+    config_body: Mapping[Any, Any] | None = None
     if path:
         try:
             text = read_file(path)
         except OSError as exc:
             raise ConfigError(f"{source} {path}: cannot read it: {exc.strerror or exc}") from None
-        file_values = parse_config_file(path, text)
+        config_body = _config_body(path, text)
+        file_values = _config_values(f"config file {path}", config_body)
+    if config_dir:
+        if read_dir is None:
+            raise ConfigError(f"--config-dir {config_dir}: no way to list a directory here")
+        file_values = merge_config_dir(config_body, config_dir, read_dir, read_file, cwd)
     env_values = parse_legacy_env(environ)
 
     values: dict[str, Any] = {**env_values, **file_values, **flags}
@@ -1899,9 +2029,10 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     return AgentConfig(**values)
 
 
-def from_env(environ: Mapping[str, str], hostname: str, read_file: Callable[[str], str]) -> AgentConfig:
+def from_env(environ: Mapping[str, str], hostname: str, read_file: Callable[[str], str],
+             read_dir: dropins.ReadDir | None = None, cwd: str = "/") -> AgentConfig:
     """The agent's configuration when ``kopf run`` owns the command line: the flags come from ``KOPFLET_ARGS``."""
-    return load(split_args(environ.get(ARGS_ENV, "")), environ, hostname, read_file)
+    return load(split_args(environ.get(ARGS_ENV, "")), environ, hostname, read_file, read_dir, cwd)
 
 
 def usage(program: str = "kopflet") -> str:

@@ -547,7 +547,11 @@ def node_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]
     """Upstream `corev1.MatchNodeSelectorTerms` (a `v1.NodeSelector`): its ``nodeSelectorTerms`` OR-ed; an empty or
     unparsable term matches nothing, and so does a selector without terms. `node_name` empty leaves ``matchFields``
     out, as for the label-only Node upstream's `CheckNodeAffinity` builds for a PersistentVolume's node affinity."""
-    node = NodeInfo(name=node_name, labels=labels)
+    return _any_term_matches(selector, NodeInfo(name=node_name, labels=labels))
+
+
+def _any_term_matches(selector: Mapping[str, Any], node: NodeInfo) -> bool:
+    """A NodeSelector's ``nodeSelectorTerms`` OR-ed; an empty or unparsable term matches nothing."""
     for term in selector.get("nodeSelectorTerms") or []:
         if not isinstance(term, Mapping) or not (term.get("matchExpressions") or term.get("matchFields")):
             continue
@@ -567,12 +571,7 @@ def required_node_affinity_matches(pod: spec.Pod, node: NodeInfo) -> bool:
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if not isinstance(required, Mapping):
         return True
-    for term in required.get("nodeSelectorTerms") or []:
-        if not isinstance(term, Mapping) or not (term.get("matchExpressions") or term.get("matchFields")):
-            continue
-        if _term_matches(term, node):
-            return True
-    return False
+    return _any_term_matches(required, node)
 
 
 # -------------------------------------------------------------------------------------------- host ports

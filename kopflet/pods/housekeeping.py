@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 
 from cri_client import CriError
 from kopflet import paths
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
 from kopflet.cm.cgroups import CgroupError, PodCgroups
 from kopflet.kuberuntime.executor import pod_log_dirs
+from kopflet.logs.verbosity import v
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pods.teardown import Teardown
 from kopflet.pods.workers import PodWorkers
@@ -30,15 +32,22 @@ PERIOD = 30.0
 class Housekeeping:
     def __init__(self, api: KubeClient, relist: RuntimeCache, workers: PodWorkers, teardown: Teardown,
                  layout: paths.Layout, field_selector: str, userns: UsernsManager | None = None,
-                 cgroups: PodCgroups | None = None) -> None:
+                 cgroups: PodCgroups | None = None, sources_ready: Callable[[], bool] = lambda: True) -> None:
         """`userns` is the user namespace manager, whose orphaned ranges each round frees; `cgroups` the pod
-        cgroups, whose orphans each round destroys."""
+        cgroups, whose orphans each round destroys; `sources_ready` says whether every pod source has given its
+        pods once (upstream sourcesReady.AllReady: until then no round runs)."""
         self.api, self.relist, self.workers, self.teardown = api, relist, workers, teardown
         self.layout, self.field_selector, self.userns, self.cgroups = layout, field_selector, userns, cgroups
+        self.sources_ready = sources_ready
 
     async def cleanup_orphans(self) -> int:
         """Tear down the runtime pods, pod directories and pod log directories no worker has and the apiserver does
         not list."""
+        if not self.sources_ready():
+            # upstream syncLoopIteration: a static pod source that has not answered yet (staticPodURL) may have pods
+            # running that no worker has
+            logger.log(v(4), "SyncLoop (housekeeping, skipped): sources aren't ready yet")
+            return 0
         await self.relist.synced.wait()
         dirs = await asyncio.to_thread(pod_dirs, self.layout)
         # Log directories outlive everything else of a pod removed while the agent was down (its sandboxes gone,

@@ -342,11 +342,11 @@ class HttpConnection:
             fields.append(("X-Content-Type-Options", "nosniff"))
         await self.write(self._response(status, fields, close) + self._data(data) + self._h11.send(h11.EndOfMessage()))
 
-    async def start_chunked(self, status: int, content_type: str) -> None:
+    async def start_chunked(self, status: int, content_type: str, headers: Sequence[tuple[str, str]] = ()) -> None:
         """A streamed response, after which the connection ends: h11 chunks it (for HTTP/1.0 it ends with the
         connection, as Go's server does)."""
-        await self.write(self._response(status, [("Content-Type", content_type), ("X-Content-Type-Options", "nosniff")],
-                                        close=True))
+        await self.write(self._response(status, [("Content-Type", content_type), *headers,
+                                                 ("X-Content-Type-Options", "nosniff")], close=True))
 
     async def chunk(self, data: bytes) -> None:
         if data := self._data(data):

@@ -24,6 +24,7 @@ import os
 import ssl
 import time
 import warnings
+import zlib
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -34,6 +35,7 @@ from kopflet.config import configz, tls_options
 from kopflet.config.settings import AgentConfig
 from kopflet.logs.cri_logs import LogOptionsError
 from kopflet.server import auth_rules, healthz_server
+from kopflet.server import node_log_query as nlq
 from kopflet.server.auth_rules import Attributes, Subject, UserInfo, is_upgrade_request, is_websocket_request
 from kopflet.server.http import (
     MAX_LINE,
@@ -47,6 +49,7 @@ from kopflet.server.http import (
 )
 from kopflet.server.http_server import HttpServer
 from kopflet.server.streaming import handshake_refusal, port_forward_ports, replayed_headers, stream_options
+from kopflet.server.system_logs import SystemLogs
 from kopflet.watchdog.health_checker import Check
 
 logger = logging.getLogger(__name__)
@@ -64,7 +67,7 @@ stopped reading included: ``streamingConnectionIdleTimeout``'s default (4h), for
 METRICS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 JSON = "application/json"
 # InstallSystemLogHandler with enableSystemLogHandler off (getHandlerForDisabledEndpoint; http.Error adds the
-# newline): kopflet serves no node log files, so /logs/ never reads a path.
+# newline): /logs/ then never reads a path.
 LOGS_DISABLED = "logs endpoint is disabled.\n"
 _T = TypeVar("_T")
 
@@ -167,12 +170,13 @@ class Server(HttpServer[_Connection]):
 
     def __init__(self, node_name: str, backend: Backend, authenticator: Authenticating,
                  authorizer: Authorizing, *, configz_body: str = "{}",
-                 stream_idle_timeout: float | None = None) -> None:
+                 stream_idle_timeout: float | None = None, system_logs: SystemLogs | None = None) -> None:
         """`stream_idle_timeout`: ``streamingConnectionIdleTimeout`` in seconds, 0 for none; None:
-        STREAM_IDLE_TIMEOUT."""
+        STREAM_IDLE_TIMEOUT. `system_logs`: ``/logs/`` with ``enableSystemLogHandler``; None: off (405)."""
         super().__init__(_Connection)
         self.node_name, self.backend = node_name, backend
         self.stream_idle_timeout = stream_idle_timeout
+        self.system_logs = system_logs
         # GET /configz: fixed at start, as upstream registers the configuration once. "{}": none registered.
         self.configz_body = configz_body
         self.authenticator, self.authorizer = authenticator, authorizer
@@ -244,8 +248,10 @@ class Server(HttpServer[_Connection]):
         segments = request.path.split("/")[1:]
         head, rest = segments[0], segments[1:]
         if head == "logs":
-            await connection.respond(405, LOGS_DISABLED, close=not keep)
-            return keep
+            if self.system_logs is None:
+                await connection.respond(405, LOGS_DISABLED, close=not keep)
+                return keep
+            return await self._logs(connection, request, keep)
         if "" in rest and not (head in ("pods", "runningpods") and rest == [""]):
             return await self._not_found(connection, request, keep)
         if request.path == configz.CONFIGZ_PATH:
@@ -385,6 +391,86 @@ class Server(HttpServer[_Connection]):
         else:
             # Mid-stream: the status is sent already; end without the last chunk so the client sees it broke.
             logger.warning(f"Log stream of {namespace}/{pod}/{container} failed: {exc!r}")
+
+    async def _logs(self, connection: _Connection, request: Request, keep: bool) -> bool:
+        """``/logs/``: kubelet.go Run's logServer behind InstallSystemLogHandler's GET-only routes. With
+        ``enableSystemLogQuery`` a ``query`` goes to the journal server (400 for parameters that do not parse, 406
+        for a path besides it or a query validate refuses); everything else is the file server on /var/log."""
+        logs = self.system_logs
+        assert logs is not None
+        if request.method != "GET":  # GETOnlyRestfulFilter: HEAD too is 405
+            await connection.respond(405, "Method Not Allowed", close=not keep, headers=[("Allow", "GET")])
+            return keep
+        sub = request.path.removeprefix("/logs").removeprefix("/")  # http.StripPrefix("/logs/")
+        if logs.query:
+            try:
+                query = nlq.parse(request.query)
+            except nlq.QueryErrors as exc:
+                await connection.respond(exc.status, str(exc) + "\n", close=not keep)
+                return keep
+            if query is not None:
+                if sub not in ("", "/"):
+                    await connection.respond(406, nlq.PATH_NOT_ALLOWED + "\n", close=not keep)
+                    return keep
+                stat_error = (await asyncio.to_thread(logs.stat_error, query.files[0])
+                              if len(query.files) == 1 and not query.services else None)
+                if errors := nlq.validate(query, stat_error):
+                    await connection.respond(406, nlq.aggregate(errors) + "\n", close=not keep)
+                    return keep
+                if query.services:
+                    await self._journal(connection, request, query)
+                    return False
+                sub = query.files[0].replace("\\", "/")  # filepath.ToSlash (Windows clients' backslashes)
+        answer = await logs.file_answer(sub, urlsplit(request.target).query)
+        if answer.path is None:
+            await connection.respond(answer.status, answer.body, content_type=answer.content_type, close=not keep,
+                                     headers=answer.headers, nosniff=answer.status >= 400)
+            return keep
+        await self._stream(connection, answer.content_type or TEXT, answer.headers,
+                           lambda write: logs.stream_file(answer.path or "", write), f"/logs/{sub}")
+        return False
+
+    async def _journal(self, connection: _Connection, request: Request, query: nlq.NodeLogQuery) -> None:
+        """journalServer.ServeHTTP: text, gzipped when ``Accept-Encoding`` is exactly ``gzip``."""
+        logs = self.system_logs
+        assert logs is not None
+        headers: tuple[tuple[str, str], ...] = ()
+        gzip = request.header("Accept-Encoding") == "gzip"
+        if gzip:
+            headers = (("Content-Encoding", "gzip"),)
+        await self._stream(connection, nlq.CONTENT_TYPE, headers, lambda write: logs.copy(query, write),
+                           "the node log query", gzip=gzip)
+
+    async def _stream(self, connection: _Connection, content_type: str, headers: Sequence[tuple[str, str]],
+                      produce: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]], what: str, *,
+                      gzip: bool = False) -> None:
+        """A 200 streamed in chunks as `produce` writes, cancelled when the client goes; the connection then
+        closes."""
+        compressor = zlib.compressobj(1, zlib.DEFLATED, 31) if gzip else None  # gzip.BestSpeed
+        await connection.start_chunked(200, content_type, headers)
+
+        async def write(data: bytes) -> None:
+            if compressor is not None:
+                data = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
+            await connection.chunk(data)
+
+        task = asyncio.ensure_future(produce(write))
+        gone = asyncio.ensure_future(connection.wait_closed_by_client())
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (task, gone):
+                t.cancel()
+            await asyncio.gather(task, gone, return_exceptions=True)
+        if not task.done() or task.cancelled():
+            logger.debug(f"{what} ended: the client went away")
+            return
+        if (exc := task.exception()) is not None:
+            logger.warning(f"{what} failed: {exc!r}")  # the status is sent already: end without the last chunk
+            return
+        if compressor is not None:
+            await connection.chunk(compressor.flush())
+        await connection.end_chunked()
 
     async def _streaming_params(self, connection: _Connection, request: Request, keep: bool,
                                 parse: Callable[[], _T], *, port_forward: bool = False) -> _T | None:
@@ -741,7 +827,10 @@ async def serve(config: AgentConfig, backend: Backend, authenticator: Authentica
         context = tls.context if tls.context is not None else await tls.open()
     server = Server(config.node_name, backend, authenticator, authorizer,
                     configz_body=configz.configz_body(config),
-                    stream_idle_timeout=config.streaming_connection_idle_timeout)
+                    stream_idle_timeout=config.streaming_connection_idle_timeout,
+                    # InstallSystemLogHandler; the query mode with enableSystemLogQuery (NodeLogQuery: locked on)
+                    system_logs=SystemLogs(query=config.enable_system_log_query)
+                    if config.enable_system_log_handler else None)
     await server.start(config.address, config.port, context)
     logger.info(f"Serving the kubelet API on https://{config.address}:{server.port}")
     return server

@@ -494,6 +494,8 @@ protectKernelDefaults: true
 featureGates: {QOSReserved: true, LoggingAlphaOptions: true}
 qosReserved: {memory: 50%}
 httpCheckFrequency: 40s
+staticPodURL: http://10.0.0.1/pods
+staticPodURLHeader: {Authorization: [Bearer t], X-A: [a, b]}
 volumeStatsAggPeriod: 2m
 memorySwap: {swapBehavior: NoSwap}
 logging:
@@ -502,6 +504,8 @@ logging:
   verbosity: 3
   vmodule: [{filePattern: workers, verbosity: 4}]
   options: {text: {splitStream: true, infoBufferSize: "0"}, json: {splitStream: true, infoBufferSize: 64Ki}}
+enableSystemLogHandler: false
+enableSystemLogQuery: true
 shutdownGracePeriod: 0s
 shutdownGracePeriodCriticalPods: 0s
 crashLoopBackOff: {maxContainerRestartPeriod: 5m}
@@ -543,9 +547,12 @@ def test_full_config_file() -> None:
         eviction_max_pod_grace_period=30, merge_default_eviction_settings=True,
         seccomp_default=True, local_storage_capacity_isolation=False, enforce_node_allocatable=("none",),
         streaming_connection_idle_timeout=1800.0, event_record_qps=0, event_burst=20, pod_pids_limit=1024,
-        protect_kernel_defaults=True, cgroup_root="/custom", cgroups_per_qos=False, cgroup_driver="systemd",
+        protect_kernel_defaults=True, enable_system_log_handler=False, enable_system_log_query=True,
+        cgroup_root="/custom", cgroups_per_qos=False, cgroup_driver="systemd",
         feature_gates={"QOSReserved": True, "LoggingAlphaOptions": True}, qos_reserved={"memory": "50%"},
-        http_check_frequency=40.0, volume_stats_agg_period=120.0, memory_swap_behavior="NoSwap", log_verbosity=3,
+        http_check_frequency=40.0, static_pod_url="http://10.0.0.1/pods",
+        static_pod_url_header={"Authorization": ("Bearer t",), "X-A": ("a", "b")}, volume_stats_agg_period=120.0,
+        memory_swap_behavior="NoSwap", log_verbosity=3,
         log_flush_frequency=2.0, log_vmodule=(("workers", 4),), log_text_split_stream=True,
         log_json_split_stream=True, log_json_info_buffer_size="64Ki",
     )

@@ -36,6 +36,7 @@ DEFAULTS = {
     "containerLogMonitorInterval": "10s", "enforceNodeAllocatable": ["pods"],
     "logging": {"format": "text", "flushFrequency": "5s", "verbosity": 0,
                 "options": {"text": {"infoBufferSize": "0"}, "json": {"infoBufferSize": "0"}}},
+    "enableSystemLogHandler": True, "enableSystemLogQuery": False,  # a defaulted *bool; the internal bool converted
     "shutdownGracePeriod": "0s", "shutdownGracePeriodCriticalPods": "0s",
     "crashLoopBackOff": {"maxContainerRestartPeriod": "5m0s"}, "seccompDefault": False,
     "localStorageCapacityIsolation": True,

@@ -204,11 +204,13 @@ def test_every_known_gate_is_taken_at_its_default_and_refused_otherwise() -> Non
 
 
 def test_the_locked_gates_kopflet_implements_are_upstreams_locked_gates() -> None:
-    """SystemdWatchdog (kopflet.watchdog): GA, locked to true at v1.37.1."""
-    assert feature_gates.IMPLEMENTED_LOCKED == {"SystemdWatchdog"}
+    """SystemdWatchdog (kopflet.watchdog), NodeLogQuery (kopflet.server.node_log_query): GA, locked to true at
+    v1.37.1."""
+    assert feature_gates.IMPLEMENTED_LOCKED == {"SystemdWatchdog", "NodeLogQuery"}
     for name in feature_gates.IMPLEMENTED_LOCKED:
         assert name in LOCKED_TO_DEFAULT and name not in feature_gates.IMPLEMENTED
     assert UPSTREAM_FEATURE_GATES["SystemdWatchdog"] is True
+    assert UPSTREAM_FEATURE_GATES["NodeLogQuery"] is True
 
 
 def test_check_aggregates_as_upstream() -> None:

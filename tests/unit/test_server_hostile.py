@@ -94,6 +94,7 @@ class Harness:
 async def start(pki: Pki) -> Harness:
     runtime, workers = LoudRuntime(), Workers()
     backend = AgentBackend(workers, runtime, runtime, runtime, runtime)  # type: ignore[arg-type]
+    # the corpus's /logs/ cases are upstream's with its defaults (enableSystemLogHandler on: the /var/log file server)
     config = AgentConfig(node_name=NODE, address="127.0.0.1", port=0, client_ca_file=pki.ca)
     authenticator = Authenticator(FakeKube(), client_certificates=True, webhook=False, anonymous=False)
     tls = srv.tls_context(pki.serving_cert, pki.serving_key, pki.ca)
