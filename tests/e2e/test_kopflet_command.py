@@ -66,23 +66,20 @@ def test_kopflet_command_with_config_file_and_healthz(layout: Layout, admin: Kub
 def test_drop_ins_node_log_query_and_split_logs(layout: Layout, admin: Kubectl, tmp_path: Path) -> None:
     """--config-dir drop-ins merged onto --config (flags win; /configz shows the result), the node log query on
     /logs/ that a drop-in turns on, and the json log split: info on stdout, errors on stderr."""
-    config = tmp_path / "kubelet.yaml"
-    config.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
-                      "maxPods: 50\nclusterDomain: cluster.local\nhealthzPort: 10348\n"
-                      "systemReserved: {cpu: 100m}\n")
+    # the stack's own KubeletConfiguration (serving certificate, client CA, webhook authn/z) as --config, so the
+    # apiserver reaches /configz and /logs/ as it reaches the stack's agent; the test's settings in the drop-ins
     drop_ins = tmp_path / "config.d"
     (drop_ins / "sub").mkdir(parents=True)
-    (drop_ins / "10-a.conf").write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
-                                        "maxPods: 60\nsystemReserved: {memory: 100Mi}\n"
-                                        "enableSystemLogQuery: true\n")
-    (drop_ins / "sub" / "20-b.conf").write_text("apiVersion: kubelet.config.k8s.io/v1beta1\n"
-                                                "kind: KubeletConfiguration\nmaxPods: 65\n")
+    header = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+    (drop_ins / "10-a.conf").write_text(header + "maxPods: 60\nsystemReserved: {memory: 100Mi}\n"
+                                        "enableSystemLogQuery: true\nhealthzPort: 10348\n")
+    (drop_ins / "sub" / "20-b.conf").write_text(header + "maxPods: 65\nsystemReserved: {cpu: 100m}\n")
     (drop_ins / "README.txt").write_text("not a drop-in: skipped\n")
     log_name = f"kopflet-e2e-{os.getpid()}.log"
     var_log = Path("/var/log") / log_name
     var_log.write_text("hello from the node's log\n")
     try:
-        with kopflet(layout, tmp_path, f"--config={config}", f"--config-dir={drop_ins}", "--max-pods=70",
+        with kopflet(layout, tmp_path, f"--config={layout.kubelet_config}", f"--config-dir={drop_ins}", "--max-pods=70",
                      "--logging-format=json", "--feature-gates=LoggingAlphaOptions=true",
                      "--log-json-split-stream", healthz_port=10348) as stderr_path:
             wait_capacity_pods(admin, layout, "70")  # the flag wins over both files
