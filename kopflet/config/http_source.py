@@ -16,6 +16,7 @@ import asyncio
 import datetime
 import errno
 import logging
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -45,6 +46,32 @@ class NodeEvents(Protocol):
 
 
 Apply = Callable[[str, Mapping[str, StaticPod]], Awaitable[None]]
+
+
+def strip_password(url: str) -> str:
+    """net/http's stripPassword: a URL's password as ``***`` in the client's errors (``Get "<url>": ...``)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    return url.replace(f"{parts.username}:{parts.password}@", f"{parts.username}:***@", 1)
+
+
+def public_url(url: str) -> str:
+    """The URL as a Node event may show it (anyone who reads events sees it): no password, no query (a signed URL's
+    token), no fragment."""
+    parts = urllib.parse.urlsplit(strip_password(url))
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+
+
+def event_message(error: str, url: str, body: bytes | None) -> str:
+    """The log's error as the Node event says it: the document it quotes as its size (it may hold secrets: a
+    manifest's env values), the URL as `public_url`, cut to MAX_EVENT_MESSAGE."""
+    text = error
+    quoted = body.decode("utf-8", errors="replace") if body else ""
+    if quoted:
+        text = text.replace(f"'{quoted}'", f"<{len(body or b'')} bytes>")
+    text = text.replace(url, public_url(url)).replace(strip_password(url), public_url(url))
+    return text if len(text) <= MAX_EVENT_MESSAGE else text[:MAX_EVENT_MESSAGE - 3] + "..."
 
 
 def request_headers(headers: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:
@@ -108,12 +135,12 @@ class ManifestURLSource:
             if reading:  # the body's own read error, not wrapped in a url.Error
                 raise FetchError("context deadline exceeded (Client.Timeout or context cancellation while reading "
                                  "body)") from None
-            raise FetchError(f"Get {gotext.go_quote(self.url)}: context deadline exceeded (Client.Timeout exceeded "
-                             f"while awaiting headers)") from None
+            raise FetchError(f"Get {gotext.go_quote(strip_password(self.url))}: context deadline exceeded "
+                             f"(Client.Timeout exceeded while awaiting headers)") from None
         except aiohttp.ClientConnectorError as exc:
-            raise FetchError(_dial_error(self.url, exc)) from None
+            raise FetchError(_dial_error(strip_password(self.url), exc)) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            raise FetchError(f"Get {gotext.go_quote(self.url)}: {exc or type(exc).__name__}") from None
+            raise FetchError(f"Get {gotext.go_quote(strip_password(self.url))}: {exc or type(exc).__name__}") from None
 
     async def poll(self) -> None:
         """One read (sourceURL.run, extractFromURL): the set handed over when it changed; a failure logged and said."""
@@ -121,10 +148,11 @@ class ManifestURLSource:
         try:
             status, reason, body = await self.fetch()
         except FetchError as exc:
-            self._failed(str(exc))
+            self._failed(str(exc), None)
             return
-        result = static_pods.read_url(self.url, status, reason, body, self.node_name, seen,
-                                      last=self._data, last_error=self._data_error)
+        # decoding a large document (up to 10 MiB of YAML) takes seconds: off the event loop
+        result = await asyncio.to_thread(static_pods.read_url, self.url, status, reason, body, self.node_name, seen,
+                                         last=self._data, last_error=self._data_error)
         self._data, self._data_error = result.data, result.data_error
         for warning in result.warnings:
             logger.warning(f"static pod from {self.url}: {warning}")
@@ -132,12 +160,12 @@ class ManifestURLSource:
             await self.apply(static_pods.SOURCE_HTTP, {pod.uid: pod for pod in result.pods})
             self.synced.set()
         if result.error:
-            self._failed(result.error)
+            self._failed(result.error, body)
         elif self._failures:
             logger.info("Successfully read pods from URL")
             self._failures, self._said = 0, ""
 
-    def _failed(self, error: str) -> None:
+    def _failed(self, error: str, body: bytes | None) -> None:
         if self._failures < _QUIET_AFTER:
             logger.info(f"Failed to read pods from URL: {error}")
         elif self._failures == _QUIET_AFTER:
@@ -147,8 +175,7 @@ class ManifestURLSource:
         self._failures += 1
         if self.recorder is not None and error != self._said:
             self._said = error
-            message = error if len(error) <= MAX_EVENT_MESSAGE else error[:MAX_EVENT_MESSAGE - 3] + "..."
-            self.recorder.node_event("Warning", FAILED_REASON, message, self.node_uid())
+            self.recorder.node_event("Warning", FAILED_REASON, event_message(error, self.url, body), self.node_uid())
 
     async def run(self) -> None:
         """wait.Until: a read, then httpCheckFrequency after it ends, forever; a round that fails unexpectedly is

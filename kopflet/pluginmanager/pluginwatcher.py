@@ -54,7 +54,9 @@ def scan(root: str) -> dict[str, str]:
             except OSError:
                 continue  # gone meanwhile, or a dangling link
             if stat.S_ISSOCK(st.st_mode):
-                found[entry.path] = f"{st.st_dev}:{st.st_ino}:{st.st_ctime_ns}"
+                # the socket's identity: a chmod or chown (ctime) is no new plugin, as upstream's watcher
+                # ignores Chmod events; a socket made again has a new mtime even if its inode is reused
+                found[entry.path] = f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
     return found
 
 

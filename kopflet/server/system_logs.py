@@ -73,6 +73,8 @@ class SystemLogs:
 
     def stat_error(self, name: str) -> str | None:
         """validate's ``os.OpenRoot(nodeLogDir).Stat(file)`` error text, or None."""
+        if "\0" in name:  # Go's syscalls refuse a NUL byte: EINVAL
+            return f"statat {name}: invalid argument"
         real = _inside(self.log_dir, name)
         if real is None:
             return f"statat {name}: path escapes from parent"
@@ -113,8 +115,10 @@ class SystemLogs:
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            await _kill(proc)
             return None
+        finally:  # a deadline, or the client gone (the answer cancelled): journalctl must not run on
+            if proc.returncode is None:
+                await _kill(proc)
         return out.decode(errors="replace") if proc.returncode == 0 else None
 
     async def _journal(self, request: nlq.NodeLogQuery, services: list[str], write: WriteFn,
@@ -188,6 +192,8 @@ class SystemLogs:
         if name.startswith("//"):
             name = "/" + name.lstrip("/")
         real = os.path.join(self.log_dir, name.lstrip("/"))
+        if "\0" in real:  # http.Dir's open fails with EINVAL: toHTTPError's 500
+            return FileAnswer(500, b"500 Internal Server Error\n")
         try:
             st = await asyncio.to_thread(os.stat, real)
         except OSError as exc:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from kopflet.config import configz, settings, static_pods
+from kopflet.config import configz, http_source, settings, static_pods
 from kopflet.config.file_source import StaticPodSource
 from kopflet.config.http_source import FAILED_REASON, ManifestURLSource, request_headers
 from kopflet.config.static_pods import StaticPod
@@ -412,3 +412,25 @@ class HkTeardown:
 
     async def pod(self, uid: str, namespace: str = "", name: str = "") -> None:
         self.pods.append(uid)
+
+
+@pytest.mark.parametrize(("url", "stripped", "public"), [
+    ("http://h/pods", "http://h/pods", "http://h/pods"),
+    ("http://u:s3cret@h:8/p?token=abc#f", "http://u:***@h:8/p?token=abc#f", "http://u:***@h:8/p"),
+    ("https://u@h/p?sig=x", "https://u@h/p?sig=x", "https://u@h/p"),
+])
+def test_urls_in_errors_and_events(url: str, stripped: str, public: str) -> None:
+    """Go's client shows a password as *** in its errors; the Node event, which anyone reading events sees, also
+    drops the query (a signed URL's token)."""
+    assert http_source.strip_password(url) == stripped
+    assert http_source.public_url(url) == public
+
+
+def test_the_event_does_not_quote_the_document() -> None:
+    url, body = "http://u:pw@h/p?token=t", b"env: [{name: PASSWORD, value: hunter2}"
+    error = f"{url}: received '{body.decode()}', but couldn't parse as single (x) or multiple pods (y)"
+    message = http_source.event_message(error, url, body)
+    assert "hunter2" not in message and "pw" not in message and "token" not in message
+    assert message == f"http://u:***@h/p: received <{len(body)} bytes>, but couldn't parse as single (x) or " \
+                      "multiple pods (y)"
+    assert len(http_source.event_message("x" * 5000, url, None)) == http_source.MAX_EVENT_MESSAGE

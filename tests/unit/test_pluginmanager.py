@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -125,6 +126,16 @@ def test_scan_sees_a_socket_made_again_as_a_new_generation(registry: str) -> Non
     os.unlink(path)
     with _bind(path):
         assert pluginwatcher.scan(registry)[path] != before
+
+
+def test_a_chmod_is_not_a_new_generation(registry: str) -> None:
+    """Upstream's watcher ignores Chmod events: a plugin that chmods its socket after listening stays registered."""
+    path = os.path.join(registry, "a-reg.sock")
+    with _bind(path):
+        before = pluginwatcher.scan(registry)[path]
+        time.sleep(0.01)
+        os.chmod(path, 0o600)
+        assert pluginwatcher.scan(registry)[path] == before
 
 
 def test_scan_of_a_missing_directory_finds_nothing(registry: str) -> None:

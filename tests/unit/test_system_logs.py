@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import os
@@ -131,6 +132,28 @@ def test_stat_error_is_os_roots(log_dir: Path) -> None:
     assert logs.stat_error("../secret") == "statat ../secret: path escapes from parent"
     assert logs.stat_error("escape.log") == "statat escape.log: path escapes from parent"
     assert logs.stat_error("apt/missing.log") == "statat apt/missing.log: no such file or directory"
+    assert logs.stat_error("apt/a\0b") == "statat apt/a\0b: invalid argument"  # EINVAL, not a crash
+
+
+async def test_a_client_gone_mid_query_leaves_no_journalctl(log_dir: Path, tmp_path: Path) -> None:
+    """The answer cancelled while `journalctl --field _SYSTEMD_UNIT` runs: it is killed and reaped."""
+    started = tmp_path / "started"
+    script = tmp_path / "bin" / "journalctl"
+    script.parent.mkdir(parents=True)
+    script.write_text(f"#!/bin/sh\necho $$ > {started}\nexec sleep 60\n")
+    script.chmod(0o755)
+    logs = SystemLogs(query=True, log_dir=str(log_dir), journalctl=str(script))
+    task = asyncio.create_task(collect(logs, nlq.NodeLogQuery(services=("kubelet",))))
+    for _ in range(100):
+        if started.exists() and started.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    pid = int(started.read_text())
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    with pytest.raises(ProcessLookupError):  # killed and reaped: no such process any more
+        os.kill(pid, 0)
 
 
 # ---------------------------------------------------------------------------------------------- the HTTP side
@@ -164,6 +187,7 @@ async def test_handler_off_is_405(pki: Pki) -> None:  # noqa: F811
     ("/logs/plain/", 301, "", {"location": "../plain"}),
     ("/logs/missing", 404, "404 page not found\n", {}),
     ("/logs/%2e%2e/%2e%2e/etc/passwd", 404, "404 page not found\n", {}),  # cleaned to /etc/passwd under the root
+    ("/logs/a%00b", 500, "500 Internal Server Error\n", {}),  # http.Dir's open: EINVAL
     # the query mode is off: a query is just the file server's
     ("/logs/plain?query=kubelet", 200, "plain log\n", {}),
 ])
