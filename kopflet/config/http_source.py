@@ -13,10 +13,13 @@ beyond upstream, said in a Warning event on the Node (once per distinct error). 
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import errno
+import ipaddress
 import logging
 import urllib.parse
+import urllib.request
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -74,6 +77,41 @@ def event_message(error: str, url: str, body: bytes | None) -> str:
     return text if len(text) <= MAX_EVENT_MESSAGE else text[:MAX_EVENT_MESSAGE - 3] + "..."
 
 
+def proxy_for(url: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Go's ProxyFromEnvironment: HTTPS_PROXY / HTTP_PROXY by scheme unless NO_PROXY covers the host; localhost and
+    loopback addresses are never proxied."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost" or _loopback(host):
+        return None
+    proxies = urllib.request.getproxies_environment() if environ is None else {
+        key.lower().removesuffix("_proxy"): value for key, value in environ.items()
+        if key.lower().endswith("_proxy") and value}
+    if urllib.request.proxy_bypass_environment(host, proxies):
+        return None
+    return proxies.get(urllib.parse.urlsplit(url).scheme) or None
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def credentials(url: str, headers: Sequence[tuple[str, str]]) -> tuple[str, list[tuple[str, str]]]:
+    """The URL without its user info, and the headers to send: Go's client turns the user info into basic auth only
+    when no Authorization header is set (the header wins); aiohttp refuses a URL with user info beside one."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, list(headers)
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    bare = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    if any(name.lower() == "authorization" for name, _ in headers):
+        return bare, list(headers)
+    user = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+    return bare, [*headers, ("Authorization", "Basic " + base64.b64encode(user.encode()).decode())]
+
+
 def request_headers(headers: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:
     """staticPodURLHeader as http.Header.Add makes it (makePodSourceConfig): names canonicalized, every value sent
     in order."""
@@ -119,12 +157,14 @@ class ManifestURLSource:
     async def fetch(self) -> tuple[int, str, bytes]:
         """One GET: (status, reason, at most MAX_CONFIG_LENGTH bytes of body); FetchError with Go's text."""
         if self._session is None or self._session.closed:
-            # Go's default client: proxies from the environment, keep-alive, system roots; no cookies kept.
-            self._session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=True)
+            # Go's default client: keep-alive, system roots; no cookies kept; proxies from the environment as Go
+            # reads them (`proxy_for`), not aiohttp's trust_env, which also reads ~/.netrc
+            self._session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
+        url, headers = credentials(self.url, self.headers)
         reading = False
         try:
             async with asyncio.timeout(self.timeout):
-                async with self._session.get(self.url, headers=self.headers) as response:
+                async with self._session.get(url, headers=headers, proxy=proxy_for(self.url)) as response:
                     reading = True
                     body = await response.content.read(static_pods.MAX_CONFIG_LENGTH)
                     while len(body) < static_pods.MAX_CONFIG_LENGTH and (

@@ -434,3 +434,33 @@ def test_the_event_does_not_quote_the_document() -> None:
     assert message == f"http://u:***@h/p: received <{len(body)} bytes>, but couldn't parse as single (x) or " \
                       "multiple pods (y)"
     assert len(http_source.event_message("x" * 5000, url, None)) == http_source.MAX_EVENT_MESSAGE
+
+
+@pytest.mark.parametrize(("url", "environ", "proxy"), [
+    ("http://h/p", {}, None),
+    ("http://h/p", {"HTTP_PROXY": "http://proxy:3128"}, "http://proxy:3128"),
+    ("https://h/p", {"HTTP_PROXY": "http://proxy:3128"}, None),  # by scheme
+    ("https://h/p", {"https_proxy": "http://proxy:3128"}, "http://proxy:3128"),
+    ("http://h.example/p", {"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": ".example"}, None),
+    ("http://localhost:8080/p", {"HTTP_PROXY": "http://proxy:3128"}, None),  # Go never proxies loopback
+    ("http://127.0.0.1/p", {"HTTP_PROXY": "http://proxy:3128"}, None),
+    ("http://[::1]/p", {"HTTP_PROXY": "http://proxy:3128"}, None),
+])
+def test_proxy_for(url: str, environ: dict[str, str], proxy: str | None) -> None:
+    assert http_source.proxy_for(url, environ) == proxy
+
+
+async def test_user_info_is_basic_auth_unless_an_authorization_header_is_set(server: Server) -> None:
+    """Go's client: the URL's user info as basic auth, but a set Authorization header wins (aiohttp would refuse
+    both at once, failing every read)."""
+    server.body = dump(pod("web"))
+    with_user = server.url.replace("http://", "http://u%40x:p%3Ass@")
+    for headers, expected in (({}, "Basic dUB4OnA6c3M="), ({"Authorization": ("Bearer t",)}, "Bearer t")):
+        manager = Manager()
+        source = ManifestURLSource(with_user, headers, "node-a", 20.0, manager.apply, Recorder(), lambda: "uid")
+        try:
+            await source.poll()
+        finally:
+            await source.close()
+        assert manager.calls, "the read failed"
+        assert dict(server.requests[-1])["Authorization"] == expected
