@@ -1639,8 +1639,8 @@ SETTINGS: tuple[Setting, ...] = (
     # The kubelet API's /logs/ (upstream InstallSystemLogHandler, kubelet.go Run's logServer, the NodeLogQuery gate:
     # GA and locked on at v1.37.1). Config-file fields only, as upstream.
     Setting("enable_system_log_handler", None, "enableSystemLogHandler", BOOL, "true",
-            "Serve the node's log files under /var/log on the kubelet API's /logs/ (kubectl get --raw "
-            "/api/v1/nodes/<node>/proxy/logs/<path>), to callers allowed nodes/log. Off: /logs/ answers 405 "
+            "Serve the node's log files under /var/log on the kubelet API's /logs/ (kubectl get --raw through the "
+            "apiserver's node proxy, path logs/<path>), to callers allowed nodes/log. Off: /logs/ answers 405 "
             "\"logs endpoint is disabled.\".", zero_is_default=False),
     Setting("enable_system_log_query", None, "enableSystemLogQuery", BOOL, "false",
             "The node log query: /logs/?query=<service> streams journalctl's entries of that unit (or its log file "
