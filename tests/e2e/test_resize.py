@@ -208,9 +208,14 @@ def test_a_pod_level_memory_limit_lowered_below_usage_alone_is_refused_by_the_ke
         pytest.skip("cgroup v2: memory.max below the usage reclaims and OOM-kills instead of refusing")
     own = {"requests": {"memory": "8Mi"}, "limits": {"memory": "32Mi"}}
     level = {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
-    admin.apply(pod_manifest("podlevel", namespace, layout.node_name,
-                             [container("a", "head -c 25m /dev/zero > /dev/shm/a; sleep 3600", resources=own),
-                              container("b", "head -c 25m /dev/zero > /dev/shm/b; sleep 3600", resources=own)],
+
+    def filler(name: str) -> dict[str, Any]:
+        """Ready once its 25 MiB tmpfs file is whole: a running container alone may still be writing it."""
+        return container(name, f"head -c 25m /dev/zero > /dev/shm/{name}.part && mv /dev/shm/{name}.part "
+                               f"/dev/shm/{name}; sleep 3600", resources=own,
+                         readinessProbe={"exec": {"command": ["test", "-e", f"/dev/shm/{name}"]},
+                                         "periodSeconds": 1})
+    admin.apply(pod_manifest("podlevel", namespace, layout.node_name, [filler("a"), filler("b")],
                              resources=level, terminationGracePeriodSeconds=0))
     pod = wait_pod(admin, namespace, "podlevel", is_ready, what="Ready")
     memory = pod_cgroup(pod, "memory")
