@@ -8,6 +8,7 @@ packages=(
   docker-registry skopeo apache2-utils                    # the local image registries (htpasswd) and pushing
   gcc libc6-dev make debian-archive-keyring               # the images: pause's C, busybox from source, Debian's debs
   openssl curl iproute2 procps util-linux                 # certificates, health checks, process tools
+  dbus-daemon systemd                                     # graceful node shutdown tests: a private bus, real logind
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -594,6 +594,14 @@ class KubeletMetrics:
             ("container_type", "code"),
             stability=ALPHA,
         )
+        # Graceful node shutdown (registered as GracefulNodeShutdown and its BasedOnPodPriority are on by default;
+        # kept in the root dir's graceful_node_shutdown_state across the reboot).
+        self.graceful_shutdown_start_time = r.gauge(
+            "kubelet_graceful_shutdown_start_time_seconds", "Last graceful shutdown start time since unix epoch in "
+            "seconds", stability=ALPHA)
+        self.graceful_shutdown_end_time = r.gauge(
+            "kubelet_graceful_shutdown_end_time_seconds", "Last graceful shutdown end time since unix epoch in "
+            "seconds", stability=ALPHA)
         # Image volumes (upstream ImageVolume* counters, registered as the ImageVolume gate is on: GA at v1.37).
         self.image_volume_requested = r.counter(
             "kubelet_image_volume_requested_total", "Number of requested image volumes.", stability=BETA)

@@ -28,7 +28,7 @@ from kopflet.apis.podresources.resources import Providers
 from kopflet.apis.podresources.server import PodResourcesServer
 from kopflet.certificate.manager import ServerCertificateManager, new_server_manager
 from kopflet.client.events import EventRecorder
-from kopflet.client.kubeapi import Credentials, KubeClient
+from kopflet.client.kubeapi import API_ERRORS, Credentials, KubeClient
 from kopflet.cm import cgroup_names, helpers, node_allocatable
 from kopflet.cm.cgroups import PodCgroups, swap_controller
 from kopflet.cm.container_manager import ContainerManager, KernelTunables
@@ -57,6 +57,9 @@ from kopflet.lifecycle.hooks import HookRunner
 from kopflet.logs.manager import ContainerLogManager
 from kopflet.logs.rotation import LogRotatePolicy
 from kopflet.metrics import KubeletMetrics, ProbeMetrics
+from kopflet.nodeshutdown import rules as shutdown_rules
+from kopflet.nodeshutdown.manager import ShutdownManager
+from kopflet.nodeshutdown.systemd import DBusError
 from kopflet.nodestatus import setters
 from kopflet.nodestatus.heartbeat import NodeAgent, read_machine_facts
 from kopflet.nodestatus.setters import MachineFacts
@@ -408,6 +411,16 @@ class Node:
         self.csi_registration = RegistrationHandler(self.csi_drivers, self.csi_node_info)
         self.plugin_manager = PluginManager(self.layout.plugins_registry_dir)
         self.plugin_manager.add_handler(CSI_PLUGIN, self.csi_registration)
+        # upstream NewMainKubelet: the node shutdown manager (a stub when no grace period is set), its admit handler
+        # the last, its error in the Ready condition, its kill the eviction manager's (the pod's worker).
+        self.shutdown = ShutdownManager(
+            cfg.shutdown_periods, state_file=Path(self.layout.root_dir) / shutdown_rules.STATE_FILE,
+            active_pods=self.workers.active_pods, kill=self.workers.evict, cleaned_up=self._pod_cleaned_up,
+            sync_node_status=self._sync_node_status,
+            node_event=lambda reason, message: self.recorder.node_event("Normal", reason, message,
+                                                                        self.heartbeat.uid),
+            metrics=self.metrics if cfg.shutdown_metrics else None)
+        self.heartbeat.shutdown_status = self.shutdown.shutdown_status
         # upstream's one LogHealthz per process: the watchdog's, which /healthz runs too (a node without a
         # watchdog, in tests, has its own).
         self._own_log_check = watchdog is None
@@ -553,12 +566,37 @@ class Node:
             # upstream initializeRuntimeDependentModules: the plugin manager after the container manager
             asyncio.create_task(self.plugin_manager.run(), name="plugin-manager"),
         ]
+        if self.shutdown.enabled:  # upstream initializeRuntimeDependentModules: after the plugin manager
+            self._tasks.append(asyncio.create_task(self._run_shutdown_manager(), name="node-shutdown-manager"))
         if self.watchdog is not None:  # upstream Run: SetHealthCheckers, right before the sync loop
             self.watchdog.set_health_checkers(self.sync_loop_health_check, self.health_checkers())
         if self.healthz_server is not None:
             # upstream run: the healthz port once RunKubelet returns (the Node need not exist yet), before READY=1;
             # bound in the background, tried again every 5 s while the port is taken
             self.healthz_server.start()
+
+    # ------------------------------------------------------------------------------- the node shutdown manager
+
+    async def _run_shutdown_manager(self) -> None:
+        try:
+            watching = await self.shutdown.start()
+        except (TimeoutError, DBusError, OSError) as exc:
+            # upstream: not critical for the kubelet, logged, the kubelet runs on without it
+            logger.error(f"Failed to start node shutdown manager: {exc}")
+            return
+        if watching is not None:
+            try:
+                await watching
+            finally:
+                watching.cancel()
+                await self.shutdown.stop()
+
+    async def _sync_node_status(self) -> None:
+        """upstream syncNodeStatus, started as the shutdown begins: Ready False now, not at the next report."""
+        try:
+            await self.heartbeat.post_status(force=True)
+        except API_ERRORS as exc:
+            logger.warning(f"node status not updated at shutdown: {exc}")
 
     # ------------------------------------------------------------------------------- health checks
 

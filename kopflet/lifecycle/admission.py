@@ -114,6 +114,8 @@ class NodeInfo:
     kernel_version: str = ""
     pressure: tuple[str, ...] = ()
     """The node's pressure conditions now (MemoryPressure, DiskPressure, PIDPressure): the eviction admit."""
+    shutting_down: bool = False
+    """The node shutdown manager saw logind announce the shutdown: its admit handler, the last, refuses pods."""
     apparmor_enabled: bool = False
     """The kernel enforces AppArmor (read once at start, as upstream's validator checks the host once)."""
 

@@ -101,6 +101,8 @@ class NodeAgent:
         self._conditions: list[dict[str, str]] = []
         self._last_report = 0.0
         self._reported_capacity: Mapping[str, str] = {}
+        self.shutdown_status: Callable[[], str | None] = lambda: None
+        """The node shutdown manager's error while the node shuts down (Ready False, new pods rejected)."""
 
     def capacity(self) -> dict[str, str]:
         """The Node's capacity: ephemeral-storage per localStorageCapacityIsolation (off, what the Node
@@ -141,7 +143,7 @@ class NodeAgent:
             taints=self.taints, os="linux", kernel_version=self.facts.kernel_version,
             allowed_unsafe_sysctls=self.cfg.allowed_unsafe_sysctls, allocatable=self.allocatable(),
             pressure=tuple(kind for kind, on in self.pressure().items() if on),
-            apparmor_enabled=self.facts.apparmor_enabled)
+            shutting_down=self.shutdown_status() is not None, apparmor_enabled=self.facts.apparmor_enabled)
 
     async def register(self) -> None:
         """Create the Node with its taints, or adopt the existing one and reconcile its labels
@@ -250,7 +252,7 @@ class NodeAgent:
         capacity = self.capacity()
         missing = setters.missing_capacities(
             capacity, local_storage_capacity_isolation=self.cfg.local_storage_capacity_isolation)
-        ready = setters.ready_condition(runtime, error, missing=missing)
+        ready = setters.ready_condition(runtime, error, missing=missing, shutdown=self.shutdown_status())
         return {
             "conditions": setters.conditions(ready, self._conditions, _now(), pressure=self.pressure()),
             "capacity": capacity,

@@ -175,9 +175,11 @@ def rebooted_message(node_name: str, previous_boot_id: str, boot_id: str) -> str
     return f"Node {node_name} has been rebooted, boot id: {boot_id}"
 
 
-def ready_condition(runtime: cri.RuntimeStatus | None, error: str = "", *, missing: Sequence[str] = ()) -> Condition:
-    """Ready from CRI Status (upstream runtimeState errors): the runtime and its network must be ready, and the
-    Node must report every capacity `missing_capacities` asks for (`missing` lists those it lacks)."""
+def ready_condition(runtime: cri.RuntimeStatus | None, error: str = "", *, missing: Sequence[str] = (),
+                    shutdown: str | None = None) -> Condition:
+    """Ready from CRI Status (upstream runtimeState errors): the runtime and its network must be ready, the node
+    must not be shutting down (`shutdown`: the node shutdown manager's error), and the Node must report every
+    capacity `missing_capacities` asks for (`missing` lists those it lacks)."""
     problems = []
     if runtime is None:
         problems.append(f"container runtime is down{': ' + error if error else ''}")
@@ -189,6 +191,8 @@ def ready_condition(runtime: cri.RuntimeStatus | None, error: str = "", *, missi
             if c is None or not c.status:
                 problems.append(f"{what}: {kind}=false reason:{c.reason if c else ''} "
                                 f"message:{c.message if c else ''}")
+    if shutdown:
+        problems.append(shutdown)
     if missing:
         problems.append(f"missing node capacity for resources: {', '.join(missing)}")
     if problems:

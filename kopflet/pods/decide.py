@@ -36,6 +36,7 @@ from kopflet.container.sync_result import CRASH_LOOP_BACK_OFF, SyncResult, Waiti
 from kopflet.eviction import helpers as eviction
 from kopflet.kuberuntime import gc, reconciler, resize
 from kopflet.lifecycle import admission, deadline
+from kopflet.nodeshutdown import rules as nodeshutdown
 from kopflet.status import generate
 
 ERROR_RETRY = 10.0
@@ -259,7 +260,8 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
         # The eviction manager's admit runs first, as upstream registers it first.
         rejection = eviction.admit(pod, _node(obs).pressure) or \
             admission.admit(pod, _node(obs), [p for p, _ in obs.others],
-                            allocation=resources.rejection)
+                            allocation=resources.rejection) or \
+            nodeshutdown.admit(_node(obs).shutting_down)  # upstream appends the shutdown manager last
         if rejection is not None:
             # Final: phase Failed with the reason and message, never retried (upstream rejectPod).
             return Plan(lifecycle=Lifecycle.REJECTED, pod=pod, memory=memory,

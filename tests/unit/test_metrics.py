@@ -239,6 +239,10 @@ KUBELET_FAMILIES = {
     "kubelet_pleg_relist_duration_seconds": ("histogram", "[ALPHA] Duration in seconds for relisting pods in PLEG."),
     "kubelet_pleg_relist_interval_seconds": ("histogram", "[ALPHA] Interval in seconds between relisting in PLEG."),
     "kubelet_running_pods": ("gauge", "[ALPHA] Number of pods that have a running pod sandbox"),
+    "kubelet_graceful_shutdown_start_time_seconds": (
+        "gauge", "[ALPHA] Last graceful shutdown start time since unix epoch in seconds"),
+    "kubelet_graceful_shutdown_end_time_seconds": (
+        "gauge", "[ALPHA] Last graceful shutdown end time since unix epoch in seconds"),
     "kubelet_running_containers": ("gauge", "[ALPHA] Number of containers currently running"),
     "kubelet_runtime_operations_total": (
         "counter",

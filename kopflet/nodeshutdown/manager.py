@@ -1,0 +1,327 @@
+"""The node shutdown manager (upstream nodeshutdown_manager_linux.go managerImpl): holds a logind delay inhibitor
+lock, and when logind announces the shutdown (PrepareForShutdown true) marks the node as shutting down (Ready
+False, new pods rejected), kills the pods group by group in ascending priority, each group within its grace
+period, then lets the lock go so the shutdown proceeds. A cancelled shutdown (PrepareForShutdown false) takes the
+lock again. The rules are in `rules`; the D-Bus side in `systemd`."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from kopflet.lifecycle import admission
+from kopflet.nodeshutdown import rules
+from kopflet.nodeshutdown.systemd import DBusError, LogindBus
+
+logger = logging.getLogger("kopflet.nodeshutdown")
+
+DBUS_RECONNECT_PERIOD = 1.0
+"""upstream dbusReconnectPeriod: a lost connection is made again after a second."""
+INHIBIT_DELAY_BACKOFF = (0.1, 0.2, 0.4, 0.8, 1.6)
+"""upstream's wait for logind to take the new InhibitDelayMaxSec: 100 ms, factor 2, 5 steps."""
+CLEANED_UP_POLL = 0.5
+
+
+class Bus(Protocol):
+    """What the manager needs of the system bus (`LogindBus`; a fake in unit tests)."""
+
+    async def current_inhibit_delay(self) -> float: ...
+    async def inhibit_shutdown(self) -> int: ...
+    def release_inhibit_lock(self, lock: int) -> None: ...
+    async def reload_logind_conf(self) -> None: ...
+    async def monitor_shutdown(self, on_event: Callable[[bool], None], on_bad: Callable[[str], None]) -> None: ...
+    async def wait_for_disconnect(self) -> None: ...
+    def override_inhibit_delay(self, seconds: float) -> None: ...
+    def close(self) -> None: ...
+
+
+class ActivePod(Protocol):
+    uid: str
+
+
+class ShutdownManager:
+    """One per node; `periods` empty means off (upstream's managerStub): no bus, everything admitted."""
+
+    def __init__(self, periods: Sequence[rules.ShutdownGracePeriodByPodPriority], *, state_file: Path,
+                 active_pods: Callable[[], Sequence[tuple[Any, Mapping[str, Any]]]],
+                 kill: Callable[[str, dict[str, Any], int], bool],
+                 cleaned_up: Callable[[str], Awaitable[bool]],
+                 sync_node_status: Callable[[], Awaitable[None]],
+                 node_event: Callable[[str, str], None],
+                 metrics: Any = None,
+                 connect: Callable[[], Awaitable[Bus]] = LogindBus.connect) -> None:
+        self.periods = tuple(periods)
+        self.state_file = state_file
+        self._active_pods, self._kill, self._cleaned_up = active_pods, kill, cleaned_up
+        self._sync_node_status, self._node_event = sync_node_status, node_event
+        self._metrics, self._connect = metrics, connect
+        self._bus: Bus | None = None
+        self._lock: int | None = None
+        self._events: asyncio.Queue[bool] = asyncio.Queue()
+        self.shutting_down = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.periods)
+
+    # ------------------------------------------------------------------------------------- the node's view
+
+    def shutdown_status(self) -> str | None:
+        """The Ready condition's error while the node shuts down (upstream ShutdownStatus)."""
+        return rules.NODE_SHUTTING_DOWN if self.shutting_down else None
+
+    def admit(self) -> admission.Rejection | None:
+        return rules.admit(self.shutting_down)
+
+    # ------------------------------------------------------------------------------------- start and watch
+
+    async def start(self) -> asyncio.Task[None] | None:
+        """upstream Start: the first connection must succeed (DBusError, OSError, TimeoutError otherwise: the node
+        logs it and runs on without the manager); after that, a lost bus is reconnected every second. Returns the
+        watching task (None when off)."""
+        if not self.enabled:
+            return None
+        logger.info(f"Creating node shutdown manager: shutdownGracePeriodByPodPriority {self._describe()}")
+        await self._start_once()
+        self._restore_metrics()
+        return asyncio.create_task(self._run(), name="node-shutdown-manager")
+
+    def _describe(self) -> str:
+        return "[" + " ".join(f"{{{p.priority} {p.shutdown_grace_period_seconds}}}" for p in self.periods) + "]"
+
+    async def _start_once(self) -> None:
+        """upstream start: connect, raise logind's InhibitDelayMaxSec when it is below the requested period (a
+        drop-in and a reload), take the lock, watch PrepareForShutdown."""
+        bus = await self._connect()
+        if self._bus is not None:
+            self._bus.close()
+        self._bus = bus
+        try:
+            current = await bus.current_inhibit_delay()
+            requested = rules.period_requested(self.periods)
+            if requested > current:
+                await asyncio.to_thread(bus.override_inhibit_delay, requested)
+                await bus.reload_logind_conf()
+                updated, attempts = current, 0
+                for delay in INHIBIT_DELAY_BACKOFF:
+                    await asyncio.sleep(delay)
+                    attempts += 1
+                    updated = await bus.current_inhibit_delay()
+                    if requested <= updated:
+                        break
+                    logger.debug(f"InhibitDelayMaxSec still less than requested, retrying: attempt {attempts}")
+                else:
+                    raise DBusError(rules.inhibit_delay_error(attempts, requested, updated))
+            await self._acquire_lock()
+            try:
+                await bus.monitor_shutdown(self._events.put_nowait, lambda text: logger.error(text))
+            except (TimeoutError, DBusError, OSError) as exc:
+                lock, self._lock = self._lock, None
+                if lock is not None:
+                    try:
+                        bus.release_inhibit_lock(lock)
+                    except DBusError as release:
+                        raise DBusError(f"failed releasing inhibitLock: {release} and failed monitoring shutdown: "
+                                        f"{exc}") from exc
+                raise DBusError(f"failed to monitor shutdown: {exc}") from exc
+        except BaseException:
+            bus.close()
+            self._bus = None
+            raise
+
+    async def _acquire_lock(self) -> None:
+        """A new lock first, then the old one let go (upstream acquireInhibitLock)."""
+        assert self._bus is not None
+        lock = await self._bus.inhibit_shutdown()
+        if self._lock is not None:
+            try:
+                self._bus.release_inhibit_lock(self._lock)
+            except DBusError:
+                pass  # upstream ignores it too: the old descriptor is gone either way
+        self._lock = lock
+
+    def _release_lock(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None and self._bus is not None:
+            try:
+                self._bus.release_inhibit_lock(lock)
+            except DBusError as exc:
+                logger.warning(str(exc))
+
+    async def _run(self) -> None:
+        """Handles each PrepareForShutdown in turn; a lost bus is connected again every second (upstream Start's
+        loop)."""
+        while True:
+            bus = self._bus
+            if bus is not None:
+                await self._watch(bus)
+                logger.error("Ended to watching the node for shutdown events")
+            while True:
+                await asyncio.sleep(DBUS_RECONNECT_PERIOD)
+                logger.debug("Restarting watch for node shutdown events")
+                try:
+                    await self._start_once()
+                    break
+                except (TimeoutError, DBusError, OSError) as exc:
+                    logger.error(f"Unable to watch the node for shutdown events: {exc}")
+
+    async def _watch(self, bus: Bus) -> None:
+        disconnected = asyncio.create_task(bus.wait_for_disconnect())
+        try:
+            while True:
+                event = asyncio.create_task(self._events.get())
+                await asyncio.wait({event, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+                if not event.done():
+                    event.cancel()
+                    return
+                await self._on_event(event.result())
+        finally:
+            disconnected.cancel()
+
+    async def _on_event(self, shutting_down: bool) -> None:
+        logger.info(f"Shutdown manager detected new shutdown event: {'shutdown' if shutting_down else 'cancelled'}")
+        self._node_event(rules.NODE_SHUTDOWN_EVENT_REASON, rules.SHUTDOWN_EVENT_MESSAGE if shutting_down
+                         else rules.SHUTDOWN_CANCELLED_EVENT_MESSAGE)
+        self.shutting_down = shutting_down
+        if not shutting_down:
+            try:
+                await self._acquire_lock()
+            except (TimeoutError, DBusError, OSError) as exc:
+                logger.warning(str(exc))  # upstream drops it: the next reconnect takes the lock again
+            return
+        task = asyncio.create_task(self._sync_node_status(), name="node-shutdown-status")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        try:
+            await self._process_shutdown_event()
+        except Exception:
+            logger.exception("Shutdown manager failed to process shutdown event")
+
+    async def _process_shutdown_event(self) -> None:
+        """upstream processShutdownEvent: the start and end times kept (state file and metrics) around the kill."""
+        logger.info("Shutdown manager processing shutdown event")
+        pods = list(self._active_pods())
+        try:
+            if self._metrics is None:
+                await self._kill_pods(pods)
+                return
+            start = _now()
+            await self._store_state(start, None)
+            self._metrics.graceful_shutdown_start_time.set(_unix(start))
+            self._metrics.graceful_shutdown_end_time.set(0)
+            try:
+                await self._kill_pods(pods)
+            finally:
+                end = _now()
+                await self._store_state(start, end)
+                self._metrics.graceful_shutdown_end_time.set(_unix(end))
+        finally:
+            self._release_lock()
+            logger.info("Shutdown manager completed processing shutdown event, node will shutdown shortly")
+
+    async def _kill_pods(self, pods: Sequence[tuple[Any, Mapping[str, Any]]]) -> None:
+        """upstream podManager.killPods: group after group in ascending priority; a group's pods killed at once,
+        each with the group's grace period or its own shorter one, and waited for up to the group's period."""
+        for period, members in rules.group_by_priority(self.periods, pods, _priority):
+            if not members:
+                continue
+            now = _now()
+            for pod, body in members:
+                spec = body.get("spec") or {}
+                own = spec.get("terminationGracePeriodSeconds")
+                grace = rules.pod_grace_period(period.shutdown_grace_period_seconds,
+                                               int(own) if own is not None else None)
+                logger.info(f"Shutdown manager killing pod with gracePeriod: pod {_name(body)}, gracePeriod {grace}")
+                status = rules.shutdown_status(body.get("status") or {}, now=now,
+                                               generation=int((body.get("metadata") or {}).get("generation") or 0))
+                if not self._kill(pod.uid, status, grace):
+                    logger.info(f"Shutdown manager failed killing pod {_name(body)}: it has no worker any more")
+            uids = [pod.uid for pod, _ in members]
+            try:
+                await asyncio.wait_for(self._all_cleaned_up(uids), period.shutdown_grace_period_seconds)
+                logger.info(f"Done waiting for all pods in group to terminate: gracePeriod "
+                            f"{period.shutdown_grace_period_seconds}, priority {period.priority}")
+            except TimeoutError:
+                logger.info(f"Shutdown manager pod killing time out: gracePeriod "
+                            f"{period.shutdown_grace_period_seconds}, priority {period.priority}")
+
+    async def _all_cleaned_up(self, uids: Sequence[str]) -> None:
+        pending = list(uids)
+        while pending:
+            pending = [uid for uid in pending if not await self._cleaned_up(uid)]
+            if pending:
+                await asyncio.sleep(CLEANED_UP_POLL)
+
+    # ------------------------------------------------------------------------------------- state and metrics
+
+    async def _store_state(self, start: datetime.datetime, end: datetime.datetime | None) -> None:
+        try:
+            await asyncio.to_thread(_atomic_write, self.state_file, rules.encode_state(start, end))
+        except OSError as exc:
+            logger.error(f"Failed to store graceful shutdown state: {exc}")
+
+    def _restore_metrics(self) -> None:
+        """upstream setMetrics: the last shutdown's times from the state file, so they survive the reboot."""
+        if self._metrics is None:
+            return
+        try:
+            data = self.state_file.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            logger.error(f"Failed to load graceful shutdown state: {exc}")
+            return
+        try:
+            start, end = rules.decode_state(data)
+        except ValueError as exc:
+            logger.error(f"Failed to load graceful shutdown state: {exc}")
+            return
+        if start is not None:
+            self._metrics.graceful_shutdown_start_time.set(_unix(start))
+        if end is not None:
+            self._metrics.graceful_shutdown_end_time.set(_unix(end))
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        self._release_lock()
+        if self._bus is not None:
+            self._bus.close()
+            self._bus = None
+
+
+def _priority(item: tuple[Any, Mapping[str, Any]]) -> int:
+    priority = (item[1].get("spec") or {}).get("priority")
+    return int(priority) if isinstance(priority, int) else 0
+
+
+def _name(body: Mapping[str, Any]) -> str:
+    meta = body.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _unix(t: datetime.datetime) -> float:
+    """upstream timestamp(): whole seconds since the epoch."""
+    return float(int(t.timestamp()))
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """upstream atomicWrite: a temporary file beside it, 0644, synced, renamed over."""
+    tmp = path.with_name(f".tmp-{path.name}.{time.monotonic_ns()}")
+    with open(tmp, "wb") as f:
+        tmp.chmod(0o644)
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)

@@ -1,0 +1,151 @@
+"""logind on the system D-Bus: the inhibitor lock and the PrepareForShutdown signal (upstream
+pkg/kubelet/nodeshutdown/systemd, godbus there, dbus-fast here).
+
+The system bus is found as libdbus and godbus find it: ``DBUS_SYSTEM_BUS_ADDRESS``, else
+``unix:path=/var/run/dbus/system_bus_socket``. Every call has a timeout (libdbus's default, 25 s): a logind that
+does not answer must not hang the agent."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dbus_fast import BusType, Message, MessageType
+from dbus_fast.aio import MessageBus
+
+from kopflet.nodeshutdown import rules
+
+LOGIND_SERVICE = "org.freedesktop.login1"
+LOGIND_OBJECT = "/org/freedesktop/login1"
+LOGIND_INTERFACE = "org.freedesktop.login1.Manager"
+SYSTEMD_SERVICE = "org.freedesktop.systemd1"
+SYSTEMD_OBJECT = "/org/freedesktop/systemd1"
+SYSTEMD_INTERFACE = "org.freedesktop.systemd1.Manager"
+CALL_TIMEOUT = 25.0
+"""libdbus's default method call timeout (DBUS_TIMEOUT_USE_DEFAULT)."""
+PREPARE_FOR_SHUTDOWN_MATCH = (f"type='signal',interface='{LOGIND_INTERFACE}',member='PrepareForShutdown',"
+                              f"path='{LOGIND_OBJECT}'")
+"""upstream MonitorShutdown's match: interface, member and path, no sender (any connection's signal counts)."""
+
+
+class DBusError(Exception):
+    """A D-Bus call failed: the error name and text, as godbus shows them."""
+
+
+class LogindBus:
+    """One system bus connection (upstream DBusCon)."""
+
+    def __init__(self, bus: MessageBus, *, logind_conf_dir: str = rules.LOGIND_CONFIG_DIRECTORY) -> None:
+        self._bus = bus
+        self.logind_conf_dir = logind_conf_dir
+
+    @classmethod
+    async def connect(cls, *, logind_conf_dir: str = rules.LOGIND_CONFIG_DIRECTORY) -> LogindBus:
+        bus = MessageBus(bus_type=BusType.SYSTEM, negotiate_unix_fd=True, auth_timeout=CALL_TIMEOUT)
+        try:
+            await asyncio.wait_for(bus.connect(), CALL_TIMEOUT)
+        except Exception:
+            bus.disconnect()
+            raise
+        return cls(bus, logind_conf_dir=logind_conf_dir)
+
+    async def _call(self, destination: str, path: str, interface: str, member: str, signature: str = "",
+                    body: list[Any] | None = None) -> Message:
+        reply = await asyncio.wait_for(self._bus.call(Message(
+            destination=destination, path=path, interface=interface, member=member, signature=signature,
+            body=body or [])), CALL_TIMEOUT)
+        if reply.message_type == MessageType.ERROR:
+            for fd in reply.unix_fds:
+                os.close(fd)
+            text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
+            raise DBusError(f"{reply.error_name}: {text}" if text else str(reply.error_name))
+        return reply
+
+    async def current_inhibit_delay(self) -> float:
+        """logind's InhibitDelayMaxUSec, in seconds."""
+        try:
+            reply = await self._call(LOGIND_SERVICE, LOGIND_OBJECT, "org.freedesktop.DBus.Properties", "Get", "ss",
+                                     [LOGIND_INTERFACE, "InhibitDelayMaxUSec"])
+        except (TimeoutError, DBusError, OSError) as exc:
+            raise DBusError(f"failed reading InhibitDelayMaxUSec property from logind: {exc}") from exc
+        variant = reply.body[0]
+        if variant.signature != "t":
+            raise DBusError("InhibitDelayMaxUSec from logind is not a uint64 as expected")
+        return int(variant.value) / 1e6
+
+    async def inhibit_shutdown(self) -> int:
+        """A delay inhibitor lock: the file descriptor logind watches; closing it releases the lock."""
+        try:
+            reply = await self._call(LOGIND_SERVICE, LOGIND_OBJECT, LOGIND_INTERFACE, "Inhibit", "ssss",
+                                     list(rules.INHIBIT_ARGS))
+        except (TimeoutError, DBusError, OSError) as exc:
+            raise DBusError(f"failed creating systemd inhibitor: {exc}") from exc
+        if not reply.unix_fds:
+            raise DBusError("failed storing inhibit lock file descriptor: no file descriptor in the reply")
+        index = reply.body[0] if reply.body and isinstance(reply.body[0], int) else 0
+        fd = reply.unix_fds[index]
+        for other in reply.unix_fds:
+            if other != fd:
+                os.close(other)
+        return fd
+
+    @staticmethod
+    def release_inhibit_lock(lock: int) -> None:
+        try:
+            os.close(lock)
+        except OSError as exc:
+            raise DBusError(f"unable to close systemd inhibitor lock: {exc}") from exc
+
+    async def reload_logind_conf(self) -> None:
+        """systemd's KillUnit(systemd-logind.service, all, SIGHUP): logind rereads logind.conf and its drop-ins."""
+        try:
+            await self._call(SYSTEMD_SERVICE, SYSTEMD_OBJECT, SYSTEMD_INTERFACE, "KillUnit", "ssi",
+                             ["systemd-logind.service", "all", int(signal.SIGHUP)])
+        except (TimeoutError, DBusError, OSError) as exc:
+            raise DBusError(f"unable to reload logind conf: {exc}") from exc
+
+    async def monitor_shutdown(self, on_event: Callable[[bool], None], on_bad: Callable[[str], None]) -> None:
+        """Calls `on_event` with each PrepareForShutdown's boolean (True: the node is shutting down, False: the
+        shutdown was cancelled); a signal without a boolean is reported to `on_bad` and skipped."""
+        def handler(message: Message) -> None:
+            if (message.message_type != MessageType.SIGNAL or message.member != "PrepareForShutdown"
+                    or message.interface != LOGIND_INTERFACE or message.path != LOGIND_OBJECT):
+                return
+            if not message.body:
+                on_bad("Failed obtaining shutdown event, PrepareForShutdown event was empty")
+            elif not isinstance(message.body[0], bool):
+                on_bad("Failed obtaining shutdown event, PrepareForShutdown event was not bool type as expected")
+            else:
+                on_event(message.body[0])
+        self._bus.add_message_handler(handler)
+        await self._call("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "AddMatch", "s",
+                         [PREPARE_FOR_SHUTDOWN_MATCH])
+
+    async def wait_for_disconnect(self) -> None:
+        """Returns when the connection is gone (the bus daemon restarted, or `close`)."""
+        try:
+            await self._bus.wait_for_disconnect()
+        except Exception:
+            return
+
+    def override_inhibit_delay(self, seconds: float) -> None:
+        """Writes the logind drop-in that raises InhibitDelayMaxSec (upstream's 99-kubelet.conf). Blocking: call it
+        in a thread."""
+        directory = Path(self.logind_conf_dir)
+        try:
+            directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DBusError(f"failed creating {self.logind_conf_dir} directory: {exc}") from exc
+        path = directory / rules.KUBELET_LOGIND_CONF
+        try:
+            path.write_text(rules.logind_override(seconds))
+            path.chmod(0o644)
+        except OSError as exc:
+            raise DBusError(f"failed writing logind shutdown inhibit override file {path}: {exc}") from exc
+
+    def close(self) -> None:
+        self._bus.disconnect()
