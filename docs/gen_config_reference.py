@@ -51,6 +51,7 @@ _FORMATS = {
     "strings": "strings",
     "[]Taint": "taints",
     "Level": "integer",
+    "[]ShutdownGracePeriodByPodPriority": "list of {priority, shutdownGracePeriodSeconds}",
 }
 
 

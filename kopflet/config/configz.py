@@ -107,6 +107,18 @@ def _authorization(config: AgentConfig) -> dict[str, Any]:
     return body
 
 
+def _shutdown_by_priority(config: AgentConfig) -> list[dict[str, int]]:
+    """``[]ShutdownGracePeriodByPodPriority``. Sorted by priority with both graceful node shutdown gates on:
+    upstream's newPodManager sorts the configuration's own slice in place, and the v1beta1 object /configz holds
+    shares that slice (the generated conversion casts it), so it is served sorted once the kubelet is built.
+    (Go's sort.Slice is an insertion sort, stable, below 13 items.)"""
+    items = list(config.shutdown_grace_period_by_pod_priority)
+    if config.graceful_node_shutdown_gate and config.shutdown_by_pod_priority_gate:
+        items.sort(key=lambda item: item.priority)
+    return [{"priority": item.priority, "shutdownGracePeriodSeconds": item.shutdown_grace_period_seconds}
+            for item in items]
+
+
 # (field, value of the config, omitempty) in the v1beta1 struct's order. Pointers upstream defaults are always
 # set, so they are written even when zero or false (omitempty=False), as are durations and the structs.
 _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
@@ -183,6 +195,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("enableSystemLogQuery", lambda c: c.enable_system_log_query, False),  # the internal bool, converted: always
     ("shutdownGracePeriod", lambda c: _duration(c.shutdown_grace_period), False),
     ("shutdownGracePeriodCriticalPods", lambda c: _duration(c.shutdown_grace_period_critical_pods), False),
+    ("shutdownGracePeriodByPodPriority", _shutdown_by_priority, True),
     # KubeletCrashLoopBackOffMax (on by default) defaults the pointer: always there.
     ("crashLoopBackOff", lambda c: {"maxContainerRestartPeriod": _duration(c.max_container_restart_period)}, False),
     ("reservedMemory", lambda c: [_reservation(r) for r in c.reserved_memory], True),

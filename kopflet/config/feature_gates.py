@@ -5,15 +5,16 @@ Upstream's kubelet takes any gate its registry knows (cmd/kubelet/app/server.go:
 then of the file's merged with them) and refuses an unknown name with ``unrecognized feature gate: X``. kopflet
 implements three gates both ways: ``QOSReserved`` (alpha, off by default at v1.37.1: the QoS tiers' memory limits of
 ``qosReserved``), and component-base's ``LoggingAlphaOptions`` (alpha, off: the logging formats' splitStream and
-infoBufferSize) and ``LoggingBetaOptions`` (beta, on: the json format), which `kopflet.config.log_options` checks
-as logsapi.Validate does; and the behaviour of ``SystemdWatchdog`` (GA and locked on: the systemd watchdog,
-`kopflet.watchdog`), whose gate upstream no longer reads; that one is taken at true only, and is no no-op. Any other
-gate upstream knows it takes only at upstream v1.37.1's default, as a no-op
-(kopflet behaves as upstream does with the gate at its default; a kubelet config copied from a node that spells out
-defaults keeps working), and names it in an INFO line at start. Set to the other value it stops the agent rather
-than being ignored: in upstream's words for a gate locked to its default (``cannot set feature gate X to v, feature
-is locked to d``), else saying kopflet does not implement the gate's non-default behaviour. A name upstream does not
-know either gets upstream's message. `upstream_feature_gates` lists v1.37.1's registry with the defaults.
+infoBufferSize) and ``LoggingBetaOptions`` (beta, on: the json format), which `kopflet.config.log_options` checks as
+logsapi.Validate does; and the behaviour of ``SystemdWatchdog`` (GA and locked on: the systemd watchdog,
+`kopflet.watchdog`), whose gate upstream no longer reads; that one is taken at true only, and is no no-op. So are
+``GracefulNodeShutdown`` and ``GracefulNodeShutdownBasedOnPodPriority`` (beta, on: `kopflet.nodeshutdown`), whose
+off behaviour kopflet does not implement. Any other gate upstream knows it takes only at upstream v1.37.1's default,
+as a no-op (kopflet behaves as upstream does with the gate at its default; a kubelet config copied from a node that
+spells out defaults keeps working), and names it in an INFO line at start. Set to the other value it stops the agent
+rather than being ignored: in upstream's words for a gate locked to its default (``cannot set feature gate X to v,
+feature is locked to d``), else saying kopflet does not implement the gate's non-default behaviour. A name upstream
+does not know either gets upstream's message. `upstream_feature_gates` lists v1.37.1's registry with the defaults.
 
 Pure: the flag's text and the file's mapping in, the gates or an error message out.
 """
@@ -49,6 +50,15 @@ NODE_LOG_QUERY: Final = "NodeLogQuery"
 IMPLEMENTED_LOCKED: frozenset[str] = frozenset({SYSTEMD_WATCHDOG, NODE_LOG_QUERY})
 """Gates locked to their v1.37.1 default whose behaviour at that default kopflet implements: taken at the default
 (not a no-op), refused otherwise in upstream's words for a locked gate."""
+GRACEFUL_NODE_SHUTDOWN: Final = "GracefulNodeShutdown"
+"""pkg/features GracefulNodeShutdown: beta on since 1.21 (the node shutdown manager, `kopflet.nodeshutdown`)."""
+GRACEFUL_NODE_SHUTDOWN_BASED_ON_POD_PRIORITY: Final = "GracefulNodeShutdownBasedOnPodPriority"
+"""pkg/features GracefulNodeShutdownBasedOnPodPriority: beta on since 1.24 (shutdownGracePeriodByPodPriority)."""
+IMPLEMENTED_AT_DEFAULT: frozenset[str] = frozenset({
+    GRACEFUL_NODE_SHUTDOWN, GRACEFUL_NODE_SHUTDOWN_BASED_ON_POD_PRIORITY})
+"""Gates whose behaviour at their v1.37.1 default kopflet implements, but not the other value: taken at the default
+(not a no-op), refused otherwise as a gate kopflet does not implement. (GracefulNodeShutdown off would also need
+WindowsGracefulNodeShutdown and GracefulNodeShutdownBasedOnPodPriority off, upstream's gate dependencies.)"""
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -125,7 +135,8 @@ def no_ops(gates: Mapping[str, bool]) -> list[str]:
     """The gates of `gates` kopflet takes without doing anything: known upstream, not implemented here, and set
     to their upstream default (so kopflet behaves as upstream does with them), in name order."""
     return [name for name in sorted(gates) if name not in IMPLEMENTED and name not in IMPLEMENTED_LOCKED
-            and name not in PRE_ALPHA and UPSTREAM_FEATURE_GATES.get(name) is gates[name]]
+            and name not in IMPLEMENTED_AT_DEFAULT and name not in PRE_ALPHA
+            and UPSTREAM_FEATURE_GATES.get(name) is gates[name]]
 
 
 def check(gates: Mapping[str, bool]) -> Mapping[str, bool]:
@@ -137,11 +148,12 @@ def check(gates: Mapping[str, bool]) -> Mapping[str, bool]:
 
 
 def enabled(gates: Mapping[str, bool], name: str) -> bool:
-    """Whether the gate `name` is on: as set, else its default."""
-    return gates.get(name, IMPLEMENTED[name])
+    """Whether the gate `name` is on: as set, else its default (any gate upstream knows: its v1.37.1 default)."""
+    return gates.get(name, IMPLEMENTED[name] if name in IMPLEMENTED else UPSTREAM_FEATURE_GATES[name])
 
 
-__all__ = ["IMPLEMENTED", "IMPLEMENTED_LOCKED", "LOGGING_ALPHA_OPTIONS", "LOGGING_BETA_OPTIONS", "NODE_LOG_QUERY",
-           "QOS_RESERVED",
+__all__ = ["GRACEFUL_NODE_SHUTDOWN", "GRACEFUL_NODE_SHUTDOWN_BASED_ON_POD_PRIORITY", "IMPLEMENTED",
+           "IMPLEMENTED_AT_DEFAULT", "IMPLEMENTED_LOCKED", "LOGGING_ALPHA_OPTIONS", "LOGGING_BETA_OPTIONS",
+           "NODE_LOG_QUERY", "QOS_RESERVED",
            "SYSTEMD_WATCHDOG", "FeatureGateError", "check", "enabled", "no_ops", "parse_bool", "parse_flag",
            "problems"]

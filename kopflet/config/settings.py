@@ -38,6 +38,8 @@ from kopflet.cm.topologymanager import policy as topology_policy
 from kopflet.config import dropins, feature_gates, log_options, tls_options
 from kopflet.eviction import thresholds
 from kopflet.lifecycle import admission
+from kopflet.nodeshutdown import rules as nodeshutdown
+from kopflet.nodeshutdown.rules import ShutdownGracePeriodByPodPriority
 
 # The upstream kubelet's default CRI endpoint for containerd.
 DEFAULT_RUNTIME_ENDPOINT = "unix:///run/containerd/containerd.sock"
@@ -287,10 +289,14 @@ class AgentConfig:
     memory_swap_behavior: str = ""
     """``memorySwap.swapBehavior``: "" or ``NoSwap`` (the same: containers get no swap); LimitedSwap is refused."""
     shutdown_grace_period: float = 0.0
-    """``shutdownGracePeriod``: always 0 (graceful node shutdown off, upstream's default): kopflet has no node
-    shutdown manager, so any other value is refused."""
+    """``shutdownGracePeriod``: how long the node shutdown manager delays a node shutdown (a logind inhibitor lock)
+    to terminate the pods, the critical pods' period included; 0: off (upstream's default)."""
     shutdown_grace_period_critical_pods: float = 0.0
-    """``shutdownGracePeriodCriticalPods``: always 0, as `shutdown_grace_period`."""
+    """``shutdownGracePeriodCriticalPods``: the last part of `shutdown_grace_period`, kept for the critical pods
+    (priority 2000000000 and up)."""
+    shutdown_grace_period_by_pod_priority: tuple[ShutdownGracePeriodByPodPriority, ...] = ()
+    """``shutdownGracePeriodByPodPriority``: the grace period per pod priority range, in place of the two above
+    (`shutdown_periods`)."""
     max_container_restart_period: float = backoff.MAXIMUM
     """``crashLoopBackOff.maxContainerRestartPeriod``: the crash-loop backoff's cap, always kopflet's (upstream's
     default, 5m0s: KubeletCrashLoopBackOffMax on by default defaults the field to it); others are refused."""
@@ -402,6 +408,27 @@ class AgentConfig:
         default, which kopflet takes without implementing (it behaves as upstream does at that default)."""
         return tuple(f"feature gate {name}={str(self.feature_gates[name]).lower()} is upstream's default: accepted, "
                      f"nothing to do" for name in feature_gates.no_ops(self.feature_gates))
+
+    @property
+    def graceful_node_shutdown_gate(self) -> bool:
+        """Whether the GracefulNodeShutdown feature gate is on (beta, on by default; kopflet takes it on only)."""
+        return feature_gates.enabled(self.feature_gates, feature_gates.GRACEFUL_NODE_SHUTDOWN)
+
+    @property
+    def shutdown_by_pod_priority_gate(self) -> bool:
+        """Whether the GracefulNodeShutdownBasedOnPodPriority gate is on (beta, on by default; on only here too).
+        Upstream's manager also writes its state file and metrics only with it on."""
+        return feature_gates.enabled(self.feature_gates, feature_gates.GRACEFUL_NODE_SHUTDOWN_BASED_ON_POD_PRIORITY)
+
+    @property
+    def shutdown_periods(self) -> nodeshutdown.Periods:
+        """The node shutdown manager's grace periods by priority, lowest first (upstream NewManager and
+        newPodManager); empty when graceful node shutdown is off (upstream's managerStub)."""
+        if not self.graceful_node_shutdown_gate:
+            return ()
+        return nodeshutdown.periods(self.shutdown_grace_period_by_pod_priority, self.shutdown_grace_period,
+                                    self.shutdown_grace_period_critical_pods,
+                                    priority_gate=self.shutdown_by_pod_priority_gate)
 
     @property
     def effective_seccomp_default(self) -> bool:
@@ -986,22 +1013,78 @@ def _flush_frequency(value: Any) -> float:
     return seconds
 
 
-SHUTDOWN_REFUSED = ("kopflet has no graceful node shutdown (upstream's node shutdown manager) yet: only 0s, off "
-                    "(upstream's default), is accepted")
+def _go_struct_duration(seconds: float) -> str:
+    """fmt's %v of a metav1.Duration (a struct without a String method): its time.Duration in braces, ``{30s}``."""
+    return "{" + gotext.go_duration(seconds) + "}"
 
 
-def _shutdown_grace_period(field: str) -> Callable[[str], float]:
-    """``shutdownGracePeriod`` and ``shutdownGracePeriodCriticalPods``: 0 only. Upstream's own check first (with
-    GracefulNodeShutdown, on by default: zero or at least 1s), then kopflet's refusal of any period."""
-    def read(text: str) -> float:
-        seconds = parse_duration(text)
-        if seconds < 0 or 0 < seconds < 1:
-            raise _Invalid(f"invalid configuration: {field} {gotext.go_duration(seconds)} must be either zero or "
-                           f"otherwise >= 1 sec")
-        if seconds:
-            raise _Invalid(f"{SHUTDOWN_REFUSED}, got {_show(text)}")
-        return seconds
-    return read
+def _shutdown_errors(values: Mapping[str, Any]) -> list[str]:
+    """Upstream ValidateKubeletConfiguration's checks of graceful node shutdown, in its order and words, with the
+    feature gates as configured (upstream's localFeatureGate): the critical pods' period within the grace period,
+    each zero or at least 1s, the gates, and not both ways of setting the periods."""
+    gates = values.get("feature_gates", {})
+    node_shutdown = feature_gates.enabled(gates, feature_gates.GRACEFUL_NODE_SHUTDOWN)
+    by_priority_gate = feature_gates.enabled(gates, feature_gates.GRACEFUL_NODE_SHUTDOWN_BASED_ON_POD_PRIORITY)
+    grace = values.get("shutdown_grace_period", AgentConfig.shutdown_grace_period)
+    critical = values.get("shutdown_grace_period_critical_pods", AgentConfig.shutdown_grace_period_critical_pods)
+    by_priority = values.get("shutdown_grace_period_by_pod_priority", ())
+    grace_ns, critical_ns = round(grace * 1e9), round(critical * 1e9)  # compared as time.Duration
+    errors = []
+    if node_shutdown:
+        if critical_ns > grace_ns:
+            errors.append(f"invalid configuration: shutdownGracePeriodCriticalPods {_go_struct_duration(critical)} "
+                          f"must be <= shutdownGracePeriod {_go_struct_duration(grace)}")
+        if grace_ns < 0 or 0 < grace_ns < 1_000_000_000:
+            errors.append(f"invalid configuration: shutdownGracePeriod {_go_struct_duration(grace)} must be either "
+                          f"zero or otherwise >= 1 sec")
+        if critical_ns < 0 or 0 < critical_ns < 1_000_000_000:
+            errors.append(f"invalid configuration: shutdownGracePeriodCriticalPods {_go_struct_duration(critical)} "
+                          f"must be either zero or otherwise >= 1 sec")
+    if (grace_ns > 0 or critical_ns > 0) and not node_shutdown:
+        errors.append("invalid configuration: specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods "
+                      "requires feature gate GracefulNodeShutdown")
+    if by_priority_gate and by_priority and (grace_ns > 0 or critical_ns > 0):
+        errors.append("invalid configuration: Cannot specify both shutdownGracePeriodByPodPriority and "
+                      "shutdownGracePeriod at the same time")
+    if not by_priority_gate and by_priority:
+        errors.append("invalid configuration: Specifying shutdownGracePeriodByPodPriority requires feature gate "
+                      "GracefulNodeShutdownBasedOnPodPriority")
+    return errors
+
+
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _yaml_shutdown_by_priority(value: Any) -> tuple[ShutdownGracePeriodByPodPriority, ...]:
+    """``shutdownGracePeriodByPodPriority``: a list of ``{priority: <int32>, shutdownGracePeriodSeconds:
+    <int64>}``, a missing one 0 (Go's zero value), in the file's order (the manager sorts them). Upstream checks no
+    values beyond the types."""
+    if not isinstance(value, list):
+        raise _Invalid(f"expected a list of {{priority, shutdownGracePeriodSeconds}}, got {_show(value)}")
+    out = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise _Invalid(f"item {index}: expected a mapping with priority and shutdownGracePeriodSeconds, got "
+                           f"{_show(item)}")
+        unknown = sorted(str(key) for key in set(item) - {"priority", "shutdownGracePeriodSeconds"})
+        if unknown:
+            raise _Invalid(f"item {index}: unknown field {_show(unknown[0])} (an item has priority and "
+                           f"shutdownGracePeriodSeconds)")
+        numbers = []
+        for name, (low, high), kind in (("priority", _INT32, "int32"), ("shutdownGracePeriodSeconds", _INT64, "int64")):
+            number = item.get(name)
+            if number is None:
+                number = 0
+            if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
+                raise _Invalid(f"item {index}: {name}: expected an {kind}, got {_show(number)}")
+            numbers.append(number)
+        out.append(ShutdownGracePeriodByPodPriority(priority=numbers[0], shutdown_grace_period_seconds=numbers[1]))
+    return tuple(out)
+
+
+def _file_only(text: str) -> Any:  # pragma: no cover - no flag has such a kind
+    raise _Invalid(f"a config file field only, got {_show(text)}")
 
 
 def _max_container_restart_period(text: str) -> float:
@@ -1207,17 +1290,16 @@ VMODULE = _Kind("pattern=N,...", _logging(log_options.parse_vmodule_flag), _logg
 # logging.options.{text,json}.infoBufferSize and their flags: a resource.QuantityValue (pflag type "quantity").
 INFO_BUFFER_SIZE = _Kind("quantity", _logging(log_options.parse_info_buffer_size_flag),
                          _logging(log_options.parse_info_buffer_size))
-SHUTDOWN_GRACE_PERIOD = _Kind("duration", _shutdown_grace_period("shutdownGracePeriod"),
-                              _text_then(_shutdown_grace_period("shutdownGracePeriod")))
-SHUTDOWN_GRACE_PERIOD_CRITICAL_PODS = _Kind(
-    "duration", _shutdown_grace_period("shutdownGracePeriodCriticalPods"),
-    _text_then(_shutdown_grace_period("shutdownGracePeriodCriticalPods")))
+# shutdownGracePeriodByPodPriority: config file only, as upstream (no flag).
+SHUTDOWN_BY_PRIORITY = _Kind("[]ShutdownGracePeriodByPodPriority", _file_only, _yaml_shutdown_by_priority)
 # A pointer upstream: in the file an explicit value, 0s too, is checked (zero_is_default=False).
 MAX_RESTART_PERIOD = _Kind("duration", _max_container_restart_period, _text_then(_max_container_restart_period))
 SWAP_BEHAVIOR = _Kind("string", _swap_behavior, _text_then(_swap_behavior), empty_is_unset=True)
 # volumeStatsAggPeriod: any duration, as upstream's flag (a DurationVar); 0 or negative turns volume stats off
 # (in the file 0 means the default, 1m).
 ANY_DURATION = _Kind("duration", parse_duration, _text_then(parse_duration))
+# shutdownGracePeriod, shutdownGracePeriodCriticalPods: any duration, checked together (_shutdown_errors).
+SHUTDOWN_GRACE_PERIOD = ANY_DURATION
 # Fields that are pointers upstream (nil is the default): in the file an explicit 0 is a value, and is checked.
 LANGLE_MAP = _Kind("mapStringString", _langle_pairs, lambda v: _frozen(_yaml_string_map(v)), accumulate=_merge)
 STRING_MAP = _Kind("mapStringString", lambda t: _frozen(_pairs(t)), lambda v: _frozen(_yaml_string_map(v)),
@@ -1531,12 +1613,25 @@ SETTINGS: tuple[Setting, ...] = (
             "NoSwap (or empty, the same): containers get no swap where the node has a swap controller (cgroup v1 "
             "memory.memsw.limit_in_bytes: the memory+swap limit equals the memory limit; cgroup v2 "
             "memory.swap.max: 0). LimitedSwap is refused: kopflet does not implement it."),
-    # Graceful node shutdown (upstream's node shutdown manager, which kopflet does not have).
+    # Graceful node shutdown (upstream's node shutdown manager, pkg/kubelet/nodeshutdown). Config-file fields
+    # only, as upstream.
     Setting("shutdown_grace_period", None, "shutdownGracePeriod", SHUTDOWN_GRACE_PERIOD, "0s",
-            "Only 0s (graceful node shutdown off, upstream's default): kopflet has no node shutdown manager, so any "
-            "other value is refused."),
-    Setting("shutdown_grace_period_critical_pods", None, "shutdownGracePeriodCriticalPods",
-            SHUTDOWN_GRACE_PERIOD_CRITICAL_PODS, "0s", "Only 0s, as shutdownGracePeriod."),
+            "How long a node shutdown is delayed (a systemd-logind delay inhibitor lock; logind's InhibitDelayMaxSec "
+            "is raised to it when lower) for the pods to be terminated: the pods below priority 2000000000 first, "
+            "given this less shutdownGracePeriodCriticalPods, then the critical ones, given "
+            "shutdownGracePeriodCriticalPods (a pod's shorter terminationGracePeriodSeconds is kept). Meanwhile the "
+            "node is not Ready and refuses new pods (NodeShutdown), and each pod ends Failed with reason Terminated. "
+            "0s: off. Zero or at least 1s."),
+    Setting("shutdown_grace_period_critical_pods", None, "shutdownGracePeriodCriticalPods", SHUTDOWN_GRACE_PERIOD,
+            "0s", "The part of shutdownGracePeriod kept for the critical pods (priority 2000000000 and up: "
+            "system-cluster-critical, system-node-critical), terminated last. At most shutdownGracePeriod; zero or "
+            "at least 1s."),
+    Setting("shutdown_grace_period_by_pod_priority", None, "shutdownGracePeriodByPodPriority", SHUTDOWN_BY_PRIORITY,
+            "none", "Shutdown grace periods by pod priority, instead of shutdownGracePeriod and "
+            "shutdownGracePeriodCriticalPods (not both): a list of {priority, shutdownGracePeriodSeconds}. A pod "
+            "gets the period of the highest priority at or below its own (the lowest one's when it is below all); "
+            "the groups are terminated from the lowest priority up, each waited for at most its period, and the "
+            "shutdown is delayed by the sum of the periods."),
     # The crash-loop backoff's cap (upstream KubeletCrashLoopBackOffMax, on by default: newCrashLoopBackOff).
     Setting("max_container_restart_period", None, "crashLoopBackOff.maxContainerRestartPeriod", MAX_RESTART_PERIOD,
             "5m0s", "The crash-loop backoff's cap: only 5m0s, kopflet's (and upstream's default); upstream's range "
@@ -1572,9 +1667,11 @@ SETTINGS: tuple[Setting, ...] = (
             "default false: qosReserved), LoggingAlphaOptions (alpha, default false: the logging.options and "
             "--log-*-split-stream, --log-*-info-buffer-size) and LoggingBetaOptions (beta, default true: the json "
             "logging format), and SystemdWatchdog's behaviour (GA, locked to true: the systemd "
-            "watchdog, on whenever the unit sets WatchdogSec). Any other gate upstream v1.37.1 knows is accepted "
-            "only at that release's "
-            "default, as a no-op (kopflet behaves as upstream does with it at its default; logged at start); set "
+            "watchdog, on whenever the unit sets WatchdogSec) and GracefulNodeShutdown's and "
+            "GracefulNodeShutdownBasedOnPodPriority's at their default, true (beta: graceful node shutdown, "
+            "shutdownGracePeriod and shutdownGracePeriodByPodPriority). Any other gate upstream v1.37.1 knows is "
+            "accepted only at that release's default, as a no-op (kopflet behaves as upstream does with it at its "
+            "default; logged at start); set "
             "to the other value it stops the agent at start: 'cannot set feature gate <name> to <value>, feature "
             "is locked to <default>' (upstream's message) for a gate locked to its default, else that kopflet "
             "does not implement its non-default behaviour. A name upstream does not know either stops it with "
@@ -1705,7 +1802,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "failSwapOn", "configMapAndSecretChangeDetectionStrategy", "defaultPodSysctls",
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup",
     "volumePluginDir", "providerID", "kernelMemcgNotification",
-    "shutdownGracePeriodByPodPriority", "enableProfilingHandler",
+    "enableProfilingHandler",
     "enableDebugFlagsHandler", "memoryThrottlingFactor", "memoryReservationPolicy",
     "registerNode", "tracing", "userNamespaces",
 })
@@ -2003,6 +2100,10 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     memory_manager_error = _memory_manager_error(values)
     if memory_manager_error:
         raise ConfigError(memory_manager_error)
+    shutdown_errors = _shutdown_errors(values)
+    if shutdown_errors:
+        raise ConfigError(shutdown_errors[0] if len(shutdown_errors) == 1 else
+                          "[" + ", ".join(shutdown_errors) + "]")  # upstream's aggregate error
     try:
         AgentConfig(node_name="-", **{k: v for k, v in values.items() if k.startswith(("eviction_", "merge_"))}) \
             .eviction_config  # noqa: B018 (parses the thresholds: upstream ParseThresholdConfig at start)

@@ -631,18 +631,13 @@ def eviction_grace_period(threshold: Threshold, pod_grace_period: int | None, ma
     return min(max_pod_grace_period, pod_grace_period)
 
 
-def evicted_status(message: str, *, generation: int = 0, now: datetime.datetime | None = None,
-                   previous_conditions: Sequence[Mapping[str, Any]] = (),
-                   disruption_target: bool = True) -> dict[str, Any]:
-    """The status fields an evicted pod is given (upstream evictPod's status function): phase Failed, reason
-    Evicted, the message, and a DisruptionTarget condition (True, TerminationByKubelet, the same message,
-    observedGeneration = metadata.generation as PodObservedGenerationTracking is GA). The condition keeps
-    its lastTransitionTime if `previous_conditions` already had it True (upstream UpdatePodCondition).
-    `conditions` holds only that condition: merge it into the pod's other conditions by type.
-    Without `disruption_target` (upstream's local storage limit evictions pass no condition) only phase,
-    reason and message."""
-    if not disruption_target:
-        return {"phase": "Failed", "reason": REASON, "message": message}
+def disruption_target_condition(message: str, *, generation: int = 0, now: datetime.datetime | None = None,
+                                previous_conditions: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The DisruptionTarget condition the kubelet puts on a pod it terminates (the eviction manager's and the node
+    shutdown manager's status functions): True, reason TerminationByKubelet, `message`, observedGeneration =
+    metadata.generation (PodObservedGenerationTracking is GA; 0 is left out, as omitempty). Upstream
+    UpdatePodCondition keeps the lastTransitionTime of a condition already True; else it is `now` (left out when
+    None)."""
     condition: dict[str, Any] = {"type": DISRUPTION_TARGET, "status": "True", "reason": TERMINATION_BY_KUBELET,
                                  "message": message}
     if generation:
@@ -652,6 +647,22 @@ def evicted_status(message: str, *, generation: int = 0, now: datetime.datetime 
         condition["lastTransitionTime"] = old["lastTransitionTime"]
     elif now is not None:
         condition["lastTransitionTime"] = times.timestamp(now)
+    return condition
+
+
+def evicted_status(message: str, *, generation: int = 0, now: datetime.datetime | None = None,
+                   previous_conditions: Sequence[Mapping[str, Any]] = (),
+                   disruption_target: bool = True) -> dict[str, Any]:
+    """The status fields an evicted pod is given (upstream evictPod's status function): phase Failed, reason
+    Evicted, the message, and a DisruptionTarget condition (`disruption_target_condition`: True,
+    TerminationByKubelet, the same message, observedGeneration = metadata.generation; its lastTransitionTime kept
+    if `previous_conditions` already had it True). `conditions` holds only that condition: merge it into the
+    pod's other conditions by type. Without `disruption_target` (upstream's local storage limit evictions pass no
+    condition) only phase, reason and message."""
+    if not disruption_target:
+        return {"phase": "Failed", "reason": REASON, "message": message}
+    condition = disruption_target_condition(message, generation=generation, now=now,
+                                            previous_conditions=previous_conditions)
     return {"phase": "Failed", "reason": REASON, "message": message, "conditions": [condition]}
 
 

@@ -17,6 +17,7 @@ import yaml
 from kopflet.cm.memorymanager.memory_manager import MemoryReservation
 from kopflet.config import settings
 from kopflet.config.settings import DEFAULT_RUNTIME_ENDPOINT, AgentConfig, ConfigError, Taint, load
+from kopflet.nodeshutdown.rules import ShutdownGracePeriodByPodPriority
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
@@ -508,6 +509,9 @@ enableSystemLogHandler: false
 enableSystemLogQuery: true
 shutdownGracePeriod: 0s
 shutdownGracePeriodCriticalPods: 0s
+shutdownGracePeriodByPodPriority:
+- {priority: 2000000000, shutdownGracePeriodSeconds: 10}
+- {priority: 0, shutdownGracePeriodSeconds: 30}
 crashLoopBackOff: {maxContainerRestartPeriod: 5m}
 """
 
@@ -555,6 +559,8 @@ def test_full_config_file() -> None:
         memory_swap_behavior="NoSwap", log_verbosity=3,
         log_flush_frequency=2.0, log_vmodule=(("workers", 4),), log_text_split_stream=True,
         log_json_split_stream=True, log_json_info_buffer_size="64Ki",
+        shutdown_grace_period_by_pod_priority=(ShutdownGracePeriodByPodPriority(2000000000, 10),
+                                               ShutdownGracePeriodByPodPriority(0, 30)),
     )
     assert cfg.healthz_endpoint == "http://0.0.0.0:10300/healthz"
 

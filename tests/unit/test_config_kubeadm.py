@@ -17,6 +17,8 @@ import pytest
 
 from kopflet.config import configz, log_options, settings
 from kopflet.config.settings import AgentConfig, ConfigError, load
+from kopflet.nodeshutdown import rules as nodeshutdown
+from kopflet.nodeshutdown.rules import ShutdownGracePeriodByPodPriority
 from tests.unit.test_config import with_file
 
 KUBEADM_FILE = Path(__file__).resolve().parents[1] / "data" / "kubeadm-v1.37.1-kubelet-config.yaml"
@@ -107,8 +109,25 @@ def test_kubeadms_default_systemd_driver_is_read_and_left_to_the_start_up_check(
     ("memorySwap: {}\n", {}),
     ("memorySwap: {swapBehavior: \"\"}\n", {}),
     ("memorySwap: {swapBehavior: NoSwap}\n", {"memory_swap_behavior": "NoSwap"}),
-    # graceful node shutdown off.
+    # graceful node shutdown: off (0s, upstream's default), the two periods, or the periods by priority as written.
     ("shutdownGracePeriod: 0s\nshutdownGracePeriodCriticalPods: 0s\n", {}),
+    ("shutdownGracePeriodByPodPriority: []\n", {}),
+    ("shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n",
+     {"shutdown_grace_period": 30.0, "shutdown_grace_period_critical_pods": 10.0}),
+    ("shutdownGracePeriod: 1s\nshutdownGracePeriodCriticalPods: 1s\n",
+     {"shutdown_grace_period": 1.0, "shutdown_grace_period_critical_pods": 1.0}),
+    ("shutdownGracePeriod: 1m30s\n", {"shutdown_grace_period": 90.0}),
+    ("shutdownGracePeriodByPodPriority: [{priority: 100000, shutdownGracePeriodSeconds: 20}, {priority: 0}]\n",
+     {"shutdown_grace_period_by_pod_priority": (ShutdownGracePeriodByPodPriority(100000, 20),
+                                                ShutdownGracePeriodByPodPriority(0, 0))}),
+    # upstream checks no values: a negative priority or grace period is taken, as are duplicates
+    ("shutdownGracePeriodByPodPriority: [{priority: -2147483648, shutdownGracePeriodSeconds: -1}, {priority: 5}, "
+     "{priority: 5}]\n",
+     {"shutdown_grace_period_by_pod_priority": (ShutdownGracePeriodByPodPriority(-2147483648, -1),
+                                                ShutdownGracePeriodByPodPriority(5, 0),
+                                                ShutdownGracePeriodByPodPriority(5, 0))}),
+    ("shutdownGracePeriodByPodPriority: [{shutdownGracePeriodSeconds: 9223372036854775807}]\n",
+     {"shutdown_grace_period_by_pod_priority": (ShutdownGracePeriodByPodPriority(0, 2**63 - 1),)}),
     # volumeStatsAggPeriod: 0 is 1m; negative turns volume stats off, as upstream.
     ("volumeStatsAggPeriod: 0s\n", {"volume_stats_agg_period": 60.0}),
     ("volumeStatsAggPeriod: 1m0s\n", {"volume_stats_agg_period": 60.0}),
@@ -179,20 +198,137 @@ def test_accepted(body: str, expected: dict[str, Any]) -> None:
     ("memorySwap: {swapBehavior: UnlimitedSwap}\n",
      r'field "memorySwap.swapBehavior": invalid configuration: memorySwap.swapBehavior "UnlimitedSwap" must be one '
      r'of: "", "LimitedSwap" or "NoSwap"'),
-    # graceful node shutdown: no shutdown manager.
-    ("shutdownGracePeriod: 30s\n", r'field "shutdownGracePeriod": kopflet has no graceful node shutdown '
-                                   r'\(upstream\'s node shutdown manager\) yet: only 0s, off \(upstream\'s default\), '
-                                   r'is accepted, got "30s"'),
-    ("shutdownGracePeriodCriticalPods: 10s\n", r'field "shutdownGracePeriodCriticalPods": kopflet has no graceful'),
-    ("shutdownGracePeriod: 500ms\n", r'field "shutdownGracePeriod": invalid configuration: shutdownGracePeriod '
-                                     r'500ms must be either zero or otherwise >= 1 sec'),
-    ("shutdownGracePeriodCriticalPods: -1s\n", r"invalid configuration: shutdownGracePeriodCriticalPods -1s must be "
-                                               r"either zero or otherwise >= 1 sec"),
+    # graceful node shutdown: upstream ValidateKubeletConfiguration's checks, in its order (several: aggregated), a
+    # metav1.Duration printed as fmt's %v of the struct ("{500ms}").
+    ("shutdownGracePeriod: 500ms\n", r'^invalid configuration: shutdownGracePeriod \{500ms\} must be either zero or '
+                                     r'otherwise >= 1 sec$'),
+    # a negative period: 0s of critical pods is already more (upstream checks that first)
+    ("shutdownGracePeriod: -1s\n",
+     r'^\[invalid configuration: shutdownGracePeriodCriticalPods \{0s\} must be <= shutdownGracePeriod \{-1s\}, '
+     r'invalid configuration: shutdownGracePeriod \{-1s\} must be either zero or otherwise >= 1 sec\]$'),
+    ("shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
+     r'^invalid configuration: shutdownGracePeriodCriticalPods \{20s\} must be <= shutdownGracePeriod \{10s\}$'),
+    ("shutdownGracePeriodCriticalPods: 1s\n",
+     r'^invalid configuration: shutdownGracePeriodCriticalPods \{1s\} must be <= shutdownGracePeriod \{0s\}$'),
+    ("shutdownGracePeriodCriticalPods: -1s\n", r"^invalid configuration: shutdownGracePeriodCriticalPods \{-1s\} must "
+                                               r"be either zero or otherwise >= 1 sec$"),
+    ("shutdownGracePeriod: 1s\nshutdownGracePeriodCriticalPods: 1500ms\n",
+     r'^invalid configuration: shutdownGracePeriodCriticalPods \{1.5s\} must be <= shutdownGracePeriod \{1s\}$'),
+    ("shutdownGracePeriod: 500ms\nshutdownGracePeriodCriticalPods: 800ms\n",
+     r'^\[invalid configuration: shutdownGracePeriodCriticalPods \{800ms\} must be <= shutdownGracePeriod '
+     r'\{500ms\}, invalid configuration: shutdownGracePeriod \{500ms\} must be either zero or otherwise >= 1 sec, '
+     r'invalid configuration: shutdownGracePeriodCriticalPods \{800ms\} must be either zero or otherwise >= 1 sec\]$'),
+    ("shutdownGracePeriod: 999ms\nshutdownGracePeriodCriticalPods: 999ms\n",
+     r'^\[invalid configuration: shutdownGracePeriod \{999ms\} must be either zero or otherwise >= 1 sec, invalid '
+     r'configuration: shutdownGracePeriodCriticalPods \{999ms\} must be either zero or otherwise >= 1 sec\]$'),
+    ("shutdownGracePeriod: 30s\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 30}]\n",
+     r'^invalid configuration: Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the '
+     r'same time$'),
+    ("shutdownGracePeriod: 0s\nshutdownGracePeriodCriticalPods: 5s\nshutdownGracePeriodByPodPriority: [{}]\n",
+     r'^\[invalid configuration: shutdownGracePeriodCriticalPods \{5s\} must be <= shutdownGracePeriod \{0s\}, '
+     r'invalid configuration: Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the '
+     r'same time\]$'),
+    ("shutdownGracePeriod: 30\n", r'field "shutdownGracePeriod": expected a string, got 30'),
+    # shutdownGracePeriodByPodPriority: the shape of []ShutdownGracePeriodByPodPriority (priority int32, seconds int64)
+    ("shutdownGracePeriodByPodPriority: {priority: 0}\n",
+     r'field "shutdownGracePeriodByPodPriority": expected a list of \{priority, shutdownGracePeriodSeconds\}, got a '
+     r'mapping'),
+    ("shutdownGracePeriodByPodPriority: [30]\n",
+     r'field "shutdownGracePeriodByPodPriority": item 0: expected a mapping with priority and '
+     r'shutdownGracePeriodSeconds, got 30'),
+    ("shutdownGracePeriodByPodPriority: [{priority: 0}, {priority: 1, gracePeriod: 5}]\n",
+     r'field "shutdownGracePeriodByPodPriority": item 1: unknown field "gracePeriod" \(an item has priority and '
+     r'shutdownGracePeriodSeconds\)'),
+    ("shutdownGracePeriodByPodPriority: [{priority: 2147483648}]\n",
+     r'field "shutdownGracePeriodByPodPriority": item 0: priority: expected an int32, got 2147483648'),
+    ("shutdownGracePeriodByPodPriority: [{priority: high}]\n",
+     r'field "shutdownGracePeriodByPodPriority": item 0: priority: expected an int32, got "high"'),
+    ("shutdownGracePeriodByPodPriority: [{shutdownGracePeriodSeconds: 1.5}]\n",
+     r'field "shutdownGracePeriodByPodPriority": item 0: shutdownGracePeriodSeconds: expected an int64, got 1.5'),
+    ("shutdownGracePeriodByPodPriority: [{shutdownGracePeriodSeconds: true}]\n",
+     r'item 0: shutdownGracePeriodSeconds: expected an int64, got true'),
+    ("shutdownGracePeriodByPodPriority: [{shutdownGracePeriodSeconds: 9223372036854775808}]\n",
+     r'item 0: shutdownGracePeriodSeconds: expected an int64, got 9223372036854775808'),
     ("volumeStatsAggPeriod: 1 minute\n", r'field "volumeStatsAggPeriod": expected a duration'),
 ])
 def test_refused(body: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         with_file(body)
+
+
+_BY_PRIORITY = (ShutdownGracePeriodByPodPriority(0, 30),)
+_OFF = {"GracefulNodeShutdown": False, "GracefulNodeShutdownBasedOnPodPriority": False}
+
+
+@pytest.mark.parametrize(("values", "errors"), [
+    # the gates at their defaults (on), as kopflet takes them
+    ({"shutdown_grace_period": 30.0, "shutdown_grace_period_critical_pods": 10.0}, []),
+    ({"shutdown_grace_period_by_pod_priority": _BY_PRIORITY}, []),
+    ({"feature_gates": {"GracefulNodeShutdown": True}, "shutdown_grace_period_critical_pods": 2.0,
+      "shutdown_grace_period": 1.0},
+     ["invalid configuration: shutdownGracePeriodCriticalPods {2s} must be <= shutdownGracePeriod {1s}"]),
+    ({"shutdown_grace_period": 0.001}, ["invalid configuration: shutdownGracePeriod {1ms} must be either zero or "
+                                        "otherwise >= 1 sec"]),
+    # upstream's table with the gates off (kopflet refuses them off at start: these checks are upstream's own)
+    ({"feature_gates": _OFF, "shutdown_grace_period": 1.0},
+     ["invalid configuration: specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires feature "
+      "gate GracefulNodeShutdown"]),
+    ({"feature_gates": _OFF, "shutdown_grace_period_critical_pods": 1.0},
+     ["invalid configuration: specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires feature "
+      "gate GracefulNodeShutdown"]),
+    ({"feature_gates": _OFF, "shutdown_grace_period": 0.5, "shutdown_grace_period_critical_pods": 5.0},
+     ["invalid configuration: specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires feature "
+      "gate GracefulNodeShutdown"]),  # with the gate off the periods themselves are not checked
+    ({"feature_gates": _OFF}, []),
+    ({"feature_gates": {"GracefulNodeShutdownBasedOnPodPriority": False},
+      "shutdown_grace_period_by_pod_priority": (ShutdownGracePeriodByPodPriority(0, 0),)},
+     ["invalid configuration: Specifying shutdownGracePeriodByPodPriority requires feature gate "
+      "GracefulNodeShutdownBasedOnPodPriority"]),
+    ({"feature_gates": {"GracefulNodeShutdownBasedOnPodPriority": False}, "shutdown_grace_period": 30.0,
+      "shutdown_grace_period_critical_pods": 10.0, "shutdown_grace_period_by_pod_priority": _BY_PRIORITY},
+     ["invalid configuration: Specifying shutdownGracePeriodByPodPriority requires feature gate "
+      "GracefulNodeShutdownBasedOnPodPriority"]),  # "Cannot specify both" needs that gate on
+    ({"feature_gates": {"GracefulNodeShutdownBasedOnPodPriority": True}, "shutdown_grace_period": 30.0,
+      "shutdown_grace_period_critical_pods": 10.0, "shutdown_grace_period_by_pod_priority": _BY_PRIORITY},
+     ["invalid configuration: Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the "
+      "same time"]),
+])
+def test_shutdown_checks_follow_the_gates(values: dict[str, Any], errors: list[str]) -> None:
+    """upstream validation_test.go's graceful shutdown cases, gates off included (kopflet takes both gates only on,
+    so these branches are reached only here)."""
+    assert settings._shutdown_errors(values) == errors
+
+
+@pytest.mark.parametrize(("body", "served"), [
+    ("", None),  # omitempty
+    ("shutdownGracePeriodByPodPriority: []\n", None),
+    # sorted by priority, as upstream's newPodManager sorts the slice /configz's object shares
+    ("shutdownGracePeriodByPodPriority: [{priority: 2000000000, shutdownGracePeriodSeconds: 10}, "
+     "{priority: 0, shutdownGracePeriodSeconds: 30}, {priority: 10000, shutdownGracePeriodSeconds: 20}]\n",
+     [{"priority": 0, "shutdownGracePeriodSeconds": 30}, {"priority": 10000, "shutdownGracePeriodSeconds": 20},
+      {"priority": 2000000000, "shutdownGracePeriodSeconds": 10}]),
+    ("shutdownGracePeriodByPodPriority: [{priority: 7}]\n", [{"priority": 7, "shutdownGracePeriodSeconds": 0}]),
+])
+def test_configz_serves_the_shutdown_grace_periods_by_priority(body: str, served: list[dict[str, int]] | None) -> None:
+    body_served = configz.kubelet_configuration(with_file(body))
+    assert body_served.get("shutdownGracePeriodByPodPriority") == served
+    assert list(body_served).index("shutdownGracePeriodCriticalPods") + (served is not None) == \
+        list(body_served).index("crashLoopBackOff") - 1  # between shutdownGracePeriodCriticalPods and crashLoopBackOff
+
+
+@pytest.mark.parametrize(("body", "periods", "requested"), [
+    ("", (), 0.0),  # off
+    ("shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n",
+     ((0, 20), (2000000000, 10)), 30.0),
+    ("shutdownGracePeriod: 30s\n", ((0, 30), (2000000000, 0)), 30.0),
+    ("shutdownGracePeriodByPodPriority: [{priority: 10, shutdownGracePeriodSeconds: 5}, {priority: -1, "
+     "shutdownGracePeriodSeconds: 7}]\n", ((-1, 7), (10, 5)), 12.0),
+])
+def test_the_shutdown_managers_periods(body: str, periods: tuple[tuple[int, int], ...], requested: float) -> None:
+    cfg = with_file(body)
+    assert cfg.graceful_node_shutdown_gate and cfg.shutdown_by_pod_priority_gate
+    assert cfg.shutdown_periods == tuple(ShutdownGracePeriodByPodPriority(p, s) for p, s in periods)
+    assert nodeshutdown.period_requested(cfg.shutdown_periods) == requested
 
 
 @pytest.mark.parametrize(("argv", "body", "verbosity"), [

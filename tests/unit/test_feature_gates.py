@@ -156,6 +156,13 @@ NOT_IMPLEMENTED = ("cannot set feature gate {name} to {value}, kopflet does not 
     ({"InPlacePodVerticalScaling": True}, [], ["InPlacePodVerticalScaling"]),  # locked, at its default
     ({"SystemdWatchdog": True}, [], []),  # locked, at its default, and implemented (the watchdog): no no-op
     ({"SystemdWatchdog": False}, ["cannot set feature gate SystemdWatchdog to false, feature is locked to true"], []),
+    # graceful node shutdown: implemented on (its default), not off
+    ({"GracefulNodeShutdown": True, "GracefulNodeShutdownBasedOnPodPriority": True}, [], []),
+    ({"GracefulNodeShutdown": False},
+     [NOT_IMPLEMENTED.format(name="GracefulNodeShutdown", value="false", default="true")], []),
+    ({"GracefulNodeShutdownBasedOnPodPriority": False},
+     [NOT_IMPLEMENTED.format(name="GracefulNodeShutdownBasedOnPodPriority", value="false", default="true")], []),
+    ({"WindowsGracefulNodeShutdown": True}, [], ["WindowsGracefulNodeShutdown"]),  # a no-op on Linux
     ({"AllAlpha": False, "QOSReserved": True}, [], ["AllAlpha"]),
     ({"CPUManagerPolicyAlphaOptions": False, "ContextualLogging": True}, [],
      ["CPUManagerPolicyAlphaOptions", "ContextualLogging"]),
@@ -198,8 +205,9 @@ def test_every_known_gate_is_taken_at_its_default_and_refused_otherwise() -> Non
         if name in feature_gates.IMPLEMENTED:
             continue
         assert feature_gates.problems({name: default}) == [], name
-        # a locked gate whose behaviour kopflet implements is taken at its default, but is no no-op
-        assert feature_gates.no_ops({name: default}) == ([] if name in feature_gates.IMPLEMENTED_LOCKED else [name])
+        # a gate whose behaviour at its default kopflet implements is taken at its default, but is no no-op
+        implemented = feature_gates.IMPLEMENTED_LOCKED | feature_gates.IMPLEMENTED_AT_DEFAULT
+        assert feature_gates.no_ops({name: default}) == ([] if name in implemented else [name])
         assert len(feature_gates.problems({name: not default})) == 1, name
 
 
@@ -218,6 +226,24 @@ def test_check_aggregates_as_upstream() -> None:
         feature_gates.check({"B": True, "A": True})
     assert str(caught.value) == "[unrecognized feature gate: A, unrecognized feature gate: B]"
     assert feature_gates.check({"QOSReserved": True}) == {"QOSReserved": True}
+
+
+def test_the_graceful_node_shutdown_gates_are_upstreams_beta_gates_on() -> None:
+    assert feature_gates.IMPLEMENTED_AT_DEFAULT == {"GracefulNodeShutdown", "GracefulNodeShutdownBasedOnPodPriority"}
+    for name in feature_gates.IMPLEMENTED_AT_DEFAULT:
+        assert UPSTREAM_FEATURE_GATES[name] is True and name not in LOCKED_TO_DEFAULT
+        assert name not in feature_gates.IMPLEMENTED and name not in feature_gates.IMPLEMENTED_LOCKED
+
+
+@pytest.mark.parametrize(("gates", "name", "on"), [
+    ({}, "GracefulNodeShutdown", True),  # a gate outside IMPLEMENTED: its upstream default
+    ({}, "GracefulNodeShutdownBasedOnPodPriority", True),
+    ({"GracefulNodeShutdown": False}, "GracefulNodeShutdown", False),  # as set (settings refuses it first)
+    ({}, "PodLevelResources", True),
+    ({}, "CPUManagerPolicyAlphaOptions", False),
+])
+def test_enabled_falls_back_to_upstreams_default(gates: dict[str, bool], name: str, on: bool) -> None:
+    assert feature_gates.enabled(gates, name) is on
 
 
 @pytest.mark.parametrize(("gates", "on"), [({}, False), ({"QOSReserved": False}, False), ({"QOSReserved": True}, True)])
