@@ -419,7 +419,7 @@ class Node:
             sync_node_status=self._sync_node_status,
             node_event=lambda reason, message: self.recorder.node_event("Normal", reason, message,
                                                                         self.heartbeat.uid),
-            metrics=self.metrics if cfg.shutdown_metrics else None)
+            metrics=self.metrics if cfg.shutdown_by_pod_priority_gate else None)
         self.heartbeat.shutdown_status = self.shutdown.shutdown_status
         # upstream's one LogHealthz per process: the watchdog's, which /healthz runs too (a node without a
         # watchdog, in tests, has its own).

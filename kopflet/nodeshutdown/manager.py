@@ -21,10 +21,8 @@ from kopflet.nodeshutdown.systemd import DBusError, LogindBus
 
 logger = logging.getLogger("kopflet.nodeshutdown")
 
-DBUS_RECONNECT_PERIOD = 1.0
-"""upstream dbusReconnectPeriod: a lost connection is made again after a second."""
-INHIBIT_DELAY_BACKOFF = (0.1, 0.2, 0.4, 0.8, 1.6)
-"""upstream's wait for logind to take the new InhibitDelayMaxSec: 100 ms, factor 2, 5 steps."""
+DBUS_RECONNECT_PERIOD = rules.DBUS_RECONNECT_PERIOD
+INHIBIT_DELAY_POLL_DELAYS = rules.INHIBIT_DELAY_POLL_DELAYS
 CLEANED_UP_POLL = 0.5
 
 
@@ -75,7 +73,7 @@ class ShutdownManager:
 
     def shutdown_status(self) -> str | None:
         """The Ready condition's error while the node shuts down (upstream ShutdownStatus)."""
-        return rules.NODE_SHUTTING_DOWN if self.shutting_down else None
+        return rules.SHUTTING_DOWN_ERROR if self.shutting_down else None
 
     def admit(self) -> admission.Rejection | None:
         return rules.admit(self.shutting_down)
@@ -94,6 +92,7 @@ class ShutdownManager:
         return asyncio.create_task(self._run(), name="node-shutdown-manager")
 
     def _describe(self) -> str:
+        """The periods as Go's %v prints the slice: [{0 20} {2000000000 10}]."""
         return "[" + " ".join(f"{{{p.priority} {p.shutdown_grace_period_seconds}}}" for p in self.periods) + "]"
 
     async def _start_once(self) -> None:
@@ -109,16 +108,16 @@ class ShutdownManager:
             if requested > current:
                 await asyncio.to_thread(bus.override_inhibit_delay, requested)
                 await bus.reload_logind_conf()
-                updated, attempts = current, 0
-                for delay in INHIBIT_DELAY_BACKOFF:
-                    await asyncio.sleep(delay)
+                # upstream: wait.ExponentialBackoff, a first read at once, then after 100 ms, 200 ms ...
+                updated, attempts = await bus.current_inhibit_delay(), 1
+                while requested > updated:
+                    if attempts > len(INHIBIT_DELAY_POLL_DELAYS):
+                        raise DBusError(rules.inhibit_delay_error(attempts, requested, updated))
+                    logger.debug(f"InhibitDelayMaxSec still less than requested, retrying: attempt {attempts}, "
+                                 f"current {updated}, requested {requested}")
+                    await asyncio.sleep(INHIBIT_DELAY_POLL_DELAYS[attempts - 1])
                     attempts += 1
                     updated = await bus.current_inhibit_delay()
-                    if requested <= updated:
-                        break
-                    logger.debug(f"InhibitDelayMaxSec still less than requested, retrying: attempt {attempts}")
-                else:
-                    raise DBusError(rules.inhibit_delay_error(attempts, requested, updated))
             await self._acquire_lock()
             try:
                 await bus.monitor_shutdown(self._events.put_nowait, lambda text: logger.error(text))
@@ -187,8 +186,8 @@ class ShutdownManager:
 
     async def _on_event(self, shutting_down: bool) -> None:
         logger.info(f"Shutdown manager detected new shutdown event: {'shutdown' if shutting_down else 'cancelled'}")
-        self._node_event(rules.NODE_SHUTDOWN_EVENT_REASON, rules.SHUTDOWN_EVENT_MESSAGE if shutting_down
-                         else rules.SHUTDOWN_CANCELLED_EVENT_MESSAGE)
+        self._node_event(rules.EVENT_REASON, rules.EVENT_SHUTDOWN_MESSAGE if shutting_down
+                         else rules.EVENT_CANCELLED_MESSAGE)
         self.shutting_down = shutting_down
         if not shutting_down:
             try:
@@ -312,8 +311,7 @@ def _now() -> datetime.datetime:
 
 
 def _unix(t: datetime.datetime) -> float:
-    """upstream timestamp(): whole seconds since the epoch."""
-    return float(int(t.timestamp()))
+    return rules.metric_timestamp(t)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

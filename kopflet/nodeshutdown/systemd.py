@@ -81,7 +81,7 @@ class LogindBus:
         """A delay inhibitor lock: the file descriptor logind watches; closing it releases the lock."""
         try:
             reply = await self._call(LOGIND_SERVICE, LOGIND_OBJECT, LOGIND_INTERFACE, "Inhibit", "ssss",
-                                     list(rules.INHIBIT_ARGS))
+                                     [rules.INHIBIT_WHAT, rules.INHIBIT_WHO, rules.INHIBIT_WHY, rules.INHIBIT_MODE])
         except (TimeoutError, DBusError, OSError) as exc:
             raise DBusError(f"failed creating systemd inhibitor: {exc}") from exc
         if not reply.unix_fds:
@@ -140,7 +140,7 @@ class LogindBus:
             directory.mkdir(mode=0o755, parents=True, exist_ok=True)
         except OSError as exc:
             raise DBusError(f"failed creating {self.logind_conf_dir} directory: {exc}") from exc
-        path = directory / rules.KUBELET_LOGIND_CONF
+        path = directory / rules.LOGIND_OVERRIDE_FILE
         try:
             path.write_text(rules.logind_override(seconds))
             path.chmod(0o644)

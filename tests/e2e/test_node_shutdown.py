@@ -109,7 +109,7 @@ def test_shutdown_kills_regular_then_critical_pods_before_logind_powers_off(
         ready = wait_for("the Node NotReady", lambda: (r := node_ready(admin, layout.node_name))["status"] == "False"
                          and r)
         assert (ready["reason"], ready["message"]) == ("KubeletNotReady", "node is shutting down")
-        assert "Shutdown manager detected shutdown event" in node_events(admin, layout.node_name, "NodeShutdown")
+        assert "Shutdown manager detected shutdown event" in node_events(admin, layout.node_name, "Shutdown")
 
         # logind started the poweroff only once the agent let its lock go, after both pods were down.
         job = wait_for("the poweroff job", lambda: next((j for j in logind.jobs() if j["call"] == "StartUnit"),
@@ -140,7 +140,7 @@ def test_shutdown_kills_regular_then_critical_pods_before_logind_powers_off(
         wait_for("the lock taken again", lambda: ("shutdown", "kubelet", "Kubelet needs time to handle node shutdown",
                                                   "delay") in logind.inhibitors())
         wait_for("the cancellation event", lambda: "Shutdown manager detected shutdown cancellation" in
-                 node_events(admin, layout.node_name, "NodeShutdown"))
+                 node_events(admin, layout.node_name, "Shutdown"))
         wait_for("the Node Ready again", lambda: node_ready(admin, layout.node_name)["status"] == "True")
     finally:
         agent.stop()

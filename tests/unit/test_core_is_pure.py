@@ -39,6 +39,7 @@ IMPURE = frozenset({
     "kopflet.kuberuntime.gc_manager", "kopflet.lifecycle.hooks", "kopflet.logs.manager", "kopflet.logs.reader",
     "kopflet.logs.setup",
     "kopflet.checkpointmanager", "kopflet.lockfile", "kopflet.node", "kopflet.nodestatus.heartbeat",
+    "kopflet.nodeshutdown.manager", "kopflet.nodeshutdown.systemd",
     "kopflet.oom.watcher",
     "kopflet.pluginmanager.operationexecutor", "kopflet.pluginmanager.plugin_manager",
     "kopflet.pluginmanager.pluginwatcher", "kopflet.pluginmanager.proto.api_pb2",

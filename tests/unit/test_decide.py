@@ -321,6 +321,26 @@ def test_admission_under_node_pressure_is_the_eviction_managers(pressure: tuple[
         assert plan.status["message"] == f"Pod was rejected: The node had condition: [{pressure[0]}]. "
 
 
+@pytest.mark.parametrize(("shutting_down", "pressure", "reason"), [
+    pytest.param(True, (), "NodeShutdown", id="the node shuts down"),
+    pytest.param(True, ("DiskPressure",), "Evicted", id="the eviction manager's admit runs first"),
+    pytest.param(False, (), None, id="no shutdown"),
+])
+def test_admission_while_the_node_shuts_down(shutting_down: bool, pressure: tuple[str, ...],
+                                             reason: str | None) -> None:
+    body = base_body()
+    body["status"] = {"phase": "Pending"}
+    node = dataclasses.replace(NODE, pressure=pressure, shutting_down=shutting_down)
+    plan = decide.decide(observe(body, empty, memory=Memory(), allocated=False, node=node), CFG)
+    if reason is None:
+        assert plan.lifecycle is Lifecycle.SYNCING
+        return
+    assert plan.lifecycle is Lifecycle.REJECTED and plan.status is not None
+    assert plan.status["reason"] == reason
+    if reason == "NodeShutdown":
+        assert plan.status["message"] == "Pod was rejected: Pod was rejected as the node is shutting down."
+
+
 def dead_instances(body: dict[str, Any]) -> RuntimePodStatus:
     """The web container restarted four times: the running instance and four dead ones, newest first."""
     view = running(body)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,11 +25,13 @@ TWO_GROUPS = (Period(priority=0, shutdown_grace_period_seconds=2),
               Period(priority=2000000000, shutdown_grace_period_seconds=1))
 
 
+FDS = itertools.count(101)
+
+
 class FakeBus:
     def __init__(self, delay: float = 5.0, reloaded_delay: float | None = None) -> None:
         self.delay, self.reloaded_delay = delay, reloaded_delay
         self.calls: list[Any] = []
-        self.next_fd = 100
         self.held: set[int] = set()
         self.on_event: Callable[[bool], None] | None = None
         self.gone = asyncio.Event()
@@ -38,10 +41,10 @@ class FakeBus:
         return self.delay
 
     async def inhibit_shutdown(self) -> int:
-        self.next_fd += 1
-        self.held.add(self.next_fd)
-        self.calls.append(("inhibit", self.next_fd))
-        return self.next_fd
+        fd = next(FDS)
+        self.held.add(fd)
+        self.calls.append(("inhibit", fd))
+        return fd
 
     def release_inhibit_lock(self, lock: int) -> None:
         self.held.discard(lock)
@@ -119,16 +122,17 @@ def new_manager(node: Node, bus: FakeBus, tmp_path: Path, periods: tuple[Period,
 
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(manager_module, "INHIBIT_DELAY_BACKOFF", (0.01,) * 5)
+    monkeypatch.setattr(manager_module, "INHIBIT_DELAY_POLL_DELAYS", (0.01,) * 4)
     monkeypatch.setattr(manager_module, "DBUS_RECONNECT_PERIOD", 0.01)
     monkeypatch.setattr(manager_module, "CLEANED_UP_POLL", 0.01)
 
 
-async def settle(check: Callable[[], bool], timeout: float = 5.0) -> None:
+async def settle(check: Callable[[], bool]) -> None:
+    """Polls the fake's state, which has no event to wait on."""
     async def wait() -> None:
-        while not check():
+        while not check():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
-    await asyncio.wait_for(wait(), timeout)
+    await asyncio.wait_for(wait(), 5.0)
 
 
 async def test_off_without_periods(tmp_path: Path) -> None:
@@ -139,20 +143,19 @@ async def test_off_without_periods(tmp_path: Path) -> None:
 
 
 async def test_start_raises_logind_delay_then_takes_the_lock(tmp_path: Path) -> None:
-    bus = FakeBus(delay=5.0, reloaded_delay=3.0)
+    bus = FakeBus(delay=2.0, reloaded_delay=2.5)  # the groups ask for 3 s
     manager = new_manager(Node([]), bus, tmp_path)
     with pytest.raises(DBusError) as raised:  # logind never took it: upstream's error after 5 attempts
         await manager.start()
-    assert str(raised.value) == rules.inhibit_delay_error(5, 3.0, 3.0)
-    assert bus.closed and not bus.held
+    assert str(raised.value) == rules.inhibit_delay_error(5, 3.0, 2.5)
+    assert bus.closed and not bus.held and bus.calls == [("override", 3.0), ("reload",)]
 
-    bus = FakeBus(delay=5.0, reloaded_delay=3.0)
-    bus.reloaded_delay = 30.0
+    bus = FakeBus(delay=2.0, reloaded_delay=30.0)
     manager = new_manager(Node([]), bus, tmp_path)
     task = await manager.start()
     assert task is not None
-    assert bus.calls == [("override", 3.0), ("reload",), ("inhibit", 101)]
-    assert bus.held == {101}
+    assert [c[0] for c in bus.calls] == ["override", "reload", "inhibit"] and bus.calls[0] == ("override", 3.0)
+    assert bus.held == {bus.calls[2][1]}
     task.cancel()
     await manager.stop()
     assert not bus.held
@@ -162,7 +165,7 @@ async def test_no_override_when_logind_allows_enough(tmp_path: Path) -> None:
     bus = FakeBus(delay=3.0)
     manager = new_manager(Node([]), bus, tmp_path)
     task = await manager.start()
-    assert bus.calls == [("inhibit", 101)]
+    assert [c[0] for c in bus.calls] == ["inhibit"]
     assert task is not None
     task.cancel()
 
@@ -175,9 +178,10 @@ async def test_shutdown_kills_groups_in_priority_order_then_lets_the_lock_go(tmp
     manager = new_manager(node, bus, tmp_path, metrics=metrics)
     task = await manager.start()
     assert task is not None and bus.on_event is not None
+    lock = bus.calls[0][1]
     bus.on_event(True)
-    await settle(lambda: ("release", 101) in bus.calls)
-    assert manager.shutting_down and manager.shutdown_status() == rules.NODE_SHUTTING_DOWN
+    await settle(lambda: ("release", lock) in bus.calls)
+    assert manager.shutting_down and manager.shutdown_status() == rules.SHUTTING_DOWN_ERROR
     assert manager.admit() == rules.admit(True)
     assert [(uid, grace) for uid, _, grace in node.killed] == [("regular", 2), ("quick", 0), ("low", 2),
                                                                ("critical", 1)]
@@ -186,7 +190,7 @@ async def test_shutdown_kills_groups_in_priority_order_then_lets_the_lock_go(tmp
             "Failed", "Terminated", "Pod was terminated in response to imminent node shutdown.")
         assert [(c["type"], c["reason"]) for c in status["conditions"]] == [
             ("DisruptionTarget", "TerminationByKubelet")]
-    assert node.events == [(rules.NODE_SHUTDOWN_EVENT_REASON, rules.SHUTDOWN_EVENT_MESSAGE)]
+    assert node.events == [(rules.EVENT_REASON, rules.EVENT_SHUTDOWN_MESSAGE)]
     await settle(lambda: node.status_syncs == 1)
     start, end = rules.decode_state((tmp_path / rules.STATE_FILE).read_bytes())
     assert start is not None and end is not None and start <= end
@@ -196,15 +200,16 @@ async def test_shutdown_kills_groups_in_priority_order_then_lets_the_lock_go(tmp
 
     # Cancelled: a new lock, the node back to normal.
     bus.on_event(False)
-    await settle(lambda: ("inhibit", 102) in bus.calls)
+    await settle(lambda: len(bus.held) == 1)
     assert not manager.shutting_down and manager.admit() is None
-    assert node.events[-1] == (rules.NODE_SHUTDOWN_EVENT_REASON, rules.SHUTDOWN_CANCELLED_EVENT_MESSAGE)
-    assert bus.held == {102}
+    assert node.events[-1] == (rules.EVENT_REASON, rules.EVENT_CANCELLED_MESSAGE)
+    assert bus.calls[-1] == ("inhibit", next(iter(bus.held)))
     task.cancel()
 
 
 async def test_a_group_that_does_not_end_in_time_does_not_hold_the_next(tmp_path: Path) -> None:
-    periods = (Period(priority=0, shutdown_grace_period_seconds=1), Period(priority=10, shutdown_grace_period_seconds=1))
+    periods = (Period(priority=0, shutdown_grace_period_seconds=1),
+               Period(priority=10, shutdown_grace_period_seconds=1))
     node = Node([body("stuck"), body("next", priority=10)], stuck=frozenset({"stuck"}))
     bus = FakeBus(delay=10.0)
     manager = new_manager(node, bus, tmp_path, periods=periods)
@@ -213,7 +218,7 @@ async def test_a_group_that_does_not_end_in_time_does_not_hold_the_next(tmp_path
     loop = asyncio.get_running_loop()
     began = loop.time()
     bus.on_event(True)
-    await settle(lambda: ("release", 101) in bus.calls)
+    await settle(lambda: not bus.held)
     assert [uid for uid, _, _ in node.killed] == ["stuck", "next"]
     assert loop.time() - began >= 1.0  # the stuck group's whole period
     task.cancel()
@@ -238,7 +243,7 @@ async def test_a_lost_bus_is_connected_again(tmp_path: Path) -> None:
 
 async def test_restored_metrics_from_the_state_file(tmp_path: Path) -> None:
     import datetime
-    start = datetime.datetime(2026, 11, 28, 1, 2, 3, 500000, tzinfo=datetime.timezone.utc)
+    start = datetime.datetime(2026, 11, 28, 1, 2, 3, 500000, tzinfo=datetime.UTC)
     end = start + datetime.timedelta(seconds=7)
     (tmp_path / rules.STATE_FILE).write_bytes(rules.encode_state(start, end))
     metrics = KubeletMetrics("node")

@@ -171,6 +171,17 @@ RUNTIME_READY = cri.RuntimeStatus(conditions=(cri.RuntimeCondition(type="Runtime
 
 
 @pytest.mark.parametrize(("runtime", "missing", "expected"), [
+    pytest.param(RUNTIME_READY, [], Condition("False", "KubeletNotReady", "node is shutting down"), id="alone"),
+    pytest.param(None, ["cpu"], Condition("False", "KubeletNotReady", "[container runtime is down: refused, node is "
+                                          "shutting down, missing node capacity for resources: cpu]"),
+                 id="after the runtime's errors, before the capacities (upstream's order)"),
+])
+def test_ready_condition_while_the_node_shuts_down(runtime: cri.RuntimeStatus | None, missing: list[str],
+                                                  expected: Condition) -> None:
+    assert setters.ready_condition(runtime, "refused", missing=missing, shutdown="node is shutting down") == expected
+
+
+@pytest.mark.parametrize(("runtime", "missing", "expected"), [
     pytest.param(RUNTIME_READY, [], READY, id="nothing missing"),
     pytest.param(RUNTIME_READY, ["ephemeral-storage"],
                  Condition("False", "KubeletNotReady", "missing node capacity for resources: ephemeral-storage"),
