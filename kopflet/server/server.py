@@ -401,7 +401,11 @@ class Server(HttpServer[_Connection]):
         if request.method != "GET":  # GETOnlyRestfulFilter: HEAD too is 405
             await connection.respond(405, "Method Not Allowed", close=not keep, headers=[("Allow", "GET")])
             return keep
-        sub = request.path.removeprefix("/logs").removeprefix("/")  # http.StripPrefix("/logs/")
+        if not request.path.startswith("/logs/"):
+            # GET /logs reaches the same handler (go-restful's "" route), whose http.StripPrefix("/logs/") answers
+            # NotFound for a path without the slash, a node log query's too.
+            return await self._not_found(connection, request, keep)
+        sub = request.path.removeprefix("/logs/")  # http.StripPrefix("/logs/")
         if logs.query:
             try:
                 query = nlq.parse(request.query)
