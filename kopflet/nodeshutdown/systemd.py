@@ -45,19 +45,25 @@ class LogindBus:
 
     @classmethod
     async def connect(cls, *, logind_conf_dir: str = rules.LOGIND_CONFIG_DIRECTORY) -> LogindBus:
-        bus = MessageBus(bus_type=BusType.SYSTEM, negotiate_unix_fd=True, auth_timeout=CALL_TIMEOUT)
+        try:
+            bus = MessageBus(bus_type=BusType.SYSTEM, negotiate_unix_fd=True, auth_timeout=CALL_TIMEOUT)
+        except Exception as exc:  # a malformed DBUS_SYSTEM_BUS_ADDRESS
+            raise DBusError(f"cannot connect to the system bus: {exc}") from exc
         try:
             await asyncio.wait_for(bus.connect(), CALL_TIMEOUT)
-        except Exception:
+        except Exception as exc:  # refused, authentication failed, timed out: dbus-fast's errors are not OSErrors
             bus.disconnect()
-            raise
+            raise DBusError(f"cannot connect to the system bus: {exc or type(exc).__name__}") from exc
         return cls(bus, logind_conf_dir=logind_conf_dir)
 
     async def _call(self, destination: str, path: str, interface: str, member: str, signature: str = "",
                     body: list[Any] | None = None) -> Message:
-        reply = await asyncio.wait_for(self._bus.call(Message(
-            destination=destination, path=path, interface=interface, member=member, signature=signature,
-            body=body or [])), CALL_TIMEOUT)
+        try:
+            reply = await asyncio.wait_for(self._bus.call(Message(
+                destination=destination, path=path, interface=interface, member=member, signature=signature,
+                body=body or [])), CALL_TIMEOUT)
+        except Exception as exc:  # the connection broke, or no answer in time
+            raise DBusError(f"{interface}.{member}: {exc or type(exc).__name__}") from exc
         if reply.message_type == MessageType.ERROR:
             for fd in reply.unix_fds:
                 os.close(fd)

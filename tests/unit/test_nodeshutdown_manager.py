@@ -253,3 +253,14 @@ async def test_restored_metrics_from_the_state_file(tmp_path: Path) -> None:
     assert metrics.graceful_shutdown_end_time.labels().value == float(int(end.timestamp()))
     assert task is not None
     task.cancel()
+
+
+@pytest.mark.parametrize("address", ["unix:path=/nonexistent/system_bus_socket", "no transport"])
+async def test_no_system_bus_is_a_dbus_error(address: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The node logs it as upstream's "Failed to start node shutdown manager" and runs on."""
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", address)
+    manager = ShutdownManager(TWO_GROUPS, state_file=tmp_path / rules.STATE_FILE, active_pods=list,
+                              kill=lambda uid, status, grace: True, cleaned_up=Node([]).cleaned_up,
+                              sync_node_status=Node([]).sync, node_event=lambda reason, message: None)
+    with pytest.raises(DBusError, match="cannot connect to the system bus"):
+        await manager.start()
