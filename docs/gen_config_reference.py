@@ -173,7 +173,9 @@ def render() -> str:
     lines += [
         "",
         "Credentials are not a setting of their own: with `--kubeconfig` the agent logs in with that file; without "
-        "it, as Kopf does: the in-cluster ServiceAccount, then `$KUBECONFIG`, then `~/.kube/config`.",
+        "it, as Kopf does: the in-cluster ServiceAccount, then `$KUBECONFIG`, then `~/.kube/config`. With none of "
+        "them the `kopflet` command runs standalone: static pods only, no apiserver "
+        "([operations](operations.md#standalone-mode)).",
         "",
         "## Config-file fields kopflet refuses",
         "",

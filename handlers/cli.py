@@ -5,6 +5,11 @@
 file is reported (exit status 2) before anything starts. Either way the agent serves ``/healthz`` on
 ``--healthz-bind-address``:``--healthz-port`` itself (`kopflet.server.healthz_server`), not Kopf's ``--liveness``.
 The flags travel to the agent's start-up handler in ``KOPFLET_ARGS``, exactly as under ``kopf run``.
+
+Without any credentials (no ``--kubeconfig``, in-cluster service account, ``$KUBECONFIG`` or ``~/.kube/config``) the
+agent runs standalone, static pods only, without Kopf (`handlers.standalone`; upstream's "Standalone mode, no API
+client"); a configuration standalone mode cannot run (webhook authentication or authorization) is upstream's
+``failed to run Kubelet: ...`` and exit status 1.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from importlib import metadata
 import kopf
 
 import handlers  # noqa: F401  (registers every handler, as operator/main.py does for `kopf run`)
-from handlers import configuring
+from handlers import configuring, standalone
+from kopflet.config import modes
 from kopflet.config import settings as configuration
 from kopflet.config.upstream_feature_gates import KUBERNETES_VERSION
 from kopflet.logs import setup as logs_setup
 
 USAGE_ERROR = 2
+RUN_ERROR = 1
+"""upstream's exit status when run() fails (cli.Run: a command's error)."""
 
 
 def _version() -> str:
@@ -71,6 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kopflet: --bootstrap-kubeconfig {cfg.bootstrap_kubeconfig}: no such file (and --kubeconfig "
                   f"{cfg.kubeconfig} is not there yet)", file=sys.stderr)
             return USAGE_ERROR
+    decision = configuring.decide_mode(cfg)
+    if decision.refusal:  # upstream run: BuildAuth without a client, before anything starts
+        print(f"kopflet: {modes.RUN_FAILED}: {decision.refusal}", file=sys.stderr)
+        return RUN_ERROR
     os.environ[configuration.ARGS_ENV] = shlex.join(all_args)
 
     # upstream logsapi.ValidateAndApply: the format, -v, --vmodule, the format's output routing and the flush
@@ -78,7 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     routing = cfg.log_routing
     logs_setup.apply(cfg.log_format, cfg.log_verbosity, cfg.log_vmodule, split_stream=routing.split_stream,
                      info_buffer_bytes=routing.info_buffer_bytes, flush_frequency=cfg.log_flush_frequency)
-    kopf.run(standalone=True, clusterwide=True)
+    if decision.mode is modes.Mode.STANDALONE:
+        return standalone.main(decision)
+    kopf.run(standalone=True, clusterwide=True)  # Kopf's standalone: no peering (a cluster-mode agent)
     return 0
 
 

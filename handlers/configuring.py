@@ -10,6 +10,9 @@ With ``rotateCertificates`` the client certificate comes from the certificate ma
 ``client_certificate`` has put it in memo), as upstream's rotating transport takes the manager's pair whatever the
 kubeconfig names; and Kopf's credentials expire shortly after the pair's rotation deadline, so Kopf logs in again
 and takes the renewed pair (Kopf re-runs the login handlers once a ConnectionInfo's ``expiration`` has passed).
+
+Where no credentials are found at all (no ``--kubeconfig``, no in-cluster service account, no ``$KUBECONFIG`` nor
+``~/.kube/config``), the agent runs standalone (:func:`decide_mode`, `kopflet.config.modes`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,15 @@ from typing import Any
 import kopf
 
 from kopflet.certificate.manager import ClientCertificateManager
+from kopflet.config import modes
 from kopflet.config import settings as configuration
+
+SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
+SERVICE_PORT_ENV = "KUBERNETES_SERVICE_PORT"
+SERVICE_ACCOUNT_FILES = ("/var/run/secrets/kubernetes.io/serviceaccount/token",
+                         "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+"""What the client's in-cluster login needs (kubernetes.config.incluster_config), besides the two variables."""
+DEFAULT_KUBECONFIG = "~/.kube/config"
 
 
 def read_text(path: str) -> str:
@@ -49,6 +60,24 @@ def load_agent_config(environ: Mapping[str, str] | None = None) -> configuration
     ``--config-dir`` drop-ins."""
     return configuration.from_env(os.environ if environ is None else environ, socket.gethostname(), read_text,
                                   read_dir, os.getcwd())
+
+
+def client_sources(environ: Mapping[str, str] | None = None) -> modes.ClientSources:
+    """Where Kopf's client login (`connection_info` without ``--kubeconfig``) would find credentials, looked for as
+    the client looks: the in-cluster service account (both variables set and not empty, both files there), else
+    ``$KUBECONFIG`` (when set, ``~/.kube/config`` is not read), else ``~/.kube/config``. Blocking (stat calls)."""
+    environ = os.environ if environ is None else environ
+    in_cluster = bool(environ.get(SERVICE_HOST_ENV)) and bool(environ.get(SERVICE_PORT_ENV)) and \
+        all(os.path.isfile(path) for path in SERVICE_ACCOUNT_FILES)
+    location = environ.get("KUBECONFIG")
+    return modes.ClientSources(
+        in_cluster=in_cluster, kubeconfig_env=bool(location),
+        default_kubeconfig=location is None and os.path.isfile(os.path.expanduser(DEFAULT_KUBECONFIG)))
+
+
+def decide_mode(cfg: configuration.AgentConfig, environ: Mapping[str, str] | None = None) -> modes.Decision:
+    """Cluster or standalone mode for `cfg` here (`kopflet.config.modes.decide`). Blocking: see `client_sources`."""
+    return modes.decide(cfg, client_sources(environ))
 
 
 def connection_info(cfg: configuration.AgentConfig, *, logger: logging.Logger | logging.LoggerAdapter[Any],

@@ -35,6 +35,7 @@ from kopflet.cm.container_manager import CgroupConfigError, KernelTunablesError
 from kopflet.cm.cpumanager.manager import CPUManagerError
 from kopflet.cm.devicemanager.manager import DeviceManagerError
 from kopflet.cm.memorymanager.manager import MemoryManagerError
+from kopflet.config import modes
 from kopflet.config import settings as configuration
 from kopflet.lockfile import ContentionWatch, LockFile, LockFileError
 from kopflet.metrics import KubeletMetrics
@@ -50,6 +51,9 @@ RUNTIME_RETRY_DELAY = 5.0
 # otherwise one request for as long as the apiserver keeps it (30-60 minutes).
 FAIL_CGROUP_V1_MESSAGE = ("kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is "
                           "unsupported and will be removed in a future release")
+STANDALONE_UNDER_KOPF = (f"{modes.STANDALONE_MODE}: no --kubeconfig, in-cluster service account, $KUBECONFIG or "
+                         "~/.kube/config; standalone mode runs with the kopflet command, not under kopf run")
+"""Kopf needs an apiserver: without credentials `kopf run` stops at once (`handlers.standalone` runs the agent)."""
 
 
 class EndlessBackoffs:
@@ -86,6 +90,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     if cfg.fail_cgroup_v1 and not await asyncio.to_thread(is_cgroup2):
         # upstream validateKubeletOSConfiguration, at start: the kubelet exits
         raise kopf.PermanentError(f"failed to validate kubelet configuration, error: {FAIL_CGROUP_V1_MESSAGE}")
+    decision: modes.Decision | None = memo.get("mode_decision")
+    if decision is None:  # under `kopf run`: Kopf needs the apiserver
+        decision = await asyncio.to_thread(configuring.decide_mode, cfg)
+        if decision.mode is modes.Mode.STANDALONE:
+            raise kopf.PermanentError(STANDALONE_UNDER_KOPF)
     if not cfg.node_ip:
         cfg = dataclasses.replace(cfg, node_ip=detect_node_ip())
     settings.watching.field_selectors["v1", "pods"] = cfg.pod_field_selector
@@ -96,9 +105,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     settings.networking.error_backoffs = EndlessBackoffs()
     if cfg.rotate_certificates:
         settings.watching.server_timeout = ROTATION_WATCH_TIMEOUT
-    memo.config = cfg
-    logger.info(f"kopflet for node {cfg.node_name!r}: watching pods with {cfg.pod_field_selector!r}")
-    for warning in cfg.startup_warnings:  # accepted settings without effect: never silently
+    memo.config, memo.mode = cfg, decision.mode
+    if decision.mode is modes.Mode.STANDALONE:
+        logger.info(f"kopflet for node {cfg.node_name!r}: standalone, static pods only")
+    else:
+        logger.info(f"kopflet for node {cfg.node_name!r}: watching pods with {cfg.pod_field_selector!r}")
+    for warning in (*cfg.startup_warnings, *decision.warnings):  # accepted settings without effect: never silently
         logger.warning(warning)
     for note in cfg.startup_notes:  # accepted no-ops (feature gates at upstream's default): said, not warned
         logger.info(note)
@@ -222,10 +234,13 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
     if (cfg.bootstrap_kubeconfig or cfg.rotate_certificates) and not memo.get("client_certificate_ready"):
         raise kopf.TemporaryError("waiting for the node's client certificate", delay=BOOTSTRAP_RETRY_DELAY)
     certificates = memo.get("certificates")
-    info = await asyncio.to_thread(configuring.connection_info, cfg, logger=logger, settings=settings,
-                                   certificates=certificates)
+    credentials: Credentials | None = None  # standalone: no apiserver client (handlers.standalone)
+    if memo.get("mode") is not modes.Mode.STANDALONE:
+        info = await asyncio.to_thread(configuring.connection_info, cfg, logger=logger, settings=settings,
+                                       certificates=certificates)
+        credentials = Credentials.from_kopf(info)
     try:
-        node = Node(cfg, credentials=Credentials.from_kopf(info), runtime=runtime, host=await HostFacts.read(cfg),
+        node = Node(cfg, credentials=credentials, runtime=runtime, host=await HostFacts.read(cfg),
                     metrics=memo.metrics, watchdog=memo.get("watchdog"))
     except UsernsError as exc:
         raise kopf.PermanentError(str(exc)) from exc  # upstream NewMainKubelet fails: the same error at every start

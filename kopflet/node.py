@@ -7,6 +7,11 @@ the two small allocation checkpoints and the pods' user namespace records, as up
 namespace managers restore them when built); `Node.start` registers the node and starts the loops, the static pod
 source and the kubelet API; `Node.stop` stops them in reverse order.
 Nothing here is module state: two Nodes can live in one process (hollow nodes).
+
+Without credentials the Node is standalone (upstream's nil KubeClient, `kopflet.config.modes`): its client is a
+`StandaloneClient`, and what upstream runs only with a client is not started here (registration, Lease and node
+status, the status manager's writes, the Services informer and their environment variables, mirror pods, pod
+certificates, ClusterTrustBundles, the CSINode, serving certificate requests); events go to the log only.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from kopflet.apis.podresources.server import PodResourcesServer
 from kopflet.certificate.manager import ServerCertificateManager, new_server_manager
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS, Credentials, KubeClient
+from kopflet.client.standalone import StandaloneClient
 from kopflet.cm import cgroup_names, helpers, node_allocatable
 from kopflet.cm.cgroups import PodCgroups, swap_controller
 from kopflet.cm.container_manager import ContainerManager, KernelTunables
@@ -56,6 +62,7 @@ from kopflet.kuberuntime.gc_manager import ContainerGC
 from kopflet.lifecycle.hooks import HookRunner
 from kopflet.logs.manager import ContainerLogManager
 from kopflet.logs.rotation import LogRotatePolicy
+from kopflet.logs.verbosity import v
 from kopflet.metrics import KubeletMetrics, ProbeMetrics
 from kopflet.nodeshutdown import rules as shutdown_rules
 from kopflet.nodeshutdown.manager import ShutdownManager
@@ -275,20 +282,24 @@ def new_userns_manager(cfg: AgentConfig, host: HostFacts) -> UsernsManager:
 class Node:
     """One node agent: every part, built from the config, owned here, started and stopped here."""
 
-    def __init__(self, cfg: AgentConfig, *, credentials: Credentials, runtime: Runtime, host: HostFacts,
+    def __init__(self, cfg: AgentConfig, *, credentials: Credentials | None, runtime: Runtime, host: HostFacts,
                  metrics: KubeletMetrics | None = None, watchdog: HealthChecker | None = None) -> None:
         """No network I/O: each part gets everything it needs in its constructor, in dependency order (the
         allocation checkpoints are read here; AllocationError when one is unusable; so are the pods' user namespace
         records: UsernsError). `metrics` is the registry
         `runtime`'s observer already counts into (a new one otherwise). `watchdog` is the process's systemd
-        watchdog (upstream kubeDeps.HealthChecker), given the node's health checks once it runs."""
+        watchdog (upstream kubeDeps.HealthChecker), given the node's health checks once it runs. `credentials` None:
+        standalone mode, no apiserver."""
         cfg = runtime.configured(cfg)  # the runtime's cgroup driver, when it tells
         self.cfg, self.runtime, self.host = cfg, runtime, host
         cri = runtime.cri
         self.layout = cfg.layout
         self.metrics = metrics if metrics is not None else KubeletMetrics(cfg.node_name)
         self.probe_metrics = ProbeMetrics()
-        self.api = KubeClient(credentials, user_agent=f"kopflet/{cfg.node_name}")
+        self.standalone = credentials is None
+        user_agent = f"kopflet/{cfg.node_name}"
+        self.api = StandaloneClient(user_agent=user_agent) if credentials is None else \
+            KubeClient(credentials, user_agent=user_agent)
         self.recorder = EventRecorder(self.api, cfg.node_name, qps=cfg.event_record_qps, burst=cfg.event_burst)
         self.backoff = backoffs.Backoff()
         # The device plugins' Registration server; a pod holds its devices while a worker has it active or its
@@ -341,7 +352,8 @@ class Node:
                                          host_servers=servers, host_searches=searches, host_options=options)
         self.executor = PodSyncer(
             cfg, cri, self.api, self.recorder, self.images, self.backoff, dns,
-            node_memory_capacity=host.machine.memory_bytes, services=self.services,
+            node_memory_capacity=host.machine.memory_bytes,
+            services=None if self.standalone else self.services,  # upstream: no Service lister, no variables
             node_allocatable=self.heartbeat.allocatable, allocations=self.allocations, cgroups=self.cgroups,
             layout=self.layout, hooks=HookRunner(cri),
             volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout,
@@ -506,7 +518,9 @@ class Node:
 
     async def _listed_pod_uids(self) -> set[str]:
         """The UIDs of this node's pods in the apiserver (asked before the CPUs of a pod no worker has are
-        released)."""
+        released); none in standalone mode."""
+        if self.standalone:
+            return set()
         return {(p.get("metadata") or {}).get("uid", "") for p in await self.api.list_pods(self.cfg.pod_field_selector)}
 
     def _wake(self, uids: set[str]) -> None:
@@ -524,21 +538,27 @@ class Node:
         cannot be served; CPUManagerError or MemoryManagerError, before anything else, when the CPU, memory or
         topology manager's policy, the machine and the checkpoint do not fit (upstream refuses to start);
         KernelTunablesError, once the Node is registered, when the kernel tunables are not as the kubelet needs
-        them (with protectKernelDefaults) or cannot be read or set (upstream's container manager fails to start)."""
+        them (with protectKernelDefaults) or cannot be read or set (upstream's container manager fails to start).
+        Standalone, nothing is registered and the loops that need the apiserver are not started."""
         await self.cpu_manager.start()
         await self.memory_manager.start()
         await self.device_manager.start()  # the checkpoint restored, then kubelet.sock served
         await self.api.open()
-        if await self.heartbeat.try_register():
+        if self.standalone:
+            logger.info("No API server defined - no node status update will be sent")  # upstream Kubelet.Run
+            self._registered()  # upstream BirthCry: the "Starting kubelet." event (to the log)
+        elif await self.heartbeat.try_register():
             self._registered()
         await self.container_manager.start()
         cfg = self.cfg
         if cfg.port:
-            self.server = await serve(cfg, self.backend, authenticator_for(cfg, self.api),
-                                      authorizer_for(cfg, self.api), tls=await self._serving_tls())
+            reviews = None if self.standalone else self.api  # upstream BuildAuth's nil client: no webhooks
+            self.server = await serve(cfg, self.backend, authenticator_for(cfg, reviews),
+                                      authorizer_for(cfg, reviews), tls=await self._serving_tls())
             logger.info(f"serving the kubelet API on {cfg.address}:{cfg.port}")
         await self.pod_resources.start()
-        self._tasks.append(asyncio.create_task(self.services.run(), name="services"))
+        if not self.standalone:
+            self._tasks.append(asyncio.create_task(self.services.run(), name="services"))
         if self.static_pods is not None and cfg.pod_manifest_path:
             await self.static_pods.scan()
             self._tasks.append(asyncio.create_task(self.static_pods.run(), name="static-pods"))
@@ -548,8 +568,6 @@ class Node:
             self._tasks.append(asyncio.create_task(self.manifest_url.run(), name="static-pods-url"))
         self._tasks += [
             asyncio.create_task(self.relist.run(self.workers.wake), name="runtime-relist"),
-            asyncio.create_task(self.heartbeat.run(on_registered=self._registered_late), name="node-heartbeat"),
-            asyncio.create_task(self.status.run(), name="status-manager"),
             asyncio.create_task(self.housekeeping.run(), name="housekeeping"),
             asyncio.create_task(self.container_gc.run(), name="container-gc"),
             asyncio.create_task(self.image_gc.run(), name="image-gc"),
@@ -559,13 +577,20 @@ class Node:
             asyncio.create_task(self.container_manager.run(), name="qos-cgroups"),
             asyncio.create_task(self.cpu_manager.run(), name="cpu-manager"),
             asyncio.create_task(self.memory_manager.run(), name="memory-manager"),
-            asyncio.create_task(self.pod_certificates.run(), name="pod-certificates"),
-            asyncio.create_task(self.trust_bundles.run(), name="cluster-trust-bundles"),
-            # upstream initializeCSINode: started with the CSI plugin, the CSINode made once the apiserver answers
-            asyncio.create_task(self.csi_node_info.run(), name="csinode-initialization"),
             # upstream initializeRuntimeDependentModules: the plugin manager after the container manager
             asyncio.create_task(self.plugin_manager.run(), name="plugin-manager"),
         ]
+        if self.standalone:
+            logger.info("Kubernetes client is nil, not starting status manager")  # upstream status manager Start
+        else:
+            self._tasks += [
+                asyncio.create_task(self.heartbeat.run(on_registered=self._registered_late), name="node-heartbeat"),
+                asyncio.create_task(self.status.run(), name="status-manager"),
+                asyncio.create_task(self.pod_certificates.run(), name="pod-certificates"),
+                asyncio.create_task(self.trust_bundles.run(), name="cluster-trust-bundles"),
+                # upstream initializeCSINode: started with the CSI plugin, the CSINode made once the apiserver answers
+                asyncio.create_task(self.csi_node_info.run(), name="csinode-initialization"),
+            ]
         if self.shutdown.enabled:  # upstream initializeRuntimeDependentModules: after the plugin manager
             self._tasks.append(asyncio.create_task(self._run_shutdown_manager(), name="node-shutdown-manager"))
         if self.watchdog is not None:  # upstream Run: SetHealthCheckers, right before the sync loop
@@ -593,6 +618,8 @@ class Node:
 
     async def _sync_node_status(self) -> None:
         """upstream syncNodeStatus, started as the shutdown begins: Ready False now, not at the next report."""
+        if self.standalone:  # upstream syncNodeStatus: nothing to update without a client
+            return
         try:
             await self.heartbeat.post_status(force=True)
         except API_ERRORS as exc:
@@ -649,6 +676,9 @@ class Node:
                 await tls.use(*paths)
 
         await take_pair()  # the pair an earlier run stored (or tlsCertFile) until the first renewal
+        if self.standalone:  # client-go's manager without a clientset: the stored pair only, never renewed
+            logger.log(v(2), "Certificate rotation is not enabled, no connection to the apiserver")
+            return tls
         manager.add_listener(take_pair)
         manager.start()
         self.serving_certificates = manager

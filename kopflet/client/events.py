@@ -6,21 +6,27 @@ Writes (creates and the patches that count repeats up) are rate limited as upstr
 token bucket; QPS 0 is no limit): a write past the bucket waits its turn, in order. As client-go's broadcaster, at
 most 1000 events wait; more are dropped with upstream's error.
 
-Posting an event never fails the caller: events are best effort, as upstream.
+Posting an event never fails the caller: events are best effort, as upstream. Every event is also logged at V(3)
+(client-go's StartStructuredLogging(3), which the kubelet starts in both modes); in standalone mode that is all
+(upstream makeEventRecorder: "No api server defined - no events will be sent to API server").
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
 import random
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from kopflet.api import spec, times
 from kopflet.apis.grpc import ratelimit
 from kopflet.client.kubeapi import API_ERRORS, KubeApiError, KubeClient
+from kopflet.client.standalone import is_standalone
+from kopflet.logs.verbosity import v
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +51,16 @@ def event_limit(qps: float, burst: int) -> ratelimit.Limit | None:
     return ratelimit.Limit(qps, burst or DEFAULT_BURST) if qps > 0 else None
 
 
+def event_log_line(namespace: str, involved: Mapping[str, str], type_: str, reason: str, message: str) -> str:
+    """client-go's "Event occurred" line (record/event.go StartStructuredLogging): the object as klog.KRef
+    (``namespace/name``, the name alone for a Node), then its fieldPath, kind, apiVersion and the event's type,
+    reason and message."""
+    obj = f"{namespace}/{involved['name']}" if involved.get("kind") != "Node" else involved["name"]
+    fields = {"object": obj, "fieldPath": involved.get("fieldPath", ""), "kind": involved.get("kind", ""),
+              "apiVersion": involved.get("apiVersion", ""), "type": type_, "reason": reason, "message": message}
+    return "Event occurred " + " ".join(f"{key}={json.dumps(value)}" for key, value in fields.items())
+
+
 class EventRecorder:
     def __init__(self, api: KubeClient, node_name: str, *, qps: float = 0, burst: int = 0) -> None:
         """`qps`, `burst`: eventRecordQPS and eventBurst (the defaults: no limit)."""
@@ -53,6 +69,8 @@ class EventRecorder:
         self._tasks: set[asyncio.Task[None]] = set()
         self._limit = event_limit(qps, burst)
         self._bucket = ratelimit.Bucket()
+        self._sink = not is_standalone(api)
+        """Whether events go to the apiserver (not in standalone mode: to the log only)."""
 
     def pod_event(self, pod: Any, type_: str, reason: str, message: str, container: str | None = None,
                   init: bool = False) -> None:
@@ -74,6 +92,10 @@ class EventRecorder:
         self._spawn(NODE_EVENT_NAMESPACE, involved, type_, reason, message)
 
     def _spawn(self, namespace: str, involved: dict[str, str], type_: str, reason: str, message: str) -> None:
+        if logger.isEnabledFor(v(3)):  # client-go's structured logging watcher of the broadcaster
+            logger.log(v(3), event_log_line(namespace, involved, type_, reason, message))
+        if not self._sink:
+            return
         if len(self._tasks) >= MAX_QUEUED_EVENTS:
             logger.error(f"Unable to record event: too many queued events, dropped event {reason} for "
                          f"{namespace}/{involved['name']}: {message}")

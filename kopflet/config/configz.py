@@ -170,6 +170,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("runtimeRequestTimeout", lambda c: _duration(c.runtime_request_timeout), False),
     ("maxPods", lambda c: c.max_pods, True),
     ("podPidsLimit", lambda c: c.pod_pids_limit, False),
+    ("runOnce", lambda c: c.run_once, True),  # always false: left out, as upstream's
     ("serializeImagePulls", lambda c: c.serialize_image_pulls, False),
     ("evictionHard", lambda c: _map(c.effective_eviction_hard), True),
     ("evictionSoft", lambda c: _map(c.eviction_soft), True),

@@ -5,7 +5,8 @@ The directory is rescanned every ``fileCheckFrequency`` (20s), and within a seco
 size or mtime changes. A changed manifest is a new pod (its UID hashes the content): the old one is
 killed, the new one started. A broken file is logged once per content and skipped, as upstream's file
 source skips it; the other manifests are unaffected. Mirror pods are (re)created whenever missing,
-stale or being deleted, and removed with their static pod.
+stale or being deleted, and removed with their static pod; in standalone mode there are none (upstream's mirror client
+without an apiserver client does nothing).
 
 `StaticPodSource` is also the static pod manager of the other source, ``staticPodURL``
 (`kopflet.config.http_source`): each source hands it its whole set (`StaticPodSource.apply`).
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
+from kopflet.client.standalone import is_standalone
 from kopflet.config import static_pods
 from kopflet.config.settings import AgentConfig
 from kopflet.config.static_pods import ManifestError, StaticPod
@@ -70,6 +72,8 @@ class StaticPodSource:
     def __init__(self, cfg: AgentConfig, api: KubeClient, workers: PodSink, node_uid: Callable[[], str]) -> None:
         """`node_uid` gives the registered Node's uid, which mirror pods name as their owner."""
         self.cfg, self.api, self.workers, self.node_uid = cfg, api, workers, node_uid
+        self.mirrors = not is_standalone(api)
+        """Whether static pods have mirror pods (not in standalone mode)."""
         self._sources: dict[str, dict[str, StaticPod]] = {}  # source ("file", "http") -> key -> pod
         self._reported: dict[str, str] = {}
         self._mirrors = asyncio.Lock()  # one pass over the mirror pods at a time (a scan, the Node's registration)
@@ -128,7 +132,7 @@ class StaticPodSource:
             await self._ensure_mirrors()
 
     async def _ensure_mirrors(self) -> None:
-        if not self.pods or not self.node_uid():
+        if not self.mirrors or not self.pods or not self.node_uid():
             return  # upstream syncPod makes no mirror pod while the Node cannot be had (not registered yet)
         try:
             bound = {(p["metadata"]["namespace"], p["metadata"]["name"]): p
@@ -152,6 +156,8 @@ class StaticPodSource:
                 logger.warning(f"mirror pod {pod.namespace}/{pod.name}: {exc}")
 
     async def _delete_mirror(self, pod: StaticPod) -> None:
+        if not self.mirrors:
+            return
         try:
             mirror = next((p for p in await self.api.list_pods(self.cfg.pod_field_selector)
                            if (p["metadata"]["namespace"], p["metadata"]["name"]) == (pod.namespace, pod.name)),

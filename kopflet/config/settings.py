@@ -124,7 +124,8 @@ class AgentConfig:
     resync_period: float = 60.0
     """``syncFrequency``: every pod is synced at least this often."""
     kubeconfig: str = ""
-    """``--kubeconfig``: the apiserver credentials; empty means in-cluster, then ``$KUBECONFIG``/``~/.kube/config``."""
+    """``--kubeconfig``: the apiserver credentials; empty means in-cluster, then ``$KUBECONFIG``/``~/.kube/config``,
+    and with none of them standalone mode (`kopflet.config.modes`)."""
     bootstrap_kubeconfig: str = ""
     """``--bootstrap-kubeconfig``: credentials (a bootstrap token) to get the node's client certificate with when the
     ``kubeconfig`` file is missing or its certificate unusable; that file is then written. Needs ``kubeconfig``."""
@@ -147,6 +148,9 @@ class AgentConfig:
         default_factory=lambda: MappingProxyType({}))
     """``--manifest-url-header`` / ``staticPodURLHeader``: HTTP headers (name -> values, in order) sent with every
     read of ``static_pod_url``."""
+    run_once: bool = False
+    """``--runonce`` / ``runOnce``: always False; true is refused with upstream's validation error (run-once mode is
+    deprecated upstream, and kopflet has none)."""
     max_pods: int = 110
     """``--max-pods``: admission rejects pods beyond this (``OutOfpods``); also the Node's ``pods`` capacity."""
     node_labels: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
@@ -1350,7 +1354,7 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("kubeconfig", "kubeconfig", None, STRING, '""',
             "Path to a kubeconfig file with the node's credentials. Empty: in-cluster, then $KUBECONFIG or "
-            "~/.kube/config."),
+            "~/.kube/config; with none of them, standalone mode (static pods only, no apiserver)."),
     # TLS bootstrap and client certificate rotation (upstream KubeletFlags.BootstrapKubeconfig,
     # KubeletConfiguration.RotateCertificates with its deprecated flag).
     Setting("bootstrap_kubeconfig", "bootstrap-kubeconfig", None, STRING, '""',
@@ -1402,6 +1406,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Multiple headers with the same name will be added in the same order provided. This flag can be "
             "repeatedly invoked. For example: --manifest-url-header 'a:hello,b:again,c:world' --manifest-url-header "
             "'b:beautiful'"),
+    Setting("run_once", "runonce", "runOnce", BOOL, "false",
+            "Only false is accepted: true is refused, as upstream refuses it (run-once mode is deprecated)."),
     Setting("resync_period", "sync-frequency", "syncFrequency", DURATION, "1m0s",
             "Every pod is synced with the runtime at least this often."),
     Setting("max_pods", "max-pods", "maxPods", COUNT, "110",
@@ -1776,6 +1782,9 @@ LEGACY_ENV: Mapping[str, tuple[str, Callable[[str], Any]]] = MappingProxyType({
 LEGACY_NODE_NAME_ENV = "KOPFLET_NODE_NAME"
 # upstream's error for --exit-on-lock-contention without --lock-file (cmd/kubelet/app/server.go run).
 LOCK_CONTENTION_WITHOUT_FILE = "cannot exit on lock file contention: no lock file specified"
+# upstream ValidateKubeletConfiguration's refusal of runOnce (%v of the bool: always "true" here).
+RUN_ONCE_DEPRECATED = ("invalid configuration: runOnce (--runOnce) true, Runonce mode has been deprecated and should "
+                       "not be set")
 # Upstream runs without an apiserver (standalone) when --kubeconfig is empty and then ignores these; kopflet logs in
 # some other way then (in-cluster, $KUBECONFIG), so it refuses them rather than ignore them.
 BOOTSTRAP_WITHOUT_KUBECONFIG = ("--bootstrap-kubeconfig needs --kubeconfig: the path the kubeconfig naming the node's "
@@ -1795,7 +1804,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "nodeLeaseDurationSeconds", "kubeletCgroups",
     "systemCgroups", "singleProcessOOMKill",
     "draManagerReconcilePeriod", "hairpinMode",
-    "podCIDR", "resolvConf", "runOnce", "cpuCFSQuota", "cpuCFSQuotaPeriod", "nodeStatusMaxImages",
+    "podCIDR", "resolvConf", "cpuCFSQuota", "cpuCFSQuotaPeriod", "nodeStatusMaxImages",
     "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls",
     "podsPerCore", "enableControllerAttachDetach",
     "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit",
@@ -2094,6 +2103,8 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     if event_errors:
         raise ConfigError(event_errors[0] if len(event_errors) == 1 else
                           "[" + ", ".join(event_errors) + "]")  # upstream's aggregate error
+    if values.get("run_once"):
+        raise ConfigError(RUN_ONCE_DEPRECATED)  # upstream ValidateKubeletConfiguration, after the merge
     cpu_manager_error = _cpu_manager_error(values)
     if cpu_manager_error:
         raise ConfigError(cpu_manager_error)

@@ -117,6 +117,22 @@ def referenced_objects(pod: spec.Pod,
     return frozenset(config_maps), frozenset(secrets)
 
 
+def standalone_refusal(pod: spec.Pod, container: spec.ContainerSpec) -> str:
+    """Why `container`'s environment cannot be built without an apiserver ("" when it can): its first ConfigMap or
+    Secret reference, ``envFrom`` before ``env``, optional or not (upstream makeEnvironmentVariables with a nil
+    kubeClient: "couldn't get configMap <ns>/<name>, no kubeClient defined", the same for a secret)."""
+    refs: list[tuple[str, Any]] = []
+    for source in container.env_from:
+        refs += [("configMap", source.get("configMapRef")), ("secret", source.get("secretRef"))]
+    for var in container.env:
+        value_from = var.value_from or {}
+        refs += [("configMap", value_from.get("configMapKeyRef")), ("secret", value_from.get("secretKeyRef"))]
+    for kind, ref in refs:
+        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
+            return f"couldn't get {kind} {pod.namespace}/{ref['name']}, no kubeClient defined"
+    return ""
+
+
 def _add_name(names: set[str], ref: Any) -> None:
     if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
         names.add(ref["name"])

@@ -33,6 +33,7 @@ from kopflet.api import qos, spec
 from kopflet.api.events import NORMAL, WARNING
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import KubeApiError, KubeClient
+from kopflet.client.standalone import is_standalone
 from kopflet.cm import helpers
 from kopflet.cm.cgroup_names import DEFAULT_LAYOUT, CgroupLayout
 from kopflet.cm.cgroups import CgroupError, PodCgroups
@@ -444,7 +445,7 @@ class PodSyncer:
         """The CRI runtime handler of the pod's RuntimeClass ("" for none); LookupError with the upstream text
         when it cannot be found (upstream runtimeClassManager.LookupRuntimeHandler)."""
         name = pod.spec.runtime_class_name
-        if not name:
+        if not name or is_standalone(self.api):  # upstream: no RuntimeClass manager without a client
             return ""
         try:
             found = await self.api.get_or_none(f"/apis/node.k8s.io/v1/runtimeclasses/{name}")
@@ -655,7 +656,11 @@ class PodSyncer:
     async def environment(self, pod: spec.Pod, container: spec.ContainerSpec,
                           sandbox: cri.PodSandboxStatus) -> list[tuple[str, str]]:
         """Fetch the ConfigMaps/Secrets the container references, one object at a time (the node
-        authorizer allows only what its pods reference, never a list), then resolve in upstream order."""
+        authorizer allows only what its pods reference, never a list), then resolve in upstream order. In standalone
+        mode there is nothing to fetch them from: a reference is upstream's error."""
+        refusal = container_env.standalone_refusal(pod, container) if is_standalone(self.api) else ""
+        if refusal:
+            raise container_env.EnvError(refusal)
         config_map_names, secret_names = container_env.referenced_objects(pod, container)
         config_maps = {n: _text(await self.api.config_map_data(pod.namespace, n)) for n in sorted(config_map_names)}
         secret_values = {n: _text(await self.api.secret_data(pod.namespace, n)) for n in sorted(secret_names)}

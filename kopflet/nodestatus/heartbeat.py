@@ -21,6 +21,7 @@ from kopflet import __version__
 from kopflet.api import apparmor
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS, MERGE, STRATEGIC_MERGE, KubeApiError, KubeClient, q
+from kopflet.client.standalone import is_standalone
 from kopflet.cm.cpumanager import policy_options
 from kopflet.config.settings import AgentConfig
 from kopflet.config.upstream_feature_gates import KUBERNETES_VERSION
@@ -131,11 +132,13 @@ class NodeAgent:
         Labels and taints are read fresh from the Node (one GET per admitted pod): upstream reads them from a Node
         informer, and a pod must be neither rejected for a taint that is already gone nor for a label another
         writer has just added (a DaemonSet's node selector on a label set a moment before). Before the Node was
-        ever read, the labels the agent registers it with stand in (upstream getNodeAnyWay's initialNode)."""
-        try:
-            await self.refresh_node()
-        except API_ERRORS as exc:
-            logger.warning(f"could not read node {self.cfg.node_name}, admitting with known taints: {exc}")
+        ever read, the labels the agent registers it with stand in (upstream getNodeAnyWay's initialNode), as they
+        always do in standalone mode (GetNode without a client is initialNode)."""
+        if not is_standalone(self.api):
+            try:
+                await self.refresh_node()
+            except API_ERRORS as exc:
+                logger.warning(f"could not read node {self.cfg.node_name}, admitting with known taints: {exc}")
         return admission.NodeInfo(
             name=self.cfg.node_name,
             labels=self.labels if self.labels is not None else setters.node_labels(

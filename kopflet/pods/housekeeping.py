@@ -2,7 +2,9 @@
 
 Only after the pod watch has synced: an agent that restarts must not kill healthy pods it has not
 heard of yet. So each round lists this node's pods from the apiserver first, and only runtime pods that
-are neither listed nor handled by a worker are removed.
+are neither listed nor handled by a worker are removed. In standalone mode nothing is listed (there is no
+apiserver): every runtime pod no worker has (the static pods have theirs) is removed, as upstream's HandlePodCleanups
+removes what its pod manager does not know.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from cri_client import CriError
 from kopflet import paths
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
+from kopflet.client.standalone import is_standalone
 from kopflet.cm.cgroups import CgroupError, PodCgroups
 from kopflet.kuberuntime.executor import pod_log_dirs
 from kopflet.logs.verbosity import v
@@ -61,7 +64,8 @@ class Housekeeping:
             # every runtime pod and directory has a worker: nothing to confirm with the apiserver
             await self.cleanup_user_namespaces(set())
             return 0
-        listed = {p.get("metadata", {}).get("uid", "") for p in await self.api.list_pods(self.field_selector)}
+        listed = set() if is_standalone(self.api) else \
+            {p.get("metadata", {}).get("uid", "") for p in await self.api.list_pods(self.field_selector)}
         orphans = [uid for uid in list(self.relist.pods) if uid not in listed and uid not in self.workers]
         for uid in orphans:
             runtime = self.relist.pods.get(uid)

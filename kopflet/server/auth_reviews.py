@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Hashable, MutableMapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from kopflet.client.kubeapi import API_ERRORS, KubeApiError
+from kopflet.config.modes import NO_CLIENT_WEBHOOK_AUTHENTICATION, NO_CLIENT_WEBHOOK_AUTHORIZATION
 from kopflet.config.settings import AgentConfig
 from kopflet.server import auth_rules
 from kopflet.server.auth_rules import Attributes, Subject, UserInfo
@@ -111,7 +112,7 @@ class Authenticator:
                  anonymous: bool = False, cache_ttl: float = 120.0, timeout: float = REVIEW_TIMEOUT,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if webhook and kube is None:
-            raise ValueError("no client provided, cannot use webhook authentication")
+            raise ValueError(NO_CLIENT_WEBHOOK_AUTHENTICATION)
         if not (client_certificates or webhook or anonymous):
             raise ValueError("no authentication method configured: enable client certificates (--client-ca-file), "
                              "the token webhook or anonymous requests")
@@ -194,7 +195,7 @@ class Authorizer:
         if mode not in ("AlwaysAllow", "Webhook"):
             raise ValueError(f"unknown authorization mode {mode}")
         if mode == "Webhook" and kube is None:
-            raise ValueError("no client provided, cannot use webhook authorization")
+            raise ValueError(NO_CLIENT_WEBHOOK_AUTHORIZATION)
         self.kube, self.mode, self.timeout = kube, mode, timeout
         self.authorized_ttl, self.unauthorized_ttl = authorized_ttl, unauthorized_ttl
         self._cache: TTLCache[dict[str, Any]] = TTLCache(clock=clock)

@@ -7,6 +7,10 @@ terminated pod is here too, as upstream's status manager sends it once the termi
 A status the apiserver cannot take (unreachable, an error, a static pod whose mirror pod is not there yet) does not
 hold up the pod's sync: as upstream's status manager, which caches the status and sends it from its own loop, the
 write answers with the status the API would hold, and `run` sends it again every `RETRY_PERIOD` until it lands.
+
+In standalone mode (`kopflet.client.standalone`) nothing is sent: upstream's status manager is not started without a
+client ("Kubernetes client is nil, not starting status manager") and keeps the statuses in its cache, so a write
+answers with the status as if the API had taken it, and there is no final DELETE.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
+from kopflet.client.standalone import is_standalone
 from kopflet.logs.verbosity import v
 from kopflet.status import generate
 
@@ -45,6 +50,7 @@ class _Unsent:
 class StatusManager:
     def __init__(self, api: KubeClient) -> None:
         self.api = api
+        self.standalone = is_standalone(api)
         self._unsent: dict[str, _Unsent] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -57,8 +63,11 @@ class StatusManager:
         While the apiserver has not taken an earlier status of the pod, no request is made here: `run` sends the
         latest one, so a pod's sync never waits on an apiserver that does not answer. `precondition`: the patch
         names the pod's UID, so it never lands on a pod recreated under the name (upstream
-        preparePatchBytesForPodStatus); not for a static pod, whose mirror pod has a UID of its own."""
+        preparePatchBytesForPodStatus); not for a static pod, whose mirror pod has a UID of its own. In standalone
+        mode nothing is sent and the status is answered at once."""
         patch = generate.status_patch(previous, desired)
+        if self.standalone:  # the status stays the agent's own: nothing to send it to
+            return generate.apply_status_patch(previous, patch) if patch else None
         unsent = self._unsent.get(uid)
         if not patch and unsent is None:
             return None
@@ -136,7 +145,9 @@ class StatusManager:
 
     async def delete(self, namespace: str, name: str, uid: str) -> bool:
         """The final delete of a terminated pod: grace 0 and a UID precondition (upstream canBeDeleted and
-        the status manager's deletion with Preconditions.UID)."""
+        the status manager's deletion with Preconditions.UID); False in standalone mode (nothing to delete from)."""
+        if self.standalone:
+            return False
         deleted = await self.api.delete_pod(namespace, name, uid)
         if deleted:  # upstream syncPod: "Pod fully terminated and removed from etcd" at V(3)
             logger.log(v(3), f"pod {namespace}/{name}: fully terminated and removed from the apiserver")

@@ -28,6 +28,7 @@ from typing import Any
 from kopflet import paths
 from kopflet.api import spec, times
 from kopflet.client.kubeapi import KubeApiError, KubeClient, q
+from kopflet.client.standalone import is_standalone
 from kopflet.config.settings import AgentConfig
 from kopflet.podcertificate.manager import PodCertificateManager
 from kopflet.volumes import plugins, pvc
@@ -53,7 +54,11 @@ class VolumeManager:
         self._tokens: dict[tuple[str, str, int], tuple[str, float]] = {}  # (uid, audience, exp) -> (token, refresh_at)
 
     async def setup(self, pod: spec.Pod) -> dict[str, VolumePlan]:
-        """Fetch, plan and materialize every volume of the pod; VolumeError says what is missing."""
+        """Fetch, plan and materialize every volume of the pod; VolumeError says what is missing (in standalone mode,
+        the first volume that needs the apiserver, as upstream's plugins refuse it without a client)."""
+        refusal = plugins.standalone_refusal(pod) if is_standalone(self.api) else ""
+        if refusal:
+            raise VolumeError(refusal)
         config_map_names, secret_names = plugins.referenced_objects(pod)
         config_maps = {n: await self.api.config_map_data(pod.namespace, n) for n in sorted(config_map_names)}
         secrets = {n: await self.api.secret_data(pod.namespace, n) for n in sorted(secret_names)}

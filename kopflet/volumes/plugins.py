@@ -195,6 +195,26 @@ def referenced_objects(pod: spec.Pod) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(config_maps), frozenset(secrets)
 
 
+STANDALONE_NOT_SUPPORTED = "not supported due to running kubelet in standalone mode"
+"""upstream volume_host.go GetConfigMapFunc/GetSecretFunc without a client."""
+
+
+def standalone_refusal(pod: spec.Pod) -> str:
+    """Why the pod's volumes cannot be set up without an apiserver client ("" when they can): the FailedMount message
+    of its first volume that needs one, a configMap or secret volume (optional or not: upstream's getter fails before
+    optional is looked at) or any projected volume (upstream projected.go collectData: "cannot setup projected volume
+    <name> because kube client is not configured", even for a downwardAPI-only one)."""
+    for volume in pod.spec.volumes:
+        kind, _ = _source(volume)
+        name = _volume_name(volume)
+        if kind in (KIND_CONFIG_MAP, KIND_SECRET):
+            return f'MountVolume.SetUp failed for volume "{name}" : {STANDALONE_NOT_SUPPORTED}'
+        if kind == KIND_PROJECTED:
+            return (f'MountVolume.SetUp failed for volume "{name}" : cannot setup projected volume {name} because '
+                    f"kube client is not configured")
+    return ""
+
+
 def _token_spec(volume: str, source: Mapping[str, Any]) -> TokenSpec:
     expiration = source.get("expirationSeconds")
     return TokenSpec(

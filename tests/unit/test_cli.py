@@ -21,6 +21,7 @@ import kopf
 import pytest
 
 from handlers import cli, configuring
+from kopflet.config import modes
 from kopflet.config.settings import AgentConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,9 +103,18 @@ def test_the_console_script_is_declared() -> None:
 # --- in-process: what it starts ----------------------------------------------------------------------------------
 
 @pytest.fixture
-def started(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def sources(monkeypatch: pytest.MonkeyPatch) -> list[modes.ClientSources]:
+    """The credentials `configuring.client_sources` finds: an in-cluster service account unless a test says."""
+    found = [modes.ClientSources(in_cluster=True)]
+    monkeypatch.setattr(configuring, "client_sources", lambda environ=None: found[0])
+    return found
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch, sources: list[modes.ClientSources]) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(kopf, "run", lambda **kwargs: calls.append({**kwargs, "env": os.environ.get("KOPFLET_ARGS")}))
+    monkeypatch.setattr(cli.standalone, "main", lambda decision: calls.append({"standalone": decision}) or 0)
     monkeypatch.setattr(kopf, "configure", lambda **kwargs: calls.append({"configure": kwargs}))
     monkeypatch.setattr(cli.logs_setup, "apply",
                         lambda *args, **kwargs: calls.append({"logging": args, "routing": kwargs}))
@@ -164,6 +174,63 @@ def test_main_bad_flag_starts_nothing(started: list[dict[str, Any]], capsys: pyt
     assert cli.main(["--max-pods=x"]) == 2
     assert started == []
     assert "--max-pods" in capsys.readouterr().err
+
+
+def test_main_without_credentials_runs_standalone_without_kopf(started: list[dict[str, Any]],
+                                                               sources: list[modes.ClientSources]) -> None:
+    sources[0] = modes.ClientSources()
+    args = ["--pod-manifest-path=/etc/kubernetes/manifests", "--authentication-token-webhook=false",
+            "--authorization-mode=AlwaysAllow", "--anonymous-auth"]
+    assert cli.main(args) == 0
+    configure, run = started
+    assert "logging" in configure  # logging is set up as for the operator
+    assert run == {"standalone": modes.Decision(modes.Mode.STANDALONE)}
+    assert shlex.split(os.environ["KOPFLET_ARGS"]) == args  # the start-up handler reads the flags from there
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], modes.NO_CLIENT_WEBHOOK_AUTHENTICATION),  # kopflet's defaults: both webhooks
+    (["--authentication-token-webhook=false"], modes.NO_CLIENT_WEBHOOK_AUTHORIZATION),
+])
+def test_main_refuses_webhooks_in_standalone_mode_as_upstream(started: list[dict[str, Any]],
+                                                              sources: list[modes.ClientSources],
+                                                              capsys: pytest.CaptureFixture[str], args: list[str],
+                                                              message: str) -> None:
+    sources[0] = modes.ClientSources()
+    assert cli.main(["--pod-manifest-path=/m", *args]) == 1  # upstream: run's error, exit status 1
+    assert started == []  # nothing started, not even logging
+    assert capsys.readouterr().err == f"kopflet: failed to run Kubelet: {message}\n"
+
+
+def test_runonce_is_refused_with_upstreams_message(started: list[dict[str, Any]],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--runonce"]) == 2
+    assert started == []
+    assert capsys.readouterr().err.startswith("kopflet: invalid configuration: runOnce (--runOnce) true, Runonce mode "
+                                              "has been deprecated and should not be set\n")
+
+
+@pytest.mark.parametrize(("environ", "files", "expected"), [
+    ({}, set(), modes.ClientSources()),
+    ({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}, set(configuring.SERVICE_ACCOUNT_FILES),
+     modes.ClientSources(in_cluster=True)),
+    # the client's in-cluster login needs both variables, not empty, and both files
+    ({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, set(configuring.SERVICE_ACCOUNT_FILES), modes.ClientSources()),
+    ({"KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": "443"}, set(configuring.SERVICE_ACCOUNT_FILES),
+     modes.ClientSources()),
+    ({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"},
+     {configuring.SERVICE_ACCOUNT_FILES[0]}, modes.ClientSources()),
+    # $KUBECONFIG set: taken as it is (a wrong path is the login's error); ~/.kube/config is then not read
+    ({"KUBECONFIG": "/nowhere"}, {"HOME/.kube/config"}, modes.ClientSources(kubeconfig_env=True)),
+    ({"KUBECONFIG": ""}, {"HOME/.kube/config"}, modes.ClientSources()),
+    ({}, {"HOME/.kube/config"}, modes.ClientSources(default_kubeconfig=True)),
+])
+def test_client_sources_are_looked_for_as_the_clients_login_looks(monkeypatch: pytest.MonkeyPatch,
+                                                                  environ: dict[str, str], files: set[str],
+                                                                  expected: modes.ClientSources) -> None:
+    monkeypatch.setattr(configuring.os.path, "expanduser", lambda path: path.replace("~", "HOME"))
+    monkeypatch.setattr(configuring.os.path, "isfile", lambda path: path in files)
+    assert configuring.client_sources(environ) == expected
 
 
 # --- login ---------------------------------------------------------------------------------------------------------

@@ -487,6 +487,7 @@ cgroupRoot: /custom
 cgroupsPerQOS: false
 cgroupDriver: systemd
 readOnlyPort: 0
+runOnce: false
 streamingConnectionIdleTimeout: 30m
 eventRecordQPS: 0
 eventBurst: 20
@@ -927,6 +928,28 @@ def test_tls_option_errors(argv: list[str], body: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         with_file(body, *argv)
     assert message in str(info.value)
+
+
+RUN_ONCE = ("invalid configuration: runOnce (--runOnce) true, Runonce mode has been deprecated and should not be "
+            "set")
+
+
+@pytest.mark.parametrize(("argv", "body", "refused"), [
+    ([], "runOnce: false\n", False),  # upstream's default: taken
+    (["--runonce=false"], "", False),
+    (["--runonce"], "", True),
+    ([], "runOnce: true\n", True),
+    (["--runonce=false"], "runOnce: true\n", False),  # upstream validates the merged configuration: the flag wins
+    (["--runonce=true"], "runOnce: false\n", True),
+])
+def test_run_once_is_refused_with_upstreams_validation_error(argv: list[str], body: str, refused: bool) -> None:
+    """v1.37.1 still has --runonce and runOnce, and its validation refuses true; kopflet has no run-once mode."""
+    if refused:
+        with pytest.raises(ConfigError) as info:
+            with_file(body, *argv)
+        assert str(info.value) == RUN_ONCE
+    else:
+        assert with_file(body, *argv).run_once is False
 
 
 def test_tls_curve_preferences_are_still_refused() -> None:

@@ -137,10 +137,10 @@ def test_every_honoured_field_is_served() -> None:
     """Each config-file field kopflet honours appears in /configz once set (a new setting cannot be forgotten)."""
     cfg = settings.load(["--config=/k.yaml", "--kubeconfig=/k"], {}, "n", lambda _: HEADER + FULL_FILE)
     paths = set(configz.field_paths(configz.kubelet_configuration(cfg)))
-    # readOnlyPort takes only 0, which encoding/json leaves out (omitempty): upstream's body has no readOnlyPort
-    # for a disabled port either.
-    assert {s.field for s in settings.SETTINGS if s.field} - {"readOnlyPort"} <= paths
-    assert "readOnlyPort" not in paths
+    # readOnlyPort takes only 0 and runOnce only false, which encoding/json leaves out (omitempty): upstream's body
+    # has neither for a disabled port and no run-once mode.
+    assert {s.field for s in settings.SETTINGS if s.field} - {"readOnlyPort", "runOnce"} <= paths
+    assert "readOnlyPort" not in paths and "runOnce" not in paths
     assert paths - {s.field for s in settings.SETTINGS if s.field} == {"kind", "apiVersion"}
 
 

@@ -28,15 +28,16 @@ HOST = HostFacts(machine=MachineFacts(cpus=2, memory_bytes=4 << 30, ephemeral_st
 
 
 def node(name: str, root: str, host: HostFacts = HOST, *, watchdog: HealthChecker | None = None,
-         **settings: Any) -> Node:
-    """A node on no fixed port: neither the kubelet API's nor the healthz port (never this machine's 10248)."""
+         standalone: bool = False, **settings: Any) -> Node:
+    """A node on no fixed port: neither the kubelet API's nor the healthz port (never this machine's 10248);
+    `standalone`: without credentials."""
     settings.setdefault("healthz_port", 0)
     cri = FakeCri()
     runtime = Runtime(cri, cri, "containerd", "1.7.24", "v1")  # type: ignore[arg-type]
     cfg = AgentConfig(node_name=name, root_dir=root, pod_log_root=f"{root}/logs", node_ip="10.0.0.9", port=0,
                       **settings)
-    return Node(cfg, credentials=Credentials(server="https://127.0.0.1:6443"), runtime=runtime, host=host,
-                watchdog=watchdog)
+    return Node(cfg, credentials=None if standalone else Credentials(server="https://127.0.0.1:6443"),
+                runtime=runtime, host=host, watchdog=watchdog)
 
 
 def _parts(n: Node) -> dict[str, Any]:
