@@ -234,8 +234,8 @@ def _container_fields(kind: str) -> dict[str, Field]:
             Refusal(CONTAINER, "kopflet has no raw block volumes",
                     _container(kind, volumeDevices=[{"name": "v", "devicePath": "/dev/xvda"}])),
             "kopflet.api.unsupported.volume_devices_error (" + _MOUNTS + ")",
-            "raw block volumes come from PersistentVolumeClaims, which kopflet does not mount (FailedMount) either; "
-            "upstream makeBlockVolumes' error", subtree=True),
+            "raw block volumes come from PersistentVolumeClaims of volumeMode Block, which kopflet does not map "
+            "(FailedMapVolume) either; upstream makeBlockVolumes' error", subtree=True),
         "securityContext.allowPrivilegeEscalation": _handled(_SECURITY + " (no_new_privs)"),
         "securityContext.appArmorProfile.type": _handled(
             _SECURITY + ", kopflet.api.apparmor, " + _ADMISSION + "._check_apparmor",
@@ -316,17 +316,20 @@ def _container_fields(kind: str) -> dict[str, Field]:
 
 # --------------------------------------------------------------------------------------------------- volumes
 
-_NO_PLUGIN = ("awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "csi", "ephemeral", "fc",
+_NO_PLUGIN = ("awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "csi", "fc",
               "flexVolume", "flocker", "gcePersistentDisk", "gitRepo", "glusterfs", "iscsi", "nfs",
-              "persistentVolumeClaim", "photonPersistentDisk", "portworxVolume", "quobyte", "rbd", "scaleIO",
-              "storageos", "vsphereVolume")
-"""Volume types kopflet has no plugin for (`kopflet.volumes.plugins.SUPPORTED_KINDS` are the others)."""
+              "photonPersistentDisk", "portworxVolume", "quobyte", "rbd", "scaleIO", "storageos", "vsphereVolume")
+"""Inline volume types kopflet has no plugin for (`kopflet.volumes.plugins.SUPPORTED_KINDS` and the
+PersistentVolumeClaim-backed ones, `kopflet.volumes.pvc`, are the others)."""
 _NO_PLUGIN_EXAMPLES: dict[str, dict[str, Any]] = {
-    "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}},
     "nfs": {"server": "nfs.example", "path": "/"},
-    "persistentVolumeClaim": {"claimName": "data"},
     "csi": {"driver": "csi.example"},
 }
+_PVC = "kopflet.volumes.pvc.resolve, kopflet.volumes.manager (the PVC and PV GETs, the mount)"
+_PV_TYPES = ("the PV it is bound to is mounted when it is a hostPath or local PV; any other type (nfs, iscsi, csi, "
+             "the in-tree cloud disks ...) fails at mount time with upstream's 'no volume plugin matched' error "
+             "(FailedMount, the pod stays ContainerCreating), as do an unbound PVC, a PVC being deleted and a PV bound "
+             "to another claim")
 
 
 def _file_items(prefix: str, where: str, *, user_example: dict[str, Any]) -> dict[str, Field]:
@@ -433,6 +436,17 @@ def _volume_fields() -> dict[str, Field]:
         f"{s}.podCertificate.user": _atomic_user(_volume(projected={"sources": [{"podCertificate": {
             "signerName": "example.com/s", "keyType": "ED25519", "credentialBundlePath": "creds.pem",
             "user": 1000}}]})),
+    })
+    fields.update({
+        f"{v}.persistentVolumeClaim.claimName": _handled(_PVC, _PV_TYPES),
+        f"{v}.persistentVolumeClaim.readOnly": _handled(
+            "kopflet.volumes.pvc.resolve_volume, kopflet.volumes.plugins (_persistent_plan), kopflet.volumes.manager "
+            "(a local PV's ro bind mount)"),
+        f"{v}.ephemeral": _handled(
+            _PVC + ", kopflet.volumes.pvc.volume_is_for_pod",
+            "the kubelet mounts the PVC <pod>-<volume> once it is bound and owned by the pod, as for a "
+            "persistentVolumeClaim volume; volumeClaimTemplate is read by the ephemeral volume controller "
+            f"({K8S}pkg/controller/volume/ephemeral), which makes that PVC", subtree=True),
     })
     for kind in _NO_PLUGIN:
         example = _NO_PLUGIN_EXAMPLES.get(kind, {})
@@ -542,11 +556,13 @@ def _pod_fields() -> dict[str, Field]:
             refusal=Refusal(ADMISSION, "AppArmor",
                             _pod(securityContext={"appArmorProfile": {"type": "RuntimeDefault"}}))),
         f"{sc}.appArmorProfile.localhostProfile": _handled(_SECURITY + ", kopflet.api.apparmor"),
-        f"{sc}.fsGroup": _handled(_SANDBOX + ".pod_supplemental_groups, kopflet.volumes.manager.set_volume_ownership"),
-        f"{sc}.fsGroupChangePolicy": _na(
-            f"{K8S}pkg/volume/emptydir/empty_dir.go, configmap/configmap.go, secret/secret.go, projected/projected.go, "
-            "downwardapi/downwardapi.go (NewVolumeOwnership with a nil fsGroupChangePolicy)",
-            "upstream's plugins for every volume type kopflet has ignore it (hostPath gets no ownership at all)"),
+        f"{sc}.fsGroup": _handled(_SANDBOX + ".pod_supplemental_groups, kopflet.volumes.manager.set_volume_ownership, "
+                                  "kopflet.volumes.manager.mount_local_volume"),
+        f"{sc}.fsGroupChangePolicy": _handled(
+            "kopflet.volumes.manager.mount_local_volume, kopflet.volumes.plugins.skip_permission_change",
+            "OnRootMismatch skips the recursive ownership change of a local PersistentVolume whose root has the group "
+            "and mode already, as upstream's local plugin; upstream's emptyDir, configMap, secret, projected and "
+            "downwardAPI plugins ignore it (NewVolumeOwnership with a nil policy), hostPath gets no ownership at all"),
         f"{sc}.runAsGroup": _handled(_SECURITY + ", " + _SANDBOX + ".linux_sandbox_config"),
         f"{sc}.runAsNonRoot": _handled(_CONTAINER + ".verify_run_as_non_root"),
         f"{sc}.runAsUser": _handled(_SECURITY + ", " + _SANDBOX + ".linux_sandbox_config"),

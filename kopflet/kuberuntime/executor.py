@@ -148,7 +148,8 @@ class PodSyncer:
             plans = await self.volumes.setup(pod)
         except VolumeError as exc:
             result.volume_error = str(exc)
-            self.recorder.pod_event(pod, WARNING, "FailedMount", str(exc))
+            for reason, message in exc.events if exc.events is not None else (("FailedMount", str(exc)),):
+                self.recorder.pod_event(pod, WARNING, reason, message)
             return result
 
         sandbox_id = actions.sandbox_id

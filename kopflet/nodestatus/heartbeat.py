@@ -126,6 +126,13 @@ class NodeAgent:
             out.update(self.devices()[1])
         return out
 
+    def known_labels(self) -> dict[str, str]:
+        """The Node's labels as last read, or before it ever was the labels the agent registers it with (upstream
+        getNodeAnyWay's initialNode): what a local PersistentVolume's node affinity is checked against."""
+        if self.labels is not None:
+            return dict(self.labels)
+        return setters.node_labels(self.cfg.node_name, self.facts, self.cfg.node_labels)
+
     async def admission_info(self) -> admission.NodeInfo:
         """This node as admission sees it: its labels, current taints and allocatable resources.
 
@@ -141,8 +148,7 @@ class NodeAgent:
                 logger.warning(f"could not read node {self.cfg.node_name}, admitting with known taints: {exc}")
         return admission.NodeInfo(
             name=self.cfg.node_name,
-            labels=self.labels if self.labels is not None else setters.node_labels(
-                self.cfg.node_name, self.facts, self.cfg.node_labels),
+            labels=self.known_labels(),
             taints=self.taints, os="linux", kernel_version=self.facts.kernel_version,
             allowed_unsafe_sysctls=self.cfg.allowed_unsafe_sysctls, allocatable=self.allocatable(),
             pressure=tuple(kind for kind, on in self.pressure().items() if on),

@@ -21,10 +21,10 @@ podCertificate sources' keys and chains as the pod certificate manager answers t
 
 A volume that cannot be set up raises `VolumeError`, whose text is the ``FailedMount`` event message.
 
-PersistentVolumeClaim, generic ephemeral and inline csi volumes are `kopflet.volumes.pvc`'s: resolved, attached,
-staged and published by the volume manager's loop (`kopflet.volumes.desired_state`) before the plan. Given their
-mounted volumes (`persistent`), `plan_volumes` plans them where their plugin set them up; without (the default),
-they are refused as volume types kopflet has no plugin for.
+PersistentVolumeClaim, generic ephemeral and inline csi volumes are `kopflet.volumes.pvc`'s: resolved and mounted by
+the volume manager (`kopflet.volumes.manager`, with `kopflet.volumes.desired_state`'s steps) before the plan. Given
+their mounted volumes (`persistent`), `plan_volumes` plans them where their plugin set them up; without (the
+default), they are refused as volume types kopflet has no plugin for.
 """
 
 from __future__ import annotations
@@ -88,11 +88,15 @@ _PROPAGATION = {
 
 
 class VolumeError(Exception):
-    """A volume cannot be set up or mounted; ``str(exc)`` is the event message, `volume` the volume's name."""
+    """A volume cannot be set up or mounted; ``str(exc)`` is the error (the FailedMount event message), `volume` the
+    volume's name. `events`, when given, are the Warning events to record instead, as (reason, message): a
+    persistent volume's mount failures (FailedMount, FailedMapVolume) and the pod's ``Unable to attach or mount
+    volumes`` one, or none (an error upstream only logs)."""
 
-    def __init__(self, message: str, volume: str = "") -> None:
+    def __init__(self, message: str, volume: str = "", events: tuple[tuple[str, str], ...] | None = None) -> None:
         super().__init__(message)
         self.volume = volume
+        self.events = events
 
 
 def _setup_failed(volume: str, detail: str) -> VolumeError:
@@ -393,7 +397,8 @@ def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[st
     `persistent` maps the pod's persistentVolumeClaim, ephemeral and csi volumes to their mounted volumes
     (`kopflet.volumes.desired_state` says when all are): each is planned at its plugin's path, read-only as its
     spec says; one a container uses but missing from it is a caller bug (ValueError), an unused one is left out
-    (upstream never mounts it). None: those volumes are refused (``unsupported volume type``).
+    (upstream never mounts it), except an inline csi volume, refused as before when missing (the volume manager
+    mounts no CSI volume yet). None: those volumes are refused (``unsupported volume type``).
     """
     del node_name  # not readable through downward API volumes (only metadata.* fields are)
     plans: dict[str, VolumePlan] = {}
@@ -401,7 +406,10 @@ def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[st
     for volume in pod.spec.volumes:
         name = _volume_name(volume)
         kind, body = _source(volume)
-        if persistent is not None and pvc.is_persistent(volume):
+        # An inline csi volume the volume manager did not mount (it runs no CSI plugin yet) is refused below as a
+        # volume type kopflet has no plugin for, used or not, as the other inline types are.
+        if persistent is not None and pvc.is_persistent(volume) and (
+                name in persistent or pvc.volume_kind(volume) != pvc.KIND_CSI):
             if name in persistent:
                 plans[name] = _persistent_plan(pod, name, pvc.volume_kind(volume), persistent[name], layout)
             elif name in used:
@@ -693,6 +701,28 @@ __all__ = [
     "token_requests",
     "validate_path",
 ]
+
+
+FS_GROUP_CHANGE_ON_ROOT_MISMATCH = "OnRootMismatch"  # v1.FSGroupChangeOnRootMismatch
+
+
+def requires_permission_change(*, gid: int, mode: int, is_dir: bool, fs_group: int, read_only: bool) -> bool:
+    """Upstream `requiresPermissionChange`: whether a volume's root (its ``stat`` group and mode) still needs the
+    fsGroup's ownership: another group, not a directory, or group read (write unless read-only), execute and setgid
+    missing."""
+    if gid != fs_group or not is_dir:
+        return True
+    wanted = (0o440 if read_only else 0o660) | 0o110
+    return (mode & wanted) != wanted or not mode & 0o2000
+
+
+def skip_permission_change(policy: str | None, *, gid: int, mode: int, is_dir: bool, fs_group: int,
+                           read_only: bool) -> bool:
+    """Upstream `skipPermissionChange`: with ``fsGroupChangePolicy: OnRootMismatch`` and a root that already has the
+    group and mode, the recursive change is skipped; with any other policy (Always, the default) it never is."""
+    if policy != FS_GROUP_CHANGE_ON_ROOT_MISMATCH:
+        return False
+    return not requires_permission_change(gid=gid, mode=mode, is_dir=is_dir, fs_group=fs_group, read_only=read_only)
 
 
 def ownership_mode(mode: int, *, is_dir: bool, read_only: bool) -> int:

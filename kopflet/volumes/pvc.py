@@ -10,9 +10,11 @@ the plugin, the unique name, the pod's errors), pkg/volume/util/util.go (`GetUni
 `GetVolumeMode`, `MountOptionFromSpec`, `JoinMountOptions`), component-helpers storage/volume (`CheckNodeAffinity`),
 and the plugins' `CanSupport`/`GetVolumeName`/`CanAttach`/`CanDeviceMount` (pkg/volume/csi, local, hostpath).
 
-kopflet has three plugins for them: CSI (``kubernetes.io/csi``), local (``kubernetes.io/local-volume``) and hostPath
-PersistentVolumes (``kubernetes.io/host-path``). Any other PV type (nfs, iscsi, the in-tree cloud disks upstream
-migrates to their CSI drivers) is refused with upstream's no-plugin error and a word on why.
+The rules know three plugins for them: CSI (``kubernetes.io/csi``), local (``kubernetes.io/local-volume``) and
+hostPath PersistentVolumes (``kubernetes.io/host-path``). The volume manager (`kopflet.volumes.manager`) runs the
+local and hostPath ones; CSI volumes are refused there until their staging and publishing are wired (`resolve`'s
+``plugins``). Any other PV type (nfs, iscsi, the in-tree cloud disks upstream migrates to their CSI drivers) is
+refused with upstream's no-plugin error and a word on why.
 
 Pure. The fetched objects come in mappings keyed by name: the object's body, ``None`` for "the apiserver answered
 NotFound", or a string, the apiserver's error text for any other failure. A name missing from a mapping was not
@@ -24,7 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+import posixpath
+import stat
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from kopflet import gotext, paths
@@ -63,6 +67,14 @@ node may not create VolumeAttachments itself (the Node authorizer only lets it r
 MAX_POD_ERRORS = 10  # desired_state_of_world.go maxPodErrors: a pod keeps at most 11 distinct errors
 
 NO_PLUGIN_MATCHED = "no volume plugin matched"  # pkg/volume ErrNoPluginMatched
+
+PLUGINS = (PLUGIN_CSI, PLUGIN_LOCAL, PLUGIN_HOST_PATH)
+"""The plugins these rules know. The volume manager runs local and hostPath only (`resolve`'s ``plugins``): CSI's
+rules are written, its staging and publishing are not wired."""
+PLUGIN_SOURCES = {PLUGIN_CSI: "csi", PLUGIN_LOCAL: "local", PLUGIN_HOST_PATH: "hostPath"}
+"""Each plugin's PV source (``spec.csi``, ``spec.local``, ``spec.hostPath``)."""
+MOUNTED_TYPES = "local and hostPath PersistentVolumes"
+"""What kopflet mounts, in the no-plugin error's words."""
 
 # The in-tree PV types upstream translates to a CSI driver (csi-translation-lib): kopflet does not translate them.
 MIGRATED_DRIVERS = {
@@ -404,8 +416,10 @@ def no_plugin_error(spec_name: str, source: str) -> str:
     if source in MIGRATED_DRIVERS:
         why = (f"kopflet has no {source} plugin and does not translate in-tree volumes to CSI (upstream's CSI "
                f"migration would use the {MIGRATED_DRIVERS[source]} driver)")
+    elif source == "csi":
+        why = f"kopflet does not mount CSI volumes yet (it mounts {MOUNTED_TYPES})"
     elif source:
-        why = f"kopflet has no {source} plugin (it mounts csi, local and hostPath PersistentVolumes)"
+        why = f"kopflet has no {source} plugin (it mounts {MOUNTED_TYPES})"
     else:
         why = "the PersistentVolume has no volume source"
     return (f"failed to get Plugin from volumeSpec for volume {gotext.go_quote(spec_name)} "
@@ -574,19 +588,26 @@ def _requires_republish(driver: Fetched) -> bool:
 
 
 def resolve(pod: spec.Pod, *, claims: Mapping[str, Fetched], persistent_volumes: Mapping[str, Fetched],
-            csi_drivers: Mapping[str, Fetched]) -> DesiredVolumes:
+            csi_drivers: Mapping[str, Fetched], plugins: Collection[str] = PLUGINS) -> DesiredVolumes:
     """Upstream `processPodVolumes` for the pod's persistent volumes: each used one resolved and added to the
-    desired state (its unique name shared by the pod volumes that name one PVC), or its error kept for the pod."""
+    desired state (its unique name shared by the pod volumes that name one PVC), or its error kept for the pod.
+
+    `plugins` are the plugins the caller runs: a PV whose plugin is not among them fails as a PV of a type without a
+    plugin does (`no_plugin_error`, in the pod's errors); an inline csi volume without the CSI plugin is left out
+    (not expected either): `kopflet.volumes.plugins.plan_volumes` refuses it as a volume type kopflet has no plugin
+    for, as it refuses the other inline types. No CSIDriver is read for a volume refused so."""
     mounts, devices = pod_volume_names(pod)
     volumes: dict[str, VolumeToMount] = {}
     errors: set[str] = set()
     failed: list[str] = []
-    used = _used_persistent(pod)
+    used = [v for v in _used_persistent(pod) if volume_kind(v) != KIND_CSI or PLUGIN_CSI in plugins]
     for volume in used:
         outer = _name(volume)
         try:
             resolved = resolve_volume(pod, volume, claims=claims, persistent_volumes=persistent_volumes,
                                       mounts=mounts, devices=devices)
+            if resolved.plugin not in plugins:  # FindPluginBySpec with fewer plugins registered
+                raise SpecError(no_plugin_error(resolved.name, PLUGIN_SOURCES[resolved.plugin]), outer)
         except SpecError as exc:
             if len(errors) <= MAX_POD_ERRORS:
                 errors.add(str(exc))
@@ -692,10 +713,106 @@ def local_global_path(volume: VolumeSpec, layout: paths.Layout, file_type: str) 
     raise SpecError("only directory and block device are supported", volume.outer_name)
 
 
+FILE_TYPE_FILE = "File"  # hostutil FileTypeFile
+FILE_TYPE_SOCKET = "Socket"  # hostutil FileTypeSocket
+FILE_TYPE_CHAR_DEVICE = "CharDevice"  # hostutil FileTypeCharDev
+UNKNOWN_FILE_TYPE = "only recognise file, directory, socket, block device and character device"  # errUnknownFileType
+
+
+def file_type(mode: int) -> str:
+    """Upstream hostutil `getFileType` on a path's ``stat`` mode (symlinks followed): its FileType, or `SpecError`
+    with upstream's errUnknownFileType (a FIFO)."""
+    if stat.S_ISDIR(mode):
+        return FILE_TYPE_DIRECTORY
+    if stat.S_ISREG(mode):
+        return FILE_TYPE_FILE
+    if stat.S_ISSOCK(mode):
+        return FILE_TYPE_SOCKET
+    if stat.S_ISCHR(mode):
+        return FILE_TYPE_CHAR_DEVICE
+    if stat.S_ISBLK(mode):
+        return FILE_TYPE_BLOCK_DEVICE
+    raise SpecError(UNKNOWN_FILE_TYPE)
+
+
+def path_missing(path: str) -> str:
+    """Upstream `getFileType`'s error for a path that does not exist."""
+    return f"path {gotext.go_quote(path)} does not exist"
+
+
+@dataclasses.dataclass(frozen=True)
+class MountInfo:
+    """One line of /proc/self/mountinfo, the fields `mount_refs` reads (mount-utils MountInfo)."""
+
+    id: int
+    major: int
+    minor: int
+    root: str
+    mount_point: str
+
+
+def parse_mountinfo(text: str) -> tuple[MountInfo, ...]:
+    """mount-utils `ParseMountInfo`, the fields kept here; a line it would refuse is skipped, paths are left escaped
+    as the kernel writes them (``\\040`` for a space), as upstream leaves them."""
+    infos = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 10:
+            continue
+        major, _, minor = fields[2].partition(":")
+        try:
+            infos.append(MountInfo(id=int(fields[0]), major=int(major), minor=int(minor), root=fields[3],
+                                   mount_point=fields[4]))
+        except ValueError:
+            continue
+    return tuple(infos)
+
+
+def _within(path: str, base: str) -> bool:
+    """mount-utils `PathWithinBase`: `path` is `base` or below it."""
+    relative = posixpath.relpath(path, base)
+    return relative != ".." and not relative.startswith("../")
+
+
+def mount_refs(mounts: Sequence[MountInfo], path: str) -> tuple[str, ...]:
+    """mount-utils `SearchMountPoints`: the other mount points of what is at `path` (resolved, no symlinks), bind
+    mounts of it included. The last mount holding `path` gives its device and root inside that device; every other
+    mount of the same device and root is a reference. None found: `SpecError` with upstream's text."""
+    for info in reversed(mounts):
+        if path == info.mount_point or _within(path, info.mount_point):
+            rest = path[len(info.mount_point):] if path.startswith(info.mount_point) else path
+            root = posixpath.normpath(posixpath.join(info.root, rest.lstrip("/")))
+            return tuple(m.mount_point for m in mounts
+                         if m.id != info.id and m.root == root and (m.major, m.minor) == (info.major, info.minor))
+    raise SpecError(f"failed to get root path and major:minor for {path}")
+
+
+def pod_mount_refs(refs: Iterable[str], pods_dir: str) -> tuple[str, ...]:
+    """The local plugin's `filterPodMounts`: the references under the pods directory, other pods' mounts."""
+    return tuple(r for r in refs if r.startswith(pods_dir.rstrip("/") + "/"))
+
+
 def local_mount_options(volume: VolumeSpec) -> tuple[str, ...]:
     """The local plugin's bind mount into the pod (SetUpAt): ``bind`` (``ro`` too when read-only) joined with the
     PV's mount options."""
     return join_mount_options(("bind", "ro") if volume.read_only else ("bind",), mount_options_from_spec(volume))
+
+
+BIND_REMOUNT_FLAGS = ("ro", "nodev", "noexec", "nosuid", "noatime", "relatime", "nodiratime")
+"""mount-utils getBindMountOptions: the source filesystem's flags a bind mount is remounted with (statfs)."""
+
+
+def bind_mount_args(source: str, target: str, options: Sequence[str],
+                    source_options: Iterable[str] = ()) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """mount-utils `MakeBindOptsSensitive` and `bindMountSensitive`: the two ``mount`` calls of a bind mount with
+    options: ``-o bind`` first, then ``-o bind,remount,<the other options>,<the source's flags>`` (a read-only bind
+    mount only becomes read-only when remounted). `options` must hold ``bind``; `source_options` are the source
+    filesystem's `BIND_REMOUNT_FLAGS`."""
+    if "bind" not in options:
+        raise ValueError(f"not a bind mount: {list(options)}")
+    bind_opts = ["bind", *(["_netdev"] if "_netdev" in options else [])]
+    remount = ["bind", "remount", *(o for o in options if o not in ("bind", "remount")), *source_options]
+    return ("-o", ",".join(bind_opts), source, target), ("-o", ",".join(remount), source, target)
 
 
 def local_device_mount_options(volume: VolumeSpec) -> tuple[str, ...]:

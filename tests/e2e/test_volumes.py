@@ -183,16 +183,18 @@ def test_missing_source_waits_with_failed_mount(running_agent: Agent, admin: Kub
 
 def test_unsupported_volume_type_is_refused_clearly(running_agent: Agent, admin: Kubectl, layout: Layout,
                                                     namespace: str) -> None:
+    # An inline nfs volume (persistent volumes: tests/e2e/test_persistent_volumes.py).
     admin.apply(pod_manifest("claims", namespace, layout.node_name,
                              [container("main", "sleep 3600", volumeMounts=[{"name": "data", "mountPath": "/d"}])],
-                             volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "nope"}}]))
+                             volumes=[{"name": "data", "nfs": {"server": "nfs.invalid", "path": "/"}}]))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         mounts = [e for e in events(admin, namespace, "claims") if e["reason"] == "FailedMount"]
         if mounts:
             break
         time.sleep(1)
-    assert mounts and "persistentVolumeClaim" in mounts[0]["message"]
+    assert mounts and mounts[0]["message"] == ('MountVolume.SetUp failed for volume "data" : unsupported volume type '
+                                               "nfs: kopflet has no plugin for it")
     assert admin.json("get", "pod", "claims", "-n", namespace)["status"]["phase"] == "Pending"
 
 

@@ -116,6 +116,12 @@ EXPECTED_CLUSTER_RULES = (
         ("kopflet/client/kubeapi.py", 'self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/secrets/{q(name)}")'),
         ("kopflet/images/manager.py", "await self.api.get_secret(pod.namespace, name)"),
     )),
+    # PVCs pods use and the PVs they are bound to (persistentVolumeClaim and generic ephemeral volumes).
+    Rule("", ("persistentvolumeclaims", "persistentvolumes"), ("get",), (
+        ("kopflet/volumes/manager.py",
+         'f"/api/v1/namespaces/{q(pod.namespace)}/persistentvolumeclaims/{q(name)}"'),
+        ("kopflet/volumes/manager.py", 'f"/api/v1/persistentvolumes/{q(name)}"'),
+    )),
     # Bound ServiceAccount tokens for projected volumes (TokenRequest).
     Rule("", ("serviceaccounts/token",), ("create",), (
         ("kopflet/volumes/manager.py",
@@ -201,7 +207,10 @@ DENIED = (
     ("patch", "csinodes.storage.k8s.io", "", ""),
     ("list", "csidrivers.storage.k8s.io", "", ""),
     ("list", "namespaces", "", ""),
-    ("get", "persistentvolumeclaims", "", "default"),
+    ("list", "persistentvolumeclaims", "", "default"),
+    ("update", "persistentvolumeclaims", "", "default"),
+    ("list", "persistentvolumes", "", ""),
+    ("create", "persistentvolumes", "", ""),
     ("list", "customresourcedefinitions.apiextensions.k8s.io", "", ""),
     ("create", "certificatesigningrequests.certificates.k8s.io", "", ""),
     ("create", "clustertrustbundles.certificates.k8s.io", "", ""),

@@ -29,6 +29,7 @@ from kopflet.logs.rotation import container_log_symlink
 from kopflet.logs.verbosity import v
 from kopflet.paths import Layout
 from kopflet.userns.userns_manager import UsernsManager
+from kopflet.volumes.plugins import VolumeError
 
 
 class FakeContainers:
@@ -266,6 +267,35 @@ async def test_the_runtime_is_asked_about_user_namespaces_only_for_hostusers_fal
     assert await syncer.user_namespace_facts(userns_pod(host_users)) == ("", ())
     assert await syncer.user_namespace_facts(userns_pod(False)) == ("", ())
     assert runtime_cri.asked == 1
+
+
+class FailingVolumes:
+    def __init__(self, error: VolumeError) -> None:
+        self.error = error
+
+    async def setup(self, pod: Pod) -> dict[str, Any]:
+        raise self.error
+
+
+MOUNT_FAILED = 'MountVolume.NodeAffinity check failed for volume "pv-1" : no matching NodeSelectorTerms'
+
+
+@pytest.mark.parametrize(("error", "events"), [
+    (VolumeError('MountVolume.SetUp failed for volume "c" : configmap "c" not found'),
+     [("Warning", "FailedMount", 'MountVolume.SetUp failed for volume "c" : configmap "c" not found', None, False)]),
+    (VolumeError(MOUNT_FAILED, events=(("FailedMount", MOUNT_FAILED), ("FailedMapVolume", "map failed"))),
+     [("Warning", "FailedMount", MOUNT_FAILED, None, False),
+      ("Warning", "FailedMapVolume", "map failed", None, False)]),
+    (VolumeError("logged only", events=()), []),
+], ids=["one FailedMount", "the volume manager's events", "no event"])
+async def test_a_volume_error_is_its_events_and_nothing_starts(error: VolumeError,
+                                                               events: list[tuple[Any, ...]]) -> None:
+    syncer, recorder = userns_syncer(StatusCri())
+    syncer.volumes = FailingVolumes(error)  # type: ignore[assignment]
+    actions = reconciler.PodActions(create_sandbox=True, containers_to_start=("app",))
+    result = await syncer.sync(userns_pod(None), RuntimePodStatus(uid="u"), actions)
+    assert result.volume_error == str(error) and result.failed
+    assert recorder.events == events
 
 
 def test_containers_get_the_sandboxs_user_namespace() -> None:

@@ -371,6 +371,24 @@ def test_ownership_mode_under_fs_group(mode: int, is_dir: bool, read_only: bool,
     assert plugins.ownership_mode(mode, is_dir=is_dir, read_only=read_only) == expected
 
 
+@pytest.mark.parametrize(("policy", "gid", "mode", "is_dir", "read_only", "skip"), [
+    # upstream skipPermissionChange / requiresPermissionChange, fsGroup 2000
+    ("OnRootMismatch", 2000, 0o2770, True, False, True),
+    ("OnRootMismatch", 2000, 0o2775, True, False, True),
+    ("OnRootMismatch", 1000, 0o2770, True, False, False),  # another group
+    ("OnRootMismatch", 2000, 0o0770, True, False, False),  # no setgid
+    ("OnRootMismatch", 2000, 0o2750, True, False, False),  # no group write
+    ("OnRootMismatch", 2000, 0o2750, True, True, True),  # read-only: group read and execute are enough
+    ("OnRootMismatch", 2000, 0o2660, False, False, False),  # not a directory
+    ("Always", 2000, 0o2770, True, False, False),
+    (None, 2000, 0o2770, True, False, False),  # the default is Always
+])
+def test_skip_permission_change(policy: str | None, gid: int, mode: int, is_dir: bool, read_only: bool,
+                                skip: bool) -> None:
+    assert plugins.skip_permission_change(policy, gid=gid, mode=mode, is_dir=is_dir, fs_group=2000,
+                                          read_only=read_only) is skip
+
+
 def test_set_volume_ownership_walks_the_volume(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir(mode=0o755)
     (tmp_path / "d" / "f").write_text("x")

@@ -7,6 +7,7 @@ PV the apiserver answered and the outcome (the spec, or the exact error).
 
 from __future__ import annotations
 
+import stat
 from typing import Any
 
 import pytest
@@ -128,7 +129,7 @@ ERROR_CASES: list[tuple[str, Pod, dict[str, Any], dict[str, Any], str]] = [
     ("nfs PV", make_pod([claim_volume()]), {"data-claim": make_claim()},
      {"pv-1": make_pv(source={"nfs": {"server": "nfs.example", "path": "/"}})},
      'failed to get Plugin from volumeSpec for volume "pv-1" err=no volume plugin matched: kopflet has no nfs plugin '
-     "(it mounts csi, local and hostPath PersistentVolumes)"),
+     "(it mounts local and hostPath PersistentVolumes)"),
     ("in-tree cloud disk PV", make_pod([claim_volume()]), {"data-claim": make_claim()},
      {"pv-1": make_pv(source={"gcePersistentDisk": {"pdName": "disk-1"}})},
      'failed to get Plugin from volumeSpec for volume "pv-1" err=no volume plugin matched: kopflet has no '
@@ -369,6 +370,36 @@ def test_requires_republish_comes_from_the_csidriver() -> None:
     assert result.volumes[0].requires_remount is True
 
 
+PLUGIN_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+    # (case, PV source, the errors with the volume manager's plugins: local and hostPath)
+    ("hostPath PV", {"hostPath": {"path": "/srv"}}, ()),
+    ("local PV", {"local": {"path": "/mnt"}}, ()),
+    ("csi PV", {"csi": {"driver": "csi.example.com", "volumeHandle": "vol-1"}},
+     ('failed to get Plugin from volumeSpec for volume "pv-1" err=no volume plugin matched: kopflet does not mount '
+      "CSI volumes yet (it mounts local and hostPath PersistentVolumes)",)),
+]
+
+
+@pytest.mark.parametrize(("source", "errors"), [c[1:] for c in PLUGIN_CASES], ids=[c[0] for c in PLUGIN_CASES])
+def test_a_pv_whose_plugin_is_not_run_has_no_plugin(source: dict[str, Any], errors: tuple[str, ...]) -> None:
+    result = pvc.resolve(make_pod([claim_volume()]), claims={"data-claim": make_claim()},
+                         persistent_volumes={"pv-1": make_pv(source=source)}, csi_drivers={},
+                         plugins=(pvc.PLUGIN_LOCAL, pvc.PLUGIN_HOST_PATH))
+    assert result.errors == errors
+    assert (result.failed, len(result.volumes)) == ((("data",), 0) if errors else ((), 1))
+    assert result.expected == ("data",)
+
+
+def test_an_inline_csi_volume_without_the_csi_plugin_is_left_to_plan_volumes() -> None:
+    pod = make_pod([claim_volume(), {"name": "scratch", "csi": {"driver": "inline.example.com"}}],
+                   mounts=("data", "scratch"))
+    result = pvc.resolve(pod, claims={"data-claim": make_claim()},
+                         persistent_volumes={"pv-1": make_pv(source={"local": {"path": "/mnt"}})}, csi_drivers={},
+                         plugins=(pvc.PLUGIN_LOCAL, pvc.PLUGIN_HOST_PATH))
+    assert result.expected == ("data",) and result.errors == ()
+    assert [v.outer_names for v in result.volumes] == [("data",)]
+
+
 # ------------------------------------------------------------------------------------ mount-time checks
 
 HOSTNAME_A = {"nodeSelectorTerms": [{"matchExpressions": [
@@ -474,6 +505,78 @@ def test_local_global_path(volume: VolumeSpec, file_type: str, expected: str | S
 def test_local_mount_options(volume: VolumeSpec, bind: tuple[str, ...], device: tuple[str, ...]) -> None:
     assert pvc.local_mount_options(volume) == bind
     assert pvc.local_device_mount_options(volume) == device
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    (stat.S_IFDIR | 0o755, pvc.FILE_TYPE_DIRECTORY),
+    (stat.S_IFREG | 0o644, "File"),
+    (stat.S_IFSOCK | 0o777, "Socket"),
+    (stat.S_IFCHR | 0o660, "CharDevice"),
+    (stat.S_IFBLK | 0o660, pvc.FILE_TYPE_BLOCK_DEVICE),
+    (stat.S_IFIFO | 0o644, SpecError("only recognise file, directory, socket, block device and character device")),
+])
+def test_file_type_is_hostutils(mode: int, expected: str | SpecError) -> None:
+    if isinstance(expected, SpecError):
+        with pytest.raises(SpecError, match=str(expected)):
+            pvc.file_type(mode)
+    else:
+        assert pvc.file_type(mode) == expected
+
+
+def test_path_missing_is_get_file_types_error() -> None:
+    assert pvc.path_missing("/mnt/disks/ssd1") == 'path "/mnt/disks/ssd1" does not exist'
+
+
+MOUNTINFO = """\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 8:16 / /mnt/disks rw,relatime shared:5 - xfs /dev/sdb rw
+90 22 8:16 /ssd1 /var/lib/kopflet/pods/uid-0/volumes/kubernetes.io~local-volume/pv-1 rw shared:5 - xfs /dev/sdb rw
+91 22 8:16 /ssd1 /elsewhere/bind rw shared:5 - xfs /dev/sdb rw
+92 22 8:1 /ssd1 /var/lib/kopflet/pods/uid-9/volumes/kubernetes.io~local-volume/pv-9 rw shared:1 - ext4 /dev/sda1 rw
+93 22 8:16 /ssd2 /var/lib/kopflet/pods/uid-2/volumes/kubernetes.io~local-volume/pv-2 rw shared:5 - xfs /dev/sdb rw
+bad line
+94 22 x:y /ssd1 /broken rw - xfs /dev/sdb rw
+"""
+POD_MOUNT = "/var/lib/kopflet/pods/uid-0/volumes/kubernetes.io~local-volume/pv-1"
+
+
+@pytest.mark.parametrize(("path", "refs"), [
+    # the PV's directory below a mount: the mounts of the same device and root (bind mounts of it)
+    ("/mnt/disks/ssd1", (POD_MOUNT, "/elsewhere/bind")),
+    # a pod's bind mount itself: the other references, the mount under /mnt/disks not (its root is /)
+    (POD_MOUNT, ("/elsewhere/bind",)),
+    ("/mnt/disks/ssd3", ()),
+    ("/srv/data", ()),  # on / : no other mount of /srv/data on 8:1
+])
+def test_mount_refs_is_search_mount_points(path: str, refs: tuple[str, ...]) -> None:
+    assert pvc.mount_refs(pvc.parse_mountinfo(MOUNTINFO), path) == refs
+
+
+def test_mount_refs_without_a_mount_holding_the_path() -> None:
+    with pytest.raises(SpecError, match="failed to get root path and major:minor for /srv"):
+        pvc.mount_refs(pvc.parse_mountinfo(MOUNTINFO.split("\n", 1)[1]), "/srv")
+
+
+def test_pod_mount_refs_are_those_under_the_pods_dir() -> None:
+    assert pvc.pod_mount_refs((POD_MOUNT, "/elsewhere/bind", "/var/lib/kopflet/podsx/y"),
+                              LAYOUT.pods_dir) == (POD_MOUNT,)
+
+
+@pytest.mark.parametrize(("options", "source", "bind", "remount"), [
+    (("bind",), (), "bind", "bind,remount"),
+    (("bind", "ro"), (), "bind", "bind,remount,ro"),
+    (("bind", "noatime", "ro"), ("nodev", "relatime"), "bind", "bind,remount,noatime,ro,nodev,relatime"),
+    (("_netdev", "bind"), (), "bind,_netdev", "bind,remount,_netdev"),
+])
+def test_bind_mount_args_are_mount_utils(options: tuple[str, ...], source: tuple[str, ...], bind: str,
+                                         remount: str) -> None:
+    assert pvc.bind_mount_args("/mnt/d", "/pods/t", options, source) == (
+        ("-o", bind, "/mnt/d", "/pods/t"), ("-o", remount, "/mnt/d", "/pods/t"))
+
+
+def test_bind_mount_args_need_bind() -> None:
+    with pytest.raises(ValueError, match="not a bind mount"):
+        pvc.bind_mount_args("/a", "/b", ("ro",))
 
 
 def test_local_fs_type_defaults_to_ext4() -> None:
