@@ -137,15 +137,17 @@ def test_a_local_pv_with_node_affinity_and_fs_group(running_agent: Agent, admin:
     wait_bound(admin, namespace, "fast")
     # Upstream's local plugin: a bind mount of the PV's directory, handed to the fsGroup (group rw, setgid) the
     # first time, so a non-root user of that group writes into it and its files take the group.
+    # Running while checked: a terminated pod's volumes are unmounted (upstream's volume manager), the bind mount too.
     admin.apply(pod_manifest("local", namespace, layout.node_name, [container(
-        "main", "echo ok > /data/made-by-pod && stat -c '%A %g' /data > /dev/termination-log",
-        volumeMounts=[{"name": "data", "mountPath": "/data"}])],
+        "main", "echo ok > /data/made-by-pod && stat -c '%A %g' /data > /tmp/stat && mv /tmp/stat /tmp/done; "
+                "sleep 3600",
+        volumeMounts=[{"name": "data", "mountPath": "/data"}],
+        readinessProbe={"exec": {"command": ["test", "-e", "/tmp/done"]}, "periodSeconds": 1})],
         volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "fast"}}],
-        securityContext={"runAsUser": 1000, "fsGroup": 2000}, restartPolicy="Never"))
-    pod = wait_pod(admin, namespace, "local", lambda p: p.get("status", {}).get("phase") in ("Succeeded", "Failed"),
-                   what="finished")
-    assert pod["status"]["phase"] == "Succeeded", json.dumps(pod["status"], indent=1)
-    assert terminated_message(pod).split() == ["drwxrwsr-x", "2000"]
+        securityContext={"runAsUser": 1000, "fsGroup": 2000}, terminationGracePeriodSeconds=1))
+    pod = wait_pod(admin, namespace, "local", is_ready, what="Ready")
+    out = admin.run("exec", "-n", namespace, "local", "-c", "main", "--", "cat", "/tmp/done").stdout
+    assert out.split() == ["drwxrwsr-x", "2000"]
     made = disk / "made-by-pod"
     assert made.read_text() == "ok\n" and made.stat().st_uid == 1000 and made.stat().st_gid == 2000
     bind = ROOT_DIR / "pods" / pod["metadata"]["uid"] / "volumes" / "kubernetes.io~local-volume" / pv
