@@ -57,6 +57,14 @@ class Logind:
         return proc
 
     def start(self) -> Logind:
+        """Everything up, or everything it started stopped again and the error raised."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> Logind:
         self.dir.mkdir(parents=True, exist_ok=True)
         config = self.dir / "bus.conf"
         config.write_text(BUS_CONFIG.format(socket=self.socket))

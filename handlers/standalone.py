@@ -75,8 +75,9 @@ async def run(decision: modes.Decision, *, stopping: asyncio.Event | None = None
     logger.info(modes.STANDALONE_MODE)
     try:
         for handler in handlers:
-            if not await _run_handler(handler, settings=settings, memo=memo, stopping=stopping):
-                return 0
+            if stopping.is_set() or not await _run_handler(handler, settings=settings, memo=memo,
+                                                           stopping=stopping):
+                return 0  # a stop asked for during the start: the later handlers (start_agent) do not run
         await stopping.wait()
         return 0
     except StartFailed as exc:

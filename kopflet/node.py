@@ -428,7 +428,7 @@ class Node:
         # the last, its error in the Ready condition, its kill the eviction manager's (the pod's worker).
         self.shutdown = ShutdownManager(
             cfg.shutdown_periods, state_file=Path(self.layout.root_dir) / shutdown_rules.STATE_FILE,
-            active_pods=self.workers.active_pods, kill=self.workers.evict, cleaned_up=self._pod_cleaned_up,
+            active_pods=self.workers.active_pods, kill=self.workers.evict, cleaned_up=self._pod_shut_down,
             sync_node_status=self._sync_node_status,
             node_event=lambda reason, message: self.recorder.node_event("Normal", reason, message,
                                                                         self.heartbeat.uid),
@@ -610,12 +610,20 @@ class Node:
             # upstream: not critical for the kubelet, logged, the kubelet runs on without it
             logger.error(f"Failed to start node shutdown manager: {exc}")
             return
+        except Exception:  # nor is a bug in it: logged with its traceback, the agent runs on
+            logger.exception("Failed to start node shutdown manager")
+            return
         if watching is not None:
             try:
                 await watching
             finally:
                 watching.cancel()
                 await self.shutdown.stop()
+
+    async def _pod_shut_down(self, uid: str) -> bool:
+        """Nothing of the pod runs and its volumes are unmounted (upstream killPods: the kill, then
+        WaitForAllPodsUnmount, before the next priority group)."""
+        return await self._pod_cleaned_up(uid) and await self.executor.volumes.unmounted(uid)
 
     async def _sync_node_status(self) -> None:
         """upstream syncNodeStatus, started as the shutdown begins: Ready False now, not at the next report."""

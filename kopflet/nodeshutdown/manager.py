@@ -61,6 +61,9 @@ class ShutdownManager:
         self._metrics, self._connect = metrics, connect
         self._bus: Bus | None = None
         self._lock: int | None = None
+        self._lock_owner: Bus | None = None
+        """The connection whose Inhibit gave `_lock`: the descriptor is ours, closed through it even once the
+        connection is gone (upstream ReleaseInhibitLock is a plain close)."""
         self._events: asyncio.Queue[bool] = asyncio.Queue()
         self.shutting_down = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -106,7 +109,10 @@ class ShutdownManager:
             current = await bus.current_inhibit_delay()
             requested = rules.period_requested(self.periods)
             if requested > current:
-                await asyncio.to_thread(bus.override_inhibit_delay, requested)
+                try:
+                    await asyncio.to_thread(bus.override_inhibit_delay, requested)
+                except DBusError as exc:
+                    raise DBusError(f"unable to override inhibit delay by shutdown manager: {exc}") from exc
                 await bus.reload_logind_conf()
                 # upstream: wait.ExponentialBackoff, a first read at once, then after 100 ms, 200 ms ...
                 updated, attempts = await bus.current_inhibit_delay(), 1
@@ -122,7 +128,7 @@ class ShutdownManager:
             try:
                 await bus.monitor_shutdown(self._events.put_nowait, lambda text: logger.error(text))
             except (TimeoutError, DBusError, OSError) as exc:
-                lock, self._lock = self._lock, None
+                lock, self._lock, self._lock_owner = self._lock, None, None
                 if lock is not None:
                     try:
                         bus.release_inhibit_lock(lock)
@@ -139,19 +145,18 @@ class ShutdownManager:
         """A new lock first, then the old one let go (upstream acquireInhibitLock)."""
         assert self._bus is not None
         lock = await self._bus.inhibit_shutdown()
-        if self._lock is not None:
-            try:
-                self._bus.release_inhibit_lock(self._lock)
-            except DBusError:
-                pass  # upstream ignores it too: the old descriptor is gone either way
-        self._lock = lock
+        self._release_lock(quiet=True)  # upstream ignores the old one's close error: it is gone either way
+        self._lock, self._lock_owner = lock, self._bus
 
-    def _release_lock(self) -> None:
-        lock, self._lock = self._lock, None
-        if lock is not None and self._bus is not None:
-            try:
-                self._bus.release_inhibit_lock(lock)
-            except DBusError as exc:
+    def _release_lock(self, *, quiet: bool = False) -> None:
+        lock, owner = self._lock, self._lock_owner
+        self._lock, self._lock_owner = None, None
+        if lock is None or owner is None:
+            return
+        try:
+            owner.release_inhibit_lock(lock)
+        except DBusError as exc:
+            if not quiet:
                 logger.warning(str(exc))
 
     async def _run(self) -> None:
@@ -170,19 +175,23 @@ class ShutdownManager:
                     break
                 except (TimeoutError, DBusError, OSError) as exc:
                     logger.error(f"Unable to watch the node for shutdown events: {exc}")
+                except Exception:  # a bug must not end the watch for good: logged, tried again
+                    logger.exception("Unable to watch the node for shutdown events")
 
     async def _watch(self, bus: Bus) -> None:
         disconnected = asyncio.create_task(bus.wait_for_disconnect())
+        event: asyncio.Task[bool] | None = None
         try:
             while True:
                 event = asyncio.create_task(self._events.get())
                 await asyncio.wait({event, disconnected}, return_when=asyncio.FIRST_COMPLETED)
                 if not event.done():
-                    event.cancel()
                     return
                 await self._on_event(event.result())
         finally:
             disconnected.cancel()
+            if event is not None:
+                event.cancel()
 
     async def _on_event(self, shutting_down: bool) -> None:
         logger.info(f"Shutdown manager detected new shutdown event: {'shutdown' if shutting_down else 'cancelled'}")

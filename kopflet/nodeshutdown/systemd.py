@@ -63,12 +63,13 @@ class LogindBus:
                 destination=destination, path=path, interface=interface, member=member, signature=signature,
                 body=body or [])), CALL_TIMEOUT)
         except Exception as exc:  # the connection broke, or no answer in time
-            raise DBusError(f"{interface}.{member}: {exc or type(exc).__name__}") from exc
+            raise DBusError(str(exc) or type(exc).__name__) from exc
         if reply.message_type == MessageType.ERROR:
             for fd in reply.unix_fds:
                 os.close(fd)
+            # godbus Error.Error(): the first body string, else the error's name
             text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
-            raise DBusError(f"{reply.error_name}: {text}" if text else str(reply.error_name))
+            raise DBusError(text or str(reply.error_name))
         return reply
 
     async def current_inhibit_delay(self) -> float:
@@ -78,10 +79,10 @@ class LogindBus:
                                      [LOGIND_INTERFACE, "InhibitDelayMaxUSec"])
         except (TimeoutError, DBusError, OSError) as exc:
             raise DBusError(f"failed reading InhibitDelayMaxUSec property from logind: {exc}") from exc
-        variant = reply.body[0]
-        if variant.signature != "t":
+        variant = reply.body[0] if reply.body else None
+        if getattr(variant, "signature", None) != "t":
             raise DBusError("InhibitDelayMaxUSec from logind is not a uint64 as expected")
-        return int(variant.value) / 1e6
+        return int(variant.value) / 1e6  # type: ignore[union-attr]
 
     async def inhibit_shutdown(self) -> int:
         """A delay inhibitor lock: the file descriptor logind watches; closing it releases the lock."""
@@ -90,9 +91,11 @@ class LogindBus:
                                      [rules.INHIBIT_WHAT, rules.INHIBIT_WHO, rules.INHIBIT_WHY, rules.INHIBIT_MODE])
         except (TimeoutError, DBusError, OSError) as exc:
             raise DBusError(f"failed creating systemd inhibitor: {exc}") from exc
-        if not reply.unix_fds:
-            raise DBusError("failed storing inhibit lock file descriptor: no file descriptor in the reply")
         index = reply.body[0] if reply.body and isinstance(reply.body[0], int) else 0
+        if not 0 <= index < len(reply.unix_fds):
+            for other in reply.unix_fds:
+                os.close(other)
+            raise DBusError("failed storing inhibit lock file descriptor: no file descriptor in the reply")
         fd = reply.unix_fds[index]
         for other in reply.unix_fds:
             if other != fd:

@@ -30,6 +30,7 @@ import dataclasses
 import datetime
 import logging
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -270,19 +271,36 @@ class VolumeManager:
         """Unmount the pod's tmpfs volumes and local PVs' bind mounts; the caller then removes the pod's directory.
         OSError when a mount is left (upstream keeps a pod directory whose volumes are still mounted): removing the
         directory would remove a PersistentVolume's files through its bind mount."""
-        self.forget(uid)
         left = await asyncio.to_thread(unmount_all, Path(self.layout.volumes_dir(uid)))
-        if left:
+        if left:  # the volumes stay in the actual state until they are really gone (ReadWriteOncePod, fsGroup)
             raise OSError(f"pod {uid}: volumes still mounted, its directory is kept: {', '.join(left)}")
+        self.forget(uid)
+
+    async def unmounted(self, uid: str) -> bool:
+        """Nothing of the pod is mounted under its volumes directory any more (upstream WaitForAllPodsUnmount's
+        condition, which the node shutdown manager waits for before the next priority group)."""
+        volumes_dir = Path(self.layout.volumes_dir(uid))
+        return not await asyncio.to_thread(_mounted_below, str(volumes_dir) + "/")
 
 
 # ------------------------------------------------------------------------------------ blocking helpers
 
 
+_MOUNT_ESCAPES = re.compile(r"\\([0-7]{3})")
+
+
+def mount_points(table: str = "/proc/self/mounts") -> list[str]:
+    """The mount points, unescaped: the kernel writes a space, tab, newline and backslash as ``\\040``,
+    ``\\011``, ``\\012``, ``\\134``. A path compared escaped would never match, and a bind mount missed here
+    is a directory whose removal goes into the mounted filesystem."""
+    with open(table) as f:
+        return [_MOUNT_ESCAPES.sub(lambda m: chr(int(m.group(1), 8)), fields[1])
+                for fields in (line.split() for line in f) if len(fields) > 1]
+
+
 def is_mounted(path: Path) -> bool:
     target = str(path.resolve())
-    with open("/proc/self/mounts") as f:
-        return any(line.split()[1] == target for line in f if len(line.split()) > 1)
+    return target in mount_points()
 
 
 def mount_tmpfs(path: Path, size_limit: int | None) -> None:
@@ -293,8 +311,10 @@ def mount_tmpfs(path: Path, size_limit: int | None) -> None:
 
 
 def _mounted_below(prefix: str) -> list[str]:
-    with open("/proc/self/mounts") as f:
-        return [line.split()[1] for line in f if len(line.split()) > 1 and line.split()[1].startswith(prefix)]
+    if not os.path.exists(prefix):
+        return []
+    prefix = os.path.realpath(prefix) + "/"
+    return [point for point in mount_points() if point.startswith(prefix)]
 
 
 def unmount_all(volumes_dir: Path) -> list[str]:

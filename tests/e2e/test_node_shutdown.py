@@ -9,6 +9,7 @@ job (PrepareForShutdown(false)) takes the lock again and the Node is Ready again
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -43,13 +44,22 @@ def wait_for(what: str, check: Any, timeout: float = 60.0) -> Any:
 
 @pytest.fixture
 def logind(tmp_path: Path) -> Iterator[Logind]:
-    kept = LOGIND_DROP_IN.read_bytes() if LOGIND_DROP_IN.exists() else None
-    with Logind(tmp_path / "logind") as bus:
-        yield bus
-    if kept is None:
+    """The private logind, started without the agent's drop-in: one an aborted run left (or the host's) is moved
+    aside and put back afterwards, as is the directory the agent creates."""
+    directory_existed = LOGIND_DROP_IN.parent.exists()
+    kept = tmp_path / "kept-99-kubelet.conf"
+    if LOGIND_DROP_IN.exists():
+        LOGIND_DROP_IN.rename(kept)
+    try:
+        with Logind(tmp_path / "logind") as bus:
+            yield bus
+    finally:
         LOGIND_DROP_IN.unlink(missing_ok=True)
-    else:
-        LOGIND_DROP_IN.write_bytes(kept)
+        if kept.exists():
+            kept.rename(LOGIND_DROP_IN)
+        elif not directory_existed:
+            with contextlib.suppress(OSError):
+                LOGIND_DROP_IN.parent.rmdir()
 
 
 def node_ready(admin: Kubectl, node: str) -> dict[str, Any]:
@@ -70,6 +80,7 @@ def terminated_by_shutdown(pod: dict[str, Any]) -> bool:
 
 def test_shutdown_kills_regular_then_critical_pods_before_logind_powers_off(
         layout: Layout, admin: Kubectl, namespace: str, tmp_path: Path, logind: Logind) -> None:
+    assert logind.inhibit_delay_max() < 20, "the host's logind.conf already allows 20 s: nothing to raise"
     config = tmp_path / "config.yaml"
     config.write_text(layout.kubelet_config.read_text() +
                       "shutdownGracePeriod: 20s\nshutdownGracePeriodCriticalPods: 10s\n")
@@ -83,8 +94,8 @@ def test_shutdown_kills_regular_then_critical_pods_before_logind_powers_off(
                                                  "delay") in logind.inhibitors())
         assert logind.inhibit_delay_max() == 20.0
         assert LOGIND_DROP_IN.read_text() == "# Kubelet logind override\n[Login]\nInhibitDelayMaxSec=20\n"
-        assert [(j["call"], j["unit"], j["signal"]) for j in logind.jobs()] == [
-            ("KillUnit", "systemd-logind.service", 1)]
+        assert [j["signal"] for j in logind.jobs() if (j["call"], j["unit"]) == ("KillUnit", "systemd-logind.service")
+                ] == [1]  # SIGHUP
 
         admin.apply(pod_manifest("regular", namespace, layout.node_name, [container("main", QUICK_EXIT)],
                                  terminationGracePeriodSeconds=30))
@@ -112,9 +123,9 @@ def test_shutdown_kills_regular_then_critical_pods_before_logind_powers_off(
         assert "Shutdown manager detected shutdown event" in node_events(admin, layout.node_name, "Shutdown")
 
         # logind started the poweroff only once the agent let its lock go, after both pods were down.
-        job = wait_for("the poweroff job", lambda: next((j for j in logind.jobs() if j["call"] == "StartUnit"),
-                                                         None))
-        assert (job["unit"], job["mode"]) == ("poweroff.target", "replace-irreversibly")
+        job = wait_for("the poweroff job", lambda: next(
+            (j for j in logind.jobs() if (j["call"], j["unit"]) == ("StartUnit", "poweroff.target")), None))
+        assert job["mode"] == "replace-irreversibly"
         assert ("shutdown", "kubelet", "Kubelet needs time to handle node shutdown", "delay") not in \
             logind.inhibitors()
 

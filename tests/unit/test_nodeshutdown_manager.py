@@ -264,3 +264,28 @@ async def test_no_system_bus_is_a_dbus_error(address: str, monkeypatch: pytest.M
                               sync_node_status=Node([]).sync, node_event=lambda reason, message: None)
     with pytest.raises(DBusError, match="cannot connect to the system bus"):
         await manager.start()
+
+
+async def test_the_lock_is_let_go_at_stop_even_with_the_bus_gone(tmp_path: Path) -> None:
+    """The descriptor is ours: closed at stop although the connection that gave it was lost and no new one came."""
+    first = FakeBus(delay=10.0)
+    attempts = 0
+
+    async def connect() -> FakeBus:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            return first
+        raise DBusError("cannot connect to the system bus: refused")
+    manager = new_manager(Node([]), first, tmp_path)
+    manager._connect = connect  # type: ignore[assignment]
+    task = await manager.start()
+    assert task is not None and first.held
+    first.gone.set()
+    await settle(lambda: attempts >= 3)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await manager.stop()
+    assert not first.held
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    assert not pending, pending

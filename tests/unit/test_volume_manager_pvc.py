@@ -370,3 +370,27 @@ async def test_cleanup_keeps_a_pod_directory_whose_volumes_stay_mounted(tmp_path
         await h.manager.cleanup(UID)
     monkeypatch.setattr(manager, "unmount_all", lambda folder: [])
     await h.manager.cleanup(UID)
+
+
+def test_mount_points_are_read_unescaped(tmp_path: Path) -> None:
+    """A root dir with a space: compared escaped, its bind mounts would be missed and removed through."""
+    table = tmp_path / "mounts"
+    table.write_text("tmpfs /var/lib/kop\\040flet/pods/u/volumes/a tmpfs rw 0 0\n"
+                     "/dev/vda /tab\\011and\\134back ext4 rw 0 0\nshort\n")
+    assert manager.mount_points(str(table)) == ["/var/lib/kop flet/pods/u/volumes/a", "/tab\tand\\back"]
+
+
+async def test_a_volume_stays_in_the_actual_state_while_it_is_still_mounted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cleanup forgets the pod's volumes only once they are unmounted: until then ReadWriteOncePod and the fsGroup
+    check still see them."""
+    h = Harness(tmp_path, monkeypatch, {})
+    forgotten: list[str] = []
+    monkeypatch.setattr(h.manager, "forget", forgotten.append)
+    monkeypatch.setattr(manager, "unmount_all", lambda folder: [h.target()])
+    with pytest.raises(OSError):
+        await h.manager.cleanup(UID)
+    assert forgotten == []
+    monkeypatch.setattr(manager, "unmount_all", lambda folder: [])
+    await h.manager.cleanup(UID)
+    assert forgotten == [UID]
