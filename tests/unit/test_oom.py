@@ -70,3 +70,52 @@ def test_no_process_known_says_so_plainly() -> None:
 ])
 def test_kmsg_records(raw: str, expected: KmsgRecord | None) -> None:
     assert parser.parse_record(raw) == expected
+
+
+async def test_the_ring_buffer_reaches_the_loop_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """3000 records read at start wake the event loop a few times, not once each: thousands of
+    call_soon_threadsafe in a burst fill the loop's self-pipe, the signal wake-up fd, and a SIGTERM then is lost.
+    The system OOM among them is still reported."""
+    import asyncio
+    import os
+    import threading
+
+    from kopflet.oom import watcher as watcher_module
+    noise = [f"6,{i},{i},-;eth0: link up\n" for i in range(3000)]
+    oom = [f"6,{3000 + i},{3000 + i},-;{r.message}\n" for i, r in enumerate(GLOBAL)]
+    pending = [line.encode() for line in (*noise, *oom)]
+    lock = threading.Lock()
+
+    def read(fd: int, size: int) -> bytes:
+        with lock:
+            if pending:
+                return pending.pop(0)
+        raise BlockingIOError
+
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    monkeypatch.setattr(watcher_module.os, "open", lambda path, flags: devnull)
+    monkeypatch.setattr(watcher_module.os, "read", read)
+    monkeypatch.setattr(watcher_module, "POLL", 0.01)
+    loop = asyncio.get_running_loop()
+    wakeups = 0
+    original = loop.call_soon_threadsafe
+
+    def counting(*args: object) -> asyncio.Handle:
+        nonlocal wakeups
+        wakeups += 1
+        return original(*args)  # type: ignore[arg-type]
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+    reported: list[tuple[str, str]] = []
+    seen = asyncio.Event()
+
+    def record(reason: str, message: str) -> None:
+        reported.append((reason, message))
+        seen.set()
+    task = asyncio.create_task(watcher_module.OomWatcher(record, "/dev/kmsg").run())
+    try:
+        await asyncio.wait_for(seen.wait(), 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert reported == [("SystemOOM", "System OOM encountered, victim process: stress, pid: 4242")]
+    assert wakeups <= 5, wakeups
