@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import os
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from kopflet import checkpointmanager
 from kopflet.lifecycle import admission
 from kopflet.nodeshutdown import rules
 from kopflet.nodeshutdown.systemd import DBusError, LogindBus
@@ -91,7 +90,7 @@ class ShutdownManager:
             return None
         logger.info(f"Creating node shutdown manager: shutdownGracePeriodByPodPriority {self._describe()}")
         await self._start_once()
-        self._restore_metrics()
+        await self._restore_metrics()
         return asyncio.create_task(self._run(), name="node-shutdown-manager")
 
     def _describe(self) -> str:
@@ -271,21 +270,23 @@ class ShutdownManager:
 
     async def _store_state(self, start: datetime.datetime, end: datetime.datetime | None) -> None:
         try:
-            await asyncio.to_thread(_atomic_write, self.state_file, rules.encode_state(start, end))
+            await asyncio.to_thread(checkpointmanager.write_atomically, self.state_file,
+                                    rules.encode_state(start, end))
         except OSError as exc:
             logger.error(f"Failed to store graceful shutdown state: {exc}")
 
-    def _restore_metrics(self) -> None:
+    async def _restore_metrics(self) -> None:
         """upstream setMetrics: the last shutdown's times from the state file, so they survive the reboot."""
         if self._metrics is None:
             return
         try:
-            data = self.state_file.read_bytes()
-        except FileNotFoundError:
-            return
-        except OSError as exc:
+            text = await asyncio.to_thread(checkpointmanager.read_text, self.state_file)
+        except (OSError, UnicodeDecodeError) as exc:
             logger.error(f"Failed to load graceful shutdown state: {exc}")
             return
+        if text is None:
+            return
+        data = text.encode()
         try:
             start, end = rules.decode_state(data)
         except ValueError as exc:
@@ -322,13 +323,3 @@ def _now() -> datetime.datetime:
 def _unix(t: datetime.datetime) -> float:
     return rules.metric_timestamp(t)
 
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """upstream atomicWrite: a temporary file beside it, 0644, synced, renamed over."""
-    tmp = path.with_name(f".tmp-{path.name}.{time.monotonic_ns()}")
-    with open(tmp, "wb") as f:
-        tmp.chmod(0o644)
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
