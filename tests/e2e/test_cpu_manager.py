@@ -35,7 +35,16 @@ from kopflet.cm.cpumanager import state as checkpoint
 from kopflet.cm.cpumanager.static_policy import State
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent, agent_with
-from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, wait_gone, wait_node_idle, wait_pod
+from tests.e2e.test_pod_lifecycle import (
+    container,
+    events,
+    is_ready,
+    pod_manifest,
+    wait_gone,
+    wait_node_idle,
+    wait_pod,
+    wait_served,
+)
 
 pytestmark = pytest.mark.skipif(os.path.exists("/sys/fs/cgroup/cgroup.controllers"),
                                 reason="reads the cgroup v1 hierarchy this machine has")
@@ -191,6 +200,7 @@ def test_guaranteed_pods_get_cpus_of_their_own_and_the_rest_share_the_others(
                 again.wait_for(r"Activity 'start_agent' succeeded")
                 pinned = wait_pod(admin, namespace, "pinned", is_ready, what="Ready after the restart")
                 assert pinned["status"]["containerStatuses"][0]["restartCount"] == 0
+                wait_served(admin, namespace, "pinned", "main")
                 assert cpus_of(admin, namespace, "pinned") == (str(EXCLUSIVE), str(EXCLUSIVE))
                 assert STATE_FILE.read_text() == before_restart
                 admin.apply(guaranteed("third", namespace, node, 1))

@@ -39,7 +39,7 @@ from kopflet.apis.podresources.proto.v1 import api_pb2_grpc as v1_grpc
 from kopflet.cm.devicemanager import checkpoint, devices
 from tests.conftest import Kubectl
 from tests.e2e.conftest import Agent, agent_with
-from tests.e2e.test_pod_lifecycle import container, is_ready, pod_manifest, wait_gone, wait_pod
+from tests.e2e.test_pod_lifecycle import container, is_ready, pod_manifest, wait_gone, wait_pod, wait_served
 
 RESOURCE = "example.com/resource"
 ROOT_DIR = Path(os.environ.get("KOPFLET_ROOT_DIR", paths.DEFAULT_ROOT_DIR))
@@ -197,6 +197,7 @@ def test_the_sample_device_plugin_end_to_end(admin: Kubectl, layout: Layout, nam
                 again.wait_for(r"Device plugin connected: example\.com/resource", timeout=90)
                 one = wait_pod(admin, namespace, "one", is_ready, what="Ready after the restart")
                 assert one["status"]["containerStatuses"][0]["restartCount"] == 0
+                wait_served(admin, namespace, "one", "main")
                 assert mounted_devices(admin, namespace, "one") == held
                 assert [(e.pod_uid, e.container_name, e.resource_name, dict(e.device_ids or {}))
                         for e in read_checkpoint().entries or ()] == before

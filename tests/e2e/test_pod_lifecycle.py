@@ -49,6 +49,19 @@ def wait_pod(admin: Kubectl, namespace: str, name: str, predicate: Callable[[dic
                          f"{json.dumps(pod.get('status'), indent=1)}")
 
 
+def wait_served(admin: Kubectl, namespace: str, name: str, container: str, timeout: float = 60.0) -> None:
+    """Wait until the agent serves exec for the pod: a restarted agent answers ``pod "x" does not exist`` (as
+    upstream's kubelet does) until its watch has listed the pod, while the apiserver still shows the pod Ready."""
+    deadline = time.monotonic() + timeout
+    proc = None
+    while time.monotonic() < deadline:
+        proc = admin.run("exec", "-n", namespace, name, "-c", container, "--", "true", check=False)
+        if proc.returncode == 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the agent never served exec for {namespace}/{name}: {proc.stderr if proc else ''}")
+
+
 def wait_gone(admin: Kubectl, namespace: str, name: str, timeout: float = 60.0) -> float:
     start = time.monotonic()
     while time.monotonic() - start < timeout:
