@@ -26,7 +26,7 @@ from __future__ import annotations
 import builtins
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, Self
 
@@ -37,6 +37,8 @@ from google.protobuf.message import Message
 from cri_client import convert, errors, types
 from cri_client.proto import api_pb2 as pb
 from cri_client.proto import api_pb2_grpc as pb_grpc
+from cri_client.proto import events_pb2 as events_pb
+from cri_client.proto import events_pb2_grpc as events_grpc
 
 DEFAULT_ENDPOINT: Final = "unix:///run/containerd/containerd.sock"
 DEFAULT_TIMEOUT: Final = 120.0  # kubelet's --runtime-request-timeout default (2m)
@@ -63,6 +65,9 @@ _CHANNEL_OPTIONS: Final[Sequence[tuple[str, Any]]] = (
 )
 
 _Service = Literal["RuntimeService", "ImageService"]
+
+CONTAINERD_NAMESPACE: Final = "k8s.io"
+"""The containerd namespace its CRI plugin keeps pods in (its default; the stack's config keeps it)."""
 
 
 def normalize_endpoint(endpoint: str) -> str:
@@ -93,6 +98,7 @@ class CriClient:
         self._channel: grpc.aio.Channel | None = None
         self._runtime: pb_grpc.RuntimeServiceStub | None = None
         self._image: pb_grpc.ImageServiceStub | None = None
+        self._events: events_grpc.EventsStub | None = None
         self.observer = observer
         """Called after every RPC with (method, seconds, failed): the kubelet's runtime operation metrics."""
         self.sandboxes: Final = Sandboxes(self)
@@ -110,10 +116,11 @@ class CriClient:
             self._channel = grpc.aio.insecure_channel(self.endpoint, options=list(_CHANNEL_OPTIONS))
             self._runtime = pb_grpc.RuntimeServiceStub(self._channel)
             self._image = pb_grpc.ImageServiceStub(self._channel)
+            self._events = events_grpc.EventsStub(self._channel)
 
     async def close(self) -> None:
         """Close the channel, cancelling calls still in flight. Safe to call twice."""
-        channel, self._channel, self._runtime, self._image = self._channel, None, None, None
+        channel, self._channel, self._runtime, self._image, self._events = self._channel, None, None, None, None
         if channel is not None:
             await channel.close()
 
@@ -206,6 +213,43 @@ class CriClient:
                 self.endpoint,
             )
         return version
+
+
+    # ------------------------------------------------------------------------------------------ events
+
+    async def container_events(self) -> AsyncIterator[types.ContainerEvent]:
+        """CRI's container events (``GetContainerEvents``, containerd 1.7 and later), for as long as the stream
+        lasts; CriError when it breaks, UNIMPLEMENTED from a runtime without them. No deadline: the stream is
+        meant to stay open."""
+        if self._runtime is None:
+            raise RuntimeError(f"{self!r} is not open: use 'async with' or 'await client.open()' first")
+        call = self._runtime.GetContainerEvents(pb.GetEventsRequest(), wait_for_ready=False)
+        async for response in self._stream(call, "RuntimeService/GetContainerEvents"):
+            yield convert.container_event_from_pb(response)
+
+    async def containerd_events(self, namespace: str = CONTAINERD_NAMESPACE) -> AsyncIterator[types.ContainerEvent]:
+        """The same events from containerd's own event service on the same socket (its task starts and exits, its
+        container removals in the CRI plugin's namespace): containerd 1.6 has no CRI events, and on later
+        releases every subscriber gets every event, where CRI's stream hands each event to one reader only.
+        UNIMPLEMENTED from a runtime that is not containerd."""
+        if self._events is None:
+            raise RuntimeError(f"{self!r} is not open: use 'async with' or 'await client.open()' first")
+        filters = [f'namespace=="{namespace}",topic=="{topic}"' for topic in convert.CONTAINERD_TOPICS]
+        call = self._events.Subscribe(events_pb.SubscribeRequest(filters=filters), wait_for_ready=False)
+        async for envelope in self._stream(call, "containerd.services.events.v1.Events/Subscribe"):
+            event = convert.container_event_from_envelope(envelope)
+            if event is not None:
+                yield event
+
+    async def _stream(self, call: Any, method: str) -> AsyncIterator[Any]:
+        """A server stream's messages; its gRPC errors as CriError; the call cancelled when the reader stops."""
+        try:
+            async for message in call:
+                yield message
+        except grpc.aio.AioRpcError as e:
+            raise errors.CriError(e.code().name, e.details() or "", method, self.endpoint) from e
+        finally:
+            call.cancel()
 
 
 class _Facade:

@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 
 from cri_client import types
 from cri_client.proto import api_pb2 as pb
+from cri_client.proto import events_pb2 as events_pb
 
 _E = TypeVar("_E", bound=enum.IntEnum)
 _T = TypeVar("_T")
@@ -924,3 +925,76 @@ def sandbox_stats_filter_to_pb(f: types.PodSandboxStatsFilter) -> pb.PodSandboxS
 
 def sandbox_stats_filter_from_pb(m: pb.PodSandboxStatsFilter) -> types.PodSandboxStatsFilter:
     return types.PodSandboxStatsFilter(id=m.id, label_selector=_map(m.label_selector))
+
+
+# -------------------------------------------------------------------------------------- runtime events
+
+def container_event_to_pb(e: types.ContainerEvent) -> pb.ContainerEventResponse:
+    return pb.ContainerEventResponse(container_id=e.container_id, container_event_type=int(e.type),
+                                     created_at=e.created_at)
+
+
+def container_event_from_pb(m: pb.ContainerEventResponse) -> types.ContainerEvent:
+    """CRI's event; an event type a newer runtime adds reads as a stop, which makes the agent look again."""
+    return types.ContainerEvent(
+        container_id=m.container_id,
+        type=_enum(types.ContainerEventType, m.container_event_type, types.ContainerEventType.STOPPED),
+        created_at=m.created_at)
+
+
+CONTAINERD_TOPICS: dict[str, types.ContainerEventType] = {
+    "/tasks/start": types.ContainerEventType.STARTED,
+    "/tasks/exit": types.ContainerEventType.STOPPED,
+    "/containers/delete": types.ContainerEventType.DELETED,
+}
+"""containerd's topics that say what CRI's events say (containerd 2.x's CRI plugin makes its own events from these
+same ones): a task's start and exit, a container's removal."""
+
+_CONTAINERD_PAYLOADS: dict[str, tuple[str, type[Message]]] = {
+    "/tasks/start": ("containerd.events.TaskStart", events_pb.TaskStart),
+    "/tasks/exit": ("containerd.events.TaskExit", events_pb.TaskExit),
+    "/containers/delete": ("containerd.events.ContainerDelete", events_pb.ContainerDelete),
+}
+
+
+def container_event_from_envelope(m: events_pb.Envelope) -> types.ContainerEvent | None:
+    """containerd's envelope as CRI's event; None for what is not one: another topic or payload, or an exec's
+    exit (a probe's or ``kubectl exec``'s process, whose exit id is not the container's)."""
+    kind = CONTAINERD_TOPICS.get(m.topic)
+    payload = _CONTAINERD_PAYLOADS.get(m.topic)
+    if kind is None or payload is None or not m.HasField("event"):
+        return None
+    type_name, message_type = payload
+    if m.event.type_url.rsplit("/", 1)[-1] != type_name:
+        return None
+    event: Any = message_type.FromString(m.event.value)
+    if isinstance(event, events_pb.TaskExit) and event.id and event.id != event.container_id:
+        return None
+    container_id = event.id if isinstance(event, events_pb.ContainerDelete) else event.container_id
+    if not container_id:
+        return None
+    at = m.timestamp.seconds * 1_000_000_000 + m.timestamp.nanos if m.HasField("timestamp") else 0
+    return types.ContainerEvent(container_id=container_id, type=kind, created_at=at)
+
+
+def container_event_to_envelope(e: types.ContainerEvent, namespace: str = "k8s.io") -> events_pb.Envelope:
+    """The envelope containerd sends for what CRI calls `e` (a simulated runtime, tests); ValueError for a creation,
+    which kopflet does not subscribe to."""
+    payloads: dict[types.ContainerEventType, Message] = {
+        types.ContainerEventType.STARTED: events_pb.TaskStart(container_id=e.container_id),
+        types.ContainerEventType.STOPPED: events_pb.TaskExit(container_id=e.container_id, id=e.container_id),
+        types.ContainerEventType.DELETED: events_pb.ContainerDelete(id=e.container_id),
+    }
+    if e.type not in payloads:
+        raise ValueError(f"containerd has no event kopflet reads for {e.type.name}")
+    topic = next(topic for topic, kind in CONTAINERD_TOPICS.items() if kind is e.type)
+    return envelope(topic, payloads[e.type], _CONTAINERD_PAYLOADS[topic][0], e.created_at, namespace)
+
+
+def envelope(topic: str, event: Message, type_name: str, at: int = 0, namespace: str = "k8s.io") -> events_pb.Envelope:
+    """An envelope as containerd packs one: `event` under its type name, stamped `at` (ns; 0: unstamped)."""
+    packed = events_pb.Envelope(topic=topic, namespace=namespace)
+    packed.event.type_url, packed.event.value = type_name, event.SerializeToString()
+    if at:
+        packed.timestamp.seconds, packed.timestamp.nanos = divmod(at, 1_000_000_000)
+    return packed

@@ -38,6 +38,26 @@ class ContainerState(enum.IntEnum):
     UNKNOWN = 3
 
 
+class ContainerEventType(enum.IntEnum):
+    """`ContainerEventType`: what happened to a container (or a sandbox's own container) in a runtime event."""
+
+    CREATED = 0
+    STARTED = 1
+    STOPPED = 2
+    DELETED = 3
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContainerEvent:
+    """One runtime event (CRI `ContainerEventResponse`, or containerd's own task and container events): which
+    container, and what happened to it. The id may be a sandbox's: its infra container's events carry it."""
+
+    container_id: str
+    type: ContainerEventType
+    created_at: int = 0
+    """When the runtime saw it, in nanoseconds since the epoch (0: not said)."""
+
+
 class Protocol(enum.IntEnum):
     """`Protocol` of a port mapping."""
 
@@ -713,6 +733,8 @@ __all__ = [
     "Capabilities",
     "Container",
     "ContainerConfig",
+    "ContainerEvent",
+    "ContainerEventType",
     "ContainerFilter",
     "ContainerMetadata",
     "ContainerSecurityContext",

@@ -548,6 +548,22 @@ class KubeletMetrics:
         self.pleg_relist_interval = r.histogram(
             "kubelet_pleg_relist_interval_seconds", "Interval in seconds between relisting in PLEG.", stability=ALPHA
         )
+        # upstream registers these with its EventedPLEG gate; kopflet's runtime events are always on (kopflet.pleg)
+        self.evented_pleg_connection_errors = r.counter(
+            "kubelet_evented_pleg_connection_error_count",
+            "The number of errors encountered during the establishment of streaming connection with the CRI runtime.",
+            stability=ALPHA,
+        )
+        self.evented_pleg_connections = r.counter(
+            "kubelet_evented_pleg_connection_success_count",
+            "The number of times a streaming client was obtained to receive CRI Events.",
+            stability=ALPHA,
+        )
+        self.evented_pleg_connection_latency = r.histogram(
+            "kubelet_evented_pleg_connection_latency_seconds",
+            "The latency of streaming connection with the CRI runtime, measured in seconds.",
+            stability=ALPHA,
+        )
         self.running_pods = r.gauge(
             "kubelet_running_pods", "Number of pods that have a running pod sandbox", stability=ALPHA
         )
@@ -764,6 +780,11 @@ class KubeletMetrics:
         self.pleg_relist_duration.observe(max(0.0, duration))
         if interval is not None:
             self.pleg_relist_interval.observe(max(0.0, interval))
+
+    def observe_runtime_event(self, latency: float | None) -> None:
+        """One runtime event received: its delay since the runtime made it (upstream EventedPLEGConnLatency)."""
+        if latency is not None:
+            self.evented_pleg_connection_latency.observe(max(0.0, latency))
 
     def set_running(self, running_pods: int, containers_by_state: Mapping[str, int]) -> None:
         """The PLEG's counts: pods with a ready sandbox; containers by state ("running", "exited", ...).

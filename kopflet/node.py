@@ -71,6 +71,7 @@ from kopflet.nodestatus import setters
 from kopflet.nodestatus.heartbeat import NodeAgent, read_machine_facts
 from kopflet.nodestatus.setters import MachineFacts
 from kopflet.oom.watcher import OomWatcher
+from kopflet.pleg.evented import RuntimeEvents
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pluginmanager.cache import CSI_PLUGIN
 from kopflet.pluginmanager.plugin_manager import PluginManager
@@ -373,6 +374,9 @@ class Node:
             allocations=self.allocations, cgroups=self.cgroups, images=self.images, teardown=self.teardown,
             metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating, devices=self.device_manager,
             memory=self.memory_manager)
+        self.runtime_events = RuntimeEvents(
+            self.relist, (("containerd", cri.containerd_events), ("CRI", cri.container_events)), self.workers.wake,
+            self.metrics)
         self.housekeeping = Housekeeping(self.api, self.relist, self.workers, self.teardown, self.layout,
                                          cfg.pod_field_selector, userns=self.userns, cgroups=self.cgroups,
                                          sources_ready=self._sources_ready)
@@ -569,6 +573,7 @@ class Node:
             self._tasks.append(asyncio.create_task(self.manifest_url.run(), name="static-pods-url"))
         self._tasks += [
             asyncio.create_task(self.relist.run(self.workers.wake), name="runtime-relist"),
+            asyncio.create_task(self.runtime_events.run(), name="runtime-events"),
             asyncio.create_task(self.housekeeping.run(), name="housekeeping"),
             asyncio.create_task(self.container_gc.run(), name="container-gc"),
             asyncio.create_task(self.image_gc.run(), name="image-gc"),

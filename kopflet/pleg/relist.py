@@ -3,7 +3,8 @@
 Every ``RELIST_PERIOD`` the cache lists sandboxes and containers; statuses are fetched only for objects
 that are new or changed state, so an idle node costs two cheap list calls a second. Pods whose runtime
 state changed are reported to a callback, which wakes their workers: a container that exits is acted on
-within about a second. containerd 1.6 has no CRI container events, so relisting is the way.
+within about a second even with no runtime events. `kopflet.pleg.evented` makes it sooner where the runtime
+has events; this loop keeps its period as the safety net under them.
 """
 
 from __future__ import annotations
@@ -44,6 +45,20 @@ class RuntimeCache:
     def container_status(self, container_id: str) -> cri.ContainerStatus | None:
         """The last CRI status seen for a container (mounts, log path: what podstate leaves out)."""
         return self._containers.get(container_id)
+
+    def owner(self, object_id: str) -> tuple[str, bool] | None:
+        """The pod uid of a container or sandbox the cache has seen, and whether it is a sandbox."""
+        if object_id in self._containers:
+            return self.owner_of_status(self._containers[object_id])
+        if object_id in self._sandboxes:
+            return self.owner_of_status(self._sandboxes[object_id])
+        return None
+
+    @staticmethod
+    def owner_of_status(status: cri.ContainerStatus | cri.PodSandboxStatus) -> tuple[str, bool] | None:
+        """The pod uid a status's labels name (None for an object not a pod's), and whether it is a sandbox."""
+        uid = _uid(status.labels)
+        return (uid, isinstance(status, cri.PodSandboxStatus)) if uid else None
 
     async def relist(self) -> set[str]:
         """Refresh everything; return the uids whose sandboxes or containers changed (or vanished)."""

@@ -132,6 +132,11 @@ CONTAINER_CONFIG_FULL = types.ContainerConfig(
 Case = tuple[Any, Callable[[Any], Any], Callable[[Any], Any]]
 
 ROUND_TRIPS: dict[str, Case] = {
+    "container-event": (
+        types.ContainerEvent(container_id="c1", type=types.ContainerEventType.DELETED, created_at=1_700_000_000_000),
+        convert.container_event_to_pb,
+        convert.container_event_from_pb,
+    ),
     "version": (
         types.Version(version="0.1.0", runtime_name="containerd", runtime_version="1.6.20", runtime_api_version="v1"),
         convert.version_to_pb,

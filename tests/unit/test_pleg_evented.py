@@ -1,0 +1,315 @@
+"""Runtime events: containerd's envelopes read as CRI's events, and the pods they wake (kopflet.pleg.evented)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from cri_client import CriError, convert
+from cri_client import types as cri
+from cri_client.proto import events_pb2 as events_pb
+from kopflet.container import labels
+from kopflet.metrics import KubeletMetrics
+from kopflet.pleg import evented
+from kopflet.pleg.evented import RuntimeEvents
+from kopflet.pleg.relist import RuntimeCache
+
+STOPPED, DELETED, STARTED = (cri.ContainerEventType.STOPPED, cri.ContainerEventType.DELETED,
+                             cri.ContainerEventType.STARTED)
+
+# ------------------------------------------------------------------------------------- containerd's envelopes
+
+
+@pytest.mark.parametrize(("topic", "message", "type_name", "expected"), [
+    ("/tasks/exit", events_pb.TaskExit(container_id="c1", id="c1", pid=7, exit_status=137),
+     "containerd.events.TaskExit", cri.ContainerEvent(container_id="c1", type=STOPPED, created_at=5_000_000_001)),
+    # The task's own exit may come without the exec id.
+    ("/tasks/exit", events_pb.TaskExit(container_id="c1"), "containerd.events.TaskExit",
+     cri.ContainerEvent(container_id="c1", type=STOPPED, created_at=5_000_000_001)),
+    # An exec's exit (a probe, kubectl exec) is not the container's.
+    ("/tasks/exit", events_pb.TaskExit(container_id="c1", id="exec-1"), "containerd.events.TaskExit", None),
+    ("/tasks/start", events_pb.TaskStart(container_id="c2", pid=9), "containerd.events.TaskStart",
+     cri.ContainerEvent(container_id="c2", type=STARTED, created_at=5_000_000_001)),
+    ("/containers/delete", events_pb.ContainerDelete(id="c3"), "containerd.events.ContainerDelete",
+     cri.ContainerEvent(container_id="c3", type=DELETED, created_at=5_000_000_001)),
+    # The type URL may carry a prefix; a payload that is not the topic's is not read.
+    ("/tasks/exit", events_pb.TaskExit(container_id="c1"), "types.containerd.io/containerd.events.TaskExit",
+     cri.ContainerEvent(container_id="c1", type=STOPPED, created_at=5_000_000_001)),
+    ("/tasks/exit", events_pb.TaskStart(container_id="c1"), "containerd.events.TaskStart", None),
+    ("/tasks/oom", events_pb.TaskStart(container_id="c1"), "containerd.events.TaskOOM", None),
+    ("/tasks/exit", events_pb.TaskExit(), "containerd.events.TaskExit", None),
+])
+def test_containerd_envelopes_read_as_cri_events(topic: str, message: Any, type_name: str,
+                                                 expected: cri.ContainerEvent | None) -> None:
+    envelope = convert.envelope(topic, message, type_name, at=5_000_000_001)
+    assert convert.container_event_from_envelope(envelope) == expected
+
+
+def test_an_envelope_without_a_payload_or_a_time() -> None:
+    assert convert.container_event_from_envelope(events_pb.Envelope(topic="/tasks/exit")) is None
+    envelope = convert.envelope("/containers/delete", events_pb.ContainerDelete(id="c"),
+                                      "containerd.events.ContainerDelete")
+    assert convert.container_event_from_envelope(envelope) == cri.ContainerEvent(container_id="c", type=DELETED)
+
+
+@pytest.mark.parametrize("kind", [STARTED, STOPPED, DELETED])
+def test_envelopes_as_containerd_packs_them_read_back(kind: cri.ContainerEventType) -> None:
+    event = cri.ContainerEvent(container_id="c", type=kind, created_at=1_700_000_000_123_456_789)
+    envelope = events_pb.Envelope.FromString(convert.container_event_to_envelope(event).SerializeToString())
+    assert convert.container_event_from_envelope(envelope) == event
+
+
+def test_a_creation_has_no_containerd_envelope_kopflet_reads() -> None:
+    with pytest.raises(ValueError, match="containerd has no event kopflet reads for CREATED"):
+        convert.container_event_to_envelope(cri.ContainerEvent(container_id="c", type=cri.ContainerEventType.CREATED))
+
+
+def test_an_unknown_cri_event_type_reads_as_a_stop() -> None:
+    event = cri.ContainerEvent(container_id="c", type=DELETED, created_at=12)
+    newer = convert.container_event_to_pb(event)
+    newer.container_event_type = 9  # type: ignore[assignment]
+    assert convert.container_event_from_pb(newer).type is STOPPED
+
+
+# ------------------------------------------------------------------------------------------ the pods woken
+
+def pod_labels(uid: str) -> dict[str, str]:
+    return {labels.POD_UID: uid, labels.POD_NAME: "p", labels.POD_NAMESPACE: "ns"}
+
+
+class FakeRuntime:
+    """Statuses by id, each read in turn (the last one repeats): the CRI plugin recording an exit late."""
+
+    def __init__(self) -> None:
+        self.container_states: dict[str, list[cri.ContainerStatus]] = {}
+        self.sandbox_states: dict[str, list[cri.PodSandboxStatus]] = {}
+        self.reads: list[str] = []
+        runtime = self
+
+        class Containers:
+            async def status(self, cid: str) -> cri.ContainerStatus:
+                return runtime._next(runtime.container_states, cid)
+
+        class Sandboxes:
+            async def status(self, sid: str) -> cri.PodSandboxStatus:
+                return runtime._next(runtime.sandbox_states, sid)
+
+        self.containers, self.sandboxes = Containers(), Sandboxes()
+
+    def _next(self, table: dict[str, list[Any]], object_id: str) -> Any:
+        self.reads.append(object_id)
+        if object_id not in table:
+            raise CriError("NOT_FOUND", f"an object with id {object_id} does not exist")
+        states = table[object_id]
+        return states.pop(0) if len(states) > 1 else states[0]
+
+
+def container(cid: str, uid: str, state: cri.ContainerState) -> cri.ContainerStatus:
+    return cri.ContainerStatus(id=cid, state=state, labels=pod_labels(uid))
+
+
+def sandbox(sid: str, uid: str, state: cri.SandboxState) -> cri.PodSandboxStatus:
+    return cri.PodSandboxStatus(id=sid, state=state, labels=pod_labels(uid))
+
+
+def cache_with(runtime: FakeRuntime, *known: cri.ContainerStatus | cri.PodSandboxStatus) -> RuntimeCache:
+    cache = RuntimeCache(runtime)  # type: ignore[arg-type]
+    for status in known:
+        table = cache._sandboxes if isinstance(status, cri.PodSandboxStatus) else cache._containers
+        table[status.id] = status  # type: ignore[index]
+    return cache
+
+
+Stream = Callable[[], AsyncIterator[cri.ContainerEvent]]
+
+
+def stream_of(*items: cri.ContainerEvent | CriError, hold: bool = True) -> Stream:
+    """One stream per open, each giving `items` in turn (an error item ends it with that error); then it stays
+    open (`hold`) or ends."""
+    async def events() -> AsyncIterator[cri.ContainerEvent]:
+        for item in items:
+            if isinstance(item, CriError):
+                raise item
+            yield item
+        if hold:
+            await asyncio.Event().wait()
+    return events
+
+
+async def until(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(5):
+        while not check():  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+async def running(events: RuntimeEvents) -> asyncio.Task[None]:
+    return asyncio.create_task(events.run())
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(evented, "SETTLE_DELAYS", (0.001,) * 20)
+    monkeypatch.setattr(evented, "RETRY_DELAYS", (0.001, 0.002))
+
+
+async def test_an_exit_wakes_its_pod_once_the_runtime_status_shows_it() -> None:
+    runtime = FakeRuntime()
+    # The CRI plugin records the exit two reads late.
+    runtime.container_states["c1"] = [container("c1", "u1", cri.ContainerState.RUNNING)] * 2 + \
+        [container("c1", "u1", cri.ContainerState.EXITED)]
+    woken: list[tuple[str, int]] = []
+    cache = cache_with(runtime, container("c1", "u1", cri.ContainerState.RUNNING))
+    events = RuntimeEvents(cache, [("containerd", stream_of(cri.ContainerEvent(container_id="c1", type=STOPPED)))],
+                           lambda uids: woken.extend((uid, len(runtime.reads)) for uid in uids))
+    task = await running(events)
+    try:
+        await until(lambda: bool(woken))
+        assert woken == [("u1", 3)]  # woken after the third read, the first to say exited
+        assert events.source == "containerd"
+    finally:
+        await stop(task)
+
+
+async def test_a_sandbox_exit_waits_for_the_sandbox_to_be_not_ready() -> None:
+    runtime = FakeRuntime()
+    runtime.sandbox_states["s1"] = [sandbox("s1", "u1", cri.SandboxState.READY),
+                                    sandbox("s1", "u1", cri.SandboxState.NOTREADY)]
+    woken: list[str] = []
+    cache = cache_with(runtime, sandbox("s1", "u1", cri.SandboxState.READY))
+    events = RuntimeEvents(cache, [("containerd", stream_of(cri.ContainerEvent(container_id="s1", type=STOPPED)))],
+                           woken.extend)
+    task = await running(events)
+    try:
+        await until(lambda: bool(woken))
+        assert woken == ["u1"] and runtime.reads == ["s1", "s1"]
+    finally:
+        await stop(task)
+
+
+async def test_a_container_the_cache_has_not_seen_is_found_by_its_labels() -> None:
+    runtime = FakeRuntime()
+    runtime.container_states["new"] = [container("new", "u2", cri.ContainerState.EXITED)]
+    runtime.sandbox_states["new-sandbox"] = [sandbox("new-sandbox", "u3", cri.SandboxState.NOTREADY)]
+    runtime.container_states["foreign"] = [cri.ContainerStatus(id="foreign", state=cri.ContainerState.EXITED)]
+    woken: list[str] = []
+    events = RuntimeEvents(cache_with(runtime), [("containerd", stream_of(
+        cri.ContainerEvent(container_id="foreign", type=STOPPED),  # not a pod's: nobody woken
+        cri.ContainerEvent(container_id="gone", type=STOPPED),  # removed already: nobody woken
+        cri.ContainerEvent(container_id="new", type=STOPPED),
+        cri.ContainerEvent(container_id="new-sandbox", type=STOPPED)))], woken.extend)
+    task = await running(events)
+    try:
+        await until(lambda: len(woken) == 2)
+        assert sorted(woken) == ["u2", "u3"]
+    finally:
+        await stop(task)
+
+
+async def test_removals_wake_at_once_and_the_agent_s_own_starts_not_at_all() -> None:
+    runtime = FakeRuntime()
+    woken: list[str] = []
+    cache = cache_with(runtime, container("c1", "u1", cri.ContainerState.EXITED))
+    events = RuntimeEvents(cache, [("containerd", stream_of(
+        cri.ContainerEvent(container_id="c1", type=STARTED),
+        cri.ContainerEvent(container_id="c1", type=cri.ContainerEventType.CREATED),
+        cri.ContainerEvent(container_id="unknown", type=DELETED),
+        cri.ContainerEvent(container_id="c1", type=DELETED)))], woken.extend)
+    task = await running(events)
+    try:
+        await until(lambda: bool(woken))
+        await asyncio.sleep(0.02)
+        assert woken == ["u1"] and runtime.reads == []
+    finally:
+        await stop(task)
+
+
+async def test_an_unimplemented_stream_moves_to_the_next_and_none_leaves_the_relist_alone(
+        caplog: pytest.LogCaptureFixture) -> None:
+    runtime = FakeRuntime()
+    runtime.container_states["c1"] = [container("c1", "u1", cri.ContainerState.EXITED)]
+    woken: list[str] = []
+    unimplemented = CriError("UNIMPLEMENTED", "unknown service containerd.services.events.v1.Events")
+    exit_event = cri.ContainerEvent(container_id="c1", type=STOPPED)
+    events = RuntimeEvents(cache_with(runtime), [("containerd", stream_of(unimplemented)),
+                                                 ("CRI", stream_of(exit_event))], woken.extend)
+    task = await running(events)
+    try:
+        await until(lambda: bool(woken))
+        assert woken == ["u1"] and events.source == "CRI"
+    finally:
+        await stop(task)
+
+    caplog.set_level("INFO")
+    none = RuntimeEvents(cache_with(runtime), [("containerd", stream_of(unimplemented)),
+                                               ("CRI", stream_of(unimplemented))], woken.extend)
+    await asyncio.wait_for(none.run(), 5)  # returns: nothing to watch
+    assert none.source is None
+    assert "the container runtime has no container events: changes are seen by relisting alone" in caplog.text
+
+
+async def test_a_broken_stream_is_opened_again_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    runtime = FakeRuntime()
+    for cid, uid in (("c1", "u1"), ("c2", "u2"), ("c3", "u3")):
+        runtime.container_states[cid] = [container(cid, uid, cri.ContainerState.EXITED)]
+    opened: list[int] = []
+    streams: Sequence[Stream] = (
+        stream_of(cri.ContainerEvent(container_id="c1", type=STOPPED), CriError("UNAVAILABLE", "connection reset")),
+        stream_of(CriError("UNAVAILABLE", "connection refused")),  # the runtime is still down
+        stream_of(cri.ContainerEvent(container_id="c2", type=STOPPED), hold=False),  # the runtime ends it
+        stream_of(cri.ContainerEvent(container_id="c3", type=STOPPED)),
+    )
+
+    def open_next() -> AsyncIterator[cri.ContainerEvent]:
+        opened.append(len(opened))
+        return streams[min(len(opened) - 1, len(streams) - 1)]()
+
+    woken: list[str] = []
+    metrics = KubeletMetrics()
+    events = RuntimeEvents(cache_with(runtime), [("containerd", open_next)], woken.extend, metrics)
+    task = await running(events)
+    try:
+        await until(lambda: len(woken) == 3)
+        assert sorted(woken) == ["u1", "u2", "u3"] and len(opened) == 4
+        assert metrics.evented_pleg_connection_errors.labels().value == 3
+        assert metrics.evented_pleg_connections.labels().value == 3
+        assert events.source == "containerd"
+    finally:
+        await stop(task)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    # One warning per outage: the refused reopening in the first outage is not repeated.
+    assert warnings == ["container events (containerd) stopped, the relist alone sees changes until they are back: "
+                        + str(CriError("UNAVAILABLE", "connection reset")),
+                        "container events (containerd) stopped, the relist alone sees changes until they are back: "
+                        + str(CriError("UNAVAILABLE", "the runtime ended the event stream"))]
+
+
+async def test_an_exit_the_runtime_never_records_wakes_the_pod_after_the_bound() -> None:
+    runtime = FakeRuntime()
+    runtime.container_states["c1"] = [container("c1", "u1", cri.ContainerState.RUNNING)]
+    woken: list[str] = []
+    events = RuntimeEvents(cache_with(runtime, container("c1", "u1", cri.ContainerState.RUNNING)),
+                           [("containerd", stream_of(cri.ContainerEvent(container_id="c1", type=STOPPED)))],
+                           woken.extend)
+    task = await running(events)
+    try:
+        await until(lambda: bool(woken))
+        assert woken == ["u1"] and len(runtime.reads) == len(evented.SETTLE_DELAYS)
+    finally:
+        await stop(task)
+
+
+async def test_event_latency_is_observed() -> None:
+    metrics = KubeletMetrics()
+    events = RuntimeEvents(cache_with(FakeRuntime()), [], lambda uids: None, metrics, clock=lambda: 10.25)
+    events.dispatch(cri.ContainerEvent(container_id="c", type=STARTED, created_at=10_000_000_000))
+    events.dispatch(cri.ContainerEvent(container_id="c", type=STARTED))  # no time said: not observed
+    latency = metrics.evented_pleg_connection_latency.labels()
+    assert (latency.count, latency.sum) == (1, 0.25)
