@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export KOPFLET_CACHE ?= /var/cache/kopflet
 PYTEST_ARGS ?=
 
-.PHONY: dev test bench conformance conformance-cluster reliability deps venv binaries runtime userns-smoke agent-image proto lint unit down \
+.PHONY: dev test bench profile conformance conformance-cluster reliability deps venv binaries runtime userns-smoke agent-image proto lint unit down \
 	status cluster cluster-down
 
 dev: deps venv binaries
@@ -23,6 +23,12 @@ BENCH_ARGS ?=
 bench: deps venv binaries
 	bash devstack/build-binaries.sh --kubelet >/dev/null
 	$(PY) -m devstack run -- $(PY) -m bench $(BENCH_ARGS)
+
+# kopflet's stacks sampled (py-spy) through a 110-pod burst: bench/results/<date>-profile.{svg,txt,md}.
+# PROFILE_ARGS: --pods N, --rate HZ.
+PROFILE_ARGS ?=
+profile: deps venv binaries
+	$(PY) -m devstack run -- $(PY) -m bench.profile $(PROFILE_ARGS)
 
 # Upstream's node conformance specs, never part of `make test`: each pass with kopflet as the node's agent, then
 # with the upstream kubelet of the same release; writes docs/conformance.md. CONFORMANCE_ARGS: --pass node|serial
