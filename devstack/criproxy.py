@@ -42,9 +42,11 @@ import grpc
 
 RUNTIME_SERVICE: Final = "runtime.v1.RuntimeService"
 IMAGE_SERVICE: Final = "runtime.v1.ImageService"
+CONTAINERD_EVENTS: Final = "containerd.services.events.v1.Events"
+"""containerd's own event service on the same socket, which the agent subscribes to (kopflet.pleg.evented)."""
 
-# The CRI v1 (k8s.io/cri-api v0.37) methods whose responses are a stream; every other method,
-# including ones this list does not know, is forwarded as unary-unary. A test in
+# The CRI v1 (k8s.io/cri-api v0.37) methods whose responses are a stream, and containerd's event subscription;
+# every other method, including ones this list does not know, is forwarded as unary-unary. A test in
 # tests/unit/test_criproxy.py keeps this in step with the generated stubs.
 STREAMING_METHODS: Final = frozenset({
     f"/{RUNTIME_SERVICE}/GetContainerEvents",
@@ -54,6 +56,7 @@ STREAMING_METHODS: Final = frozenset({
     f"/{RUNTIME_SERVICE}/StreamPodSandboxStats",
     f"/{RUNTIME_SERVICE}/StreamPodSandboxMetrics",
     f"/{IMAGE_SERVICE}/StreamImages",
+    f"/{CONTAINERD_EVENTS}/Subscribe",
 })
 
 # The same limit as cri_client (kubelet's 16 MiB): the proxy must not be what breaks a big ListContainers.

@@ -22,6 +22,7 @@ import grpc
 import pytest
 
 from cri_client.proto import api_pb2 as pb
+from cri_client.proto import events_pb2 as events_pb
 from devstack.criproxy import (
     DELAYED,
     FAILED,
@@ -170,11 +171,13 @@ def test_server_streaming_is_forwarded(proxy: CriProxy, channel: grpc.Channel) -
 def test_the_streaming_list_matches_the_cri_stubs() -> None:
     streaming = {
         f"/{service.full_name}/{method.name}"
-        for service in pb.DESCRIPTOR.services_by_name.values()
+        for descriptor in (pb.DESCRIPTOR, events_pb.DESCRIPTOR)
+        for service in descriptor.services_by_name.values()
         for method in service.methods
         if method.server_streaming
     }
     assert streaming == STREAMING_METHODS
+    assert "/containerd.services.events.v1.Events/Subscribe" in streaming
     assert "/runtime.v1.RuntimeService/GetContainerEvents" in streaming
 
 
