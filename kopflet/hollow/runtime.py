@@ -33,7 +33,7 @@ image and command match decides (its code, after its delay), else a shell one-li
 ash or dash, any path) exits N after `Simulation.shell_exit_after`. StopContainer with a grace period exits
 `Simulation.stop_exit_code` (default 0: upstream's fake never sets an exit code either); a kill (grace period 0, or
 the forced stops of RemoveContainer and StopPodSandbox) exits 137, as SIGKILL does. ExecSync answers exit 0 with no
-output, or N for ``sh -c "exit N"``; a command timeout shorter than the exec latency is DEADLINE_EXCEEDED.
+output, or N for ``sh -c "exit N"``; a command timeout no longer than the exec latency is DEADLINE_EXCEEDED.
 
 Latencies: upstream's fake (and so kubemark) answers at once. Here each mutating call first sleeps its `Latencies`
 value; the defaults split this project's measured runtime floor on containerd (bench/results: sandbox + container
@@ -51,7 +51,7 @@ import dataclasses
 import functools
 import hashlib
 import ipaddress
-import logging
+import itertools
 import os
 import re
 import secrets
@@ -72,8 +72,6 @@ from cri_client.proto import events_pb2 as events_pb
 from cri_client.proto import events_pb2_grpc as events_grpc
 from kopflet import gotext
 from kopflet.images import imageref
-
-logger = logging.getLogger(__name__)
 
 CRI_API_VERSION: Final = "v1"
 KILLED_EXIT_CODE: Final = 137
@@ -358,7 +356,8 @@ def _envelope_matches(envelope: events_pb.Envelope, filters: list[list[tuple[str
 
 
 class _Subscribers:
-    """Readers of an event stream: each has its own queue, every event goes to each; None ends them."""
+    """Readers of an event stream: each has its own queue, every event goes to each; None ends them. The queues are
+    unbounded: a reader that goes away ends its call, which drops its queue."""
 
     def __init__(self) -> None:
         self._queues: set[asyncio.Queue[Message | None]] = set()
@@ -412,7 +411,7 @@ class _Service(pb_grpc.RuntimeServiceServicer, pb_grpc.ImageServiceServicer, eve
         self.envelopes = _Subscribers()
         self.cri_events = _Subscribers()
         self.exit_tasks: set[asyncio.Task[None]] = set()
-        self._pids = iter(range(1000, 1 << 22))
+        self._pids = itertools.cycle(range(1000, 1 << 22))  # pid_max's default range, reused as the kernel does
         for image in ((sim.sandbox_image,) if sim.sandbox_image else ()) + sim.images:
             ref = _docker_ref(image)
             if ref is None:
@@ -1070,8 +1069,9 @@ class HollowRuntime:
         self._server = server
 
     async def stop(self, grace: float | None = 1.0) -> None:
-        """End the event streams, stop serving (calls in flight get `grace` seconds), cancel pending exits and
-        remove the socket. The state is kept: a second start serves the same sandboxes and containers."""
+        """End the event streams, stop serving (calls in flight get `grace` seconds), drop the pending self-exits
+        and remove the socket. The state is kept: a second start serves the same sandboxes and containers (those whose
+        exit was pending then run until stopped)."""
         server, self._server = self._server, None
         if server is None:
             return

@@ -23,8 +23,10 @@ from cri_client import CriClient, CriError
 from cri_client import types as cri
 from cri_client.proto import events_pb2 as events_pb
 from cri_client.proto import events_pb2_grpc as events_grpc
+from kopflet.config.settings import AgentConfig
 from kopflet.hollow import runtime as hollow
 from kopflet.hollow.runtime import ExitRule, HollowRuntime, Latencies, Simulation
+from kopflet.node import Runtime
 
 BUSYBOX = "docker.io/library/busybox:1.36"
 E = cri.ContainerEventType
@@ -223,6 +225,17 @@ async def test_remove_sandbox_removes_its_containers_and_frees_names() -> None:
     assert taken.value.details == (f'failed to reserve sandbox name "web_default_uid-1_0": name '
                                    f'"web_default_uid-1_0" is reserved for "{sandbox_id}"')
     assert gone.value.not_found and again != sandbox_id
+
+
+@pytest.mark.parametrize(("driver", "expected"), [(None, ""), ("systemd", "systemd")])
+async def test_the_agents_runtime_connection_accepts_it(driver: str | None, expected: str) -> None:
+    """What the agent does at start (upstream getRuntimeAndImageServices): CRI v1 checked, the cgroup driver asked."""
+    async with serve(Simulation(latencies=Latencies.zero(), cgroup_driver=driver)) as (runtime, _):
+        cfg = AgentConfig(node_name="hollow-0", runtime_endpoint=runtime.endpoint, image_endpoint=runtime.endpoint)
+        connected = await Runtime.connect(cfg)
+        await connected.cri.close()
+    assert (connected.name, connected.api_version, connected.cgroup_driver) == ("hollow", "v1", expected)
+    assert connected.image_cri is connected.cri
 
 
 # ---------------------------------------------------------------------------------------------- filters
