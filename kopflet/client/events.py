@@ -18,7 +18,7 @@ import datetime
 import json
 import logging
 import random
-import uuid
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -144,7 +144,7 @@ class EventRecorder:
                 await self.api.patch_event(ns, name, {"count": count + 1, "lastTimestamp": stamp})
                 self._seen[key] = (ns, name, count + 1, loop_now)
                 return
-            name = f"{involved['name']}.{uuid.uuid4().hex[:16]}"
+            name = f"{involved['name']}.{time.time_ns():x}"  # client-go makeEvent: "%v.%x" of ref.Name, UnixNano
             await self.api.create_event(namespace, {
                 "apiVersion": "v1", "kind": "Event",
                 "metadata": {"name": name, "namespace": namespace},

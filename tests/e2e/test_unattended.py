@@ -256,14 +256,18 @@ def process_start(pid: int) -> float:
 
 def test_node_has_a_starting_event(running_agent: Agent, admin: Kubectl, layout: Layout) -> None:
     assert running_agent.proc is not None
-    since = dt.datetime.fromtimestamp(int(process_start(running_agent.proc.pid)), dt.UTC)
+    started = process_start(running_agent.proc.pid)
+    since = dt.datetime.fromtimestamp(int(started), dt.UTC)
     node_uid = admin.json("get", "node", layout.node_name)["metadata"]["uid"]
     selector = f"involvedObject.kind=Node,involvedObject.name={layout.node_name},reason=Starting"
     deadline = time.monotonic() + 30
     mine: list[dict] = []
     while time.monotonic() < deadline:
         items = admin.json("get", "events", "-n", "default", "--field-selector", selector)["items"]
-        mine = [e for e in items if e.get("firstTimestamp") and dt.datetime.fromisoformat(e["firstTimestamp"]) >= since]
+        # The timestamps are whole seconds, and an agent started in the same second may have posted one too; the
+        # name (client-go's "<node>.<UnixNano in hex>") says when to the nanosecond.
+        mine = [e for e in items if e.get("firstTimestamp") and dt.datetime.fromisoformat(e["firstTimestamp"]) >= since
+                and int(e["metadata"]["name"].rsplit(".", 1)[1], 16) / 1e9 >= started]
         if mine:
             break
         time.sleep(1)
