@@ -110,6 +110,8 @@ class RuntimeEvents:
                     return
             uid, is_sandbox = owner
             if event.type is cri.ContainerEventType.STOPPED:
+                if self.cache.seen_stopped(event.container_id):
+                    return  # the agent's own stop, already read back by its worker (or the relist saw it first)
                 await self._settled(event.container_id, is_sandbox)
             self.wake((uid,))
         except CriError as exc:

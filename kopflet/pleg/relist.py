@@ -54,6 +54,15 @@ class RuntimeCache:
             return self.owner_of_status(self._sandboxes[object_id])
         return None
 
+    def seen_stopped(self, object_id: str) -> bool:
+        """Whether the cache already holds this container as not running (or this sandbox as not ready): a worker's
+        refresh or the relist has read it, and whoever read it has acted or woken the pod."""
+        if object_id in self._containers:
+            return self._containers[object_id].state is not cri.ContainerState.RUNNING
+        if object_id in self._sandboxes:
+            return self._sandboxes[object_id].state is not cri.SandboxState.READY
+        return False
+
     @staticmethod
     def owner_of_status(status: cri.ContainerStatus | cri.PodSandboxStatus) -> tuple[str, bool] | None:
         """The pod uid a status's labels name (None for an object not a pod's), and whether it is a sandbox."""

@@ -313,3 +313,23 @@ async def test_event_latency_is_observed() -> None:
     events.dispatch(cri.ContainerEvent(container_id="c", type=STARTED))  # no time said: not observed
     latency = metrics.evented_pleg_connection_latency.labels()
     assert (latency.count, latency.sum) == (1, 0.25)
+
+
+async def test_an_exit_the_cache_already_holds_wakes_nobody() -> None:
+    """The agent's own stop: its worker read the container back as exited before the event came."""
+    runtime = FakeRuntime()
+    woken: list[str] = []
+    cache = cache_with(runtime, container("c1", "u1", cri.ContainerState.EXITED),
+                       sandbox("s1", "u1", cri.SandboxState.NOTREADY),
+                       container("c2", "u2", cri.ContainerState.RUNNING))
+    runtime.container_states["c2"] = [container("c2", "u2", cri.ContainerState.EXITED)]
+    events = RuntimeEvents(cache, [("containerd", stream_of(
+        cri.ContainerEvent(container_id="c1", type=STOPPED), cri.ContainerEvent(container_id="s1", type=STOPPED),
+        cri.ContainerEvent(container_id="c2", type=STOPPED)))], woken.extend)
+    task = await running(events)
+    try:
+        await until(lambda: bool(woken))
+        await asyncio.sleep(0.02)
+        assert woken == ["u2"] and runtime.reads == ["c2"]
+    finally:
+        await stop(task)
