@@ -308,7 +308,9 @@ def _clock(at: datetime.datetime) -> str:
 def _after(at: datetime.datetime, since: datetime.datetime) -> str:
     """``12:03:10, in 40s``."""
     left = (at - since).total_seconds()
-    return f"{_clock(at)}, in {gotext.go_duration(round(left, 1))}" if left > 0 else _clock(at)
+    if left <= 0:
+        return _clock(at)
+    return f"{_clock(at)}, in {gotext.go_duration(round(left) if left >= 1 else round(left, 1))}"
 
 
 def to_json(decisions: Sequence[Decision], *, namespace: str = "", name: str = "", uid: str = "") -> dict[str, Any]:
@@ -366,7 +368,7 @@ def render_text(decisions: Sequence[Decision], *, namespace: str = "", name: str
         when = d.time.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
         if d.repeats > 1 and d.last_time is not None:
             when += f" .. {_clock(d.last_time)} ({d.repeats} syncs)"
-        head = f"{when}  {d.sync + ' ' if d.sync else ''}{d.lifecycle}" + (f", phase {d.phase}" if d.phase else "")
+        head = f"{when} {f'[{d.sync}] ' if d.sync else ''}{d.lifecycle}" + (f", phase {d.phase}" if d.phase else "")
         lines.extend(["", head])
         if d.reason:
             lines.append(f"  why: {d.reason}")

@@ -248,14 +248,14 @@ def test_the_text_says_what_fired_with_its_inputs_and_what_comes_next() -> None:
     assert text.splitlines() == [
         "pod ns/foo (uid 12345678): 2 decisions, oldest first, times UTC",
         "",
-        "2026-06-01 12:00:00  sync syncing, phase Running",
+        "2026-06-01 12:00:00 [sync] syncing, phase Running",
         "  container web: running since 11:59:10, restarts 0, liveness probe failed, not ready",
         "  -> container web: kill — Container web failed liveness probe, will be restarted (LivenessProbe)",
         "  -> container web: restart — Container web failed liveness probe, will be restarted",
         "  -> status: write — phase Running",
         "  next: at once — observe what these steps did",
         "",
-        "2026-06-01 12:00:00  sync syncing, phase Running",
+        "2026-06-01 12:00:00 [sync] syncing, phase Running",
         "  container web: exited 137 (Error) at 11:59:55, restarts 2",
         f"  -> container web: restart held back — exited 137 (Error), restartPolicy Always; {BACK_OFF}, "
         "until 12:00:15, in 15s",
