@@ -10,6 +10,9 @@ Without any credentials (no ``--kubeconfig``, in-cluster service account, ``$KUB
 agent runs standalone, static pods only, without Kopf (`handlers.standalone`; upstream's "Standalone mode, no API
 client"); a configuration standalone mode cannot run (webhook authentication or authorization) is upstream's
 ``failed to run Kubelet: ...`` and exit status 1.
+
+``kopflet explain <namespace>/<pod>`` is a command of its own (`handlers.explain`): it asks a running agent, through
+the apiserver, why a pod is in its state.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from importlib import metadata
 import kopf
 
 import handlers  # noqa: F401  (registers every handler, as operator/main.py does for `kopf run`)
-from handlers import configuring, standalone
+from handlers import configuring, explain, standalone
 from kopflet.config import modes
 from kopflet.config import settings as configuration
 from kopflet.config.upstream_feature_gates import KUBERNETES_VERSION
@@ -55,10 +58,16 @@ def _wants(args: Sequence[str], *flags: str) -> bool:
     return any(arg in flags for arg in head)
 
 
+SUBCOMMANDS = ("\nOther commands:\n"
+               "  kopflet explain <namespace>/<pod>   the agent's last decisions for a pod (kopflet explain --help)\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["explain"]:
+        return explain.main(args[1:])
     if _wants(args, "-h", "--help"):
-        sys.stdout.write(configuration.usage("kopflet"))
+        sys.stdout.write(configuration.usage("kopflet") + SUBCOMMANDS)
         return 0
     if _wants(args, "--version"):
         print(version_line(sys.argv[0] if argv is None else "kopflet"))

@@ -258,18 +258,27 @@ def container_should_restart(container: ContainerSpec, pod_spec: PodSpec, exit_c
     one, the pod's. A RestartAllContainers match is acted on by the reconciler's reset
     (`reconciler.compute_pod_actions` with `restart_all_containers`), not by restarting this container alone.
     """
+    return restart_verdict(container, pod_spec, exit_code)[0]
+
+
+def restart_verdict(container: ContainerSpec, pod_spec: PodSpec, exit_code: int) -> tuple[bool, str]:
+    """`container_should_restart` with the rule that decided it, as `kopflet explain` shows it: the matching
+    ``restartPolicyRules`` entry, the container's own ``restartPolicy`` or the pod's."""
     policy = container.restart_policy
     if policy is not None:
         rule = matching_restart_rule(container, exit_code)
         if rule is not None and rule.action in (RULE_ACTION_RESTART, RULE_ACTION_RESTART_ALL_CONTAINERS):
-            return True
+            codes = ", ".join(str(v) for v in rule.values)
+            return True, f"restartPolicyRules {rule.action} (exit code {rule.operator} [{codes}])"
+        source = f"container restartPolicy {policy}"
     else:
         policy = pod_spec.restart_policy
+        source = f"restartPolicy {policy}"
     if policy == RESTART_NEVER:
-        return False
+        return False, source
     if policy == RESTART_ON_FAILURE:
-        return exit_code != 0
-    return True
+        return exit_code != 0, source
+    return True, source
 
 
 def all_containers_could_restart(pod_spec: PodSpec) -> bool:
@@ -713,4 +722,5 @@ __all__ = [
     "minimal_pod",
     "pod_from_body",
     "resolve_port",
+    "restart_verdict",
 ]

@@ -172,6 +172,26 @@ class KubeClient:
                                    method, path)
             return payload if isinstance(payload, dict) else {}
 
+    async def get_text(self, path: str, *, params: Mapping[str, str] | None = None) -> str:
+        """GET an answer that is not an API object (a node proxy's text, as ``kubectl get --raw``); non-2xx answers
+        become KubeApiError with the API Status' reason and message, or the body as it came."""
+        if self._session is None:
+            await self.open()
+        assert self._session is not None
+        async with self._session.get(f"{self.credentials.server}{path}", params=params,
+                                     headers={"Accept": "text/plain, */*"}) as resp:
+            text = await resp.text()
+            if resp.status >= 400:
+                try:
+                    status = json.loads(text)
+                except ValueError:
+                    status = None
+                if isinstance(status, dict) and status.get("kind") == "Status":
+                    raise KubeApiError(resp.status, str(status.get("reason", "")),
+                                       str(status.get("message", text)), "GET", path)
+                raise KubeApiError(resp.status, "", text.strip(), "GET", path)
+            return text
+
     async def watch(self, path: str, resource_version: str, *, timeout_seconds: int = WATCH_TIMEOUT,
                     params: Mapping[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
         """The events of one watch request, until the server ends it after `timeout_seconds`.

@@ -122,6 +122,12 @@ class PodActions:
     containers_to_reset: tuple[ResetInfo, ...] = ()
     """RestartAllContainers, when the pod is not killed: remove these instances in this order (killing those
     with `kill` first), keeping the sandbox; the containers whose exit triggered it come last."""
+    start_reasons: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
+    """Container name -> the rule that (re)starts it, also for those held back in `containers_in_backoff`
+    (upstream logs only "Container of pod is not in the desired state and shall be started"): what `kopflet
+    explain` shows. Not part of the decision's equality."""
+    backoff_remaining: Mapping[str, float] = dataclasses.field(default_factory=dict, compare=False)
+    """Container name -> seconds until its crash-loop back-off ends, for each of `containers_in_backoff`."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -164,6 +170,10 @@ def sandbox_change(pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> Sandbox
     return SandboxChange(create=False, attempt=attempt, sandbox_id=latest.id)
 
 
+NOT_STARTED = "not started yet"
+NEW_SANDBOX_START = "starts in the new sandbox"
+
+
 def should_restart(container: spec.ContainerSpec, pod: spec.Pod, runtime: podstate.RuntimePodStatus) -> bool:
     """Upstream `ShouldContainerBeRestarted` (ContainerRestartRules on), for a container that is not running.
 
@@ -171,16 +181,28 @@ def should_restart(container: spec.ContainerSpec, pod: spec.Pod, runtime: podsta
     created or in unknown state; for an exited one, `spec.container_should_restart` on its last exit code: its
     first matching restartPolicyRules entry, else its own restartPolicy (a sidecar's Always), else the pod's.
     """
+    return restart_verdict(container, pod, runtime)[0]
+
+
+def restart_verdict(container: spec.ContainerSpec, pod: spec.Pod,
+                    runtime: podstate.RuntimePodStatus) -> tuple[bool, str]:
+    """`should_restart` with the rule that decided it, in the words `kopflet explain` shows."""
     if pod.is_deleting:
-        return False
+        return False, "Pod is being deleted"
     status = runtime.latest_container(container.name)
     if status is None:
-        return True
+        return True, NOT_STARTED
     if status.state is State.RUNNING:
-        return False
+        return False, f'in "{status.state}" state'
     if status.state in (State.UNKNOWN, State.CREATED):
-        return True
-    return spec.container_should_restart(container, pod.spec, status.exit_code)
+        return True, f'in "{status.state}" state'
+    restart, rule = spec.restart_verdict(container, pod.spec, status.exit_code)
+    return restart, f"{exited(status)}, {rule}"
+
+
+def exited(status: podstate.ContainerInfo) -> str:
+    """An exited instance as explain names it: its exit code and the runtime's reason (``exited 137 (Error)``)."""
+    return f"exited {status.exit_code} ({status.reason})" if status.reason else f"exited {status.exit_code}"
 
 
 def _restarts_all(container: spec.ContainerSpec, exit_code: int) -> bool:
@@ -348,6 +370,12 @@ class _Draft:
     containers_in_backoff: dict[str, str] = dataclasses.field(default_factory=dict)
     backoff_since: dict[str, float] = dataclasses.field(default_factory=dict)
     retry_after: float | None = None
+    start_reasons: dict[str, str] = dataclasses.field(default_factory=dict)
+    backoff_remaining: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def start_reason(self, name: str, reason: str) -> None:
+        """Why `name` is started: the first rule that asked for it."""
+        self.start_reasons.setdefault(name, reason)
 
     def freeze(self) -> PodActions:
         return PodActions(
@@ -356,7 +384,8 @@ class _Draft:
             ephemeral_containers_to_start=tuple(self.ephemeral_containers_to_start),
             containers_to_start=tuple(self.containers_to_start), containers_to_kill=dict(self.containers_to_kill),
             containers_in_backoff=dict(self.containers_in_backoff), backoff_since=dict(self.backoff_since),
-            retry_after=self.retry_after, reason=self.reason,
+            retry_after=self.retry_after, reason=self.reason, start_reasons=dict(self.start_reasons),
+            backoff_remaining=dict(self.backoff_remaining),
         )
 
 
@@ -422,6 +451,7 @@ def _plan_resize_restarts(pod: spec.Pod, draft: _Draft, restarts: Mapping[str, s
             continue
         message = f"Container {name} resize requires restart"
         draft.containers_to_kill[container_id] = KillInfo(name=name, message=message)
+        draft.start_reason(name, message)
         if any(c.name == name for c in pod.spec.init_containers):
             if name not in draft.init_containers_to_start:
                 order = [c.name for c in pod.spec.init_containers]
@@ -459,8 +489,11 @@ def _plan_new_sandbox(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: 
         return
     if pod.spec.init_containers:
         draft.init_containers_to_start = [pod.spec.init_containers[0].name]
+        draft.start_reason(pod.spec.init_containers[0].name, NEW_SANDBOX_START)
         return
     draft.containers_to_start = to_start
+    for name in to_start:
+        draft.start_reason(name, NEW_SANDBOX_START)
 
 
 def _plan_init_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Draft, probes: _Probes) -> bool:
@@ -490,54 +523,61 @@ def _plan_init_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, dra
     def kill(status: podstate.ContainerInfo, reason: str, message: str) -> None:
         draft.containers_to_kill[status.id] = KillInfo(name=status.name, reason=reason, message=message)
 
+    def start(name: str, reason: str) -> None:
+        to_start.append(name)
+        draft.start_reason(name, reason)
+
     for index in range(len(inits) - 1, -1, -1):
         container = inits[index]
         status = runtime.latest_active_container(container.name)
         if status is None:
             if previously_initialized and container.is_sidecar:
-                to_start.append(container.name)  # its instance is gone: start it again
+                start(container.name, "no instance in the active sandbox")  # its instance is gone: start it again
             continue
         if previously_initialized and not container.is_sidecar:
             continue  # after initialisation only sidecars are kept running
         if status.state is State.CREATED:
-            to_start.append(container.name)  # created but never started: start it again
+            start(container.name, f'in "{status.state}" state')  # created but never started: start it again
         elif status.state is State.RUNNING:
             if container.is_sidecar:
                 initialized = _plan_running_sidecar(inits, index, status, previously_initialized, probes, kill,
-                                                    to_start) or initialized
+                                                    start) or initialized
         elif status.state is State.EXITED:
             if container.is_sidecar:
-                to_start.append(container.name)
+                start(container.name, f"{exited(status)}, container restartPolicy {container.restart_policy}")
             elif init_container_failed(status):
                 # Upstream asks ShouldContainerBeRestarted, which judges the newest instance of any sandbox; this
                 # is the active one, the same instance unless an older sandbox holds a newer one (never in practice).
-                if not spec.container_should_restart(container, pod.spec, status.exit_code):
+                restart, rule = spec.restart_verdict(container, pod.spec, status.exit_code)
+                if not restart:
                     draft.kill_pod = True
                     draft.reason = f"Init container {container.name} failed and its restart policy does not restart it"
                     return False
-                to_start.append(container.name)
+                start(container.name, f"{exited(status)}, {rule}")
             elif index == len(inits) - 1:
                 initialized = True
             else:
-                to_start.append(inits[index + 1].name)
+                start(inits[index + 1].name, f"init container {container.name} {exited(status)}")
         else:  # unknown: it may still run, stop it before starting it again
             # No exit code to match rules against: the container's own restartPolicy, else the pod's (upstream).
             if not container.is_sidecar and spec.effective_restart_policy(container, pod.spec) == spec.RESTART_NEVER:
                 draft.kill_pod = True
                 draft.reason = f"Init container {container.name} failed and its restart policy does not restart it"
                 return False
-            kill(status, REASON_UNKNOWN, f'Init container is in "{status.state}" state, try killing it before restart')
-            to_start.append(container.name)
+            message = f'Init container is in "{status.state}" state, try killing it before restart'
+            kill(status, REASON_UNKNOWN, message)
+            start(container.name, message)
         previously_initialized = True
     if not previously_initialized:
-        to_start.append(inits[0].name)  # nothing started yet: the first one
+        start(inits[0].name, NOT_STARTED)  # nothing started yet: the first one
     draft.init_containers_to_start = list(reversed(to_start))
     return initialized
 
 
 def _plan_running_sidecar(inits: Sequence[spec.ContainerSpec], index: int, status: podstate.ContainerInfo,
                           previously_initialized: bool, probes: _Probes,
-                          kill: Callable[[podstate.ContainerInfo, str, str], None], to_start: list[str]) -> bool:
+                          kill: Callable[[podstate.ContainerInfo, str, str], None],
+                          start: Callable[[str, str], None]) -> bool:
     """A running sidecar (upstream `computeInitContainerActions`, running restartable init container).
 
     Waits for its startup probe, then counts as done for the init order (True when it is the last init
@@ -548,18 +588,21 @@ def _plan_running_sidecar(inits: Sequence[spec.ContainerSpec], index: int, statu
     name = container.name
     if container.startup_probe is not None and status.id not in probes.started:
         if status.id in probes.startup_failures:
-            kill(status, REASON_STARTUP_PROBE, f"Init container {name} failed startup probe")
-            to_start.append(name)
+            message = f"Init container {name} failed startup probe"
+            kill(status, REASON_STARTUP_PROBE, message)
+            start(name, message)
         return False  # not started yet: wait for the startup probe
     initialized = index == len(inits) - 1
     if not initialized and not previously_initialized:
-        to_start.append(inits[index + 1].name)
+        start(inits[index + 1].name, f"init container {name} started")
     if status.hash != container.hash:
-        kill(status, "", f"Init container {name} definition changed")
-        to_start.append(name)
+        message = f"Init container {name} definition changed"
+        kill(status, "", message)
+        start(name, message)
     elif status.id in probes.liveness_failures:
-        kill(status, REASON_LIVENESS_PROBE, f"Init container {name} failed liveness probe")
-        to_start.append(name)
+        message = f"Init container {name} failed liveness probe"
+        kill(status, REASON_LIVENESS_PROBE, message)
+        start(name, message)
     return initialized
 
 
@@ -574,8 +617,10 @@ def _plan_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _
     for container in pod.spec.containers:
         status = runtime.latest_container(container.name)
         if status is None or status.state is not State.RUNNING:
-            if should_restart(container, pod, runtime):
+            restart, why = restart_verdict(container, pod, runtime)
+            if restart:
                 draft.containers_to_start.append(container.name)
+                draft.start_reason(container.name, why)
                 if status is not None and status.state is State.UNKNOWN:
                     # It may still run: stop it first so two instances never run side by side.
                     draft.containers_to_kill[status.id] = KillInfo(
@@ -596,6 +641,7 @@ def _plan_containers(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _
         if restart:
             message += ", will be restarted"
             draft.containers_to_start.append(container.name)
+            draft.start_reason(container.name, message)
         draft.containers_to_kill[status.id] = KillInfo(name=container.name, reason=reason, message=message)
     if keep == 0 and not draft.containers_to_start:
         draft.kill_pod = True
@@ -618,6 +664,7 @@ def _apply_backoff(pod: spec.Pod, runtime: podstate.RuntimePodStatus, draft: _Dr
         if backoff.is_in_backoff_since(key, since, now):
             draft.containers_in_backoff[name] = crash_loop_message(pod, name, backoff.get(key))
             remaining = backoff.remaining(key, since, now)
+            draft.backoff_remaining[name] = remaining
             draft.retry_after = remaining if draft.retry_after is None else min(draft.retry_after, remaining)
         else:
             draft.backoff_since[name] = since

@@ -50,6 +50,26 @@ PENDING_RESIZE_RETRY = policy.INITIAL_RETRY_DELAY
 MIN_WAKE = 0.5
 TERMINAL_PHASES = (generate.SUCCEEDED, generate.FAILED)
 
+# Why a pod is in its lifecycle, in upstream's words (kubelet.go HandlePodRemoves, pod_workers.go UpdatePod): the
+# `Plan.reason` `kopflet explain` shows.
+REASON_GONE = "Pod has been deleted and must be killed"
+REASON_DELETING = "Pod is marked for graceful deletion, begin teardown"
+REASON_TERMINAL = "Pod is in a terminal phase (success/failed), begin teardown"
+REASON_EVICTED = "Pod is being evicted by the kubelet, begin teardown"
+REASON_GATED = "The previous steps failed: only the status is written until the error back-off ends"
+REASON_FOLLOWUP = "Follow-up sync: observes what the previous steps did"
+
+# When the worker looks again (`Plan.wake_reason`).
+WAKE_RESYNC = "resync period (syncFrequency)"
+WAKE_STEPS = "observe what these steps did"
+WAKE_KILL = "observe the kill"
+WAKE_STILL_STOPPING = "something outlived the kill"
+WAKE_ERROR = "error back-off after failed steps"
+WAKE_BACKOFF = "crash-loop back-off ends"
+WAKE_DEADLINE = "activeDeadlineSeconds runs out"
+WAKE_RESIZE = "in-place resize in progress"
+WAKE_RESIZE_PENDING = "pending resize retried"
+
 
 class Lifecycle(enum.StrEnum):
     """Where the pod is in its life, as the worker handles it (upstream's pod worker states, finer)."""
@@ -191,7 +211,11 @@ class Plan:
     observe_start: bool = False
     """The pod has just started: observe its start latency."""
     wake_after: float = 0.0
+    wake_reason: str = WAKE_RESYNC
+    """Why the worker looks again after `wake_after` (what `kopflet explain` says comes next)."""
     log: str = ""
+    reason: str = ""
+    """Why the pod is in this lifecycle, or why this sync takes no steps (upstream's words where it has them)."""
 
     @property
     def changes_runtime(self) -> bool:
@@ -234,12 +258,13 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
         pod = spec.minimal_pod(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""))
         if obs.gone:
             return Plan(lifecycle=Lifecycle.GONE, pod=pod, memory=memory, teardown=True, stop_probes=True,
-                        wake_after=cfg.resync_period)
+                        wake_after=cfg.resync_period, reason=REASON_GONE)
         events: tuple[Event, ...] = ()
         if memory.reported_error != obs.spec_error:
             events = (Event(WARNING, "Failed", f"Error: {obs.spec_error}"),)
         return Plan(lifecycle=Lifecycle.INVALID, pod=pod, events=events, log=obs.spec_error if events else "",
-                    memory=dataclasses.replace(memory, reported_error=obs.spec_error), wake_after=cfg.resync_period)
+                    memory=dataclasses.replace(memory, reported_error=obs.spec_error), wake_after=cfg.resync_period,
+                    reason=obs.spec_error)
 
     pod = obs.pod
     previous: Mapping[str, Any] = obs.body.get("status") or {}
@@ -267,7 +292,8 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
             return Plan(lifecycle=Lifecycle.REJECTED, pod=pod, memory=memory,
                         events=(Event(WARNING, rejection.reason, rejection.event_message),),
                         status=generate.rejected_status(previous, rejection.reason, rejection.message),
-                        log=f"rejected: {rejection.reason}: {rejection.message}", wake_after=cfg.resync_period)
+                        log=f"rejected: {rejection.reason}: {rejection.message}", wake_after=cfg.resync_period,
+                        reason=f"{rejection.reason}: {rejection.message}")
     plan = _admitted(obs, pod, previous, cfg, dataclasses.replace(memory, admitted=True))
     if resources.cpu_state is None and resources.memory_state is None:
         return plan
@@ -294,7 +320,7 @@ def _admitted(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg:
             events.append(Event(NORMAL, deadline.REASON, deadline.MESSAGE))  # upstream ShouldEvict's
         plan = _terminated(obs, pod, previous, cfg, dataclasses.replace(memory, resize_conditions=conditions),
                            tuple(events), write=True)
-        return dataclasses.replace(plan, allocate=allocate, admitted=True)
+        return dataclasses.replace(plan, allocate=allocate, admitted=True, reason=deadline.MESSAGE)
     if obs.eviction is not None:
         # Upstream killPodFunc from the eviction manager: killed with the eviction's grace period, then terminal
         # with the eviction's status (written once its containers stopped, as the status manager holds a
@@ -305,7 +331,7 @@ def _admitted(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg:
             plan = dataclasses.replace(plan, kill_grace=obs.eviction.grace_period)
         if plan.status is not None:
             plan = dataclasses.replace(plan, status=_with_eviction(plan.status, obs.eviction))
-        return dataclasses.replace(plan, allocate=allocate, admitted=True)
+        return dataclasses.replace(plan, allocate=allocate, admitted=True, reason=REASON_EVICTED)
     return _syncing(obs, pod, previous, cfg, memory, conditions, generation, stamp, allocate, events)
 
 
@@ -342,12 +368,13 @@ def _syncing(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg: 
 
     steps = not gated and _has_steps(actions, resizing)
     run = not gated and (steps or not obs.memory.followup)
-    wake = 0.0 if steps else _delay(obs, pod, cfg, actions, resizing, conditions, gated)
+    wake, wake_reason = (0.0, WAKE_STEPS) if steps else _delay(obs, pod, cfg, actions, resizing, conditions, gated)
     return Plan(lifecycle=Lifecycle.SYNCING, pod=pod, memory=dataclasses.replace(memory, followup=steps),
                 allocate=allocate, admitted=True, events=tuple(events), status=status,
                 actions=actions if run else None, resize=resizing if run else None,
                 evict=gc.evictable(runtime, _dead_kept(cfg)), observe_start=observe_start,
-                wake_after=wake, log=actions.reason if run else "")
+                wake_after=wake, wake_reason=wake_reason, log=actions.reason if run else "",
+                reason=REASON_GATED if gated else "" if run else REASON_FOLLOWUP)
 
 
 def _dead_kept(cfg: AgentConfig) -> int:
@@ -359,26 +386,32 @@ def _dead_kept(cfg: AgentConfig) -> int:
 
 
 def _delay(obs: Observation, pod: spec.Pod, cfg: AgentConfig, actions: reconciler.PodActions,
-           resizing: resize.ResizeActions, conditions: Mapping[str, Any], gated: bool) -> float:
-    """When to look at a pod that is not being changed right now."""
+           resizing: resize.ResizeActions, conditions: Mapping[str, Any], gated: bool) -> tuple[float, str]:
+    """When to look at a pod that is not being changed right now, and why then (the earliest reason wins)."""
     last = obs.memory.last
-    delay = cfg.resync_period
+    wake = (cfg.resync_period, WAKE_RESYNC)
+
+    def sooner(delay: float, why: str) -> None:
+        nonlocal wake
+        if delay < wake[0]:
+            wake = (delay, why)
+
     if gated and last is not None:
         if last.failed or last.resize_error:
-            delay = ERROR_RETRY
+            wake = (ERROR_RETRY, WAKE_ERROR)
         if last.retry_after is not None:
-            delay = min(delay, max(last.retry_after, MIN_WAKE))
+            sooner(max(last.retry_after, MIN_WAKE), WAKE_BACKOFF)
     elif actions.retry_after is not None:  # the earliest crash-loop backoff ends
-        delay = min(delay, max(actions.retry_after, MIN_WAKE))
+        sooner(max(actions.retry_after, MIN_WAKE), WAKE_BACKOFF)
     # Wake when activeDeadlineSeconds runs out (upstream ShouldSync picks the pod up then).
     left = deadline.time_left(pod, deadline.start_time(obs.body.get("status") or {}), obs.now)
     if left is not None:
-        delay = min(delay, max(left, MIN_WAKE))
+        sooner(max(left, MIN_WAKE), WAKE_DEADLINE)
     if resizing.any or resizing.restart or resize.in_progress(pod, obs.runtime, obs.actuated):
-        delay = min(delay, STARTED_RECHECK)  # upstream RequestPodReinspect: see the resize through soon
+        sooner(STARTED_RECHECK, WAKE_RESIZE)  # upstream RequestPodReinspect: see the resize through soon
     if conditions.get(policy.POD_RESIZE_PENDING):
-        delay = min(delay, PENDING_RESIZE_RETRY)
-    return delay
+        sooner(PENDING_RESIZE_RETRY, WAKE_RESIZE_PENDING)
+    return wake
 
 
 def _terminating(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg: AgentConfig) -> Plan:
@@ -386,11 +419,12 @@ def _terminating(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], c
     then delete the Pod object."""
     memory = obs.memory
     if _running(obs.runtime):
-        return _kill(obs, pod, Lifecycle.TERMINATING, memory, ())
+        return dataclasses.replace(_kill(obs, pod, Lifecycle.TERMINATING, memory, ()), reason=REASON_DELETING)
     status = _status(obs, pod, previous, cfg, memory.resize_conditions or {}, {}, terminal=True)
     memory, _ = _after_status(memory, status, previous, [])
     return Plan(lifecycle=Lifecycle.TERMINATING, pod=pod, status=status, delete=True,
-                memory=dataclasses.replace(memory, kill_sent=False, followup=False), wake_after=cfg.resync_period)
+                memory=dataclasses.replace(memory, kill_sent=False, followup=False), wake_after=cfg.resync_period,
+                reason=REASON_DELETING)
 
 
 def _terminated(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg: AgentConfig, memory: Memory,
@@ -400,7 +434,7 @@ def _terminated(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cf
     be stopped or `write`. A terminal phase already written stays."""
     if _running(obs.runtime):
         plan = _kill(obs, pod, Lifecycle.TERMINATED, dataclasses.replace(memory, terminal_write_due=True), events)
-        return dataclasses.replace(plan, stop_probes=True)
+        return dataclasses.replace(plan, stop_probes=True, reason=REASON_TERMINAL)
     status, observe_start, more = None, False, list(events)
     if write or memory.terminal_write_due:
         status = _status(obs, pod, previous, cfg, memory.resize_conditions or {}, {}, terminal=True)
@@ -410,7 +444,8 @@ def _terminated(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cf
     memory = dataclasses.replace(memory, terminal_write_due=False, kill_sent=False, followup=False,
                                  volumes_released=memory.volumes_released or release)
     return Plan(lifecycle=Lifecycle.TERMINATED, pod=pod, memory=memory, events=tuple(more), status=status,
-                release_volumes=release, stop_probes=True, observe_start=observe_start, wake_after=cfg.resync_period)
+                release_volumes=release, stop_probes=True, observe_start=observe_start, wake_after=cfg.resync_period,
+                reason=REASON_TERMINAL)
 
 
 def _with_eviction(status: Mapping[str, Any], evicted: Eviction) -> dict[str, Any]:
@@ -426,8 +461,9 @@ def _kill(obs: Observation, pod: spec.Pod, lifecycle: Lifecycle, memory: Memory,
     """Kill what still runs; when a kill already went out and something outlived it, look again shortly first."""
     if obs.memory.kill_sent:
         return Plan(lifecycle=lifecycle, pod=pod, events=events, wake_after=STILL_STOPPING,
+                    wake_reason=WAKE_STILL_STOPPING,
                     memory=dataclasses.replace(memory, kill_sent=False, followup=False))
-    return Plan(lifecycle=lifecycle, pod=pod, events=events, kill_pod=True, wake_after=0.0,
+    return Plan(lifecycle=lifecycle, pod=pod, events=events, kill_pod=True, wake_after=0.0, wake_reason=WAKE_KILL,
                 memory=dataclasses.replace(memory, kill_sent=True, followup=True))
 
 

@@ -49,7 +49,7 @@ from kopflet.logs import reader as logreader
 from kopflet.logs.verbosity import v
 from kopflet.metrics import KubeletMetrics
 from kopflet.pleg.relist import RuntimeCache
-from kopflet.pods import decide
+from kopflet.pods import decide, explain
 from kopflet.pods.decide import Lifecycle, Memory, Observation, Plan, ProbeResults
 from kopflet.pods.teardown import Teardown
 from kopflet.prober.manager import ProbeManager
@@ -78,6 +78,8 @@ class _Worker:
         self.synced = self.updated = False
         self.eviction: decide.Eviction | None = None
         """Set by the eviction manager: the pod is killed and ends Failed (Evicted)."""
+        self.decisions = explain.Ring()
+        """The last decisions, for `kopflet explain` (`PodWorkers.decisions`)."""
 
     @property
     def holds_node(self) -> bool:
@@ -216,6 +218,17 @@ class PodWorkers:
         worker = self.workers.get(uid)
         return worker.pod if worker is not None else None
 
+    def decisions(self, namespace: str, name: str) -> tuple[str, tuple[explain.Decision, ...]] | None:
+        """The uid and the last decisions (oldest first) of the pod of that name, None when no worker has it; of
+        two workers for the name (a pod deleted and created again), the one whose pod is not deleted."""
+        found = [w for w in list(self.workers.values())
+                 if (w.body.get("metadata") or {}).get("namespace") == namespace
+                 and (w.body.get("metadata") or {}).get("name") == name]
+        if not found:
+            return None
+        worker = min(found, key=lambda w: (w.gone, -w.first_seen))
+        return worker.uid, worker.decisions.decisions()
+
     def bodies(self) -> Iterator[Mapping[str, Any]]:
         """The pods the workers hold that are not deleted from the API, as last seen (with their status)."""
         return (w.body for w in list(self.workers.values()) if not w.gone)
@@ -239,7 +252,7 @@ class PodWorkers:
             kind = _sync_type(worker)
             worker.updated, started = False, time.monotonic()
             try:
-                delay = await self._sync(worker)
+                delay = await self._sync(worker, kind)
                 worker.synced = True
                 if self.metrics is not None:
                     self.metrics.observe_pod_worker(kind, time.monotonic() - started)
@@ -254,8 +267,9 @@ class PodWorkers:
                 self.status.forget(worker.uid)
                 return
 
-    async def _sync(self, worker: _Worker) -> float:
-        """Observe, decide once, act; the seconds until the worker looks again."""
+    async def _sync(self, worker: _Worker, kind: str = "") -> float:
+        """Observe, decide once, act; the seconds until the worker looks again. `kind` is the sync's
+        operation_type, recorded with the decision."""
         observation = await self._observe(worker)
         async with self.allocating:
             observation = dataclasses.replace(observation, others=tuple(
@@ -268,6 +282,7 @@ class PodWorkers:
                 topology=self.memory_manager.topology if self.memory_manager is not None else NO_TOPOLOGY)
             observation = await self._admit_devices(observation, worker)
             plan = decide.decide(observation, self.cfg)
+            self._record(worker, observation, plan, kind)
             if plan.cpu_state is not None and self.cpus is not None:
                 await self.cpus.commit(plan.cpu_state)  # the checkpoint, before any container is created
             if plan.memory_state is not None and self.memory_manager is not None:
@@ -278,6 +293,14 @@ class PodWorkers:
             if plan.admitted:
                 worker.pod = plan.pod
         return await self._act(worker, observation, plan)
+
+    @staticmethod
+    def _record(worker: _Worker, observation: Observation, plan: Plan, kind: str) -> None:
+        """Keep the decision for `kopflet explain`; a failure to summarise it never stops the sync."""
+        try:
+            worker.decisions.add(explain.record(observation, plan, observation.now, sync=kind))
+        except Exception:
+            logger.exception(f"pod {_ref(worker.body)}: could not record the decision for explain")
 
     async def _admit_devices(self, observation: Observation, worker: _Worker) -> Observation:
         """The container manager's admit handler for a pod asking for device plugin resources, run before

@@ -19,6 +19,7 @@ from kopflet.logs import cri_logs
 from kopflet.logs import reader as agent_logs
 from kopflet.metrics import KubeletMetrics, ProbeMetrics
 from kopflet.pleg.relist import RuntimeCache
+from kopflet.pods.explain import Decision
 from kopflet.pods.workers import PodWorkers
 from kopflet.stats import collector as agent_stats
 from kopflet.watchdog.health_checker import Check
@@ -74,6 +75,13 @@ class AgentBackend:
         if found is None:
             raise LookupError(f"container not found ({go_quote(container)})")
         return found.id
+
+    async def pod_decisions(self, namespace: str, name: str) -> tuple[str, Sequence[Decision]]:
+        """The pod's uid and its worker's last decisions (`kopflet.pods.explain`)."""
+        found = self.workers.decisions(namespace, name)
+        if found is None:
+            raise LookupError(f"pod {go_quote(name)} does not exist")
+        return found
 
     # ------------------------------------------------------------------------------------------ logs
 

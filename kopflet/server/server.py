@@ -34,6 +34,7 @@ from kopflet import gotext
 from kopflet.config import configz, tls_options
 from kopflet.config.settings import AgentConfig
 from kopflet.logs.cri_logs import LogOptionsError
+from kopflet.pods import explain
 from kopflet.server import auth_rules, healthz_server
 from kopflet.server import node_log_query as nlq
 from kopflet.server.auth_rules import Attributes, Subject, UserInfo, is_upgrade_request, is_websocket_request
@@ -66,6 +67,9 @@ stopped reading included: ``streamingConnectionIdleTimeout``'s default (4h), for
 
 METRICS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 JSON = "application/json"
+DEBUG_PODS = "pods"
+"""``/debug/pods/<namespace>/<name>``: what `kopflet explain` reads (kopflet's own; upstream has no such path, and
+authorizes every ``/debug/`` path it has no subresource for on ``nodes/proxy``)."""
 # InstallSystemLogHandler with enableSystemLogHandler off (getHandlerForDisabledEndpoint; http.Error adds the
 # newline): /logs/ then never reads a path.
 LOGS_DISABLED = "logs endpoint is disabled.\n"
@@ -134,6 +138,11 @@ class Backend(Protocol):
     async def port_forward_url(self, namespace: str, pod: str, uid: str | None, ports: list[int]) -> str:
         """The runtime's streaming URL for port forwarding (CRI ``PortForward``); SPDY clients name the ports
         in their streams later, so ``ports`` is often empty."""
+        ...
+
+    async def pod_decisions(self, namespace: str, name: str) -> tuple[str, Sequence[explain.Decision]]:
+        """``GET /debug/pods/<namespace>/<name>``: the pod's uid and its worker's last decisions, oldest first
+        (LookupError ``pod "<name>" does not exist`` when the agent has no such pod)."""
         ...
 
 
@@ -301,6 +310,10 @@ class Server(HttpServer[_Connection]):
             if not await self._methods(connection, request, keep, "GET", "POST"):
                 return keep
             return await self._port_forward(connection, request, keep, rest)
+        if head == "debug" and len(rest) == 3 and rest[0] == DEBUG_PODS:
+            if not await self._methods(connection, request, keep, "GET"):
+                return keep
+            return await self._explain(connection, request, keep, rest[1], rest[2])
         return await self._not_found(connection, request, keep)
 
     async def _not_found(self, connection: _Connection, request: Request, keep: bool) -> bool:
@@ -344,6 +357,30 @@ class Server(HttpServer[_Connection]):
 
     async def _metrics(self) -> str:
         return self.backend.metrics()
+
+    async def _explain(self, connection: _Connection, request: Request, keep: bool, namespace: str,
+                       name: str) -> bool:
+        """The pod's last decisions: JSON, or text with ``?format=text`` (or, without ``format``, when the client
+        accepts ``text/plain`` before anything else)."""
+        wanted = (request.query.get("format") or [""])[-1]
+        if wanted not in ("", "json", "text"):
+            await connection.respond(400, f"unknown format {gotext.go_quote(wanted)}: json or text", close=not keep)
+            return keep
+        if not wanted:
+            accept = (request.header("Accept") or "").split(",")[0].split(";")[0].strip().lower()
+            wanted = "text" if accept == "text/plain" else "json"
+        found = await self._call(connection, request, keep, self.backend.pod_decisions, namespace, name)
+        if found is None:
+            return keep
+        uid, decisions = found
+        if wanted == "text":
+            await connection.respond(200, explain.render_text(decisions, namespace=namespace, name=name, uid=uid),
+                                     content_type=TEXT, close=not keep)
+        else:
+            body = explain.to_json(decisions, namespace=namespace, name=name, uid=uid)
+            await connection.respond(200, gotext.go_json(body, escape_html=False), content_type=JSON,
+                                     close=not keep)
+        return keep
 
     # ------------------------------------------------------------------------------------------------- streams
 

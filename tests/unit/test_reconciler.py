@@ -917,3 +917,72 @@ def test_should_restart_never_for_a_deleted_pod() -> None:
     body["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
     pod = pod_from_body(body)
     assert not reconciler.should_restart(pod.spec.containers[0], pod, podstate.RuntimePodStatus(uid="12345678"))
+
+
+# --------------------------------------------------------------------- why each start: what kopflet explain shows
+
+NEW = reconciler.NEW_SANDBOX_START
+ReasonCase = tuple[str, Callable[[dict[str, Any]], None] | None, Callable[[Runtime], None] | None, dict[str, str]]
+
+START_REASONS: dict[str, ReasonCase] = {
+    "a new pod: everything starts in the new sandbox": (
+        "plain", None, lambda rt: (rt.sandboxes.clear(), rt.containers.clear()),
+        {"foo1": NEW, "foo2": NEW, "foo3": NEW}),
+    "an exited container under the pod's Always": (
+        "plain", None, lambda rt: (rt.exited(1, 137), rt.c(1, reason="Error")),
+        {"foo2": "exited 137 (Error), restartPolicy Always"}),
+    "a failed container under its own OnFailure": (
+        "plain", own_policy("Never", "OnFailure", 1), lambda rt: rt.exited(1, 3),
+        {"foo2": "exited 3, container restartPolicy OnFailure"}),
+    "a restart rule matched the exit code": (
+        "plain", own_policy("Never", "Never", 1, rules=IN_42), lambda rt: rt.exited(1, 42),
+        {"foo2": "exited 42, restartPolicyRules Restart (exit code In [42])"}),
+    "a container created but never started": (
+        "plain", None, lambda rt: rt.c(1, state=State.CREATED), {"foo2": 'in "created" state'}),
+    "a container with no instance": ("plain", None, _keep_only(0, 2), {"foo2": reconciler.NOT_STARTED}),
+    "a failed liveness probe kills and restarts": (
+        "plain", None, LIVENESS_FAILED, {"foo2": "Container foo2 failed liveness probe, will be restarted"}),
+    "the first init container of a pod that has run none": (
+        "init", None, lambda rt: rt.containers.clear(), {"init1": reconciler.NOT_STARTED}),
+    "the next init container once the previous one exited 0": (
+        "init", None, lambda rt: (_keep_only(2)(rt), rt.c(0, id="initid1", name="init1", reason="Completed")),
+        {"init2": "init container init1 exited 0 (Completed)"}),
+    "a failed init container under OnFailure": (
+        "init", policy("OnFailure"), lambda rt: rt.exited(2, 1), {"init3": "exited 1, restartPolicy OnFailure"}),
+    "an init container in unknown state": (
+        "init", None, lambda rt: rt.c(2, state=State.UNKNOWN),
+        {"init3": 'Init container is in "unknown" state, try killing it before restart'}),
+    "a started sidecar lets the next init container start": (
+        "sidecar", None, _keep_only(0), {"sidecar2": "init container sidecar1 started"}),
+    "sidecars whose instances are gone start again": (
+        "sidecar", None, _keep_only(2), {"sidecar1": "no instance in the active sandbox",
+                                         "sidecar2": "no instance in the active sandbox",
+                                         **{f"foo{i}": reconciler.NOT_STARTED for i in (1, 2, 3)}}),
+    "an exited sidecar": (
+        "sidecar", None, lambda rt: rt.exited(0, 1),
+        {"sidecar1": "exited 1, container restartPolicy Always",
+         **{f"foo{i}": reconciler.NOT_STARTED for i in (1, 2, 3)}}),
+}
+
+
+@pytest.mark.parametrize(("base", "mutate_pod", "mutate_rt", "expected"), list(START_REASONS.values()),
+                         ids=list(START_REASONS))
+def test_each_start_carries_the_rule_that_fired(base: str, mutate_pod: Any, mutate_rt: Any,
+                                                expected: dict[str, str]) -> None:
+    actions = _run_sidecars(mutate_pod, mutate_rt) if base == "sidecar" else \
+        _run(base == "init", mutate_pod, mutate_rt)
+    assert set(actions.start_reasons) >= {*actions.init_containers_to_start, *actions.containers_to_start}
+    assert dict(actions.start_reasons) == expected
+
+
+def test_a_container_held_back_keeps_its_reason_and_the_seconds_left() -> None:
+    pod = _pod()
+    b = _backoff_with(pod, "foo2", [NOW - 40, NOW - 20])  # delay now 20s
+    rt = base_runtime()
+    rt.exited(1, 1, at=NOW - 5)
+    actions = compute_pod_actions(pod, rt.build(), backoff=b, now=NOW)
+    assert actions.containers_in_backoff and actions.containers_to_start == ()
+    assert actions.start_reasons == {"foo2": "exited 1, restartPolicy Always"}
+    assert actions.backoff_remaining == {"foo2": 15.0}
+    # explanatory fields are not part of the decision: the same steps compare equal without them
+    assert dataclasses.replace(actions, start_reasons={}, backoff_remaining={}) == actions

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
+import json
 import ssl
 import subprocess
 from collections.abc import AsyncIterator, Mapping
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 
 from kopflet.config.settings import AgentConfig
+from kopflet.pods import explain
 from kopflet.server import auth_rules, streaming
 from kopflet.server import server as srv
 from kopflet.server.auth_reviews import Authenticator, Authorizer
@@ -29,6 +32,10 @@ from tests.unit.test_server_auth import FakeKube
 
 NODE = "node-1"
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}}
+_AT = datetime.datetime(2026, 6, 1, 12, 0, 0, tzinfo=datetime.UTC)
+DECISION = explain.Decision(time=_AT, sync="sync", lifecycle="syncing", phase="Running",
+                            rules=(explain.Rule(subject="status", action="write", reason="phase Running"),),
+                            next_at=_AT + datetime.timedelta(seconds=60), next_reason="resync period")
 
 
 # --- certificates -----------------------------------------------------------------------------------------------
@@ -173,6 +180,13 @@ class FakeBackend:
         self.calls.append(("portForward", namespace, pod, uid, ports))
         self._maybe_fail()
         return self.stream_url
+
+    async def pod_decisions(self, namespace: str, name: str) -> tuple[str, list[explain.Decision]]:
+        self.calls.append(("explain", namespace, name))
+        self._maybe_fail()
+        if (namespace, name) != ("ns", "p"):
+            raise LookupError(f'pod "{name}" does not exist')
+        return "u-1", [DECISION]
 
 
 class StreamingServer:
@@ -522,6 +536,59 @@ async def test_stats_summary(h: Harness) -> None:
     response = await call(h, "GET", "/stats/summary")
     assert (response.status, response.header("content-type")) == (200, "application/json")
     assert response.text == '{"node":{"nodeName":"node-1"},"pods":[]}'
+
+
+@pytest.mark.parametrize(("target", "headers", "content_type"), [
+    ("/debug/pods/ns/p", {}, "application/json"),
+    ("/debug/pods/ns/p?format=json", {"Accept": "text/plain"}, "application/json"),
+    ("/debug/pods/ns/p?format=text", {}, "text/plain; charset=utf-8"),
+    ("/debug/pods/ns/p", {"Accept": "text/plain"}, "text/plain; charset=utf-8"),
+    ("/debug/pods/ns/p", {"Accept": "application/json, */*"}, "application/json"),  # kubectl get --raw
+])
+async def test_a_pods_decisions(h: Harness, target: str, headers: dict[str, str], content_type: str) -> None:
+    response = await call(h, "GET", target, headers)
+    assert (response.status, response.header("content-type")) == (200, content_type)
+    assert h.backend.calls == [("explain", "ns", "p")]
+    if content_type == "application/json":
+        assert json.loads(response.body) == explain.to_json([DECISION], namespace="ns", name="p", uid="u-1")
+    else:
+        assert response.text == explain.render_text([DECISION], namespace="ns", name="p", uid="u-1")
+        assert "-> status: write — phase Running" in response.text
+
+
+@pytest.mark.parametrize(("method", "target", "status", "text"), [
+    ("GET", "/debug/pods/ns/nope", 404, 'pod "nope" does not exist'),
+    ("GET", "/debug/pods/ns/p?format=yaml", 400, 'unknown format "yaml": json or text'),
+    ("GET", "/debug/pods/ns", 404, "404 page not found\n"),
+    ("GET", "/debug/pods/ns/p/x", 404, "404 page not found\n"),
+    ("POST", "/debug/pods/ns/p", 405, "Method Not Allowed"),
+])
+async def test_a_pods_decisions_refused(h: Harness, method: str, target: str, status: int, text: str) -> None:
+    response = await call(h, method, target)
+    assert (response.status, response.text) == (status, text)
+
+
+async def test_the_agents_backend_answers_from_the_pod_workers() -> None:
+    from kopflet.server.backend import AgentBackend
+
+    class Workers:
+        def decisions(self, namespace: str, name: str) -> tuple[str, tuple[explain.Decision, ...]] | None:
+            return ("u-1", (DECISION,)) if (namespace, name) == ("ns", "p") else None
+
+    backend = AgentBackend(Workers(), None, None, None, None)  # type: ignore[arg-type]
+    assert await backend.pod_decisions("ns", "p") == ("u-1", (DECISION,))
+    with pytest.raises(LookupError, match=r'^pod "p\\n" does not exist$'):  # quoted as upstream's %q
+        await backend.pod_decisions("other", "p\n")
+
+
+async def test_a_pods_decisions_need_nodes_proxy(pki: Pki) -> None:
+    authorizer = RecordingAuthorizer(allowed={("system:anonymous", "pods")})
+    async with running(pki, authorizer=authorizer) as h:
+        response = await call(h, "GET", "/debug/pods/ns/p")
+        assert (response.status, response.text) == (
+            403, "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[proxy])\n")
+        assert [attrs.subresource for _, attrs in authorizer.asked] == ["proxy"]
+        assert h.backend.calls == []
 
 
 # A path with an empty segment ("/exec/ns//c", "/pods//") is redirected to its clean form first, as Go's ServeMux

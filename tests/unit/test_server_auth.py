@@ -34,6 +34,7 @@ PATHS = {
     "/containerLogs/ns/pod/c": ["proxy"],
     "/debug/flags/v": ["proxy"],
     "/debug/pprof/heap": ["proxy"],
+    "/debug/pods/ns/pod": ["proxy"],  # kopflet explain: upstream's default for a path without a subresource
     "/exec/ns/pod/c": ["proxy"],
     "/exec/ns/pod/uid/c": ["proxy"],
     "/healthz": ["healthz", "proxy"],
