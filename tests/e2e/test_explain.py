@@ -1,0 +1,64 @@
+"""``kopflet explain`` and the kubelet API's ``/debug/pods`` on the real stack: a crash-looping pod's decisions, read
+through the apiserver's node proxy with kubectl and with the kopflet command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from devstack.layout import Layout
+from tests.conftest import Kubectl
+from tests.e2e.conftest import Agent
+from tests.e2e.test_pod_lifecycle import container, pod_manifest, wait_pod
+
+KOPFLET = str(Path(sys.executable).with_name("kopflet"))
+
+
+def crash_looping(pod: dict[str, Any]) -> bool:
+    return any((s.get("state", {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+               for s in pod.get("status", {}).get("containerStatuses") or ())
+
+
+def explain(layout: Layout, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([KOPFLET, "explain", *args, f"--kubeconfig={layout.admin_kubeconfig}"],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_crash_looping_pod_is_explained(running_agent: Agent, admin: Kubectl, layout: Layout,
+                                          namespace: str) -> None:
+    node = layout.node_name
+    admin.apply(pod_manifest("crashes", namespace, node, [container("app", "sleep 1; exit 3")]))
+    pod = wait_pod(admin, namespace, "crashes", crash_looping, timeout=120, what="CrashLoopBackOff")
+    uid = pod["metadata"]["uid"]
+    path = f"/api/v1/nodes/{node}/proxy/debug/pods/{namespace}/crashes"
+
+    text = admin.run("get", "--raw", path + "?format=text").stdout
+    assert text.startswith(f"pod {namespace}/crashes (uid {uid}): ")
+    assert "container app: restart held back — exited 3 (Error), restartPolicy Always; back-off " in text
+    assert "crash-loop back-off ends" in text
+
+    # The command says the same, finding the node from the pod.
+    command = explain(layout, f"{namespace}/crashes")
+    assert command.returncode == 0, command.stderr
+    assert "container app: restart held back — exited 3 (Error), restartPolicy Always; back-off " in command.stdout
+
+    answer = json.loads(admin.run("get", "--raw", path).stdout)
+    assert (answer["namespace"], answer["name"], answer["uid"]) == (namespace, "crashes", uid)
+    assert answer["decisions"], answer
+    held = [r for d in answer["decisions"] for r in d["rules"]
+            if r["subject"] == "container app" and r["action"] == "restart held back"]
+    assert held and all(r["until"] for r in held), answer
+    assert any(d["nextReason"] == "crash-loop back-off ends" for d in answer["decisions"])
+
+    # A pod the agent does not have: upstream's words, from the agent and from the command.
+    missing = admin.run("get", "--raw", f"/api/v1/nodes/{node}/proxy/debug/pods/{namespace}/nope?format=text",
+                        check=False)
+    assert missing.returncode != 0
+    command = explain(layout, "nope", "-n", namespace, "--node", node)
+    assert command.returncode == 1
+    assert f'node {node}: pod "nope" does not exist' in command.stderr
+    command = explain(layout, f"{namespace}/nope")
+    assert command.returncode == 1 and f"pod {namespace}/nope not found" in command.stderr
