@@ -437,6 +437,27 @@ POD_STARTUP_DURATION_BUCKETS: Final[tuple[float, ...]] = (
     0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600,
 )  # fmt: skip
 RUNTIME_OPERATIONS_DURATION_BUCKETS: Final = exponential_buckets(0.005, 2.5, 14)
+# kopflet_pod_start_step_duration_seconds (kopflet's own): the client's default buckets, then up to an hour for the
+# image pulls.
+POD_START_STEP_BUCKETS: Final[tuple[float, ...]] = (*DEFAULT_BUCKETS, 30, 60, 120, 300, 600, 1800, 3600)
+IMAGE_PULL_DURATION_BUCKETS: Final[tuple[float, ...]] = (
+    1, 5, 10, 20, 30, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600,
+)  # fmt: skip
+# The image_size_in_bytes label of kubelet_image_pull_duration_seconds: each label's lower bound (exclusive), bytes.
+_MIB, _GIB = 1024 * 1024, 1024 * 1024 * 1024
+IMAGE_SIZE_BUCKETS: Final[tuple[tuple[int, str], ...]] = (
+    (0, "0-10MB"), (10 * _MIB, "10MB-100MB"), (100 * _MIB, "100MB-500MB"), (500 * _MIB, "500MB-1GB"),
+    (1 * _GIB, "1GB-5GB"), (5 * _GIB, "5GB-10GB"), (10 * _GIB, "10GB-20GB"), (20 * _GIB, "20GB-30GB"),
+    (30 * _GIB, "30GB-40GB"), (40 * _GIB, "40GB-60GB"), (60 * _GIB, "60GB-100GB"), (100 * _GIB, "GT100GB"),
+)  # fmt: skip
+
+
+def image_size_bucket(size: int) -> str:
+    """Upstream GetImageSizeBucket: "N/A" for an unknown (0) size, else the label of the last bucket whose lower
+    bound the size is above (10 MiB exactly is still "0-10MB")."""
+    if size <= 0:
+        return "N/A"
+    return next(label for bound, label in reversed(IMAGE_SIZE_BUCKETS) if size > bound)
 # pkg/kubelet/certificate/kubelet.go: 1 minute, 1 hour, 4 hours, 1 day, 1 week, 1, 3 and 6 months, 1 and 4 years.
 CERTIFICATE_ROTATION_BUCKETS: Final[tuple[float, ...]] = (
     60, 3600, 14400, 86400, 604800, 2592000, 7776000, 15552000, 31104000, 124416000,
@@ -536,6 +557,25 @@ class KubeletMetrics:
             stability=ALPHA,
             lazy=True,  # upstream: a HistogramVec without labels, absent until the first pod start
         )
+        self.pod_start_total_duration = r.histogram(
+            "kubelet_pod_start_total_duration_seconds",
+            "Duration in seconds to start a pod since creation, including time to pull images and run init "
+            "containers, measured from pod creation timestamp to when all its containers are reported as started "
+            "and observed via watch",
+            buckets=POD_STARTUP_DURATION_BUCKETS,
+            stability=ALPHA,
+            lazy=True,  # as the SLI's: a HistogramVec without labels
+        )
+        # kopflet's own (no upstream kubelet has it): each step of a pod start, from the pod's start timeline
+        # (kopflet.pods.timeline), observed once the start ends.
+        self.pod_start_step_duration = r.histogram(
+            "kopflet_pod_start_step_duration_seconds",
+            "Duration in seconds of each step of a pod start, from the agent first seeing the pod until it is "
+            "Ready: admission, volumes, sandbox, image_pull, container_create, container_start, until_ready. "
+            "kopflet's own.",
+            ("step",),
+            buckets=POD_START_STEP_BUCKETS,
+        )
         self.pod_worker_duration = r.histogram(
             "kubelet_pod_worker_duration_seconds",
             "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
@@ -625,6 +665,15 @@ class KubeletMetrics:
             "kubelet_image_volume_mounted_succeed_total", "Number of successful image volume mounts.", stability=BETA)
         self.image_volume_mounted_errors = r.counter(
             "kubelet_image_volume_mounted_errors_total", "Number of failed image volume mounts.", stability=BETA)
+        # upstream ImagePullDuration: from the Pulling event to the image pulled, waiting for the serialized puller
+        # included, truncated to the millisecond; by image size bucket (`image_size_bucket`).
+        self.image_pull_duration = r.histogram(
+            "kubelet_image_pull_duration_seconds",
+            "Duration in seconds to pull an image.",
+            ("image_size_in_bytes",),
+            buckets=IMAGE_PULL_DURATION_BUCKETS,
+            stability=ALPHA,
+        )
         self.image_garbage_collected = r.counter(
             "kubelet_image_garbage_collected_total",
             "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",

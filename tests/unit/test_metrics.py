@@ -232,6 +232,13 @@ KUBELET_FAMILIES = {
         " measured from pod creation timestamp to when all its containers are reported as started and observed"
         " via watch",
     ),
+    "kubelet_pod_start_total_duration_seconds": (
+        "histogram",
+        "[ALPHA] Duration in seconds to start a pod since creation, including time to pull images and run init"
+        " containers, measured from pod creation timestamp to when all its containers are reported as started and"
+        " observed via watch",
+    ),
+    "kubelet_image_pull_duration_seconds": ("histogram", "[ALPHA] Duration in seconds to pull an image."),
     "kubelet_pod_worker_duration_seconds": (
         "histogram",
         "[ALPHA] Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
@@ -277,6 +284,8 @@ def _exercised() -> KubeletMetrics:
     """Every family with one series, so each shows its HELP and TYPE."""
     m = KubeletMetrics("node-1")
     m.pod_start_sli_duration.observe(3)
+    m.pod_start_total_duration.observe(4)
+    m.image_pull_duration.labels("0-10MB").observe(1.5)
     m.observe_pod_worker("sync", 0.2)
     m.set_running(1, {"running": 2})
     m.observe_runtime_operation("RunPodSandbox", 0.3, error=True)
@@ -297,6 +306,10 @@ def test_kubelet_family_set_and_labels() -> None:
     m = KubeletMetrics()
     families = {f.name: f for f in (m.registry.get(n) for n in KUBELET_FAMILIES) if f is not None}
     assert set(families) == set(KUBELET_FAMILIES)
+    assert families["kubelet_image_pull_duration_seconds"].label_names == ("image_size_in_bytes",)
+    assert m.image_pull_duration.buckets == (1, 5, 10, 20, 30, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800,
+                                             2700, 3600)
+    assert m.pod_start_total_duration.buckets == metrics.POD_STARTUP_DURATION_BUCKETS
     assert families["kubelet_node_name"].label_names == ("node",)
     assert families["kubelet_running_containers"].label_names == ("container_state",)
     assert families["kubelet_started_containers_errors_total"].label_names == ("container_type", "code")
@@ -306,9 +319,33 @@ def test_kubelet_family_set_and_labels() -> None:
         assert families[name].label_names == ("operation_type",)
     assert m.pod_start_duration.buckets == m.pod_start_sli_duration.buckets == metrics.POD_STARTUP_DURATION_BUCKETS
     assert m.pleg_relist_duration.buckets == metrics.DEFAULT_BUCKETS
-    # Upstream's SLI histogram is a vector without labels: it only appears with the first pod start.
+    # Upstream's SLI and total histograms are vectors without labels: they only appear with the first pod start.
     assert "kubelet_pod_start_sli_duration_seconds" not in m.exposition()
+    assert "kubelet_pod_start_total_duration_seconds" not in m.exposition()
     assert "kubelet_node_name" not in m.exposition()
+
+
+MIB, GIB = 1024 * 1024, 1024 * 1024 * 1024
+
+
+@pytest.mark.parametrize(("size", "label"), [
+    (0, "N/A"), (1, "0-10MB"), (10 * MIB, "0-10MB"), (10 * MIB + 1, "10MB-100MB"), (300 * MIB, "100MB-500MB"),
+    (GIB, "500MB-1GB"), (2 * GIB, "1GB-5GB"), (50 * GIB, "40GB-60GB"), (100 * GIB + 1, "GT100GB"),
+])
+def test_image_size_bucket_is_upstreams(size: int, label: str) -> None:
+    """Upstream GetImageSizeBucket: the last bucket whose lower bound the size is strictly above; 0 is unknown."""
+    assert metrics.image_size_bucket(size) == label
+
+
+def test_the_pod_start_step_histogram_is_kopflets_own() -> None:
+    m = KubeletMetrics()
+    m.pod_start_step_duration.labels("image_pull").observe(3.0)
+    out = m.exposition()
+    assert "# HELP kopflet_pod_start_step_duration_seconds Duration in seconds of each step of a pod start" in out
+    assert "[ALPHA]" not in out.split("kopflet_pod_start_step_duration_seconds", 1)[1].split("\n", 1)[0]
+    assert 'kopflet_pod_start_step_duration_seconds_bucket{step="image_pull",le="2.5"} 0\n' in out
+    assert 'kopflet_pod_start_step_duration_seconds_bucket{step="image_pull",le="5"} 1\n' in out
+    assert 'kopflet_pod_start_step_duration_seconds_bucket{step="image_pull",le="3600"} 1\n' in out
 
 
 def test_runtime_operation_records_count_duration_and_error() -> None:
