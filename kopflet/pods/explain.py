@@ -11,7 +11,8 @@ the worker looks again. `record` only reads what the decision computed: a reason
 where it is decided (`Plan.reason`, `Plan.wake_reason`, `PodActions.start_reasons`), never re-derived here.
 
 Each worker keeps the last `RING_SIZE` decisions in a `Ring`; consecutive decisions that differ only in their time
-(a pod in sync, resynced every minute) are kept as one, counted, so the ring holds what changed. Pure.
+(a pod in sync, resynced every minute) are kept as one, counted, so the ring holds what changed. The renderings
+end with the pod's last start, step by step (`kopflet.pods.timeline`), when the worker has one. Pure.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kopflet.api import spec
 from kopflet.container import podstate
 from kopflet.container.sync_result import CRASH_LOOP_BACK_OFF
 from kopflet.kuberuntime import reconciler
+from kopflet.pods import timeline as timelines
 from kopflet.pods.decide import Lifecycle, Observation, Plan
 from kopflet.status import generate
 
@@ -313,8 +315,10 @@ def _after(at: datetime.datetime, since: datetime.datetime) -> str:
     return f"{_clock(at)}, in {gotext.go_duration(round(left) if left >= 1 else round(left, 1))}"
 
 
-def to_json(decisions: Sequence[Decision], *, namespace: str = "", name: str = "", uid: str = "") -> dict[str, Any]:
-    """The decisions as JSON (oldest first; times RFC 3339 UTC), what ``/debug/pods/<ns>/<name>`` serves."""
+def to_json(decisions: Sequence[Decision], *, namespace: str = "", name: str = "", uid: str = "",
+            timeline: timelines.Timeline | None = None) -> dict[str, Any]:
+    """The decisions as JSON (oldest first; times RFC 3339 UTC), what ``/debug/pods/<ns>/<name>`` serves, with the
+    last start's timeline as ``startTimeline`` (null: none)."""
     def clean(value: Any) -> Any:
         if isinstance(value, datetime.datetime):
             return _rfc3339(value)
@@ -324,7 +328,8 @@ def to_json(decisions: Sequence[Decision], *, namespace: str = "", name: str = "
             return [clean(v) for v in value]
         return value
     return {"namespace": namespace, "name": name, "uid": uid,
-            "decisions": [clean(dataclasses.asdict(d)) for d in decisions]}
+            "decisions": [clean(dataclasses.asdict(d)) for d in decisions],
+            "startTimeline": timelines.to_json(timeline) if timeline is not None else None}
 
 
 def _camel(key: str) -> str:
@@ -354,10 +359,11 @@ def _describe(c: ContainerInput) -> str:
     return ", ".join(parts)
 
 
-def render_text(decisions: Sequence[Decision], *, namespace: str = "", name: str = "", uid: str = "") -> str:
+def render_text(decisions: Sequence[Decision], *, namespace: str = "", name: str = "", uid: str = "",
+                timeline: timelines.Timeline | None = None) -> str:
     """The decisions for people, oldest first: each with its inputs, the rules that fired (``container app:
     restart held back — exited 137 (Error), restartPolicy Always; back-off 40s ..., until 12:03:10``), what the
-    pod waits for and what comes next."""
+    pod waits for and what comes next; then the last start's timeline, when there is one."""
     lines = []
     if name:
         lines.append(f"pod {namespace}/{name}" + (f" (uid {uid})" if uid else "") +
@@ -396,4 +402,6 @@ def render_text(decisions: Sequence[Decision], *, namespace: str = "", name: str
         at_once = d.next_at <= latest
         lines.append(f"  next: {'at once' if at_once else _after(d.next_at, latest)}" +
                      (f" — {d.next_reason}" if d.next_reason else ""))
+    if timeline is not None:
+        lines.extend(["", *timelines.render_lines(timeline)])
     return "\n".join(lines) + "\n"
