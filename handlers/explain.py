@@ -46,7 +46,8 @@ class Args:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Show the kopflet agent's last decisions for a pod: their inputs, the rules that "
-                               "fired, what the pod waits for and what the agent does next.")
+                               "fired, what the pod waits for and what the agent does next; then where its last "
+                               "start's time went, step by step.")
     parser.add_argument("pod", metavar="<namespace>/<pod>", help="the pod (a name alone is in --namespace)")
     parser.add_argument("-n", "--namespace", default="default", help="the pod's namespace when not given with it")
     parser.add_argument("--node", default="", help="the node whose agent to ask (default: the pod's spec.nodeName)")

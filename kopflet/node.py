@@ -311,7 +311,7 @@ class Node:
         self.heartbeat = NodeAgent(cfg, self.api, cri, runtime.node_version, host.machine, self.recorder,
                                    pressure=lambda: self.eviction.conditions(), devices=self.device_manager.capacity)
         self.services = ServiceCache(self.api)
-        self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api)
+        self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api, metrics=self.metrics)
         self.allocations = AllocationManager(self.layout)
         self.userns = new_userns_manager(cfg, host)
         self.cgroups = PodCgroups(layout=cfg.cgroup_layout)

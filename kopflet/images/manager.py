@@ -23,7 +23,9 @@ from kopflet.api import spec
 from kopflet.api.events import NORMAL, WARNING
 from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import API_ERRORS, KubeClient, secret_bytes
+from kopflet.container.sync_result import IMAGE_PULL, StepTime
 from kopflet.images import credentials, imageref
+from kopflet.metrics import KubeletMetrics, image_size_bucket
 
 logger = logging.getLogger(__name__)
 
@@ -46,13 +48,19 @@ class ImageError(Exception):
 
 
 class ImageManager:
+    metrics: KubeletMetrics | None = None
+    """Where kubelet_image_pull_duration_seconds goes (None: not recorded)."""
+
     def __init__(self, cri_client: CriClient, recorder: EventRecorder, backoff: backoffs.Backoff,
-                 api: KubeClient | None = None) -> None:
-        self.cri, self.recorder, self.backoff, self.api = cri_client, recorder, backoff, api
+                 api: KubeClient | None = None, *, metrics: KubeletMetrics | None = None) -> None:
+        self.cri, self.recorder, self.backoff, self.api, self.metrics = cri_client, recorder, backoff, api, metrics
         self._pull_lock = asyncio.Lock()
         self.pulling: dict[str, tuple[float, float]] = {}
         """Pod uid -> (first pull started, last pull finished), wall clock: the pod start SLI leaves it out
         (upstream pod_startup_latency_tracker)."""
+        self.pull_steps: dict[str, list[StepTime]] = {}
+        """Pod uid -> the pulls tried for it since its worker last took them (`take_pull_steps`), for its start
+        timeline."""
 
     def pull_time(self, uid: str) -> float:
         """Seconds the pod spent pulling images, from its first pull's start to its last pull's end; forgotten once
@@ -60,8 +68,13 @@ class ImageManager:
         first, last = self.pulling.pop(uid, (0.0, 0.0))
         return last - first
 
+    def take_pull_steps(self, uid: str) -> list[StepTime]:
+        """The pulls tried for the pod since the last call, timed (monotonic), each failed one with ErrImagePull."""
+        return self.pull_steps.pop(uid, [])
+
     def forget(self, uid: str) -> None:
         self.pulling.pop(uid, None)
+        self.pull_steps.pop(uid, None)
 
     async def ensure(self, pod: spec.Pod, container: spec.ContainerSpec, sandbox: cri.PodSandboxConfig,
                      init: bool = False) -> str:
@@ -106,18 +119,21 @@ class ImageManager:
 
         event(NORMAL, "Pulling", f"Pulling image {gotext.go_quote(image)}")
         auths = (await self.keyring(pod)).lookup(spec_image)
-        waited_from = time.time()
+        waited_from, step_from = time.time(), time.monotonic()
         async with self._pull_lock:
             started = time.time()
             try:
                 ref = await self._pull(spec_image, sandbox, auths)
             except CriError as exc:
+                self.pull_steps.setdefault(pod.uid, []).append(
+                    StepTime(IMAGE_PULL, image, step_from, time.monotonic(), ERR_IMAGE_PULL))
                 self.backoff.next(key, time.time())
                 message = f"failed to pull and unpack image \"{image}\": {exc.details}" \
                     if "failed to pull" not in exc.details else exc.details
                 event(WARNING, "Failed", f"Failed to pull image {gotext.go_quote(image)}: {message}")
                 raise ImageError(ERR_IMAGE_PULL, message) from exc
             done = time.time()
+        self.pull_steps.setdefault(pod.uid, []).append(StepTime(IMAGE_PULL, image, step_from, time.monotonic()))
         first, _ = self.pulling.get(pod.uid, (waited_from, done))
         self.pulling[pod.uid] = (first, done)
         self.backoff.reset(key)
@@ -128,6 +144,9 @@ class ImageManager:
         waiting = gotext.go_duration(max(done - waited_from, 0.0), truncate=0.001)
         event(NORMAL, "Pulled", f"Successfully pulled image {gotext.go_quote(image)} in {pulling} "
                                 f"({waiting} including waiting). Image size: {size} bytes.")
+        if self.metrics is not None:  # upstream: the "including waiting" time, truncated to the millisecond
+            waited_ms = round(max(done - waited_from, 0.0) * 1e9) // 1_000_000
+            self.metrics.image_pull_duration.labels(image_size_bucket(size)).observe(waited_ms / 1000)
         return (pulled.id if pulled is not None and pulled.id else ref) or spec_image
 
 

@@ -43,7 +43,7 @@ from kopflet.cm.devicemanager.manager import DeviceManager
 from kopflet.cm.memorymanager.manager import MemoryManager
 from kopflet.config.settings import AgentConfig
 from kopflet.container import labels, podstate
-from kopflet.container.sync_result import SyncResult, Waiting
+from kopflet.container.sync_result import CREATE, SANDBOX, START, VOLUMES, StepTime, SyncResult, Waiting
 from kopflet.envvars import container_env
 from kopflet.envvars.services import ServiceCache
 from kopflet.images.manager import ImageError, ImageManager
@@ -144,13 +144,25 @@ class PodSyncer:
 
         # Volumes first, as upstream waits for them before creating anything; on every sync, so ConfigMap,
         # Secret and token updates reach running pods. A missing source keeps the pod ContainerCreating.
+        began = time.monotonic()
         try:
             plans = await self.volumes.setup(pod)
         except VolumeError as exc:
             result.volume_error = str(exc)
-            for reason, message in exc.events if exc.events is not None else (("FailedMount", str(exc)),):
+            events = exc.events if exc.events is not None else (("FailedMount", str(exc)),)
+            for reason, message in events:
                 self.recorder.pod_event(pod, WARNING, reason, message)
+            failure = events[0][0] if events else "FailedMount"
+            result.steps.append(StepTime(VOLUMES, "", began, time.monotonic(), failure))
             return result
+        result.steps.append(StepTime(VOLUMES, "", began, time.monotonic()))
+
+        # The sandbox step, when there is one to create: its config, the pod cgroup and RunPodSandbox.
+        began = time.monotonic()
+
+        def sandbox_step(error: str = "") -> None:
+            if actions.create_sandbox:
+                result.steps.append(StepTime(SANDBOX, "", began, time.monotonic(), error))
 
         sandbox_id = actions.sandbox_id
         try:
@@ -170,11 +182,14 @@ class PodSyncer:
             # event, and SyncPod retries.
             result.sandbox_error = f"Failed to create pod sandbox: {exc}"
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
+            sandbox_step("FailedCreatePodSandBox")
             return result
         if not await self.ensure_pod_cgroup(pod, result):
+            sandbox_step("FailedCreatePodSandBox")
             return result
         if actions.create_sandbox:
             sandbox_id = await self.create_sandbox(pod, config, result)
+            sandbox_step("" if sandbox_id else "FailedCreatePodSandBox")
             if not sandbox_id:
                 return result
         if not sandbox_id:
@@ -516,10 +531,17 @@ class PodSyncer:
                                runtime: podstate.RuntimePodStatus, result: SyncResult,
                                plans: Mapping[str, plugins.VolumePlan], images: Mapping[str, cri.ImageSpec]) -> bool:
         name = container.name
+        # The step under way once the image is there (create, then start) and when it began, for the start timeline.
+        step, began = "", 0.0
+
+        def timed(error: str = "") -> None:
+            if step:
+                result.steps.append(StepTime(step, name, began, time.monotonic(), error))
 
         def failed(reason: str, message: str) -> bool:
             result.waiting[name] = Waiting(reason, message)
             self.recorder.pod_event(pod, WARNING, "Failed", f"Error: {message}", name, init)
+            timed(reason)
             return False
 
         try:
@@ -532,6 +554,7 @@ class PodSyncer:
             return False
         except CriError as exc:
             return failed(CREATE_CONTAINER_ERROR, _details(exc))
+        step, began = CREATE, time.monotonic()
 
         # upstream GenerateRunContainerOptions: the device plugins' part first (PreStartContainer where asked)
         device_opts: RunContainerOptions | None = None
@@ -607,6 +630,8 @@ class PodSyncer:
         await asyncio.to_thread(self.allocations.set_actuated_container,
                                 pod.uid, name, resize.effective(policy.pod_level(pod), container.resources))
         self.recorder.pod_event(pod, NORMAL, "Created", f"Created container: {name}", name, init)
+        timed()
+        step, began = START, time.monotonic()
         try:
             await self.cri.containers.start(container_id)
         except CriError as exc:
@@ -622,7 +647,9 @@ class PodSyncer:
                 self.recorder.pod_event(pod, WARNING, "FailedPostStartHook", error, name, init)
                 await self._stop(pod, container_id, name, init, "FailedPostStartHook", self._grace(pod, None))
                 result.waiting[name] = Waiting(POST_START_HOOK_ERROR, error)
+                timed(POST_START_HOOK_ERROR)
                 return False
+        timed()  # started once its postStart hook ran (upstream startContainer)
         return True
 
     async def _link_log(self, pod: spec.Pod, name: str, container_id: str, restart_count: int) -> None:

@@ -42,6 +42,7 @@ from kopflet.cm.memorymanager.manager import MemoryManager
 from kopflet.cm.topologymanager.topology_manager import NO_TOPOLOGY
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
+from kopflet.container.sync_result import ADMISSION, StepTime
 from kopflet.images.manager import ImageManager
 from kopflet.kuberuntime.executor import PodSyncer
 from kopflet.lifecycle import admission
@@ -49,7 +50,7 @@ from kopflet.logs import reader as logreader
 from kopflet.logs.verbosity import v
 from kopflet.metrics import KubeletMetrics
 from kopflet.pleg.relist import RuntimeCache
-from kopflet.pods import decide, explain
+from kopflet.pods import decide, explain, timeline
 from kopflet.pods.decide import Lifecycle, Memory, Observation, Plan, ProbeResults
 from kopflet.pods.teardown import Teardown
 from kopflet.prober.manager import ProbeManager
@@ -74,12 +75,14 @@ class _Worker:
         """The allocated pod as last decided, once admitted: what the other pods' decisions count."""
         self.memory = Memory()
         self.task: asyncio.Task[None] | None = None
-        self.first_seen = time.time()
+        self.first_seen, self.first_seen_monotonic = time.time(), time.monotonic()
         self.synced = self.updated = False
         self.eviction: decide.Eviction | None = None
         """Set by the eviction manager: the pod is killed and ends Failed (Evicted)."""
         self.decisions = explain.Ring()
         """The last decisions, for `kopflet explain` (`PodWorkers.decisions`)."""
+        self.timeline: timeline.Timeline | None = None
+        """The pod's last start, step by step (None: none seen by this agent, such as a pod adopted running)."""
 
     @property
     def holds_node(self) -> bool:
@@ -89,6 +92,8 @@ class _Worker:
 
 
 class PodWorkers:
+    metrics: KubeletMetrics | None = None
+    """The kubelet's metrics (None: not recorded; also for parts built without `__init__` in tests)."""
     devices: DeviceManager | None = None
     """The device manager (None: no device plugins; also for parts built without `__init__` in tests)."""
     memory_manager: MemoryManager | None = None
@@ -218,16 +223,18 @@ class PodWorkers:
         worker = self.workers.get(uid)
         return worker.pod if worker is not None else None
 
-    def decisions(self, namespace: str, name: str) -> tuple[str, tuple[explain.Decision, ...]] | None:
-        """The uid and the last decisions (oldest first) of the pod of that name, None when no worker has it; of
-        two workers for the name (a pod deleted and created again), the one whose pod is not deleted."""
+    def decisions(self, namespace: str, name: str) \
+            -> tuple[str, tuple[explain.Decision, ...], timeline.Timeline | None] | None:
+        """The uid, the last decisions (oldest first) and the last start's timeline of the pod of that name, None
+        when no worker has it; of two workers for the name (a pod deleted and created again), the one whose pod is
+        not deleted."""
         found = [w for w in list(self.workers.values())
                  if (w.body.get("metadata") or {}).get("namespace") == namespace
                  and (w.body.get("metadata") or {}).get("name") == name]
         if not found:
             return None
         worker = min(found, key=lambda w: (w.gone, -w.first_seen))
-        return worker.uid, worker.decisions.decisions()
+        return worker.uid, worker.decisions.decisions(), worker.timeline
 
     def bodies(self) -> Iterator[Mapping[str, Any]]:
         """The pods the workers hold that are not deleted from the API, as last seen (with their status)."""
@@ -283,6 +290,8 @@ class PodWorkers:
             observation = await self._admit_devices(observation, worker)
             plan = decide.decide(observation, self.cfg)
             self._record(worker, observation, plan, kind)
+            if plan.admitted and not worker.memory.admitted:
+                self._begin_start(worker, observation)
             if plan.cpu_state is not None and self.cpus is not None:
                 await self.cpus.commit(plan.cpu_state)  # the checkpoint, before any container is created
             if plan.memory_state is not None and self.memory_manager is not None:
@@ -301,6 +310,37 @@ class PodWorkers:
             worker.decisions.add(explain.record(observation, plan, observation.now, sync=kind))
         except Exception:
             logger.exception(f"pod {_ref(worker.body)}: could not record the decision for explain")
+
+    @staticmethod
+    def _begin_start(worker: _Worker, observation: Observation) -> None:
+        """The pod is admitted: a start begins, from the moment the agent first saw it, with its admission as the
+        first step; unless the pod is past Pending (adopted running after an agent restart: no start to time)."""
+        if ((observation.body.get("status") or {}).get("phase") or "Pending") != "Pending":
+            return
+        origin = worker.first_seen_monotonic
+        began = timeline.begin(datetime.datetime.fromtimestamp(worker.first_seen, datetime.UTC), origin)
+        worker.timeline = timeline.add_step(began, ADMISSION, "", origin, time.monotonic())
+
+    @staticmethod
+    def _add_steps(worker: _Worker, steps: Iterable[StepTime]) -> None:
+        """The steps the executor and the image manager carried out, into the pod's start timeline."""
+        if worker.timeline is None:
+            return
+        for step in sorted(steps, key=lambda s: s.start):
+            worker.timeline = timeline.add_step(worker.timeline, step.kind, step.detail, step.start, step.end,
+                                                step.error)
+
+    def _end_start(self, worker: _Worker, status: Mapping[str, Any]) -> None:
+        """The status written says the start is over (Ready, or the pod ended first): the timeline is finished and
+        each step observed (kopflet_pod_start_step_duration_seconds)."""
+        current = worker.timeline
+        how = timeline.outcome(status)
+        if current is None or current.finished or not how:
+            return
+        worker.timeline = timeline.finish(current, time.monotonic(), how)
+        if self.metrics is not None:
+            for step, seconds in timeline.step_durations(worker.timeline):
+                self.metrics.pod_start_step_duration.labels(step).observe(seconds)
 
     async def _admit_devices(self, observation: Observation, worker: _Worker) -> Observation:
         """The container manager's admit handler for a pod asking for device plugin resources, run before
@@ -401,6 +441,7 @@ class PodWorkers:
                                               plan.status, precondition=not spec.is_static(pod))
             if written is not None:
                 worker.body = {**worker.body, "status": written}
+            self._end_start(worker, plan.status)
         if plan.stop_probes:
             self.prober.forget(pod.uid)
         if plan.release_volumes:
@@ -413,7 +454,12 @@ class PodWorkers:
             await self.executor.kill_pod(pod, observation.runtime, grace=plan.kill_grace)
         wake = plan.wake_after
         if plan.actions is not None:
+            current = worker.timeline
+            if plan.actions.create_sandbox and (current is None or current.finished):
+                # a new sandbox for a pod that started before (or was adopted running): the pod starts again
+                worker.timeline = timeline.begin(datetime.datetime.now(datetime.UTC), time.monotonic())
             result = await self.executor.sync(pod, observation.runtime, plan.actions, plan.resize)
+            self._add_steps(worker, [*result.steps, *self.images.take_pull_steps(pod.uid)])
             self.relist.forget_containers(result.resized)
             failed = result.failed or bool(result.resize_error)
             # What the steps could not do is reported by a sync right away, which then waits out the error backoff.
@@ -447,6 +493,7 @@ class PodWorkers:
         self.metrics.pod_start_duration.observe(max(0.0, now - worker.first_seen))
         created = times.parse_timestamp((worker.body.get("metadata") or {}).get("creationTimestamp"))
         if created is not None:
+            self.metrics.pod_start_total_duration.observe(max(0.0, now - created.timestamp()))
             self.metrics.pod_start_sli_duration.observe(max(0.0, now - created.timestamp() - pulled))
 
 

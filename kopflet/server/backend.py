@@ -20,6 +20,7 @@ from kopflet.logs import reader as agent_logs
 from kopflet.metrics import KubeletMetrics, ProbeMetrics
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pods.explain import Decision
+from kopflet.pods.timeline import Timeline
 from kopflet.pods.workers import PodWorkers
 from kopflet.stats import collector as agent_stats
 from kopflet.watchdog.health_checker import Check
@@ -76,8 +77,9 @@ class AgentBackend:
             raise LookupError(f"container not found ({go_quote(container)})")
         return found.id
 
-    async def pod_decisions(self, namespace: str, name: str) -> tuple[str, Sequence[Decision]]:
-        """The pod's uid and its worker's last decisions (`kopflet.pods.explain`)."""
+    async def pod_decisions(self, namespace: str, name: str) -> tuple[str, Sequence[Decision], Timeline | None]:
+        """The pod's uid, its worker's last decisions (`kopflet.pods.explain`) and its last start's timeline
+        (`kopflet.pods.timeline`)."""
         found = self.workers.decisions(namespace, name)
         if found is None:
             raise LookupError(f"pod {go_quote(name)} does not exist")

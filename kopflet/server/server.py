@@ -34,7 +34,7 @@ from kopflet import gotext
 from kopflet.config import configz, tls_options
 from kopflet.config.settings import AgentConfig
 from kopflet.logs.cri_logs import LogOptionsError
-from kopflet.pods import explain
+from kopflet.pods import explain, timeline
 from kopflet.server import auth_rules, healthz_server
 from kopflet.server import node_log_query as nlq
 from kopflet.server.auth_rules import Attributes, Subject, UserInfo, is_upgrade_request, is_websocket_request
@@ -140,9 +140,11 @@ class Backend(Protocol):
         in their streams later, so ``ports`` is often empty."""
         ...
 
-    async def pod_decisions(self, namespace: str, name: str) -> tuple[str, Sequence[explain.Decision]]:
-        """``GET /debug/pods/<namespace>/<name>``: the pod's uid and its worker's last decisions, oldest first
-        (LookupError ``pod "<name>" does not exist`` when the agent has no such pod)."""
+    async def pod_decisions(self, namespace: str, name: str) \
+            -> tuple[str, Sequence[explain.Decision], timeline.Timeline | None]:
+        """``GET /debug/pods/<namespace>/<name>``: the pod's uid, its worker's last decisions, oldest first, and its
+        last start's timeline (None: none) (LookupError ``pod "<name>" does not exist`` when the agent has no such
+        pod)."""
         ...
 
 
@@ -372,12 +374,12 @@ class Server(HttpServer[_Connection]):
         found = await self._call(connection, request, keep, self.backend.pod_decisions, namespace, name)
         if found is None:
             return keep
-        uid, decisions = found
+        uid, decisions, start = found
         if wanted == "text":
-            await connection.respond(200, explain.render_text(decisions, namespace=namespace, name=name, uid=uid),
-                                     content_type=TEXT, close=not keep)
+            text = explain.render_text(decisions, namespace=namespace, name=name, uid=uid, timeline=start)
+            await connection.respond(200, text, content_type=TEXT, close=not keep)
         else:
-            body = explain.to_json(decisions, namespace=namespace, name=name, uid=uid)
+            body = explain.to_json(decisions, namespace=namespace, name=name, uid=uid, timeline=start)
             await connection.respond(200, gotext.go_json(body, escape_html=False), content_type=JSON,
                                      close=not keep)
         return keep

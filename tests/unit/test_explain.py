@@ -369,8 +369,9 @@ async def test_the_worker_keeps_each_decision_and_finds_it_by_name() -> None:
     await w._sync(current, "update")
     found = w.decisions("ns", "foo")
     assert found is not None
-    uid, decisions = found
+    uid, decisions, start = found
     assert uid == UID  # not the deleted pod of the same name
+    assert start is None  # a pod adopted running (phase Running at its admission): no start to time
     assert [(d.sync, d.repeats) for d in decisions] == [("create", 1), ("sync", 2)]
     assert [r.action for r in decisions[0].rules] == ["admit", "write"]
     assert w.decisions("ns", "other") is None and w.decisions("other", "foo") is None

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from kopflet.config.settings import AgentConfig
-from kopflet.pods import explain
+from kopflet.pods import explain, timeline
 from kopflet.server import auth_rules, streaming
 from kopflet.server import server as srv
 from kopflet.server.auth_reviews import Authenticator, Authorizer
@@ -36,6 +36,7 @@ _AT = datetime.datetime(2026, 6, 1, 12, 0, 0, tzinfo=datetime.UTC)
 DECISION = explain.Decision(time=_AT, sync="sync", lifecycle="syncing", phase="Running",
                             rules=(explain.Rule(subject="status", action="write", reason="phase Running"),),
                             next_at=_AT + datetime.timedelta(seconds=60), next_reason="resync period")
+START = timeline.finish(timeline.add_step(timeline.begin(_AT, 0.0), "admission", "", 0.0, 0.01), 1.0)
 
 
 # --- certificates -----------------------------------------------------------------------------------------------
@@ -181,12 +182,13 @@ class FakeBackend:
         self._maybe_fail()
         return self.stream_url
 
-    async def pod_decisions(self, namespace: str, name: str) -> tuple[str, list[explain.Decision]]:
+    async def pod_decisions(self, namespace: str, name: str) \
+            -> tuple[str, list[explain.Decision], timeline.Timeline | None]:
         self.calls.append(("explain", namespace, name))
         self._maybe_fail()
         if (namespace, name) != ("ns", "p"):
             raise LookupError(f'pod "{name}" does not exist')
-        return "u-1", [DECISION]
+        return "u-1", [DECISION], START
 
 
 class StreamingServer:
@@ -550,10 +552,14 @@ async def test_a_pods_decisions(h: Harness, target: str, headers: dict[str, str]
     assert (response.status, response.header("content-type")) == (200, content_type)
     assert h.backend.calls == [("explain", "ns", "p")]
     if content_type == "application/json":
-        assert json.loads(response.body) == explain.to_json([DECISION], namespace="ns", name="p", uid="u-1")
+        assert json.loads(response.body) == explain.to_json([DECISION], namespace="ns", name="p", uid="u-1",
+                                                            timeline=START)
+        assert json.loads(response.body)["startTimeline"]["outcome"] == "Ready"
     else:
-        assert response.text == explain.render_text([DECISION], namespace="ns", name="p", uid="u-1")
+        assert response.text == explain.render_text([DECISION], namespace="ns", name="p", uid="u-1",
+                                                     timeline=START)
         assert "-> status: write — phase Running" in response.text
+        assert "start timeline, from 2026-06-01 12:00:00.000 UTC: Ready after 1s" in response.text
 
 
 @pytest.mark.parametrize(("method", "target", "status", "text"), [
@@ -572,11 +578,12 @@ async def test_the_agents_backend_answers_from_the_pod_workers() -> None:
     from kopflet.server.backend import AgentBackend
 
     class Workers:
-        def decisions(self, namespace: str, name: str) -> tuple[str, tuple[explain.Decision, ...]] | None:
-            return ("u-1", (DECISION,)) if (namespace, name) == ("ns", "p") else None
+        def decisions(self, namespace: str, name: str) \
+                -> tuple[str, tuple[explain.Decision, ...], timeline.Timeline | None] | None:
+            return ("u-1", (DECISION,), START) if (namespace, name) == ("ns", "p") else None
 
     backend = AgentBackend(Workers(), None, None, None, None)  # type: ignore[arg-type]
-    assert await backend.pod_decisions("ns", "p") == ("u-1", (DECISION,))
+    assert await backend.pod_decisions("ns", "p") == ("u-1", (DECISION,), START)
     with pytest.raises(LookupError, match=r'^pod "p\\n" does not exist$'):  # quoted as upstream's %q
         await backend.pod_decisions("other", "p\n")
 
