@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,40 @@ def test_a_crash_looping_pod_is_explained(running_agent: Agent, admin: Kubectl, 
     assert f'node {node}: pod "nope" does not exist' in command.stderr
     command = explain(layout, f"{namespace}/nope")
     assert command.returncode == 1 and f"pod {namespace}/nope not found" in command.stderr
+
+
+def test_a_pod_start_has_its_timeline(running_agent: Agent, admin: Kubectl, layout: Layout, namespace: str) -> None:
+    node = layout.node_name
+    init = container("init", "true", imagePullPolicy="Always")
+    app = container("app", "touch /tmp/ready; sleep 3600",
+                    readinessProbe={"exec": {"command": ["cat", "/tmp/ready"]}, "initialDelaySeconds": 2,
+                                    "periodSeconds": 1})
+    admin.apply(pod_manifest("started", namespace, node, [app], initContainers=[init]))
+    wait_pod(admin, namespace, "started", lambda p: any(
+        c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions") or ()),
+        what="Ready")
+    path = f"/api/v1/nodes/{node}/proxy/debug/pods/{namespace}/started"
+
+    def timeline() -> dict[str, Any]:
+        return json.loads(admin.run("get", "--raw", path).stdout)["startTimeline"] or {}
+
+    deadline = time.monotonic() + 10  # the worker ends the timeline with the sync that writes Ready
+    start = timeline()
+    while start.get("outcome") != "Ready" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        start = timeline()
+    assert start.get("outcome") == "Ready", start
+    steps = [(s["kind"], s["detail"]) for s in start["steps"]]
+    assert steps[:3] == [("admission", ""), ("volumes", ""), ("sandbox", "")], steps
+    assert ("image pull", "docker.io/library/busybox:1.36") in steps  # imagePullPolicy Always
+    order = [s for s in steps if s[0] in ("create", "start")]
+    assert order == [("create", "init"), ("start", "init"), ("create", "app"), ("start", "app")], steps
+    assert steps[-1][0] == "until ready"
+    offsets = [s["offsetSeconds"] for s in start["steps"]]
+    assert offsets == sorted(offsets) and not any(s["error"] for s in start["steps"])
+    assert "start timeline, from " in admin.run("get", "--raw", path + "?format=text").stdout
+
+    metrics = admin.run("get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics").stdout
+    for series in ('kopflet_pod_start_step_duration_seconds_count{step="image_pull"}',
+                   "kubelet_image_pull_duration_seconds_count{", "kubelet_pod_start_total_duration_seconds_count"):
+        assert series in metrics, series
