@@ -374,9 +374,9 @@ class Node:
             allocations=self.allocations, cgroups=self.cgroups, images=self.images, teardown=self.teardown,
             metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating, devices=self.device_manager,
             memory=self.memory_manager)
-        self.runtime_events = RuntimeEvents(
-            self.relist, (("containerd", cri.containerd_events), ("CRI", cri.container_events)), self.workers.wake,
-            self.metrics)
+        self.runtime_events = RuntimeEvents(  # the streams opened when it runs: building touches no runtime
+            self.relist, (("containerd", lambda: cri.containerd_events()), ("CRI", lambda: cri.container_events())),
+            self.workers.wake, self.metrics)
         self.housekeeping = Housekeeping(self.api, self.relist, self.workers, self.teardown, self.layout,
                                          cfg.pod_field_selector, userns=self.userns, cgroups=self.cgroups,
                                          sources_ready=self._sources_ready)
