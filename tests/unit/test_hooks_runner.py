@@ -307,3 +307,15 @@ def test_nothing_is_queued_without_observers() -> None:
     runner.observe(POD, decision_view)
     assert runner.dropped == 0 and runner._queue.empty()
 
+
+
+def test_the_guide_quotes_the_failure_messages_the_runner_writes() -> None:
+    from pathlib import Path
+
+    from kopflet.hooks.runner import Failure
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "extending.md").read_text(encoding="utf-8")
+    zone = hooks.Hook("plan", "acme.policy.zone", lambda _: None)
+    check = hooks.Hook("admit", "acme.policy.check", lambda _: None)
+    for failure in (Failure(zone, "raised KeyError: 'zone'"), Failure(check, "timed out after 2s"),
+                    Failure(check, "is still running from an earlier call that timed out (after 2s)")):
+        assert failure.message in guide
