@@ -10,8 +10,9 @@ No kubelet can be extended without a fork; kopflet runs the user's Python at thr
   and may hold the starts back (`PlanView.delay`), set environment variables, add emptyDir or hostPath volumes and
   mount them into the containers that start. The pod in the API is not changed: the edits apply to what this sync
   starts, so a hook that wants them on every start makes them every time it is called.
-- ``@hooks.observe``: after every decision, with a read-only `DecisionView` (the summary ``kopflet explain`` shows).
-  Observers run apart from the pod's sync, in the order the decisions were made.
+- ``@hooks.observe``: after every decision and its steps, with a read-only `DecisionView` (the summary ``kopflet
+  explain`` shows, and the pod's start timeline). Observers run apart from the pod's sync, in the order the decisions
+  were made.
 
 A hook is a plain function (run in a thread of its own: it may block) or a coroutine function (run on the agent's
 event loop: it must not block). Each call has a time limit (``timeout``, 2 s by default). A hook that raises, times
@@ -39,6 +40,7 @@ from kopflet.api.events import NORMAL, WARNING
 
 if TYPE_CHECKING:
     from kopflet.pods.explain import Decision
+    from kopflet.pods.timeline import Timeline
 
 ADMIT, PLAN, OBSERVE = "admit", "plan", "observe"
 KINDS = (ADMIT, PLAN, OBSERVE)
@@ -375,6 +377,10 @@ class DecisionView(_Events):
     """The pod has just started: every regular container runs (when upstream observes its start latency)."""
     first_seen: datetime.datetime
     """When the agent first saw the pod."""
+    timeline: Timeline | None = None
+    """The pod's last start as the agent timed it (`kopflet.pods.timeline.Timeline`: its steps, each image pull,
+    container create and start), as this decision's steps left it: `finished` once the start is over (`outcome`
+    Ready, or the phase the pod ended in first). None when no start was timed (a pod adopted running)."""
 
     def __post_init__(self) -> None:
         _Events.__init__(self)

@@ -320,9 +320,11 @@ class PodWorkers:
         if hook_events:
             plan = dataclasses.replace(plan, events=hook_events + plan.events)
         decision = self._record(worker, observation, plan, kind)
-        if decision is not None and runner is not None and runner.observes:
-            self._observe_hooks(runner, worker, plan, decision)
-        return await self._act(worker, observation, plan)
+        try:
+            return await self._act(worker, observation, plan)
+        finally:  # after the steps: the observers see the start timeline they extended (or finished)
+            if decision is not None and runner is not None and runner.observes:
+                self._observe_hooks(runner, worker, plan, decision)
 
     @staticmethod
     def _record(worker: _Worker, observation: Observation, plan: Plan, kind: str) -> explain.Decision | None:
@@ -363,11 +365,12 @@ class PodWorkers:
 
     @staticmethod
     def _observe_hooks(runner: PolicyHooks, worker: _Worker, plan: Plan, decision: explain.Decision) -> None:
-        """Queue the decision for the observers."""
+        """Queue the decision for the observers, with the pod's start timeline as its steps left it."""
         first_seen = datetime.datetime.fromtimestamp(worker.first_seen, datetime.UTC)
+        start = worker.timeline
         runner.observe(plan.pod, lambda: hooks.DecisionView(
             pod=plan.pod, decision=decision, status=MappingProxyType(plan.status) if plan.status is not None else None,
-            started=plan.observe_start, first_seen=first_seen))
+            started=plan.observe_start, first_seen=first_seen, timeline=start))
 
     @staticmethod
     def _begin_start(worker: _Worker, observation: Observation) -> None:

@@ -18,12 +18,13 @@ import pytest
 
 from kopflet import hooks
 from kopflet.api import spec
+from kopflet.container.sync_result import ADMISSION, CREATE, IMAGE_PULL, SANDBOX, START, VOLUMES
 from kopflet.hooks import loader
 from kopflet.hooks.runner import PolicyHooks
-from kopflet.pods import explain
+from kopflet.pods import explain, timeline
 
 NOW = datetime.datetime(2026, 6, 1, 12, 0, 0, tzinfo=datetime.UTC)
-EXAMPLES = ("examples.image_allowlist", "examples.start_summary", "examples.delay_under_load")
+EXAMPLES = ("examples.image_allowlist", "examples.start_timeline", "examples.delay_under_load")
 
 
 def example(name: str, **env: str) -> ModuleType:
@@ -47,7 +48,7 @@ def example(name: str, **env: str) -> ModuleType:
 
 
 image_allowlist = example("image_allowlist", KOPFLET_IMAGE_ALLOWLIST="*")
-start_summary = example("start_summary")
+start_timeline = example("start_timeline")
 delay_under_load = example("delay_under_load")
 
 
@@ -136,94 +137,89 @@ def test_an_allowlist_without_patterns_stops_the_start(fresh: hooks.Registry,
         loader.load(["examples.image_allowlist"], entry_points=False)
 
 
-# ----------------------------------------------------------------------------------------------- start summary
+# ---------------------------------------------------------------------------------------------- start timeline
+
+ORIGIN = 1000.0
+
+
+def started(outcome: str = timeline.READY, origin: float = ORIGIN) -> timeline.Timeline:
+    """admission, volumes, sandbox, a pull tried twice, create and start, then Ready (or the pod's end)."""
+    t = timeline.begin(NOW, origin)
+    for kind, detail, begin, end, error in (
+            (ADMISSION, "", 0.0, 0.001, ""), (VOLUMES, "", 0.002, 0.005, ""), (SANDBOX, "", 0.005, 0.215, ""),
+            (IMAGE_PULL, "busybox:1.36", 0.215, 0.5, "ErrImagePull"), (IMAGE_PULL, "busybox:1.36", 0.9, 1.415, ""),
+            (CREATE, "app", 1.415, 1.435, ""), (START, "app", 1.435, 1.466, "")):
+        t = timeline.add_step(t, kind, detail, origin + begin, origin + end, error)
+    return timeline.finish(t, origin + 2.412, outcome)
+
+
+def decision(lifecycle: str = "syncing") -> explain.Decision:
+    return explain.Decision(time=NOW, sync="sync", lifecycle=lifecycle, phase="Pending", next_at=NOW)
+
+
+def view(start: timeline.Timeline | None, lifecycle: str = "syncing", uid: str = "u1") -> hooks.DecisionView:
+    return hooks.DecisionView(pod=spec.minimal_pod(uid, "ns", "web"), decision=decision(lifecycle),
+                              first_seen=NOW, timeline=start)
+
+
+TEXT = ("Ready after 2.412s: admission 1ms, volumes 3ms, sandbox 210ms, image pull busybox:1.36 1.2s (2 attempts), "
+        "create app 20ms, start app 31ms, until ready 946ms")
+
+
+async def test_a_started_pod_gets_its_start_timeline_as_an_event_and_a_json_line(tmp_path: Path) -> None:
+    out = tmp_path / "starts.jsonl"
+    registry = hooks.Registry()
+    start_timeline.register(registry, start_timeline.StartReporter(start_timeline.append_to(str(out))))
+    posted: list[tuple[str, str, str]] = []
+    runner = PolicyHooks(registry.hooks, post_event=lambda p, e: posted.append((e.type, e.reason, e.message)))
+    unfinished = timeline.begin(NOW, ORIGIN)
+    task = asyncio.create_task(runner.run())
+    try:
+        for start in (None, unfinished, started(), started()):  # decisions before, at and after the end of the start
+            runner.observe(spec.minimal_pod("u1", "ns", "web"), lambda start=start: view(start))
+        await asyncio.wait_for(runner.drain(), 5)
+    finally:
+        task.cancel()
+    assert posted == [("Normal", "StartTimeline", TEXT)]  # once
+    record = json.loads(out.read_text())
+    assert (record["namespace"], record["name"], record["uid"], record["outcome"], record["seconds"]) == (
+        "ns", "web", "u1", "Ready", 2.412)
+    assert [(s["name"], s["attempts"]) for s in record["steps"]] == [
+        ("admission", 1), ("volumes", 1), ("sandbox", 1), ("image pull busybox:1.36", 2), ("create app", 1),
+        ("start app", 1), ("until ready", 1)]
+
+
+def test_a_new_start_is_reported_again_and_a_pod_that_ended_first_says_so() -> None:
+    reporter, records = start_timeline.StartReporter(), []
+    reporter.sink = records.append
+    reporter.observe(view(started()))
+    reporter.observe(view(started("Failed", origin=ORIGIN + 60)))  # its sandbox re-created: a start of its own
+    assert [r["outcome"] for r in records] == ["Ready", "Failed"]
+    assert start_timeline.describe(started("Failed")).startswith("ended Failed after 2.412s, never Ready: admission")
+
+
+def test_the_reported_pods_are_forgotten_when_gone_and_bounded() -> None:
+    reporter = start_timeline.StartReporter(max_pods=2)
+    for uid in ("a", "b", "c"):
+        reporter.observe(view(started(), uid=uid))
+    assert list(reporter._reported) == ["b", "c"]
+    reporter.observe(view(None, lifecycle="gone", uid="b"))
+    assert list(reporter._reported) == ["c"]
+
+
+def test_the_timeline_file_comes_from_the_environment(fresh: hooks.Registry, monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    monkeypatch.setenv(start_timeline.FILE_ENV, str(tmp_path / "s.jsonl"))
+    module: ModuleType = importlib.import_module("examples.start_timeline")
+    assert [(h.kind, h.name) for h in fresh.hooks] == [("observe", "start-timeline")]
+    assert module.REPORTER.sink is not None
+
+
+# -------------------------------------------------------------------------------------------- delay under load
 
 def at(seconds: float) -> datetime.datetime:
     return NOW + datetime.timedelta(seconds=seconds)
 
-
-def decision(seconds: float, *rules: tuple[str, str], lifecycle: str = "syncing",
-             phase: str = "Pending") -> explain.Decision:
-    return explain.Decision(time=at(seconds), sync="sync", lifecycle=lifecycle, phase=phase, next_at=at(seconds),
-                            rules=tuple(explain.Rule(subject=s, action=a) for s, a in rules))
-
-
-def view(d: explain.Decision, started: bool = False, uid: str = "u1") -> hooks.DecisionView:
-    p = spec.minimal_pod(uid, "ns", "web")
-    return hooks.DecisionView(pod=p, decision=d, started=started, first_seen=NOW, status=None)
-
-
-START = [
-    (decision(0.1, ("pod", "admit"), ("sandbox", "create (attempt 0)"), ("init container migrate", "start"),
-              ("status", "write")), False),
-    (decision(0.3, ("status", "write")), False),
-    (decision(1.2, ("container app", "start")), False),
-    (decision(2.4, ("status", "write"), phase="Pending"), True),
-]
-
-
-async def test_a_started_pod_gets_its_start_summary_as_an_event_and_a_json_line(tmp_path: Path) -> None:
-    out = tmp_path / "starts.jsonl"
-    registry = hooks.Registry()
-    start_summary.register(registry, start_summary.StartTimeline(start_summary.append_to(str(out))))
-    posted: list[tuple[str, str, str]] = []
-    runner = PolicyHooks(registry.hooks, post_event=lambda p, e: posted.append((e.type, e.reason, e.message)))
-    task = asyncio.create_task(runner.run())
-    try:
-        for d, started in START:
-            runner.observe(spec.minimal_pod("u1", "ns", "web"), lambda d=d, started=started: view(d, started))
-        await asyncio.wait_for(runner.drain(), 5)
-    finally:
-        task.cancel()
-    text = ("Started 2.4s after the agent first saw it: admitted +0.1s, sandbox +0.1s, init container migrate +0.1s, "
-            "container app +1.2s, running +2.4s")
-    assert posted == [("Normal", "StartSummary", text)]
-    assert json.loads(out.read_text()) == {
-        "namespace": "ns", "name": "web", "uid": "u1", "firstSeen": "2026-06-01T12:00:00Z", "running": 2.4,
-        "steps": {"admitted": 0.1, "sandbox": 0.1, "init container migrate": 0.1, "container app": 1.2}}
-
-
-def test_a_held_back_start_is_in_the_summary() -> None:
-    timeline, summaries = start_summary.StartTimeline(), []
-    timeline.sink = summaries.append
-    timeline.observe(view(decision(0.0, ("pod", "admit"), ("policy hook load", "delay the starts by 10s"))))
-    timeline.observe(view(decision(10.0, ("sandbox", "create (attempt 0)"), ("container app", "start"))))
-    timeline.observe(view(decision(11.0), started=True))
-    assert summaries[0]["steps"] == {"admitted": 0.0, "held back by policy hook load": 0.0, "sandbox": 10.0,
-                                     "container app": 10.0}
-
-
-@pytest.mark.parametrize("first", [
-    pytest.param(decision(0, ("status", "write"), phase="Running"), id="adopted running: not a start"),
-    pytest.param(decision(0, ("pod", "reject"), lifecycle="rejected"), id="rejected: never starts"),
-])
-def test_pods_that_do_not_start_here_are_not_followed(first: explain.Decision) -> None:
-    timeline, summaries = start_summary.StartTimeline(), []
-    timeline.sink = summaries.append
-    timeline.observe(view(first))
-    timeline.observe(view(decision(1, phase="Running"), started=True))
-    assert summaries == [] and timeline._pods == {}
-
-
-def test_a_pod_deleted_before_it_started_is_forgotten_and_the_followed_pods_are_bounded() -> None:
-    timeline = start_summary.StartTimeline(max_pods=2)
-    timeline.observe(view(decision(0, ("pod", "admit"))))
-    timeline.observe(view(decision(1, lifecycle="terminating")))
-    assert timeline._pods == {}
-    for uid in ("a", "b", "c"):
-        timeline.observe(view(decision(0, ("pod", "admit")), uid=uid))
-    assert list(timeline._pods) == ["b", "c"]
-
-
-def test_the_summary_file_comes_from_the_environment(fresh: hooks.Registry, monkeypatch: pytest.MonkeyPatch,
-                                                      tmp_path: Path) -> None:
-    monkeypatch.setenv(start_summary.FILE_ENV, str(tmp_path / "s.jsonl"))
-    module: ModuleType = importlib.import_module("examples.start_summary")
-    assert [(h.kind, h.name) for h in fresh.hooks] == [("observe", "start-summary")]
-    assert module.TIMELINE.sink is not None
-
-
-# -------------------------------------------------------------------------------------------- delay under load
 
 def plan_view(p: spec.Pod, *, waited: float = 0.0, creates_sandbox: bool = True,
               restarts: tuple[str, ...] = ()) -> hooks.PlanView:
@@ -258,6 +254,6 @@ def test_a_held_pod_is_told_once() -> None:
 
 
 def test_loading_the_examples_here_left_the_agents_registry_as_it_was() -> None:
-    assert all(not h.name.startswith(("image-allowlist", "start-summary", "delay-under-load"))
+    assert all(not h.name.startswith(("image-allowlist", "start-timeline", "delay-under-load"))
                for h in hooks.registry.hooks)
     assert hooks.registry is hooks.api.registry

@@ -267,7 +267,8 @@ async def test_the_worker_queues_every_decision_for_the_observers() -> None:
 
     @registry.observe(name="watch")
     def watch(view: hooks.DecisionView) -> None:
-        seen.append((view.decision.sync, view.decision.lifecycle, view.started))
+        steps = [step.name for step in view.timeline.steps] if view.timeline is not None else []
+        seen.append((view.decision.sync, view.decision.lifecycle, steps[:1]))
 
     w, worker, _ = await sync(registry)
     await w._sync(worker, "sync")
@@ -277,4 +278,27 @@ async def test_the_worker_queues_every_decision_for_the_observers() -> None:
         await asyncio.wait_for(w.hooks.drain(), 5)
     finally:
         task.cancel()
-    assert seen == [("create", "syncing", False), ("sync", "syncing", False)]
+    # each with the pod's start timeline (the test's act runs no step: only the admission so far)
+    assert seen == [("create", "syncing", ["admission"]), ("sync", "syncing", ["admission"])]
+
+
+async def test_a_decision_whose_steps_failed_is_observed_all_the_same() -> None:
+    registry = hooks.Registry()
+    seen: list[str] = []
+    registry.observe(lambda view: seen.append(view.decision.sync))
+    w = _Workers(PolicyHooks(registry.hooks))
+
+    async def failing_act(*_: Any) -> float:
+        raise RuntimeError("the apiserver is gone")
+    w._act = failing_act  # type: ignore[method-assign]
+    worker = workers_module._Worker(UID, pending_body())
+    w.workers = {UID: worker}
+    with pytest.raises(RuntimeError):
+        await w._sync(worker, "create")
+    assert w.hooks is not None
+    task = asyncio.create_task(w.hooks.run())
+    try:
+        await asyncio.wait_for(w.hooks.drain(), 5)
+    finally:
+        task.cancel()
+    assert seen == ["create"]
