@@ -30,6 +30,7 @@ from handlers import configuring, explain, standalone
 from kopflet.config import modes
 from kopflet.config import settings as configuration
 from kopflet.config.upstream_feature_gates import KUBERNETES_VERSION
+from kopflet.hooks import loader as hook_loader
 from kopflet.logs import setup as logs_setup
 
 USAGE_ERROR = 2
@@ -88,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kopflet: --bootstrap-kubeconfig {cfg.bootstrap_kubeconfig}: no such file (and --kubeconfig "
                   f"{cfg.kubeconfig} is not there yet)", file=sys.stderr)
             return USAGE_ERROR
+    try:  # a policy hook module that cannot be imported is a bad flag too (the agent imports it again: a no-op)
+        hook_loader.load(cfg.hooks, entry_points=cfg.hook_entry_points)
+    except hook_loader.HookLoadError as exc:
+        print(f"kopflet: {exc}", file=sys.stderr)
+        return USAGE_ERROR
     decision = configuring.decide_mode(cfg)
     if decision.refusal:  # upstream run: BuildAuth without a client, before anything starts
         print(f"kopflet: {modes.RUN_FAILED}: {decision.refusal}", file=sys.stderr)

@@ -37,6 +37,7 @@ from kopflet.cm.devicemanager.manager import DeviceManagerError
 from kopflet.cm.memorymanager.manager import MemoryManagerError
 from kopflet.config import modes
 from kopflet.config import settings as configuration
+from kopflet.hooks.loader import HookLoadError
 from kopflet.lockfile import ContentionWatch, LockFile, LockFileError
 from kopflet.metrics import KubeletMetrics
 from kopflet.node import HostFacts, Node, Runtime, detect_node_ip
@@ -244,6 +245,8 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
                     metrics=memo.metrics, watchdog=memo.get("watchdog"))
     except UsernsError as exc:
         raise kopf.PermanentError(str(exc)) from exc  # upstream NewMainKubelet fails: the same error at every start
+    except HookLoadError as exc:
+        raise kopf.PermanentError(str(exc)) from exc  # a policy missing: the same error at every start
     try:
         await node.start()
     except PodResourcesListenerError as exc:

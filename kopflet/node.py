@@ -53,6 +53,9 @@ from kopflet.envvars.services import ServiceCache
 from kopflet.eviction import helpers as eviction_helpers
 from kopflet.eviction import signals
 from kopflet.eviction.manager import EvictionManager
+from kopflet.hooks import api as hooks_api
+from kopflet.hooks import loader as hook_loader
+from kopflet.hooks.runner import PolicyHooks
 from kopflet.images import gc as image_gc
 from kopflet.images.gc_manager import ImageGCManager
 from kopflet.images.manager import ImageManager
@@ -287,7 +290,7 @@ class Node:
                  metrics: KubeletMetrics | None = None, watchdog: HealthChecker | None = None) -> None:
         """No network I/O: each part gets everything it needs in its constructor, in dependency order (the
         allocation checkpoints are read here; AllocationError when one is unusable; so are the pods' user namespace
-        records: UsernsError). `metrics` is the registry
+        records: UsernsError; and the policy hook modules are imported: HookLoadError). `metrics` is the registry
         `runtime`'s observer already counts into (a new one otherwise). `watchdog` is the process's systemd
         watchdog (upstream kubeDeps.HealthChecker), given the node's health checks once it runs. `credentials` None:
         standalone mode, no apiserver."""
@@ -368,12 +371,15 @@ class Node:
         self.prober = ProbeManager(cri, self.recorder, self._wake, metrics=self.probe_metrics)
         self.status = StatusManager(self.api)
         self.teardown = Teardown(self.relist, self.executor, self.prober, self.images)
+        # The policy hooks (kopflet.hooks): --hooks and the entry points, imported here (HookLoadError).
+        self.policy_hooks = PolicyHooks(hook_loader.load(cfg.hooks, entry_points=cfg.hook_entry_points),
+                                        post_event=self._hook_event)
         self.workers = PodWorkers(
             cfg, relist=self.relist, executor=self.executor, prober=self.prober, status=self.status,
             recorder=self.recorder, backoff=self.backoff, node_info=self.heartbeat.admission_info,
             allocations=self.allocations, cgroups=self.cgroups, images=self.images, teardown=self.teardown,
             metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating, devices=self.device_manager,
-            memory=self.memory_manager)
+            memory=self.memory_manager, hooks=self.policy_hooks)
         self.runtime_events = RuntimeEvents(  # the streams opened when it runs: building touches no runtime
             self.relist, (("containerd", lambda: cri.containerd_events()), ("CRI", lambda: cri.container_events())),
             self.workers.wake, self.metrics)
@@ -528,6 +534,10 @@ class Node:
             return set()
         return {(p.get("metadata") or {}).get("uid", "") for p in await self.api.list_pods(self.cfg.pod_field_selector)}
 
+    def _hook_event(self, pod: Any, event: hooks_api.HookEvent) -> None:
+        """An observe hook's event (or its failure) on its pod."""
+        self.recorder.pod_event(pod, event.type, event.reason, event.message)
+
     def _wake(self, uids: set[str]) -> None:
         """A probe result changed, a pod certificate request was answered, a ClusterTrustBundle changed: the pods'
         workers look again."""
@@ -586,6 +596,10 @@ class Node:
             # upstream initializeRuntimeDependentModules: the plugin manager after the container manager
             asyncio.create_task(self.plugin_manager.run(), name="plugin-manager"),
         ]
+        for line in hook_loader.describe(self.policy_hooks.hooks):
+            logger.info(line)
+        if self.policy_hooks.observes:
+            self._tasks.append(asyncio.create_task(self.policy_hooks.run(), name="policy-hook-observers"))
         if self.standalone:
             logger.info("Kubernetes client is nil, not starting status manager")  # upstream status manager Start
         else:

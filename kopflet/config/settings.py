@@ -352,6 +352,11 @@ class AgentConfig:
     agent with the same file waits for it. Empty: no lock."""
     exit_on_lock_contention: bool = False
     """``--exit-on-lock-contention`` (needs ``lock_file``): the agent stops when another process opens the file."""
+    hooks: tuple[str, ...] = ()
+    """``--hooks`` (kopflet's own, no upstream flag): the policy hook modules to load (``package.module``,
+    ``package.module:registry`` or ``/path/to/file.py``), in order (`kopflet.hooks.loader`)."""
+    hook_entry_points: bool = True
+    """``--hook-entry-points`` (kopflet's own): also load the installed packages' ``kopflet.hooks`` entry points."""
     seccomp_default: bool = False
     """``seccompDefault``: containers that set no seccomp profile get RuntimeDefault instead of Unconfined."""
     seccomp_default_flag: bool = False
@@ -601,6 +606,20 @@ def _ips(text: str) -> tuple[str, ...]:
 
 def _csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+_HOOK_MODULE = re.compile(r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|/\S*\.py)(?::[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)?$")
+
+
+def _hook_module(text: str) -> str:
+    """One --hooks entry: ``package.module``, ``/path/to/file.py``, either with ``:attribute``."""
+    target = text.partition(":")[0]
+    if target.endswith(".py") and not target.startswith("/"):
+        raise _Invalid(f"{_show(text)}: give a .py file as an absolute path")
+    if not _HOOK_MODULE.match(text):
+        raise _Invalid(f"{_show(text)} is not a module path (package.module), an absolute path to a .py file, or "
+                       f"either with :attribute")
+    return text
 
 
 def _domain(text: str) -> str:
@@ -1323,6 +1342,8 @@ POLICY_OPTIONS = _Kind("mapStringString", lambda t: _frozen(_pair(t)), lambda v:
 URL_HEADERS = _Kind("colonSeparatedMultimapStringString", _colon_multimap, _yaml_multimap, accumulate=_append_multimap)
 # --reserved-memory: repeated flags append (upstream ReservedMemoryVar).
 RESERVED_MEMORY = _Kind("reserved-memory", _reserved_memory_flag, _yaml_reserved_memory, accumulate=_append)
+# --hooks: module paths or .py files, checked for their form only (importing them is the loader's, at start).
+HOOK_MODULES = _Kind("strings", lambda t: tuple(_hook_module(m) for m in _csv(t)), None, accumulate=_append)
 ENFORCEMENTS = _Kind("strings", lambda t: tuple(_csv(t)), lambda v: tuple(_yaml_strings(v)), accumulate=_append)
 # Repeated --feature-gates merge, as upstream's MapStringBool; so do the file's and the flags' (load).
 FEATURE_GATES = _Kind("mapStringBool", _feature_gates, _yaml_feature_gates, accumulate=_merge_gates)
@@ -1734,6 +1755,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("exit_on_lock_contention", "exit-on-lock-contention", None, BOOL, "false",
             "Stop (leaving pods running) when another process opens --lock-file, e.g. a new agent starting; "
             "needs --lock-file."),
+    # Policy hooks: kopflet's own flags (no upstream kubelet has them), no config-file field (the file is upstream's
+    # KubeletConfiguration).
+    Setting("hooks", "hooks", None, HOOK_MODULES, "none",
+            "kopflet only: comma-separated policy hook modules to load at start, in order: package.module (its "
+            "@hooks.admit, @hooks.plan and @hooks.observe functions), package.module:attribute (a "
+            "kopflet.hooks.Registry) or /path/to/file.py; repeated flags append. A module that cannot be imported "
+            "stops the start. See docs/extending.md."),
+    Setting("hook_entry_points", "hook-entry-points", None, BOOL, "true",
+            "kopflet only: also load the policy hooks of the installed packages' entry points of group "
+            "kopflet.hooks (each names a module or a module:Registry), after --hooks, by entry point name."),
     # Kernel tunables (upstream containerManagerImpl.setupNode: setupKernelTunables).
     Setting("fail_cgroup_v1", "fail-cgroupv1", "failCgroupV1", BOOL, "false",
             "Refuse to start on a host using cgroup v1, with upstream's error. Upstream v1.37 defaults to true; "

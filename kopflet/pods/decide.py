@@ -168,6 +168,9 @@ class Observation:
     termination_messages: Mapping[str, str] = dataclasses.field(default_factory=dict)
     pod_cgroup: Any = None
     eviction: Eviction | None = None
+    hook_rejection: admission.Rejection | None = None
+    """A policy hook's rejection of the pod, asked before deciding when the pod is to be admitted in this sync
+    (`kopflet.hooks`): the last admit handler, after the built-in ones."""
     memory: Memory = Memory()
     backoff: backoffs.Backoff
     now: datetime.datetime
@@ -216,6 +219,8 @@ class Plan:
     log: str = ""
     reason: str = ""
     """Why the pod is in this lifecycle, or why this sync takes no steps (upstream's words where it has them)."""
+    hook_rules: tuple[tuple[str, str, str], ...] = ()
+    """What the policy hooks changed in this plan: (hook, action, reason), for `kopflet explain`."""
 
     @property
     def changes_runtime(self) -> bool:
@@ -286,7 +291,8 @@ def decide(obs: Observation, cfg: AgentConfig) -> Plan:
         rejection = eviction.admit(pod, _node(obs).pressure) or \
             admission.admit(pod, _node(obs), [p for p, _ in obs.others],
                             allocation=resources.rejection) or \
-            nodeshutdown.admit(_node(obs).shutting_down)  # upstream appends the shutdown manager last
+            nodeshutdown.admit(_node(obs).shutting_down) or \
+            obs.hook_rejection  # upstream appends the shutdown manager last; kopflet's policy hooks come after it
         if rejection is not None:
             # Final: phase Failed with the reason and message, never retried (upstream rejectPod).
             return Plan(lifecycle=Lifecycle.REJECTED, pod=pod, memory=memory,

@@ -224,6 +224,8 @@ def _rules(obs: Observation, plan: Plan, kinds: Mapping[str, str], now: datetime
         names = sorted({u.name for u in (*resizing.memory_updates, *resizing.cpu_updates)})
         yield Rule(subject="pod", action="resize in place",
                    reason=f"update the resources of {', '.join(names)}" if names else "update the pod's resources")
+    for hook, action, reason in plan.hook_rules:
+        yield Rule(subject=f"policy hook {hook}", action=action, reason=reason)
     if plan.status is not None:
         yield Rule(subject="status", action="write", reason=f"phase {plan.status.get('phase', '')}")
     if plan.release_volumes:

@@ -23,6 +23,7 @@ import datetime
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from cri_client import CriError
@@ -43,6 +44,8 @@ from kopflet.cm.topologymanager.topology_manager import NO_TOPOLOGY
 from kopflet.config.settings import AgentConfig
 from kopflet.container import podstate
 from kopflet.container.sync_result import ADMISSION, StepTime
+from kopflet.hooks import api as hooks
+from kopflet.hooks.runner import PolicyHooks
 from kopflet.images.manager import ImageManager
 from kopflet.kuberuntime.executor import PodSyncer
 from kopflet.lifecycle import admission
@@ -50,7 +53,7 @@ from kopflet.logs import reader as logreader
 from kopflet.logs.verbosity import v
 from kopflet.metrics import KubeletMetrics
 from kopflet.pleg.relist import RuntimeCache
-from kopflet.pods import decide, explain, timeline
+from kopflet.pods import decide, explain, rewrite, timeline
 from kopflet.pods.decide import Lifecycle, Memory, Observation, Plan, ProbeResults
 from kopflet.pods.teardown import Teardown
 from kopflet.prober.manager import ProbeManager
@@ -98,6 +101,8 @@ class PodWorkers:
     """The device manager (None: no device plugins; also for parts built without `__init__` in tests)."""
     memory_manager: MemoryManager | None = None
     """The memory manager (None: none), set by the constructor."""
+    hooks: PolicyHooks | None = None
+    """The policy hooks (None: none loaded), set by the constructor."""
 
     def __init__(self, cfg: AgentConfig, *, relist: RuntimeCache, executor: PodSyncer, prober: ProbeManager,
                  status: StatusManager, recorder: EventRecorder, backoff: backoffs.Backoff,
@@ -105,15 +110,18 @@ class PodWorkers:
                  cgroups: PodCgroups, images: ImageManager, teardown: Teardown,
                  metrics: KubeletMetrics | None = None, cpus: CPUManager | None = None,
                  devices: DeviceManager | None = None,
-                 allocating: asyncio.Lock | None = None, memory: MemoryManager | None = None) -> None:
+                 allocating: asyncio.Lock | None = None, memory: MemoryManager | None = None,
+                 hooks: PolicyHooks | None = None) -> None:
         """`cpus` is the CPU manager whose exclusive CPUs admissions take, `memory` the memory manager whose NUMA
         blocks they take (with the topology manager that aligns both), `devices` the device manager whose plugins
         allocate devices; `allocating` the node's allocation lock
-        (the CPU manager's reconcile loop takes it too; one of its own by default)."""
+        (the CPU manager's reconcile loop takes it too; one of its own by default); `hooks` the policy hooks
+        (None: none)."""
         self.cfg, self.relist, self.executor, self.prober, self.status = cfg, relist, executor, prober, status
         self.recorder, self.backoff, self.node_info = recorder, backoff, node_info
         self.allocations, self.cgroups, self.images, self.teardown = allocations, cgroups, images, teardown
         self.metrics, self.cpus, self.devices, self.memory_manager = metrics, cpus, devices, memory
+        self.hooks = hooks if hooks is not None and hooks.hooks else None
         self.workers: dict[str, _Worker] = {}
         # Admission and resize decisions one at a time, each against what the others hold once the previous one
         # is recorded (upstream allocationMutex).
@@ -276,8 +284,14 @@ class PodWorkers:
 
     async def _sync(self, worker: _Worker, kind: str = "") -> float:
         """Observe, decide once, act; the seconds until the worker looks again. `kind` is the sync's
-        operation_type, recorded with the decision."""
+        operation_type, recorded with the decision. The policy hooks are asked outside the allocation lock: the
+        admit hooks before deciding (their rejection is an input), the plan hooks once the plan starts something
+        (their changes are applied to it), the observers once it is recorded."""
         observation = await self._observe(worker)
+        runner = self.hooks
+        hook_events: tuple[decide.Event, ...] = ()
+        if runner is not None and runner.admits:
+            observation, hook_events = await self._admit_hooks(runner, observation, worker)
         async with self.allocating:
             observation = dataclasses.replace(observation, others=tuple(
                 (w.pod, w.body.get("status") or {}) for w in self.workers.values()
@@ -289,7 +303,6 @@ class PodWorkers:
                 topology=self.memory_manager.topology if self.memory_manager is not None else NO_TOPOLOGY)
             observation = await self._admit_devices(observation, worker)
             plan = decide.decide(observation, self.cfg)
-            self._record(worker, observation, plan, kind)
             if plan.admitted and not worker.memory.admitted:
                 self._begin_start(worker, observation)
             if plan.cpu_state is not None and self.cpus is not None:
@@ -300,16 +313,64 @@ class PodWorkers:
                 await asyncio.to_thread(self.allocations.set_allocation, plan.allocate)
             worker.memory = plan.memory
             if plan.admitted:
-                worker.pod = plan.pod
-        return await self._act(worker, observation, plan)
+                worker.pod = plan.pod  # the pod as decided: what a plan hook adds holds nothing of the node
+        if runner is not None and runner.plans and rewrite.starts(plan):
+            plan, more = await self._plan_hooks(runner, observation, worker, plan)
+            worker.memory, hook_events = plan.memory, hook_events + more
+        if hook_events:
+            plan = dataclasses.replace(plan, events=hook_events + plan.events)
+        decision = self._record(worker, observation, plan, kind)
+        try:
+            return await self._act(worker, observation, plan)
+        finally:  # after the steps: the observers see the start timeline they extended (or finished)
+            if decision is not None and runner is not None and runner.observes:
+                self._observe_hooks(runner, worker, plan, decision)
 
     @staticmethod
-    def _record(worker: _Worker, observation: Observation, plan: Plan, kind: str) -> None:
+    def _record(worker: _Worker, observation: Observation, plan: Plan, kind: str) -> explain.Decision | None:
         """Keep the decision for `kopflet explain`; a failure to summarise it never stops the sync."""
         try:
-            worker.decisions.add(explain.record(observation, plan, observation.now, sync=kind))
+            decision = explain.record(observation, plan, observation.now, sync=kind)
         except Exception:
             logger.exception(f"pod {_ref(worker.body)}: could not record the decision for explain")
+            return None
+        worker.decisions.add(decision)
+        return decision
+
+    # ------------------------------------------------------------------------------------------ policy hooks
+
+    async def _admit_hooks(self, runner: PolicyHooks, observation: Observation,
+                           worker: _Worker) -> tuple[Observation, tuple[decide.Event, ...]]:
+        """The admit hooks, when this sync admits the pod (`decide.admits`): their rejection goes to `decide`."""
+        pod = observation.pod
+        if observation.gone or pod is None or not decide.admits(
+                pod, observation.body.get("status") or {}, observation.runtime, worker.memory):
+            return observation, ()
+        others = tuple(w.pod for w in list(self.workers.values())
+                       if w is not worker and w.holds_node and w.pod is not None)
+        outcome = await runner.admit(pod, lambda: hooks.AdmitRequest(
+            pod=pod, node_name=self.cfg.node_name, others=others, now=observation.now))
+        rejected = rewrite.rejection(outcome.rejection) if outcome.rejection is not None else None
+        if rejected is not None:
+            logger.info(f"pod {pod.namespace}/{pod.name}: rejected by policy hook {outcome.hook}")
+        return dataclasses.replace(observation, hook_rejection=rejected), rewrite.events(outcome.events)
+
+    async def _plan_hooks(self, runner: PolicyHooks, observation: Observation, worker: _Worker,
+                          plan: Plan) -> tuple[Plan, tuple[decide.Event, ...]]:
+        """The plan hooks, for a plan that starts something: the plan with their changes, and their events."""
+        first_seen = datetime.datetime.fromtimestamp(worker.first_seen, datetime.UTC)
+        outcome = await runner.plan(plan.pod, lambda: rewrite.plan_view(
+            observation, plan, node_name=self.cfg.node_name, first_seen=first_seen))
+        return rewrite.apply(observation, plan, outcome.changes), rewrite.events(outcome.events)
+
+    @staticmethod
+    def _observe_hooks(runner: PolicyHooks, worker: _Worker, plan: Plan, decision: explain.Decision) -> None:
+        """Queue the decision for the observers, with the pod's start timeline as its steps left it."""
+        first_seen = datetime.datetime.fromtimestamp(worker.first_seen, datetime.UTC)
+        start = worker.timeline
+        runner.observe(plan.pod, lambda: hooks.DecisionView(
+            pod=plan.pod, decision=decision, status=MappingProxyType(plan.status) if plan.status is not None else None,
+            started=plan.observe_start, first_seen=first_seen, timeline=start))
 
     @staticmethod
     def _begin_start(worker: _Worker, observation: Observation) -> None:

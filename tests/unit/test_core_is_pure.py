@@ -36,7 +36,7 @@ IMPURE = frozenset({
     "kopflet.cm.devicemanager.manager", "kopflet.cm.devicemanager.proto.api_pb2_grpc",
     "kopflet.config.file_source",
     "kopflet.config.http_source", "kopflet.envvars.services", "kopflet.eviction.manager", "kopflet.eviction.signals",
-    "kopflet.hollow.runtime",
+    "kopflet.hollow.runtime", "kopflet.hooks.loader", "kopflet.hooks.runner",
     "kopflet.images.gc_manager", "kopflet.images.manager", "kopflet.kuberuntime.executor",
     "kopflet.kuberuntime.gc_manager", "kopflet.lifecycle.hooks", "kopflet.logs.manager", "kopflet.logs.reader",
     "kopflet.logs.setup",

@@ -145,7 +145,8 @@ def test_the_operations_guide_quotes_messages_the_code_prints() -> None:
     assert not missing_in_code, f"the code no longer prints what docs/operations.md quotes: {missing_in_code}"
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/architecture.md", "docs/configuration.md", "docs/operations.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/architecture.md", "docs/configuration.md", "docs/operations.md",
+                                 "docs/extending.md"])
 def test_relative_links_resolve(doc: str) -> None:
     path = REPO / doc
     text = path.read_text(encoding="utf-8")
@@ -162,9 +163,10 @@ def test_relative_links_resolve(doc: str) -> None:
 
 
 def test_the_docs_name_modules_that_exist() -> None:
-    for doc in ("docs/architecture.md", "docs/operations.md"):
+    for doc in ("docs/architecture.md", "docs/operations.md", "docs/extending.md"):
         text = (REPO / doc).read_text(encoding="utf-8")
-        for module in set(re.findall(r"\b((?:kopflet|handlers|cri_client|devstack)(?:/[a-z_]+)*\.py)\b", text)):
+        for module in set(re.findall(r"\b((?:kopflet|handlers|cri_client|devstack|examples)(?:/[a-z_]+)*\.py)\b",
+                                     text)):
             assert (REPO / module).exists(), f"{doc} names {module}, which does not exist"
 
 
