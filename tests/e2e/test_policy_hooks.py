@@ -20,6 +20,7 @@ from tests.e2e.conftest import Agent
 from tests.e2e.test_pod_lifecycle import container, events, is_ready, pod_manifest, wait_pod
 
 KOPFLET = str(Path(sys.executable).with_name("kopflet"))
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 POLICY = '''
 from kopflet import hooks
@@ -41,7 +42,9 @@ def hooked_agent(layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> It
     (work / "policy.py").write_text(POLICY)
     timelines = work / "timelines.jsonl"
     agent = Agent(layout, work / "agent.log", env={
-        "KOPFLET_ARGS": f"--hooks {work / 'policy.py'},examples.image_allowlist,examples.start_timeline",
+        # The examples by their files: the agent's process has no checkout on its path (docs/extending.md).
+        "KOPFLET_ARGS": f"--hooks {work / 'policy.py'},{EXAMPLES / 'image_allowlist.py'},"
+                        f"{EXAMPLES / 'start_timeline.py'}",
         "KOPFLET_IMAGE_ALLOWLIST": "docker.io/library/busybox:*,registry.k8s.io/pause:*",
         "KOPFLET_START_TIMELINE_FILE": str(timelines)})
     agent.start()
