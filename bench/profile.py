@@ -48,8 +48,11 @@ def profile(layout: Layout, size: int = 110, rate: int = 100) -> Path:
         cluster.ensure_namespace(core, run.namespace)
         run.watcher.start()
         try:
-            spy = subprocess.Popen([py_spy(), "record", "--pid", str(agent.pid), "--rate", str(rate), "--format", "raw",
-                                    "--output", str(raw)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            # --gil: only what holds the interpreter, the agent's Python work (its threads' waits in queues, epoll or
+            # a read of /dev/kmsg would otherwise be counted as busy: py-spy's idle test misses them).
+            spy = subprocess.Popen([py_spy(), "record", "--pid", str(agent.pid), "--rate", str(rate), "--gil",
+                                    "--format", "raw", "--output", str(raw)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             time.sleep(2)  # py-spy attached before the first pod
             started = time.monotonic()
             try:
@@ -75,8 +78,9 @@ def profile(layout: Layout, size: int = 110, rate: int = 100) -> Path:
         f"# {title}\n\n"
         f"The burst: all {size} pods running {burst['all_running']:.1f} s after the first was created, deleted in "
         f"{burst['all_deleted']:.1f} s; the agent used {burst['cpu_seconds']} CPU seconds over the {seconds:.0f} s "
-        f"sampled (peak RSS {burst['peak_rss_mib']} MiB). py-spy samples the agent's threads while they run (idle "
-        "waits are left out), so the shares below are of the agent's busy time.\n\n"
+        f"sampled (peak RSS {burst['peak_rss_mib']} MiB). py-spy samples the thread holding the interpreter "
+        "(--gil), so the shares below are of the agent's Python work; native work without the GIL (gRPC's core, "
+        "system calls) is not in them.\n\n"
         f"Flame graph: [{stem.name}.svg]({stem.name}.svg); collapsed stacks: [{raw.name}]({raw.name}).\n\n"
         "## Largest self costs\n\n" + flamegraph.markdown_table(costs, samples))
     return stem.with_suffix(".md")
