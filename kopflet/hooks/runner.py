@@ -99,8 +99,8 @@ class PolicyHooks:
         self.dropped = 0
         """Decisions not observed because the queue was full."""
         self._queue: asyncio.Queue[tuple[spec.Pod, Callable[[], api.DecisionView]]] = asyncio.Queue(queue_size)
-        self._busy: set[int] = set()
-        """The plain hooks (by id) whose last call timed out and still runs."""
+        self._busy: dict[int, int] = {}
+        """The plain hooks (by id) with calls that timed out and still run, and how many."""
         self._abandoned: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------------------------------------------ kinds
@@ -173,6 +173,8 @@ class PolicyHooks:
             pod, view = await self._queue.get()
             try:
                 await self._observe(pod, view)
+            except Exception:  # a view that cannot be built, an event that cannot be posted: the next goes on
+                logger.exception(f"pod {pod.namespace}/{pod.name}: the policy hook observers failed")
             finally:
                 self._queue.task_done()
 
@@ -206,7 +208,9 @@ class PolicyHooks:
         async def guarded() -> tuple[bool, Any]:
             try:
                 return True, await hook.fn(view)
-            except (SystemExit, KeyboardInterrupt) as exc:  # never out of the loop
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt and the rest: never out of the worker
                 return False, exc
 
         task = asyncio.ensure_future(guarded())
@@ -238,8 +242,12 @@ class PolicyHooks:
         future: asyncio.Future[Any] = loop.create_future()
 
         def settle(value: Any, exc: BaseException | None) -> None:
-            self._busy.discard(key)
-            if future.done():  # timed out: nobody waits for it
+            if future.done():  # timed out: nobody waits for it; one fewer of the hook's calls still running
+                left = self._busy.get(key, 0) - 1
+                if left > 0:
+                    self._busy[key] = left
+                else:
+                    self._busy.pop(key, None)
                 return
             if exc is not None:
                 future.set_exception(_Failed(f"raised {type(exc).__name__}: {exc}", exc))
@@ -263,7 +271,7 @@ class PolicyHooks:
             raise
         if not done:
             future.cancel()
-            self._busy.add(key)  # until its thread ends (settle)
+            self._busy[key] = self._busy.get(key, 0) + 1  # until its thread ends (settle)
             raise _Failed(f"timed out after {hook.timeout:g}s")
         return future.result()
 

@@ -69,18 +69,28 @@ class RuntimeEvents:
                         logger.debug(f"the container runtime has no {name} events")
                         index += 1
                         continue
-                    if self.metrics is not None:
-                        self.metrics.evented_pleg_connection_errors.inc()
-                    if received or failures == 0:
-                        logger.warning(f"container events ({name}) stopped, the relist alone sees changes until "
-                                       f"they are back: {exc}")
-                    self.source = None
+                    self._stopped(name, exc, received or failures == 0)
+                    await asyncio.sleep(RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)])
+                    failures += 1
+                except Exception as exc:  # anything else (a payload that does not decode...): logged, then again
+                    self._stopped(name, exc, received or failures == 0, trace=True)
                     await asyncio.sleep(RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)])
                     failures += 1
             logger.info("the container runtime has no container events: changes are seen by relisting alone")
         finally:
-            for task in list(self._handling):
+            handling = list(self._handling)
+            for task in handling:
                 task.cancel()
+            await asyncio.gather(*handling, return_exceptions=True)
+
+    def _stopped(self, name: str, exc: Exception, say: bool, trace: bool = False) -> None:
+        """The stream broke: counted, said once per outage, and the relist alone until it is back."""
+        if self.metrics is not None:
+            self.metrics.evented_pleg_connection_errors.inc()
+        if say:
+            logger.warning(f"container events ({name}) stopped, the relist alone sees changes until they are back: "
+                           f"{exc}", exc_info=exc if trace else None)
+        self.source = None
 
     def _connected(self, name: str) -> None:
         if self.source != name:
@@ -116,6 +126,8 @@ class RuntimeEvents:
             self.wake((uid,))
         except CriError as exc:
             logger.debug(f"runtime event for {event.container_id}: {exc}; the relist will see it")
+        except Exception:
+            logger.exception(f"runtime event for {event.container_id} not handled; the relist will see it")
 
     async def _look_up(self, object_id: str) -> tuple[str, bool] | None:
         """The pod of a container (or sandbox) the cache has not seen yet: from its labels, as the runtime has them."""

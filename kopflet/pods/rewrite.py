@@ -59,8 +59,9 @@ def plan_view(obs: Observation, plan: Plan, *, node_name: str, first_seen: datet
 
 
 def apply(obs: Observation, plan: Plan, changes: Sequence[tuple[str, api.Rewrite]]) -> Plan:
-    """`plan` (decided from `obs`) with the plan hooks' changes, in the hooks' order (for one name, volume or mount
-    path, the first hook's wins); of several delays, the longest."""
+    """`plan` (decided from `obs`) with the plan hooks' changes, in the hooks' order (for one volume name or mount
+    path the first hook's wins; an environment variable is set by each hook in turn, so the last one's value
+    stays); of several delays, the longest."""
     pod, rules = plan.pod, list(plan.hook_rules)
     for hook, rewrite in changes:
         pod = _edit(pod, rewrite)

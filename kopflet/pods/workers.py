@@ -502,7 +502,10 @@ class PodWorkers:
                                               plan.status, precondition=not spec.is_static(pod))
             if written is not None:
                 worker.body = {**worker.body, "status": written}
-            self._end_start(worker, plan.status)
+            try:
+                self._end_start(worker, plan.status)
+            except Exception:
+                logger.exception(f"pod {_ref(worker.body)}: could not finish the start timeline")
         if plan.stop_probes:
             self.prober.forget(pod.uid)
         if plan.release_volumes:
@@ -520,12 +523,15 @@ class PodWorkers:
                 # a new sandbox for a pod that started before (or was adopted running): the pod starts again
                 worker.timeline = timeline.begin(datetime.datetime.now(datetime.UTC), time.monotonic())
             result = await self.executor.sync(pod, observation.runtime, plan.actions, plan.resize)
-            self._add_steps(worker, [*result.steps, *self.images.take_pull_steps(pod.uid)])
             self.relist.forget_containers(result.resized)
             failed = result.failed or bool(result.resize_error)
             # What the steps could not do is reported by a sync right away, which then waits out the error backoff.
             worker.memory = dataclasses.replace(worker.memory, last=result,
                                                 followup=worker.memory.followup or failed)
+            try:  # the start timeline is for explain and metrics: never what the sync's outcome depends on
+                self._add_steps(worker, [*result.steps, *self.images.take_pull_steps(pod.uid)])
+            except Exception:
+                logger.exception(f"pod {_ref(worker.body)}: could not record the start timeline's steps")
             if failed:
                 wake = 0.0
         if plan.delete:

@@ -319,3 +319,59 @@ def test_the_guide_quotes_the_failure_messages_the_runner_writes() -> None:
     for failure in (Failure(zone, "raised KeyError: 'zone'"), Failure(check, "timed out after 2s"),
                     Failure(check, "is still running from an earlier call that timed out (after 2s)")):
         assert failure.message in guide
+
+
+async def test_the_hook_stays_busy_until_every_call_that_timed_out_has_ended() -> None:
+    """Two syncs at once ran into a hung hook: the first thread to end does not make the hook callable again while
+    the other still runs."""
+    releases = [threading.Event(), threading.Event(), threading.Event()]
+    releases[2].set()  # the call after both ended returns at once
+    calls: list[int] = []
+
+    def blocks(_: Any) -> None:
+        index = len(calls)
+        calls.append(index)
+        releases[index].wait(5)
+
+    runner = registered("admit", blocks, name="slow", timeout=SHORT)
+    both = await asyncio.gather(runner.admit(POD, request), runner.admit(POD, request))
+    assert [o.failures[0].error for o in both] == [f"timed out after {SHORT:g}s"] * 2 and len(calls) == 2
+    releases[0].set()
+    await asyncio.sleep(0.2)
+    still = await runner.admit(POD, request)
+    assert still.failures[0].error.startswith("is still running") and len(calls) == 2
+    releases[1].set()
+    for _ in range(50):
+        await asyncio.sleep(0.02)
+        if not runner._busy:
+            break
+    assert (await runner.admit(POD, request)).failures == () and len(calls) == 3
+
+
+class _Odd(BaseException):
+    """Neither an Exception nor SystemExit/KeyboardInterrupt (GeneratorExit's kind)."""
+
+
+async def test_an_async_hook_raising_a_base_exception_fails_the_call_not_the_worker() -> None:
+    async def odd(_: Any) -> None:
+        raise _Odd("odd")
+
+    outcome = await registered("plan", odd, name="odd").plan(POD, view)
+    assert [f.error for f in outcome.failures] == ["raised _Odd: odd"]
+
+
+async def test_the_observers_loop_outlives_a_view_that_cannot_be_built() -> None:
+    seen: list[str] = []
+    runner = registered("observe", lambda v: seen.append(v.pod.name), name="watch")
+    task = asyncio.create_task(runner.run())
+    try:
+        def broken() -> hooks.DecisionView:
+            raise RuntimeError("no view")
+
+        runner.observe(POD, broken)
+        runner.observe(POD, decision_view)
+        await asyncio.wait_for(runner.drain(), 5)
+        assert seen == ["web"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 import pytest
@@ -333,3 +333,55 @@ async def test_an_exit_the_cache_already_holds_wakes_nobody() -> None:
         assert woken == ["u2"] and runtime.reads == ["c2"]
     finally:
         await stop(task)
+
+
+async def test_any_other_error_of_a_stream_is_logged_and_the_stream_opened_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    runtime = FakeRuntime()
+    runtime.container_states["c1"] = [container("c1", "u1", cri.ContainerState.EXITED)]
+    opened: list[int] = []
+
+    def open_next() -> AsyncIterator[cri.ContainerEvent]:
+        opened.append(1)
+        if len(opened) == 1:
+            return broken()
+        return stream_of(cri.ContainerEvent(container_id="c1", type=STOPPED))()
+
+    async def broken() -> AsyncIterator[cri.ContainerEvent]:
+        raise RuntimeError("a payload that does not decode")
+        yield  # an async generator
+
+    woken: list[str] = []
+    events = RuntimeEvents(cache_with(runtime), [("containerd", open_next)], woken.extend)
+    task = await running(events)
+    try:
+        await until(lambda: bool(woken))
+        assert woken == ["u1"] and len(opened) == 2
+    finally:
+        await stop(task)
+    warning = next(r for r in caplog.records if r.levelname == "WARNING")
+    assert warning.getMessage().endswith("a payload that does not decode") and warning.exc_info is not None
+
+
+async def test_an_event_whose_handling_fails_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    runtime = FakeRuntime()
+    runtime.container_states["c2"] = [container("c2", "u2", cri.ContainerState.EXITED)]
+    woken: list[str] = []
+
+    def wake(uids: Iterable[str]) -> None:
+        for uid in uids:
+            if uid == "u1":
+                raise RuntimeError("a worker that cannot be woken")
+            woken.append(uid)
+
+    cache = cache_with(runtime, container("c1", "u1", cri.ContainerState.EXITED))
+    events = RuntimeEvents(cache, [("containerd", stream_of(
+        cri.ContainerEvent(container_id="c1", type=DELETED), cri.ContainerEvent(container_id="c2", type=STOPPED)))],
+                           wake)
+    task = await running(events)
+    try:
+        await until(lambda: bool(woken))
+        assert woken == ["u2"]
+    finally:
+        await stop(task)
+    assert any("runtime event for c1 not handled" in r.getMessage() for r in caplog.records)
