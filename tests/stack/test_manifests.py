@@ -373,10 +373,18 @@ NODE_IDENTITY_ONLY = {("certificates.k8s.io", "certificatesigningrequests"),
                       ("certificates.k8s.io", "podcertificaterequests"), ("", "serviceaccounts")}
 
 
+# Commands a user runs with the user's own credentials, never the agent's: `kopflet explain` reads nodes/proxy as
+# whoever runs it (docs/operations.md), so the agent's role needs no rule for it.
+USER_COMMANDS = {"handlers/explain.py"}
+
+
 def test_every_apiserver_path_in_the_agent_is_covered_by_a_rule() -> None:
     granted = {(r.group, resource) for r in EXPECTED_CLUSTER_RULES + EXPECTED_LEASE_RULES for resource in r.resources}
     found = {}
+    assert all((REPO / command).is_file() for command in USER_COMMANDS), "a user command is gone: drop it"
     for path in sorted([*REPO.glob("kopflet/**/*.py"), *REPO.glob("handlers/*.py")]):
+        if str(path.relative_to(REPO)) in USER_COMMANDS:
+            continue
         for match in re.finditer(r'f?"(/apis?/[^"]+)"', path.read_text()):
             found[_path_resource(match.group(1))] = f"{path.relative_to(REPO)}: {match.group(1)}"
     assert len(found) >= 10, found
