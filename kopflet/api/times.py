@@ -23,6 +23,13 @@ def timestamp(value: datetime.datetime | int) -> str:
     return value.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def micro_timestamp(value: datetime.datetime) -> str:
+    """RFC 3339 in UTC with ``Z`` and microseconds (metav1.MicroTime's form); a naive datetime is taken as UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=datetime.UTC)
+    return value.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def parse_timestamp(value: Any) -> datetime.datetime | None:
     """A metav1.Time from a body as an aware datetime (a naive one is UTC); None when it is absent or unreadable.
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from kopflet import gotext
 from kopflet.allocation import policy
-from kopflet.api import spec
+from kopflet.api import spec, times
 from kopflet.container import podstate
 from kopflet.container.sync_result import CRASH_LOOP_BACK_OFF
 from kopflet.kuberuntime import reconciler
@@ -301,10 +301,6 @@ def _waits(obs: Observation, plan: Plan, kinds: Mapping[str, str], actions: reco
 # ------------------------------------------------------------------------------------------------------ render
 
 
-def _rfc3339(at: datetime.datetime | None) -> str | None:
-    return at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if at is not None else None
-
-
 def _clock(at: datetime.datetime) -> str:
     return at.astimezone(datetime.UTC).strftime("%H:%M:%S")
 
@@ -323,7 +319,7 @@ def to_json(decisions: Sequence[Decision], *, namespace: str = "", name: str = "
     last start's timeline as ``startTimeline`` (null: none)."""
     def clean(value: Any) -> Any:
         if isinstance(value, datetime.datetime):
-            return _rfc3339(value)
+            return times.micro_timestamp(value)
         if isinstance(value, dict):
             return {_camel(k): clean(v) for k, v in value.items()}
         if isinstance(value, list | tuple):

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from kopflet import gotext
+from kopflet.api import times
 from kopflet.container.sync_result import ADMISSION, CREATE, IMAGE_PULL, SANDBOX, START, UNTIL_READY, VOLUMES
 
 READY: Final = "Ready"
@@ -168,17 +169,14 @@ def render_lines(timeline: Timeline) -> list[str]:
     return lines
 
 
-def _rfc3339(at: datetime.datetime) -> str:
-    return at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def to_json(timeline: Timeline) -> dict[str, Any]:
     """The start as JSON: its start (RFC 3339 UTC), outcome ("" while starting), seconds until it ended, and each
     step with its name, kind, detail, start (RFC 3339 and seconds after the start), seconds, attempts and error."""
     return {
-        "start": _rfc3339(timeline.started_at), "outcome": timeline.outcome,
+        "start": times.micro_timestamp(timeline.started_at), "outcome": timeline.outcome,
         "seconds": round(timeline.ended - timeline.origin, 6) if timeline.ended is not None else None,
-        "steps": [{"name": s.name, "kind": s.kind, "detail": s.detail, "start": _rfc3339(timeline.at(s.start)),
+        "steps": [{"name": s.name, "kind": s.kind, "detail": s.detail,
+                   "start": times.micro_timestamp(timeline.at(s.start)),
                    "offsetSeconds": round(s.start - timeline.origin, 6), "seconds": round(s.duration, 6),
                    "attempts": s.attempts, "error": s.error} for s in timeline.steps],
     }
