@@ -90,6 +90,7 @@ from kopflet.server.server import Server, ServingTLS, serve, serving_tls
 from kopflet.stats import summary
 from kopflet.stats.collector import StatsCollector
 from kopflet.status.manager import StatusManager
+from kopflet.tracing.exporter import StartTracer
 from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager, read_kubelet_mappings
 from kopflet.volumes.csi.handler import RegistrationHandler
@@ -374,12 +375,16 @@ class Node:
         # The policy hooks (kopflet.hooks): --hooks and the entry points, imported here (HookLoadError).
         self.policy_hooks = PolicyHooks(hook_loader.load(cfg.hooks, entry_points=cfg.hook_entry_points),
                                         post_event=self._hook_event)
+        # Pod start traces (tracing.samplingRatePerMillion > 0; upstream newTracerProvider): none at rate 0.
+        self.tracer = (StartTracer(endpoint=cfg.tracing_endpoint, host_name=cfg.node_name,
+                                   rate_per_million=cfg.tracing_sampling_rate_per_million)
+                       if cfg.tracing_sampling_rate_per_million > 0 else None)
         self.workers = PodWorkers(
             cfg, relist=self.relist, executor=self.executor, prober=self.prober, status=self.status,
             recorder=self.recorder, backoff=self.backoff, node_info=self.heartbeat.admission_info,
             allocations=self.allocations, cgroups=self.cgroups, images=self.images, teardown=self.teardown,
             metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating, devices=self.device_manager,
-            memory=self.memory_manager, hooks=self.policy_hooks)
+            memory=self.memory_manager, hooks=self.policy_hooks, tracer=self.tracer)
         self.runtime_events = RuntimeEvents(  # the streams opened when it runs: building touches no runtime
             self.relist, (("containerd", lambda: cri.containerd_events()), ("CRI", lambda: cri.container_events())),
             self.workers.wake, self.metrics)
@@ -600,6 +605,9 @@ class Node:
             logger.info(line)
         if self.policy_hooks.observes:
             self._tasks.append(asyncio.create_task(self.policy_hooks.run(), name="policy-hook-observers"))
+        if self.tracer is not None:
+            logger.info("Pod start traces: %d in a million sent to %s", self.tracer.rate, self.tracer.endpoint)
+            self.tracer.start()
         if self.standalone:
             logger.info("Kubernetes client is nil, not starting status manager")  # upstream status manager Start
         else:
@@ -744,6 +752,8 @@ class Node:
         await self.stats.close()
         await self.container_manager.close()
         await self.workers.stop()
+        if self.tracer is not None:
+            await self.tracer.close()
         await self.device_manager.stop()
         await self.prober.close()
         await self.recorder.flush(grace=EVENT_FLUSH_TIMEOUT)

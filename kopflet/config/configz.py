@@ -202,6 +202,10 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("reservedMemory", lambda c: [_reservation(r) for r in c.reserved_memory], True),
     ("seccompDefault", lambda c: c.seccomp_default, False),  # the file's value: --seccomp-default is not in it
     ("registerWithTaints", _taints, True),
+    # a *TracingConfiguration: nil (left out) unless the file set one of its fields; each a pointer, omitempty
+    ("tracing", lambda c: {**({"endpoint": c.tracing_endpoint} if c.tracing_endpoint else {}),
+                           **({"samplingRatePerMillion": c.tracing_sampling_rate_per_million}
+                              if c.tracing_sampling_rate_per_million else {})}, True),
     ("localStorageCapacityIsolation", lambda c: c.local_storage_capacity_isolation, False),
     ("containerRuntimeEndpoint", lambda c: c.runtime_endpoint, False),  # no omitempty upstream
     ("imageServiceEndpoint", lambda c: c.image_endpoint, True),
@@ -221,7 +225,7 @@ def kubelet_configuration(config: AgentConfig) -> dict[str, Any]:
 # The nested structs of the object (the rest of its mappings are Go maps).
 _STRUCTS = frozenset({"authentication", "authentication.x509", "authentication.webhook", "authentication.anonymous",
                       "authorization", "authorization.webhook", "memorySwap", "logging", "logging.options",
-                      "logging.options.text", "logging.options.json", "crashLoopBackOff"})
+                      "logging.options.text", "logging.options.json", "crashLoopBackOff", "tracing"})
 
 
 def field_paths(body: Mapping[str, Any], prefix: str = "") -> Iterable[str]:

@@ -304,6 +304,12 @@ class AgentConfig:
     max_container_restart_period: float = backoff.MAXIMUM
     """``crashLoopBackOff.maxContainerRestartPeriod``: the crash-loop backoff's cap, always kopflet's (upstream's
     default, 5m0s: KubeletCrashLoopBackOffMax on by default defaults the field to it); others are refused."""
+    tracing_endpoint: str = ""
+    """``tracing.endpoint``: the OTLP gRPC collector pod start traces go to ("": localhost:4317, the exporter's
+    default)."""
+    tracing_sampling_rate_per_million: int = 0
+    """``tracing.samplingRatePerMillion``: how many pod starts in a million are traced; 0 (upstream's default):
+    none, and no exporter runs."""
     local_storage_capacity_isolation: bool = True
     """``localStorageCapacityIsolation``: the Node reports ``ephemeral-storage`` capacity and allocatable (so pods
     requesting it are admitted) and pods over their emptyDir ``sizeLimit`` or ``ephemeral-storage`` limits are
@@ -1123,6 +1129,29 @@ def _max_container_restart_period(text: str) -> float:
     return seconds
 
 
+def _tracing_endpoint(text: str) -> str:
+    """``tracing.endpoint``: a gRPC target, as component-base's validateEndpoint reads it (no ``//``: a dns name
+    and port); only the dns, unix and unix-abstract schemes."""
+    url = text if "//" in text else f"dns://{text}"
+    scheme = url.split(":", 1)[0] if ":" in url else ""
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        raise _Invalid(f"Invalid value: {gotext.go_quote(url)}: missing protocol scheme")
+    if scheme.lower() not in ("dns", "unix", "unix-abstract"):
+        raise _Invalid(f"Invalid value: {gotext.go_quote(url)}: unsupported scheme: {scheme.lower()}.  Options are "
+                       "none, dns, unix, or unix-abstract.  See https://github.com/grpc/grpc/blob/master/doc/naming.md")
+    return text
+
+
+def _sampling_rate(value: Any) -> int:
+    """``tracing.samplingRatePerMillion``: an int32 from 0 to a million (component-base validateSamplingRate)."""
+    rate = _yaml_integer(value)
+    if rate < 0:
+        raise _Invalid(f"Invalid value: {rate}: sampling rate must be positive")
+    if rate > 1_000_000:
+        raise _Invalid(f"Invalid value: {rate}: sampling rate per million must be less than or equal to one million")
+    return rate
+
+
 SWAP_BEHAVIORS = ("", "NoSwap", "LimitedSwap")  # kubetypes: "" is NoSwap
 LIMITED_SWAP_REFUSED = ("kopflet implements only NoSwap (containers get no swap, upstream's default); "
                         "LimitedSwap is not supported")
@@ -1317,6 +1346,8 @@ INFO_BUFFER_SIZE = _Kind("quantity", _logging(log_options.parse_info_buffer_size
 SHUTDOWN_BY_PRIORITY = _Kind("[]ShutdownGracePeriodByPodPriority", _file_only, _yaml_shutdown_by_priority)
 # A pointer upstream: in the file an explicit value, 0s too, is checked (zero_is_default=False).
 MAX_RESTART_PERIOD = _Kind("duration", _max_container_restart_period, _text_then(_max_container_restart_period))
+TRACING_ENDPOINT = _Kind("string", _tracing_endpoint, _text_then(_tracing_endpoint), empty_is_unset=True)
+SAMPLING_RATE = _Kind("int32", lambda text: _sampling_rate(_integer(text)), _sampling_rate)
 SWAP_BEHAVIOR = _Kind("string", _swap_behavior, _text_then(_swap_behavior), empty_is_unset=True)
 # volumeStatsAggPeriod: any duration, as upstream's flag (a DurationVar); 0 or negative turns volume stats off
 # (in the file 0 means the default, 1m).
@@ -1664,6 +1695,16 @@ SETTINGS: tuple[Setting, ...] = (
             "5m0s", "The crash-loop backoff's cap: only 5m0s, kopflet's (and upstream's default); upstream's range "
             "is 1s to 300s, but kopflet cannot change its cap yet, so other values are refused.",
             zero_is_default=False),
+    # Tracing (upstream KubeletTracing, GA: component-base's TracingConfiguration, config file only): kopflet traces
+    # each pod start (kopflet/tracing), not each sync.
+    Setting("tracing_endpoint", None, "tracing.endpoint", TRACING_ENDPOINT, '"localhost:4317"',
+            "The OpenTelemetry collector (OTLP over gRPC, without TLS, as upstream) the pod start traces are sent "
+            "to: host:port, or a gRPC target with the dns, unix or unix-abstract scheme."),
+    Setting("tracing_sampling_rate_per_million", None, "tracing.samplingRatePerMillion", SAMPLING_RATE, "0",
+            "How many pod starts in a million are traced (0 to 1000000; upstream's TraceIDRatioBased on the trace "
+            "id). Each traced start is a podStart span with a span per step: admission, volumes, the CRI calls by "
+            "their gRPC names (runtime.v1.RuntimeService/RunPodSandbox, runtime.v1.ImageService/PullImage, "
+            "CreateContainer, StartContainer) and untilReady, service.name kubelet. 0: nothing is traced."),
     # The pods' cgroups (upstream KubeletConfiguration CgroupRoot, CgroupsPerQOS, CgroupDriver).
     Setting("cgroup_root", "cgroup-root", "cgroupRoot", STRING, '""',
             "The cgroup the pods go under: their kubepods cgroup is <cgroup-root>/kubepods (/custom: /custom/kubepods; "
@@ -1844,7 +1885,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "volumePluginDir", "providerID", "kernelMemcgNotification",
     "enableProfilingHandler",
     "enableDebugFlagsHandler", "memoryThrottlingFactor", "memoryReservationPolicy",
-    "registerNode", "tracing", "userNamespaces",
+    "registerNode", "userNamespaces",
 })
 
 

@@ -58,6 +58,8 @@ from kopflet.pods.decide import Lifecycle, Memory, Observation, Plan, ProbeResul
 from kopflet.pods.teardown import Teardown
 from kopflet.prober.manager import ProbeManager
 from kopflet.status.manager import RETRY_PERIOD, StatusManager
+from kopflet.tracing.exporter import StartTracer
+from kopflet.tracing.spans import PodRef
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +105,8 @@ class PodWorkers:
     """The memory manager (None: none), set by the constructor."""
     hooks: PolicyHooks | None = None
     """The policy hooks (None: none loaded), set by the constructor."""
+    tracer: StartTracer | None = None
+    """The pod start traces (None: tracing off), set by the constructor."""
 
     def __init__(self, cfg: AgentConfig, *, relist: RuntimeCache, executor: PodSyncer, prober: ProbeManager,
                  status: StatusManager, recorder: EventRecorder, backoff: backoffs.Backoff,
@@ -111,17 +115,18 @@ class PodWorkers:
                  metrics: KubeletMetrics | None = None, cpus: CPUManager | None = None,
                  devices: DeviceManager | None = None,
                  allocating: asyncio.Lock | None = None, memory: MemoryManager | None = None,
-                 hooks: PolicyHooks | None = None) -> None:
+                 hooks: PolicyHooks | None = None, tracer: StartTracer | None = None) -> None:
         """`cpus` is the CPU manager whose exclusive CPUs admissions take, `memory` the memory manager whose NUMA
         blocks they take (with the topology manager that aligns both), `devices` the device manager whose plugins
         allocate devices; `allocating` the node's allocation lock
         (the CPU manager's reconcile loop takes it too; one of its own by default); `hooks` the policy hooks
-        (None: none)."""
+        (None: none); `tracer` the pod start traces (None: not traced)."""
         self.cfg, self.relist, self.executor, self.prober, self.status = cfg, relist, executor, prober, status
         self.recorder, self.backoff, self.node_info = recorder, backoff, node_info
         self.allocations, self.cgroups, self.images, self.teardown = allocations, cgroups, images, teardown
         self.metrics, self.cpus, self.devices, self.memory_manager = metrics, cpus, devices, memory
         self.hooks = hooks if hooks is not None and hooks.hooks else None
+        self.tracer = tracer
         self.workers: dict[str, _Worker] = {}
         # Admission and resize decisions one at a time, each against what the others hold once the previous one
         # is recorded (upstream allocationMutex).
@@ -402,6 +407,10 @@ class PodWorkers:
         if self.metrics is not None:
             for step, seconds in timeline.step_durations(worker.timeline):
                 self.metrics.pod_start_step_duration.labels(step).observe(seconds)
+        if self.tracer is not None:
+            meta = worker.body.get("metadata") or {}
+            self.tracer.record(worker.timeline, PodRef(uid=worker.uid, name=str(meta.get("name", "")),
+                                                       namespace=str(meta.get("namespace", ""))))
 
     async def _admit_devices(self, observation: Observation, worker: _Worker) -> Observation:
         """The container manager's admit handler for a pod asking for device plugin resources, run before

@@ -514,6 +514,7 @@ shutdownGracePeriodByPodPriority:
 - {priority: 2000000000, shutdownGracePeriodSeconds: 10}
 - {priority: 0, shutdownGracePeriodSeconds: 30}
 crashLoopBackOff: {maxContainerRestartPeriod: 5m}
+tracing: {endpoint: "dns:///otel.monitoring:4317", samplingRatePerMillion: 100}
 """
 
 
@@ -558,6 +559,7 @@ def test_full_config_file() -> None:
         http_check_frequency=40.0, static_pod_url="http://10.0.0.1/pods",
         static_pod_url_header={"Authorization": ("Bearer t",), "X-A": ("a", "b")}, volume_stats_agg_period=120.0,
         memory_swap_behavior="NoSwap", log_verbosity=3,
+        tracing_endpoint="dns:///otel.monitoring:4317", tracing_sampling_rate_per_million=100,
         log_flush_frequency=2.0, log_vmodule=(("workers", 4),), log_text_split_stream=True,
         log_json_split_stream=True, log_json_info_buffer_size="64Ki",
         shutdown_grace_period_by_pod_priority=(ShutdownGracePeriodByPodPriority(2000000000, 10),

@@ -36,6 +36,7 @@ from kopflet.pods import decide, explain, timeline
 from kopflet.pods import workers as workers_module
 from kopflet.pods.decide import Memory, Observation
 from kopflet.pods.timeline import READY, Step, Timeline
+from kopflet.tracing.spans import PodRef
 from kopflet.volumes.plugins import VolumeError
 from tests.unit.test_decide import CFG, NODE, UID, base_body, empty, observe, running, stopped
 
@@ -419,6 +420,8 @@ class _Workers(workers_module.PodWorkers):
         self.relist = SimpleNamespace(forget_containers=lambda ids: None)  # type: ignore[assignment]
         self.prober = SimpleNamespace(forget=lambda uid: None)  # type: ignore[assignment]
         self.metrics = KubeletMetrics()
+        self.traced: list[tuple[Timeline, PodRef]] = []
+        self.tracer = SimpleNamespace(record=lambda start, pod: self.traced.append((start, pod)))  # type: ignore
 
     async def _observe(self, worker: Any) -> Observation:
         make = self.observations.pop(0)
@@ -459,6 +462,7 @@ async def test_the_worker_times_a_start_from_first_seen_until_ready() -> None:
 
     await w._sync(worker, "sync")  # in sync: the timeline is kept as it ended
     assert worker.timeline is done
+    assert w.traced == [(done, PodRef(uid=UID, name="foo", namespace="ns"))]  # traced once, when it ended
     found = w.decisions("ns", "foo")
     assert found is not None and found[2] is done
     assert "start timeline, from " in explain.render_text(found[1], timeline=found[2])

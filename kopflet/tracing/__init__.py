@@ -1,0 +1,1 @@
+"""Pod start traces over OTLP (upstream KubeletTracing; component-base/tracing)."""
