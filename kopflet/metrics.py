@@ -576,6 +576,23 @@ class KubeletMetrics:
             ("step",),
             buckets=POD_START_STEP_BUCKETS,
         )
+        # kopflet's own: the policy hooks (kopflet.hooks), by the hook's name (module.function) and kind.
+        self.policy_hook_duration = r.histogram(
+            "kopflet_policy_hook_duration_seconds",
+            "Duration in seconds of each policy hook call, until its answer or its time limit. kopflet's own.",
+            ("hook", "kind"),
+        )
+        self.policy_hook_failures = r.counter(
+            "kopflet_policy_hook_failures_total",
+            "Policy hook calls that failed (the default decision was used, or the pod rejected under failure "
+            "policy Fail), by reason: raised, timeout, busy (still running from a call that timed out), invalid "
+            "(a return its kind does not take). kopflet's own.",
+            ("hook", "kind", "reason"),
+        )
+        self.policy_hook_observations_dropped = r.counter(
+            "kopflet_policy_hook_observations_dropped_total",
+            "Decisions the observe hooks did not see because their queue was full. kopflet's own.",
+        )
         self.pod_worker_duration = r.histogram(
             "kubelet_pod_worker_duration_seconds",
             "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",

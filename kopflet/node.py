@@ -374,7 +374,7 @@ class Node:
         self.teardown = Teardown(self.relist, self.executor, self.prober, self.images)
         # The policy hooks (kopflet.hooks): --hooks and the entry points, imported here (HookLoadError).
         self.policy_hooks = PolicyHooks(hook_loader.load(cfg.hooks, entry_points=cfg.hook_entry_points),
-                                        post_event=self._hook_event)
+                                        post_event=self._hook_event, metrics=self.metrics)
         # Pod start traces (tracing.samplingRatePerMillion > 0; upstream newTracerProvider): none at rate 0.
         self.tracer = (StartTracer(endpoint=cfg.tracing_endpoint, host_name=cfg.node_name,
                                    rate_per_million=cfg.tracing_sampling_rate_per_million)

@@ -23,12 +23,14 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from kopflet.api import spec
 from kopflet.api.events import WARNING
 from kopflet.hooks import api
+from kopflet.metrics import KubeletMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +80,15 @@ class PlanOutcome:
     events: tuple[api.HookEvent, ...] = ()
 
 
+RAISED, TIMEOUT, BUSY, INVALID = "raised", "timeout", "busy", "invalid"
+"""The ``reason`` label of kopflet_policy_hook_failures_total: the hook raised, ran past its limit, was still busy
+from a call that did, or returned what its kind does not take."""
+
+
 class _Failed(Exception):
-    def __init__(self, error: str, exc: BaseException | None = None) -> None:
+    def __init__(self, error: str, exc: BaseException | None = None, *, reason: str = RAISED) -> None:
         super().__init__(error)
-        self.error, self.exc = error, exc
+        self.error, self.exc, self.reason = error, exc, reason
 
 
 class PolicyHooks:
@@ -90,8 +97,9 @@ class PolicyHooks:
 
     def __init__(self, hooks: Iterable[api.Hook], *,
                  post_event: Callable[[spec.Pod, api.HookEvent], None] | None = None,
-                 queue_size: int = OBSERVE_QUEUE) -> None:
+                 queue_size: int = OBSERVE_QUEUE, metrics: KubeletMetrics | None = None) -> None:
         self.hooks = tuple(hooks)
+        self.metrics = metrics
         self.admits = tuple(h for h in self.hooks if h.kind == api.ADMIT)
         self.plans = tuple(h for h in self.hooks if h.kind == api.PLAN)
         self.observes = tuple(h for h in self.hooks if h.kind == api.OBSERVE)
@@ -115,7 +123,8 @@ class PolicyHooks:
             try:
                 verdict = await self._call(hook, view)
                 if verdict is not None and not isinstance(verdict, api.AdmitVerdict):
-                    raise _Failed(f"returned {_short(verdict)}, not an AdmitVerdict (allow() or reject()) or None")
+                    raise _Failed(f"returned {_short(verdict)}, not an AdmitVerdict (allow() or reject()) or None",
+                                  reason=INVALID)
             except _Failed as failed:
                 failure = self._failed(pod, hook, failed)
                 failures.append(failure)
@@ -142,7 +151,7 @@ class PolicyHooks:
                 result = await self._call(hook, current)
                 if result is not None:
                     raise _Failed(f"returned {_short(result)}: a plan hook changes the plan through its view and "
-                                  f"returns None")
+                                  f"returns None", reason=INVALID)
             except _Failed as failed:
                 failure = self._failed(pod, hook, failed)
                 failures.append(failure)
@@ -163,6 +172,8 @@ class PolicyHooks:
             self._queue.put_nowait((pod, view))
         except asyncio.QueueFull:
             self.dropped += 1
+            if self.metrics is not None:
+                self.metrics.policy_hook_observations_dropped.inc()
             if self.dropped == 1 or self.dropped % 100 == 0:
                 logger.warning(f"policy hook observers are behind: {self.dropped} decisions not observed so far "
                                f"(the queue holds {self._queue.maxsize})")
@@ -188,7 +199,7 @@ class PolicyHooks:
             try:
                 result = await self._call(hook, current)
                 if result is not None:
-                    raise _Failed(f"returned {_short(result)}: an observe hook returns None")
+                    raise _Failed(f"returned {_short(result)}: an observe hook returns None", reason=INVALID)
             except _Failed as failed:
                 self._post(pod, (self._failed(pod, hook, failed).event,))
                 continue
@@ -199,10 +210,21 @@ class PolicyHooks:
     # ------------------------------------------------------------------------------------------------- calls
 
     async def _call(self, hook: api.Hook, view: Any) -> Any:
-        """The hook's answer for `view`, or _Failed."""
-        if hook.is_async:
-            return await self._call_async(hook, view)
-        return await self._call_in_thread(hook, view)
+        """The hook's answer for `view`, or _Failed; timed (kopflet_policy_hook_duration_seconds) unless it was
+        not called (busy)."""
+        began = time.monotonic()
+        try:
+            value = await (self._call_async(hook, view) if hook.is_async else self._call_in_thread(hook, view))
+        except _Failed as failed:
+            if failed.reason != BUSY:
+                self._took(hook, began)
+            raise
+        self._took(hook, began)
+        return value
+
+    def _took(self, hook: api.Hook, began: float) -> None:
+        if self.metrics is not None:
+            self.metrics.policy_hook_duration.labels(hook.name, hook.kind).observe(time.monotonic() - began)
 
     async def _call_async(self, hook: api.Hook, view: Any) -> Any:
         async def guarded() -> tuple[bool, Any]:
@@ -223,7 +245,7 @@ class PolicyHooks:
             task.cancel()  # not awaited: a hook that ignores the cancel does not hold the sync
             self._abandoned.add(task)
             task.add_done_callback(self._forget)
-            raise _Failed(f"timed out after {hook.timeout:g}s")
+            raise _Failed(f"timed out after {hook.timeout:g}s", reason=TIMEOUT)
         try:
             ok, value = task.result()
         except asyncio.CancelledError:
@@ -237,7 +259,8 @@ class PolicyHooks:
     async def _call_in_thread(self, hook: api.Hook, view: Any) -> Any:
         key = id(hook.fn)
         if key in self._busy:
-            raise _Failed(f"is still running from an earlier call that timed out (after {hook.timeout:g}s)")
+            raise _Failed(f"is still running from an earlier call that timed out (after {hook.timeout:g}s)",
+                          reason=BUSY)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
 
@@ -272,7 +295,7 @@ class PolicyHooks:
         if not done:
             future.cancel()
             self._busy[key] = self._busy.get(key, 0) + 1  # until its thread ends (settle)
-            raise _Failed(f"timed out after {hook.timeout:g}s")
+            raise _Failed(f"timed out after {hook.timeout:g}s", reason=TIMEOUT)
         return future.result()
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
@@ -282,6 +305,8 @@ class PolicyHooks:
 
     def _failed(self, pod: spec.Pod, hook: api.Hook, failed: _Failed) -> Failure:
         failure = Failure(hook, failed.error)
+        if self.metrics is not None:
+            self.metrics.policy_hook_failures.labels(hook.name, hook.kind, failed.reason).inc()
         exc = failed.exc
         logger.warning(f"pod {pod.namespace}/{pod.name}: {failure.message}",
                        exc_info=(type(exc), exc, exc.__traceback__) if exc is not None else None)

@@ -17,6 +17,7 @@ import pytest
 from kopflet import hooks
 from kopflet.api import spec
 from kopflet.hooks.runner import PolicyHooks
+from kopflet.metrics import KubeletMetrics
 from kopflet.pods.explain import Decision
 
 NOW = datetime.datetime(2026, 6, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -375,3 +376,53 @@ async def test_the_observers_loop_outlives_a_view_that_cannot_be_built() -> None
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+
+def _returns_a_string(_: Any) -> str:
+    return "yes"
+
+
+@pytest.mark.parametrize(("fn", "reason"), [
+    (_raises, "raised"), (_raises_async, "raised"), (_hangs_async, "timeout"), (_returns_a_string, "invalid"),
+])
+async def test_each_failure_is_counted_by_reason_and_each_call_timed(fn: Callable[..., Any], reason: str) -> None:
+    metrics = KubeletMetrics("node-1")
+    registry = hooks.Registry()
+    registry.admit(name="policy", timeout=SHORT)(fn)
+    runner = PolicyHooks(registry.hooks, metrics=metrics)
+    await runner.admit(POD, request)
+    await runner.admit(POD, request)
+    out = metrics.exposition()
+    assert f'kopflet_policy_hook_failures_total{{hook="policy",kind="admit",reason="{reason}"}} 2\n' in out
+    assert 'kopflet_policy_hook_duration_seconds_count{hook="policy",kind="admit"} 2\n' in out
+
+
+async def test_a_busy_hook_is_counted_but_not_timed_and_a_good_call_only_timed() -> None:
+    metrics = KubeletMetrics("node-1")
+    release = threading.Event()
+    registry = hooks.Registry()
+    registry.plan(name="slow", timeout=SHORT)(lambda _: release.wait(5) and None)
+    registry.plan(name="fine")(lambda _: None)
+    runner = PolicyHooks(registry.hooks, metrics=metrics)
+    await runner.plan(POD, view)
+    await runner.plan(POD, view)  # slow: still busy
+    release.set()
+    out = metrics.exposition()
+    assert 'kopflet_policy_hook_failures_total{hook="slow",kind="plan",reason="timeout"} 1\n' in out
+    assert 'kopflet_policy_hook_failures_total{hook="slow",kind="plan",reason="busy"} 1\n' in out
+    assert 'kopflet_policy_hook_duration_seconds_count{hook="slow",kind="plan"} 1\n' in out
+    assert 'kopflet_policy_hook_duration_seconds_count{hook="fine",kind="plan"} 2\n' in out
+    assert 'hook="fine",kind="plan",reason=' not in out
+
+
+async def test_dropped_observations_are_counted() -> None:
+    metrics = KubeletMetrics("node-1")
+    registry = hooks.Registry()
+    registry.observe(lambda _: None)
+    runner = PolicyHooks(registry.hooks, queue_size=1, metrics=metrics)
+    for _ in range(4):
+        runner.observe(POD, decision_view)
+    assert "kopflet_policy_hook_observations_dropped_total 3\n" in metrics.exposition()
