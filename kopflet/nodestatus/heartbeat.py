@@ -13,13 +13,14 @@ import datetime
 import logging
 import os
 import platform
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cri_client import CriClient, CriError
 from kopflet import __version__
-from kopflet.api import apparmor
+from kopflet.api import apparmor, spec
 from kopflet.client.events import EventRecorder
+from kopflet.client.informer import Delta, Informer
 from kopflet.client.kubeapi import API_ERRORS, MERGE, STRATEGIC_MERGE, KubeApiError, KubeClient, q
 from kopflet.client.standalone import is_standalone
 from kopflet.cm.cpumanager import policy_options
@@ -98,10 +99,16 @@ class NodeAgent:
         self.labels: dict[str, str] | None = None
         """The Node object's labels as last read (None until then): what others add (`kubectl label`, an e2e
         spec's node selector) counts for admission, as upstream's node lister sees it."""
+        self.node_watch: Informer[Mapping[str, Any]] | None = None if is_standalone(api) else Informer(
+            api, "/api/v1/nodes", lambda node: node, what="node",
+            params={"fieldSelector": f"metadata.name={cfg.node_name}"}, on_change=self._node_changed)
+        """The Node itself, listed and watched (upstream's node informer, field selector metadata.name): its labels
+        and taints follow without a request per pod; `run` runs it."""
         self._posted: dict[str, Any] = {}
         self._conditions: list[dict[str, str]] = []
         self._last_report = 0.0
         self._reported_capacity: Mapping[str, str] = {}
+        self._watch_task: asyncio.Task[None] | None = None
         self.shutdown_status: Callable[[], str | None] = lambda: None
         """The node shutdown manager's error while the node shuts down (Ready False, new pods rejected)."""
 
@@ -133,19 +140,26 @@ class NodeAgent:
             return dict(self.labels)
         return setters.node_labels(self.cfg.node_name, self.facts, self.cfg.node_labels)
 
-    async def admission_info(self) -> admission.NodeInfo:
+    async def admission_info(self, pod: spec.Pod | None = None) -> admission.NodeInfo:
         """This node as admission sees it: its labels, current taints and allocatable resources.
 
-        Labels and taints are read fresh from the Node (one GET per admitted pod): upstream reads them from a Node
-        informer, and a pod must be neither rejected for a taint that is already gone nor for a label another
-        writer has just added (a DaemonSet's node selector on a label set a moment before). Before the Node was
-        ever read, the labels the agent registers it with stand in (upstream getNodeAnyWay's initialNode), as they
-        always do in standalone mode (GetNode without a client is initialNode)."""
-        if not is_standalone(self.api):
+        Labels and taints come from the Node as the node watch last saw it, as upstream's node lister. When they
+        would refuse `pod` (its node selector or required node affinity, an untolerated NoExecute taint), or the
+        watch has not listed the Node yet, they are read again with a GET first: a pod is never rejected for a
+        taint already gone or a label not yet seen (a DaemonSet's node selector on a label set a moment before
+        its pod; upstream's lister can lag there). Before the Node was ever read, the labels the agent registers
+        it with stand in (upstream getNodeAnyWay's initialNode), as they always do in standalone mode (GetNode
+        without a client is initialNode)."""
+        info = self._node_info()
+        if not is_standalone(self.api) and not (self._watched() and pod is not None and _fits(pod, info)):
             try:
                 await self.refresh_node()
             except API_ERRORS as exc:
                 logger.warning(f"could not read node {self.cfg.node_name}, admitting with known taints: {exc}")
+            info = self._node_info()
+        return info
+
+    def _node_info(self) -> admission.NodeInfo:
         return admission.NodeInfo(
             name=self.cfg.node_name,
             labels=self.known_labels(),
@@ -153,6 +167,21 @@ class NodeAgent:
             allowed_unsafe_sysctls=self.cfg.allowed_unsafe_sysctls, allocatable=self.allocatable(),
             pressure=tuple(kind for kind, on in self.pressure().items() if on),
             shutting_down=self.shutdown_status() is not None, apparmor_enabled=self.facts.apparmor_enabled)
+
+    def _watched(self) -> bool:
+        """Whether the node watch holds the Node (listed, and not deleted)."""
+        watch = self.node_watch
+        return watch is not None and watch.has_synced() and ("", self.cfg.node_name) in watch.objects
+
+    def _node_changed(self, deltas: Sequence[Delta[Mapping[str, Any]]]) -> None:
+        for delta in deltas:
+            if delta.new is not None:
+                self._take_node(delta.new)
+
+    def _take_node(self, node: Mapping[str, Any]) -> None:
+        self.labels = {str(k): str(v) for k, v in ((node.get("metadata") or {}).get("labels") or {}).items()}
+        self.taints = tuple(admission.Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""))
+                            for t in (node.get("spec") or {}).get("taints", []) or [])
 
     async def register(self) -> None:
         """Create the Node with its taints, or adopt the existing one and reconcile its labels
@@ -210,6 +239,16 @@ class NodeAgent:
         if not self.uid:
             await self.register_with_api_server()
             on_registered()
+        if self.node_watch is not None:
+            self._watch_task = asyncio.create_task(self.node_watch.run(), name="node-informer")
+        try:
+            await self._beat()
+        finally:
+            if self._watch_task is not None:
+                self._watch_task.cancel()
+                await asyncio.gather(self._watch_task, return_exceptions=True)
+
+    async def _beat(self) -> None:
         loop = asyncio.get_running_loop()
         next_status = loop.time() + self.cfg.node_status_update_frequency
         while True:
@@ -239,14 +278,8 @@ class NodeAgent:
                 "spec": spec})
 
     async def refresh_node(self) -> None:
-        """Follow the Node's labels and taints as others change them (upstream reads them from its node informer).
-
-        Only admission uses them, so they are read when a pod is admitted, not on every heartbeat: an idle
-        node costs the apiserver its lease renewals only (make bench: 6 requests a minute, as upstream)."""
-        node = await self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}")
-        self.labels = {str(k): str(v) for k, v in ((node.get("metadata") or {}).get("labels") or {}).items()}
-        self.taints = tuple(admission.Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""))
-                            for t in node.get("spec", {}).get("taints", []) or [])
+        """Read the Node's labels and taints now (admission's check before it would refuse a pod, registration)."""
+        self._take_node(await self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}"))
 
     async def compute_status(self) -> dict[str, Any]:
         try:
@@ -297,3 +330,10 @@ def _read(path: str) -> str:
             return f.read().strip()
     except OSError:
         return ""
+
+
+def _fits(pod: spec.Pod, node: admission.NodeInfo) -> bool:
+    """Whether the node's labels and taints let `pod` in, as kubelet admission checks them (its node selector and
+    required node affinity; NoExecute taints: upstream's admission checks no others)."""
+    return admission.required_node_affinity_matches(pod, node) and \
+        admission.untolerated_taint(pod, node.taints, effect=admission.NO_EXECUTE) is None

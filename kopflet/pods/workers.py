@@ -110,7 +110,7 @@ class PodWorkers:
 
     def __init__(self, cfg: AgentConfig, *, relist: RuntimeCache, executor: PodSyncer, prober: ProbeManager,
                  status: StatusManager, recorder: EventRecorder, backoff: backoffs.Backoff,
-                 node_info: Callable[[], Awaitable[admission.NodeInfo]], allocations: AllocationManager,
+                 node_info: Callable[[spec.Pod], Awaitable[admission.NodeInfo]], allocations: AllocationManager,
                  cgroups: PodCgroups, images: ImageManager, teardown: Teardown,
                  metrics: KubeletMetrics | None = None, cpus: CPUManager | None = None,
                  devices: DeviceManager | None = None,
@@ -455,7 +455,7 @@ class PodWorkers:
             pod_ip = self.cfg.node_ip if pod.spec.host_network else next(iter(runtime.ips), "")
             self.prober.sync_pod(pod, runtime, pod_ip)
         allocated = self.allocations.allocation(uid)
-        node = await self.node_info() if decide.needs_node_info(pod, previous, runtime, worker.memory, allocated) \
+        node = await self.node_info(pod) if decide.needs_node_info(pod, previous, runtime, worker.memory, allocated) \
             else None
         messages = await asyncio.to_thread(self._termination_messages, runtime)
         cgroup_name = self.cgroups.pod_cgroup_parent(pod)  # "" without cgroupsPerQOS: none to read

@@ -88,9 +88,12 @@ EXPECTED_CLUSTER_RULES = (
         ("kopflet/client/kubeapi.py",
          'self.request("PATCH", f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}/status"'),
     )),
-    # Registering the Node, adopting an existing one (labels), reading its taints.
-    Rule("", ("nodes",), ("create", "get", "patch"), (
+    # Registering the Node, adopting an existing one (labels), watching its labels and taints (a list+watch
+    # cache, field selector metadata.name), reading them again before a pod is refused.
+    Rule("", ("nodes",), ("create", "get", "list", "patch", "watch"), (
         ("kopflet/nodestatus/heartbeat.py", 'self.api.request("POST", "/api/v1/nodes", body=body)'),
+        ("kopflet/nodestatus/heartbeat.py", 'api, "/api/v1/nodes", lambda node: node, what="node",'),
+        ("kopflet/client/informer.py", 'self.api.watch(self.path, version, params=self.params or None)'),
         ("kopflet/nodestatus/heartbeat.py", 'self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}",'),
         ("kopflet/nodestatus/heartbeat.py", 'self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}")'),
     )),
@@ -184,8 +187,6 @@ DENIED = (
     ("update", "pods", "status", "default"),
     ("create", "pods", "eviction", "default"),
     ("create", "pods", "exec", "default"),
-    ("list", "nodes", "", ""),
-    ("watch", "nodes", "", ""),
     ("update", "nodes", "", ""),
     ("delete", "nodes", "", ""),
     ("get", "nodes", "proxy", ""),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from cri_client import types as cri
 from kopflet.api import apparmor, spec
+from kopflet.client.informer import Delta
 from kopflet.client.kubeapi import KubeApiError
 from kopflet.config.settings import AgentConfig
 from kopflet.lifecycle import admission
@@ -379,6 +381,72 @@ async def test_admission_sees_the_labels_others_put_on_the_node() -> None:
     api.existing["metadata"]["labels"].pop("color")  # the label is taken off again
     rejection = admission.admit(pod, await agent.admission_info(), [])
     assert rejection is not None and rejection.reason == "NodeAffinity"
+
+
+class Listed:
+    """The node watch as admission reads it: listed, holding the Node."""
+
+    objects: Mapping[tuple[str, str], Any] = {("", "n1"): {}}
+
+    def has_synced(self) -> bool:
+        return True
+
+
+class CountingApi(FakeApi):
+    def __init__(self, existing: dict[str, Any] | None) -> None:
+        super().__init__(existing)
+        self.reads = 0
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "") -> dict[str, Any]:
+        if method == "GET" and path == "/api/v1/nodes/n1":
+            self.reads += 1
+        return await super().request(method, path, body, content_type)
+
+
+def selecting(labels: dict[str, str], tolerations: list[dict[str, Any]] | None = None) -> spec.Pod:
+    return spec.pod_from_body({"metadata": {"name": "p", "namespace": "ns", "uid": "p1"},
+                               "spec": {"nodeSelector": labels, "tolerations": tolerations or [],
+                                        "containers": [{"name": "c", "image": "i"}]}})
+
+
+NOEXEC = {"key": "gone", "effect": "NoExecute"}
+
+
+@pytest.mark.parametrize(("watched_labels", "watched_taints", "api_node", "pod", "reads", "admitted"), [
+    pytest.param({"color": "blue"}, [], None, selecting({"color": "blue"}), 0, True,
+                 id="the watch lets it in: no request"),
+    pytest.param({}, [], {"metadata": {"labels": {"color": "blue"}}}, selecting({"color": "blue"}), 1, True,
+                 id="a label the watch has not seen yet: read, and admitted"),
+    pytest.param({}, [], {"metadata": {"labels": {}}}, selecting({"color": "blue"}), 1, False,
+                 id="a label that is not there: read, then refused"),
+    pytest.param({}, [NOEXEC], {"metadata": {}, "spec": {"taints": []}}, selecting({}), 1, True,
+                 id="a taint the watch still holds but is gone: read, and admitted"),
+    pytest.param({}, [NOEXEC], None, selecting({}, [{"key": "gone", "operator": "Exists"}]), 0, True,
+                 id="a tolerated taint: no request"),
+    pytest.param({}, [{"key": "soft", "effect": "NoSchedule"}], None, selecting({}), 0, True,
+                 id="NoSchedule is not admission's: no request"),
+])
+async def test_admission_reads_the_node_from_its_watch_and_again_before_refusing(
+        watched_labels: dict[str, str], watched_taints: list[dict[str, str]], api_node: dict[str, Any] | None,
+        pod: spec.Pod, reads: int, admitted: bool) -> None:
+    api = CountingApi(api_node)
+    agent = heartbeat.NodeAgent(AgentConfig(node_name="n1"), api, FakeCri(), "containerd://2",  # type: ignore[arg-type]
+                                FACTS)
+    agent.node_watch = Listed()  # type: ignore[assignment]
+    node = {"metadata": {"name": "n1", "labels": watched_labels}, "spec": {"taints": watched_taints}}
+    agent._node_changed([Delta("ADDED", None, node)])
+    info = await agent.admission_info(pod)
+    assert api.reads == reads
+    assert (admission.admit(pod, info, []) is None) is admitted
+
+
+async def test_without_a_listed_node_admission_reads_it() -> None:
+    api = CountingApi({"metadata": {"labels": {"color": "blue"}}})
+    agent = heartbeat.NodeAgent(AgentConfig(node_name="n1"), api, FakeCri(), "containerd://2",  # type: ignore[arg-type]
+                                FACTS)
+    assert agent.node_watch is not None and not agent._watched()  # built, not run: nothing listed
+    info = await agent.admission_info(selecting({"color": "blue"}))
+    assert api.reads == 1 and info.labels == {"color": "blue"}
 
 
 async def test_admission_labels_before_the_node_was_read() -> None:
