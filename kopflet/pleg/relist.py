@@ -100,8 +100,11 @@ class RuntimeCache:
         status cannot be read fails the refresh instead of looking gone (which status would report as a restart).
         """
         selector = {labels.POD_UID: uid}
-        sandboxes = await self.cri.sandboxes.list(cri.PodSandboxFilter(label_selector=selector))
-        containers = await self.cri.containers.list(cri.ContainerFilter(label_selector=selector))
+        # Both lists at once (one round trip, not two): only this pod's worker makes or removes its objects, and
+        # it is not acting while it refreshes.
+        sandboxes, containers = await asyncio.gather(
+            self.cri.sandboxes.list(cri.PodSandboxFilter(label_selector=selector)),
+            self.cri.containers.list(cri.ContainerFilter(label_selector=selector)))
         seen_sandboxes, seen_containers = await self._refresh(sandboxes, containers, prune=False)
         # Objects of this pod that the runtime no longer has are dropped from the cache too.
         for sid in [s for s, st in self._sandboxes.items() if _uid(st.labels) == uid and s not in seen_sandboxes]:

@@ -298,9 +298,11 @@ class PodWorkers:
         if runner is not None and runner.admits:
             observation, hook_events = await self._admit_hooks(runner, observation, worker)
         async with self.allocating:
+            # The node's other pods count only where the sync decides against the node (admission, a resize:
+            # `needs_node_info`, which read the node): gathered then only, so a burst is not N x N.
             observation = dataclasses.replace(observation, others=tuple(
                 (w.pod, w.body.get("status") or {}) for w in self.workers.values()
-                if w is not worker and w.holds_node and w.pod is not None),
+                if w is not worker and w.holds_node and w.pod is not None) if observation.node is not None else (),
                 cpus=self.cpus.snapshot(self.cpu_pods()) if self.cpus is not None and not worker.memory.admitted
                 else None,
                 memory_blocks=self.memory_manager.snapshot(self.cpu_pods())
