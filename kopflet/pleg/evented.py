@@ -35,6 +35,10 @@ after which the pod is woken anyway (and the relist has looked too)."""
 RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 """Back-off before opening a broken stream again; the last repeats."""
 
+STREAM_SETTLED = 2.0
+"""A stream open this long without an error is connected, events or not (a quiet node sends none): the success
+metric counts it and the back-off starts over. A gRPC server stream answers nothing until its first message."""
+
 WAKING = frozenset({cri.ContainerEventType.STOPPED, cri.ContainerEventType.DELETED})
 """What the agent does not cause itself: an exit, or a removal it may not have made. Creations and starts are the
 agent's own actions, after which the worker reads the pod again anyway."""
@@ -47,21 +51,29 @@ class RuntimeEvents:
         workers' (`kopflet.pods.workers.PodWorkers.wake`)."""
         self.cache, self.sources, self.wake, self.metrics, self.clock = cache, tuple(sources), wake, metrics, clock
         self.source: str | None = None
-        """The stream in use; None until one has given an event, or when the runtime has none."""
+        """The stream in use; None until one has given an event or stayed open `STREAM_SETTLED`, while it is
+        broken, or when the runtime has none."""
         self._handling: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         """Read events until cancelled; an unimplemented stream moves to the next, a broken one is opened again."""
         index, failures = 0, 0
+        loop = asyncio.get_running_loop()
         try:
             while index < len(self.sources):
                 name, open_stream = self.sources[index]
                 received = False
+
+                def up(source: str = name) -> None:
+                    nonlocal received, failures
+                    if not received:
+                        received, failures = True, 0
+                        self._connected(source)
+
+                settled = loop.call_later(STREAM_SETTLED, up)
                 try:
                     async for event in open_stream():
-                        if not received:
-                            received, failures = True, 0
-                            self._connected(name)
+                        up()
                         self.dispatch(event)
                     raise CriError("UNAVAILABLE", "the runtime ended the event stream")
                 except CriError as exc:
@@ -76,6 +88,8 @@ class RuntimeEvents:
                     self._stopped(name, exc, received or failures == 0, trace=True)
                     await asyncio.sleep(RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)])
                     failures += 1
+                finally:
+                    settled.cancel()
             logger.info("the container runtime has no container events: changes are seen by relisting alone")
         finally:
             handling = list(self._handling)

@@ -385,3 +385,42 @@ async def test_an_event_whose_handling_fails_does_not_stop_the_others(caplog: py
     finally:
         await stop(task)
     assert any("runtime event for c1 not handled" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_quiet_stream_that_stays_open_is_connected_and_starts_the_back_off_over(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node where nothing exits sends no event: a stream open `STREAM_SETTLED` is connected all the same (the
+    success metric, the source), and a later break backs off from the start again, not from where the outage
+    before it left off (the third delay, 5 s, would outlast the test)."""
+    monkeypatch.setattr(evented, "STREAM_SETTLED", 0.05)
+    monkeypatch.setattr(evented, "RETRY_DELAYS", (0.001, 0.001, 5.0))
+    runtime = FakeRuntime()
+    runtime.container_states["c1"] = [container("c1", "u1", cri.ContainerState.EXITED)]
+    refused = CriError("UNAVAILABLE", "connection refused")
+
+    def quiet_then_broken() -> AsyncIterator[cri.ContainerEvent]:
+        async def events() -> AsyncIterator[cri.ContainerEvent]:
+            await asyncio.sleep(0.2)
+            raise CriError("UNAVAILABLE", "connection reset")
+            yield  # an async generator
+        return events()
+
+    streams: Sequence[Stream] = (stream_of(refused), quiet_then_broken, stream_of(refused),
+                                 stream_of(cri.ContainerEvent(container_id="c1", type=STOPPED)))
+    opened: list[int] = []
+
+    def open_next() -> AsyncIterator[cri.ContainerEvent]:
+        opened.append(len(opened))
+        return streams[min(len(opened) - 1, len(streams) - 1)]()
+
+    woken: list[str] = []
+    metrics = KubeletMetrics()
+    events = RuntimeEvents(cache_with(runtime), [("containerd", open_next)], woken.extend, metrics)
+    task = await running(events)
+    try:
+        await until(lambda: len(opened) == 2 and events.source == "containerd")  # quiet, and connected
+        assert metrics.evented_pleg_connections.labels().value == 1
+        await until(lambda: woken == ["u1"])
+        assert len(opened) == 4 and metrics.evented_pleg_connections.labels().value == 2
+    finally:
+        await stop(task)
