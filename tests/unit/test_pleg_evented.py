@@ -154,6 +154,21 @@ async def stop(task: asyncio.Task[None]) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
+def reopened(streams: Sequence[Stream], opened: list[int], woken: list[str],
+             metrics: KubeletMetrics) -> RuntimeEvents:
+    """Runtime events over one source whose every opening takes the next of `streams` (the last repeats), each
+    opening counted in `opened`."""
+    runtime = FakeRuntime()
+    for cid, uid in (("c1", "u1"), ("c2", "u2"), ("c3", "u3")):
+        runtime.container_states[cid] = [container(cid, uid, cri.ContainerState.EXITED)]
+
+    def open_next() -> AsyncIterator[cri.ContainerEvent]:
+        opened.append(len(opened))
+        return streams[min(len(opened) - 1, len(streams) - 1)]()
+
+    return RuntimeEvents(cache_with(runtime), [("containerd", open_next)], woken.extend, metrics)
+
+
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(evented, "SETTLE_DELAYS", (0.001,) * 20)
@@ -256,9 +271,6 @@ async def test_an_unimplemented_stream_moves_to_the_next_and_none_leaves_the_rel
 
 
 async def test_a_broken_stream_is_opened_again_and_counted(caplog: pytest.LogCaptureFixture) -> None:
-    runtime = FakeRuntime()
-    for cid, uid in (("c1", "u1"), ("c2", "u2"), ("c3", "u3")):
-        runtime.container_states[cid] = [container(cid, uid, cri.ContainerState.EXITED)]
     opened: list[int] = []
     streams: Sequence[Stream] = (
         stream_of(cri.ContainerEvent(container_id="c1", type=STOPPED), CriError("UNAVAILABLE", "connection reset")),
@@ -266,14 +278,9 @@ async def test_a_broken_stream_is_opened_again_and_counted(caplog: pytest.LogCap
         stream_of(cri.ContainerEvent(container_id="c2", type=STOPPED), hold=False),  # the runtime ends it
         stream_of(cri.ContainerEvent(container_id="c3", type=STOPPED)),
     )
-
-    def open_next() -> AsyncIterator[cri.ContainerEvent]:
-        opened.append(len(opened))
-        return streams[min(len(opened) - 1, len(streams) - 1)]()
-
     woken: list[str] = []
     metrics = KubeletMetrics()
-    events = RuntimeEvents(cache_with(runtime), [("containerd", open_next)], woken.extend, metrics)
+    events = reopened(streams, opened, woken, metrics)
     task = await running(events)
     try:
         await until(lambda: len(woken) == 3)
@@ -394,8 +401,6 @@ async def test_a_quiet_stream_that_stays_open_is_connected_and_starts_the_back_o
     before it left off (the third delay, 5 s, would outlast the test)."""
     monkeypatch.setattr(evented, "STREAM_SETTLED", 0.05)
     monkeypatch.setattr(evented, "RETRY_DELAYS", (0.001, 0.001, 5.0))
-    runtime = FakeRuntime()
-    runtime.container_states["c1"] = [container("c1", "u1", cri.ContainerState.EXITED)]
     refused = CriError("UNAVAILABLE", "connection refused")
 
     def quiet_then_broken() -> AsyncIterator[cri.ContainerEvent]:
@@ -408,14 +413,9 @@ async def test_a_quiet_stream_that_stays_open_is_connected_and_starts_the_back_o
     streams: Sequence[Stream] = (stream_of(refused), quiet_then_broken, stream_of(refused),
                                  stream_of(cri.ContainerEvent(container_id="c1", type=STOPPED)))
     opened: list[int] = []
-
-    def open_next() -> AsyncIterator[cri.ContainerEvent]:
-        opened.append(len(opened))
-        return streams[min(len(opened) - 1, len(streams) - 1)]()
-
     woken: list[str] = []
     metrics = KubeletMetrics()
-    events = RuntimeEvents(cache_with(runtime), [("containerd", open_next)], woken.extend, metrics)
+    events = reopened(streams, opened, woken, metrics)
     task = await running(events)
     try:
         await until(lambda: len(opened) == 2 and events.source == "containerd")  # quiet, and connected
