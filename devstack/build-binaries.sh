@@ -3,6 +3,7 @@
 # modules (through the Go module proxy; no git checkout of kubernetes is needed).
 # Binaries are cached per version under $KOPFLET_CACHE/bin/<k8s version>, so a second run is free.
 # --kubelet also builds the upstream kubelet of the same release: `make bench` measures kopflet beside it.
+# --kubemark also builds upstream's hollow node (cmd/kubemark), for measuring `kopflet hollow` beside it.
 # --e2e also builds upstream's e2e test binary (e2e.test, from k8s.io/kubernetes/test/e2e with its own
 # e2e_test.go) and the ginkgo CLI at the version that module graph selects: `make conformance` runs them.
 # --cluster also builds what the images of a `kubeadm init` cluster hold (images/build.py packs them):
@@ -56,13 +57,15 @@ csi=0
 for arg in "$@"; do
   case $arg in
     --kubelet) k8s_bins+=(kubelet) ;;
+    # --kubemark: upstream's hollow node (cmd/kubemark), beside which `kopflet hollow` is measured (issue 24).
+    --kubemark) k8s_bins+=(kubemark) ;;
     --e2e) e2e_bins=(e2e.test ginkgo sample-apiserver) ;;
     --cluster)
       k8s_bins+=(kubeadm kube-proxy)
       cluster_bins=(kube-log-runner cluster/etcd cluster/etcdctl cluster/etcdutl cluster/coredns crictl
                     cluster/metrics-server) ;;
     --csi) csi=1 ;;
-    *) echo "usage: $0 [--kubelet] [--e2e] [--cluster] [--csi]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--kubelet] [--kubemark] [--e2e] [--cluster] [--csi]" >&2; exit 2 ;;
   esac
 done
 # csi_fresh NAME VERSION: whether $out/csi holds NAME built from VERSION.
@@ -142,6 +145,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubeadm"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kubemark"
 	_ "k8s.io/kubernetes/test/images/agnhost"
 	_ "k8s.io/kubernetes/test/images/sample-device-plugin"
 )

@@ -1129,15 +1129,61 @@ def _max_container_restart_period(text: str) -> float:
     return seconds
 
 
+def _go_url_parse(raw: str) -> tuple[str, str]:
+    """Go's ``url.Parse`` as far as its errors and scheme go: (the scheme, lowercased, "" when none; "" or the
+    error's text, ``parse "<url>": <why>``). IPv6 literals are taken as they are."""
+    def failed(why: str) -> tuple[str, str]:
+        return "", f"parse {gotext.go_quote(raw)}: {why}"
+
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in raw):
+        return failed("net/url: invalid control character in URL")
+    rest, scheme = raw.split("#", 1)[0], ""
+    for index, char in enumerate(rest):  # getScheme
+        if char.isascii() and char.isalpha():
+            continue
+        if char.isascii() and (char.isdigit() or char in "+-."):
+            if index == 0:
+                break
+            continue
+        if char == ":":
+            if index == 0:
+                return failed("missing protocol scheme")
+            scheme, rest = rest[:index].lower(), rest[index + 1:]
+        break
+    rest = rest.split("?", 1)[0]
+    if not rest.startswith("/"):
+        if scheme:
+            return scheme, ""  # opaque (unix:relative/path)
+        if ":" in rest.split("/", 1)[0]:
+            return failed("first path segment in URL cannot contain colon")
+    if rest.startswith("//") and (scheme or not rest.startswith("///")):
+        authority = rest[2:].split("/", 1)[0]
+        host = authority.rsplit("@", 1)[-1]
+        port = host[host.rfind("]") + 1:] if host.startswith("[") else host[host.rfind(":"):] if ":" in host else ""
+        if host.startswith("[") and "]" not in host:
+            return failed("missing ']' in host")
+        if port and not ((port.startswith(":") and port[1:].isdigit()) or port == ":"):
+            return failed(f"invalid port {gotext.go_quote(port)} after host")
+        name = host if host.startswith("[") else host[:len(host) - len(port)]
+        bad = next((c for c in name if c.isascii() and not (c.isalnum() or c in _HOST_CHARS)), None)
+        if bad is not None:
+            return failed(f"invalid character {gotext.go_quote(bad)} in host name")
+    return scheme, ""
+
+
+_HOST_CHARS = frozenset("-_.~!$&'()*+,;=:[]<>\"%")
+"""What Go's url.Parse takes unescaped in a host name (shouldEscape's encodeHost set, and ``%`` escapes)."""
+
+
 def _tracing_endpoint(text: str) -> str:
     """``tracing.endpoint``: a gRPC target, as component-base's validateEndpoint reads it (no ``//``: a dns name
-    and port); only the dns, unix and unix-abstract schemes."""
+    and port) with Go's url.Parse; only the dns, unix and unix-abstract schemes."""
     url = text if "//" in text else f"dns://{text}"
-    scheme = url.split(":", 1)[0] if ":" in url else ""
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
-        raise _Invalid(f"Invalid value: {gotext.go_quote(url)}: missing protocol scheme")
-    if scheme.lower() not in ("dns", "unix", "unix-abstract"):
-        raise _Invalid(f"Invalid value: {gotext.go_quote(url)}: unsupported scheme: {scheme.lower()}.  Options are "
+    scheme, error = _go_url_parse(url)
+    if error:
+        raise _Invalid(f"Invalid value: {gotext.go_quote(url)}: {error}")
+    if scheme not in ("dns", "unix", "unix-abstract"):
+        raise _Invalid(f"Invalid value: {gotext.go_quote(url)}: unsupported scheme: {scheme}.  Options are "
                        "none, dns, unix, or unix-abstract.  See https://github.com/grpc/grpc/blob/master/doc/naming.md")
     return text
 

@@ -9,6 +9,7 @@ status is computed by the pure ``kopflet.nodestatus.setters``; this module only 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 import os
@@ -151,13 +152,19 @@ class NodeAgent:
         it with stand in (upstream getNodeAnyWay's initialNode), as they always do in standalone mode (GetNode
         without a client is initialNode)."""
         info = self._node_info()
-        if not is_standalone(self.api) and not (self._watched() and pod is not None and _fits(pod, info)):
-            try:
-                await self.refresh_node()
-            except API_ERRORS as exc:
-                logger.warning(f"could not read node {self.cfg.node_name}, admitting with known taints: {exc}")
-            info = self._node_info()
-        return info
+        if is_standalone(self.api) or (self._watched() and pod is not None and _fits(pod, info)):
+            return info
+        try:
+            node = await self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}")
+        except API_ERRORS as exc:
+            logger.warning(f"could not read node {self.cfg.node_name}, admitting with known taints: {exc}")
+            return info
+        labels, taints = _labels_and_taints(node)
+        if not self._watched():
+            self.labels, self.taints = labels, taints
+        # Watched: this read is for this decision only; the watch alone updates what is kept (a GET answered
+        # before a newer event the watch already applied must not roll it back).
+        return dataclasses.replace(info, labels=labels, taints=taints)
 
     def _node_info(self) -> admission.NodeInfo:
         return admission.NodeInfo(
@@ -179,9 +186,7 @@ class NodeAgent:
                 self._take_node(delta.new)
 
     def _take_node(self, node: Mapping[str, Any]) -> None:
-        self.labels = {str(k): str(v) for k, v in ((node.get("metadata") or {}).get("labels") or {}).items()}
-        self.taints = tuple(admission.Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""))
-                            for t in (node.get("spec") or {}).get("taints", []) or [])
+        self.labels, self.taints = _labels_and_taints(node)
 
     async def register(self) -> None:
         """Create the Node with its taints, or adopt the existing one and reconcile its labels
@@ -278,7 +283,7 @@ class NodeAgent:
                 "spec": spec})
 
     async def refresh_node(self) -> None:
-        """Read the Node's labels and taints now (admission's check before it would refuse a pod, registration)."""
+        """Read the Node's labels and taints now and keep them (at registration, before the watch runs)."""
         self._take_node(await self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}"))
 
     async def compute_status(self) -> dict[str, Any]:
@@ -337,3 +342,10 @@ def _fits(pod: spec.Pod, node: admission.NodeInfo) -> bool:
     required node affinity; NoExecute taints: upstream's admission checks no others)."""
     return admission.required_node_affinity_matches(pod, node) and \
         admission.untolerated_taint(pod, node.taints, effect=admission.NO_EXECUTE) is None
+
+
+def _labels_and_taints(node: Mapping[str, Any]) -> tuple[dict[str, str], tuple[admission.Taint, ...]]:
+    labels = {str(k): str(v) for k, v in ((node.get("metadata") or {}).get("labels") or {}).items()}
+    taints = tuple(admission.Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""))
+                   for t in (node.get("spec") or {}).get("taints", []) or [])
+    return labels, taints

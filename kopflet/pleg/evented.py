@@ -72,9 +72,12 @@ class RuntimeEvents:
 
                 settled = loop.call_later(STREAM_SETTLED, up)
                 try:
-                    async for event in open_stream():
-                        up()
-                        self.dispatch(event)
+                    try:
+                        async for event in open_stream():
+                            up()
+                            self.dispatch(event)
+                    finally:  # before any back-off: a failed open plus its wait is not a stream that stayed open
+                        settled.cancel()
                     raise CriError("UNAVAILABLE", "the runtime ended the event stream")
                 except CriError as exc:
                     if exc.unimplemented and not received:
@@ -88,8 +91,6 @@ class RuntimeEvents:
                     self._stopped(name, exc, received or failures == 0, trace=True)
                     await asyncio.sleep(RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)])
                     failures += 1
-                finally:
-                    settled.cancel()
             logger.info("the container runtime has no container events: changes are seen by relisting alone")
         finally:
             handling = list(self._handling)

@@ -105,8 +105,9 @@ class StartTracer:
             log.warning("The trace of pod %s/%s's start was dropped: %d spans wait for the collector at %s",
                         pod.namespace, pod.name, len(self.queue), self.endpoint)
             return
+        before = len(self.queue)
         self.queue.extend((span, 1) for span in batch)
-        if len(self.queue) >= MAX_BATCH:
+        if before < MAX_BATCH <= len(self.queue):  # a full batch waits: sent now, not at the round (once)
             self._wake.set()
 
     def start(self) -> None:
@@ -131,11 +132,14 @@ class StartTracer:
         taken = [self.queue.popleft() for _ in range(min(MAX_BATCH, len(self.queue)))]
         if not taken:
             return True
-        if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.endpoint)
-        stub = trace_service_pb2_grpc.TraceServiceStub(self._channel)
         try:
+            if self._channel is None:
+                self._channel = grpc.aio.insecure_channel(self.endpoint)
+            stub = trace_service_pb2_grpc.TraceServiceStub(self._channel)
             await stub.Export(export_request([span for span, _ in taken], self.host_name), timeout=EXPORT_TIMEOUT)
+        except asyncio.CancelledError:
+            self.dropped += len(taken)  # cut short at stop: counted with what was left
+            raise
         except grpc.aio.AioRpcError as exc:
             tries = max(t for _, t in taken)
             if exc.code() in RETRYABLE and tries < MAX_TRIES:
@@ -147,21 +151,35 @@ class StartTracer:
             log.warning("Dropped %d spans the collector at %s refused: %s %s", len(taken), self.endpoint,
                         exc.code().name, exc.details())
             return True
+        except Exception:  # a target gRPC cannot use, a span that does not serialize: that batch only
+            self.dropped += len(taken)
+            log.exception("Dropped %d spans that could not be sent to %s", len(taken), self.endpoint)
+            return True
         self.exported += len(taken)
         return True
 
     async def close(self, grace: float = EXPORT_TIMEOUT) -> None:
-        """Send what is left (within `grace`), then close the channel, as the provider's Shutdown flushes."""
+        """Send what is left (within `grace`), then close the channel, as the provider's Shutdown flushes. Never
+        raises but for its own cancellation: the agent's stop goes on."""
         self._closing = True
         self._wake.set()
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="pod-start-traces")
+        task = self._task
+        if task is None or task.done():
+            task = self._task = asyncio.create_task(self._run(), name="pod-start-traces")
         try:
-            await asyncio.wait_for(asyncio.shield(self._task), grace)
-        except TimeoutError:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            log.warning("%d spans were not sent to %s before the agent stopped", len(self.queue), self.endpoint)
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = None
+            done, _ = await asyncio.wait({task}, timeout=grace)
+            if not done:
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        finally:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.error("The pod start traces' sender failed", exc_info=task.exception())
+            if not task.done():
+                task.cancel()  # close itself was cancelled: the sender goes with it
+            if self.queue:
+                self.dropped += len(self.queue)
+                log.warning("%d spans were not sent to %s before the agent stopped", len(self.queue), self.endpoint)
+                self.queue.clear()
+            if self._channel is not None:
+                await self._channel.close()
+                self._channel = None

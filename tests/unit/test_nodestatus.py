@@ -438,6 +438,9 @@ async def test_admission_reads_the_node_from_its_watch_and_again_before_refusing
     info = await agent.admission_info(pod)
     assert api.reads == reads
     assert (admission.admit(pod, info, []) is None) is admitted
+    # what the watch saw stays what is kept: the read was for this decision (the watch may be newer than it)
+    assert agent.labels == watched_labels
+    assert [t.key for t in agent.taints] == [t["key"] for t in watched_taints]
 
 
 async def test_without_a_listed_node_admission_reads_it() -> None:

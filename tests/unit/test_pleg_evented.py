@@ -424,3 +424,19 @@ async def test_a_quiet_stream_that_stays_open_is_connected_and_starts_the_back_o
         assert len(opened) == 4 and metrics.evented_pleg_connections.labels().value == 2
     finally:
         await stop(task)
+
+
+async def test_a_runtime_that_keeps_refusing_is_never_connected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The back-off outlasts `STREAM_SETTLED`: waiting to open again is not a stream that stayed open."""
+    monkeypatch.setattr(evented, "STREAM_SETTLED", 0.02)
+    monkeypatch.setattr(evented, "RETRY_DELAYS", (0.05,))
+    opened: list[int] = []
+    metrics = KubeletMetrics()
+    events = reopened((stream_of(CriError("UNAVAILABLE", "connection refused")),), opened, [], metrics)
+    task = await running(events)
+    try:
+        await until(lambda: len(opened) >= 5)
+        assert metrics.evented_pleg_connections.labels().value == 0 and events.source is None
+        assert metrics.evented_pleg_connection_errors.labels().value >= 4
+    finally:
+        await stop(task)

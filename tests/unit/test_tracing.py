@@ -8,6 +8,7 @@ import datetime
 import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -42,6 +43,10 @@ def config(body: str) -> settings.AgentConfig:
     ("tracing: {endpoint: 'collector:4317', samplingRatePerMillion: 10}", "collector:4317", 10),
     ("tracing: {endpoint: 'unix:///run/otel.sock', samplingRatePerMillion: 1}", "unix:///run/otel.sock", 1),
     ("tracing: {endpoint: 'dns:///otel:4317'}", "dns:///otel:4317", 0),
+    ("tracing: {endpoint: '[::1]:4317'}", "[::1]:4317", 0),
+    ("tracing: {endpoint: 'DNS://Otel:1'}", "DNS://Otel:1", 0),
+    ("tracing: {endpoint: 'unix-abstract:///otel'}", "unix-abstract:///otel", 0),
+    ("tracing: {endpoint: 'dns://x@otel:1/p?q#f'}", "dns://x@otel:1/p?q#f", 0),
 ])
 def test_tracing_settings(body: str, endpoint: str, rate: int) -> None:
     cfg = config(body)
@@ -57,6 +62,17 @@ def test_tracing_settings(body: str, endpoint: str, rate: int) -> None:
     ("tracing: {endpoint: 'http://otel:4318'}", 'field "tracing.endpoint": Invalid value: "http://otel:4318": '
      'unsupported scheme: http.  Options are none, dns, unix, or unix-abstract.  See '
      'https://github.com/grpc/grpc/blob/master/doc/naming.md'),
+    # Go's url.Parse, as `go run` printed it for each (component-base's validateEndpoint adds dns:// first)
+    ("tracing: {endpoint: '://x'}", 'Invalid value: "://x": parse "://x": missing protocol scheme'),
+    ("tracing: {endpoint: '//otel:4317'}", 'Invalid value: "//otel:4317": unsupported scheme: .  Options'),
+    ("tracing: {endpoint: '1x://y'}",
+     'Invalid value: "1x://y": parse "1x://y": first path segment in URL cannot contain colon'),
+    ("tracing: {endpoint: 'otel:notaport'}",
+     'Invalid value: "dns://otel:notaport": parse "dns://otel:notaport": invalid port ":notaport" after host'),
+    ("tracing: {endpoint: 'dns://a:b:c'}", 'parse "dns://a:b:c": invalid port ":c" after host'),
+    ("tracing: {endpoint: 'unix:rel/path'}", 'parse "dns://unix:rel/path": invalid port ":rel" after host'),
+    ("tracing: {endpoint: '[::1'}", "parse \"dns://[::1\": missing ']' in host"),
+    ("tracing: {endpoint: 'a b:1'}", 'parse "dns://a b:1": invalid character " " in host name'),
     ("tracing: {sampling: 1}", 'unknown field "tracing.sampling"'),
     ("tracing: 5", 'field "tracing": expected a mapping'),
 ])
@@ -276,8 +292,49 @@ async def test_the_queue_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (len(tracer.queue), tracer.dropped) == (8, 8)
 
 
-async def test_close_gives_up_on_a_collector_that_is_not_there() -> None:
-    tracer = StartTracer(endpoint="unix:///nonexistent/otel.sock", rate_per_million=1_000_000, host_name="n")
+@pytest.mark.parametrize("endpoint", ["unix:///nonexistent/otel.sock", "dns:///10.255.255.1:4317"])
+async def test_close_gives_up_on_a_collector_that_is_not_there(endpoint: str) -> None:
+    """Refused at once (no socket) or no answer at all (an address nothing routes): close ends within its grace,
+    the spans counted as dropped, the channel closed."""
+    tracer = StartTracer(endpoint=endpoint, rate_per_million=1_000_000, host_name="n")
+    tracer.start()
     tracer.record(finished(), POD)
+    began = asyncio.get_running_loop().time()
     await tracer.close(grace=0.5)
-    assert tracer.exported == 0
+    assert asyncio.get_running_loop().time() - began < 2
+    assert (tracer.exported, tracer.dropped, len(tracer.queue)) == (0, 8, 0)
+    assert tracer._channel is None
+
+
+async def test_a_batch_that_cannot_be_sent_is_dropped_and_the_sender_goes_on(
+        collector: tuple[Collector, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    servicer, address = collector
+    tracer = StartTracer(endpoint=address, rate_per_million=1_000_000, host_name="n")
+    real = exporter_module.export_request
+    calls: list[int] = []
+
+    def breaks_once(batch: Any, host_name: str) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("cannot serialize")
+        return real(batch, host_name)
+
+    monkeypatch.setattr(exporter_module, "export_request", breaks_once)
+    tracer.start()
+    tracer.record(finished(), POD)
+    assert await tracer.flush_batch() is True  # given up, not raised
+    tracer.record(finished(), POD)
+    await tracer.close()
+    assert (tracer.exported, tracer.dropped, len(servicer.names())) == (8, 8, 8)
+
+
+async def test_a_full_batch_wakes_the_sender_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(exporter_module, "MAX_BATCH", 10)
+    tracer = StartTracer(endpoint="unix:///nonexistent", rate_per_million=1_000_000, host_name="n")
+    tracer.record(finished(), POD)
+    assert not tracer._wake.is_set()
+    tracer.record(finished(), POD)  # 16 >= 10
+    assert tracer._wake.is_set()
+    tracer._wake.clear()
+    tracer.record(finished(), POD)  # still over: no new wake for each start
+    assert not tracer._wake.is_set()
