@@ -508,15 +508,34 @@ class PodWorkers:
             logger.log(level, f"pod {pod.namespace}/{pod.name}: {plan.log}")
         for event in plan.events:
             self.recorder.pod_event(pod, event.type, event.reason, event.message, event.container, event.init)
+        writing: asyncio.Task[None] | None = None
         if plan.status is not None:
-            written = await self.status.write(pod.namespace, pod.name, pod.uid, worker.body.get("status") or {},
-                                              plan.status, precondition=not spec.is_static(pod))
-            if written is not None:
-                worker.body = {**worker.body, "status": written}
-            try:
-                self._end_start(worker, plan.status)
-            except Exception:
-                logger.exception(f"pod {_ref(worker.body)}: could not finish the start timeline")
+            if plan.actions is not None and not (plan.teardown or plan.kill_pod or plan.delete):
+                # The status goes to the apiserver while the runtime works (upstream's status manager sends it
+                # apart from the sync); the sync ends once both are done.
+                writing = asyncio.create_task(self._write_status(worker, plan), name=f"pod-status-{pod.uid}")
+            else:
+                await self._write_status(worker, plan)
+        try:
+            return await self._act_on_runtime(worker, observation, plan)
+        finally:
+            if writing is not None:
+                await _settle(writing)
+
+    async def _write_status(self, worker: _Worker, plan: Plan) -> None:
+        pod, status = plan.pod, plan.status
+        assert status is not None
+        written = await self.status.write(pod.namespace, pod.name, pod.uid, worker.body.get("status") or {},
+                                          status, precondition=not spec.is_static(pod))
+        if written is not None:
+            worker.body = {**worker.body, "status": written}
+        try:
+            self._end_start(worker, status)
+        except Exception:
+            logger.exception(f"pod {_ref(worker.body)}: could not finish the start timeline")
+
+    async def _act_on_runtime(self, worker: _Worker, observation: Observation, plan: Plan) -> float:
+        pod = plan.pod
         if plan.stop_probes:
             self.prober.forget(pod.uid)
         if plan.release_volumes:
@@ -573,6 +592,22 @@ class PodWorkers:
         if created is not None:
             self.metrics.pod_start_total_duration.observe(max(0.0, now - created.timestamp()))
             self.metrics.pod_start_sli_duration.observe(max(0.0, now - created.timestamp() - pulled))
+
+
+async def _settle(task: asyncio.Task[None]) -> None:
+    """Wait for a sync's status write; its error is the sync's. A worker stopped meanwhile (or before) stops it
+    too and waits for it to end: what was not sent stays unsent, for the status manager's retries."""
+    current = asyncio.current_task()
+    try:
+        if current is not None and current.cancelling():
+            task.cancel()
+        await asyncio.wait({task})
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.wait({task})
+        raise
+    if not task.cancelled() and (error := task.exception()) is not None:
+        raise error
 
 
 def _gate_conditions(body: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

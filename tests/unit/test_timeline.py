@@ -487,3 +487,64 @@ async def test_the_plan_outcome_is_read_from_the_status_written() -> None:
     """A pod whose status says Ready ends its start; decide's plan for a running pod does."""
     plan = decide.decide(observe(base_body(), running, memory=Memory(admitted=True)), CFG)
     assert plan.status is not None and timeline.outcome(plan.status) == READY
+
+
+class _SlowStatus:
+    """A status write the test releases: the apiserver is slow."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.order: list[str] = []
+
+    async def write(self, namespace: str, name: str, uid: str, old: Any, new: Any, precondition: bool = True) -> Any:
+        self.order.append("write sent")
+        await self.release.wait()
+        self.order.append("write done")
+        return new
+
+
+async def test_a_sync_that_starts_things_sends_its_status_while_the_runtime_works() -> None:
+    """Upstream's status manager sends apart from the sync: the sandbox is not held back by the PATCH, and the sync
+    still ends only once the status is written (the next one is made against it)."""
+    new = lambda w: observe(pending(), empty, memory=w.memory, allocated=False, node=NODE)  # noqa: E731
+    w = _Workers([new])
+    status = w.status = _SlowStatus()  # type: ignore[assignment]
+    synced: list[str] = []
+    real_sync = w.executor.sync
+
+    async def sync(*args: Any, **kwargs: Any) -> SyncResult:
+        synced.append("runtime")
+        status.order.append("runtime")
+        return await real_sync(*args, **kwargs)
+
+    w.executor.sync = sync  # type: ignore[method-assign]
+    worker = workers_module._Worker(UID, pending())
+    w.workers = {UID: worker}
+    task = asyncio.create_task(w._sync(worker, "create"))
+    async with asyncio.timeout(5):
+        while not synced:  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+    assert not task.done()  # the runtime worked, the sync waits for the status
+    status.release.set()
+    await task
+    assert sorted(status.order[:2]) == ["runtime", "write sent"] and status.order[2] == "write done"
+    assert worker.body["status"]["phase"] == "Pending"  # the status written is the worker's
+
+
+async def test_a_worker_stopped_mid_sync_leaves_no_status_write_behind() -> None:
+    new = lambda w: observe(pending(), empty, memory=w.memory, allocated=False, node=NODE)  # noqa: E731
+    w = _Workers([new])
+    status = w.status = _SlowStatus()  # type: ignore[assignment]
+    worker = workers_module._Worker(UID, pending())
+    w.workers = {UID: worker}
+    before = asyncio.all_tasks()
+    task = asyncio.create_task(w._sync(worker, "create"))
+    async with asyncio.timeout(5):
+        while "write sent" not in status.order:  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+    await asyncio.sleep(0.05)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert task.cancelled()
+    left = [t for t in asyncio.all_tasks() - before if t.get_name().startswith("pod-status-") and not t.done()]
+    assert left == []
