@@ -12,7 +12,7 @@ client"); a configuration standalone mode cannot run (webhook authentication or 
 ``failed to run Kubelet: ...`` and exit status 1.
 
 ``kopflet explain <namespace>/<pod>`` is a command of its own (`handlers.explain`): it asks a running agent, through
-the apiserver, why a pod is in its state.
+the apiserver, why a pod is in its state. ``kopflet hollow --nodes N`` runs N hollow nodes (`handlers.hollow`).
 """
 
 from __future__ import annotations
@@ -60,13 +60,18 @@ def _wants(args: Sequence[str], *flags: str) -> bool:
 
 
 SUBCOMMANDS = ("\nOther commands:\n"
-               "  kopflet explain <namespace>/<pod>   the agent's last decisions for a pod (kopflet explain --help)\n")
+               "  kopflet explain <namespace>/<pod>   the agent's last decisions for a pod (kopflet explain --help)\n"
+               "  kopflet hollow --nodes N ...        N hollow nodes in this process (kopflet hollow --help)\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["explain"]:
         return explain.main(args[1:])
+    if args[:1] == ["hollow"]:
+        from handlers import hollow  # only here: it brings the simulated runtime's gRPC server
+
+        return hollow.main(args[1:])
     if _wants(args, "-h", "--help"):
         sys.stdout.write(configuration.usage("kopflet") + SUBCOMMANDS)
         return 0

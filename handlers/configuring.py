@@ -176,7 +176,7 @@ async def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.Operator
     cfg = memo.get("config")
     if cfg is None:
         try:
-            cfg = load_agent_config()
+            cfg = load_agent_config(memo.get("environ"))  # a hollow node's own environment (handlers.hollow)
         except configuration.ConfigError as exc:
             raise kopf.PermanentError(str(exc)) from exc
     loop = asyncio.get_running_loop()

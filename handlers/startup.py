@@ -96,10 +96,13 @@ class WatchOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
-    try:
-        cfg = configuring.load_agent_config()
+    try:  # a hollow node (handlers.hollow) brings its own environment: its flags, not the process's
+        cfg = configuring.load_agent_config(memo.get("environ"))
     except configuration.ConfigError as exc:
         raise kopf.PermanentError(str(exc)) from exc
+    overrides: dict[str, Any] | None = memo.get("config_overrides")  # a hollow node's directories, not settings
+    if overrides:
+        cfg = dataclasses.replace(cfg, **overrides)
     if cfg.fail_cgroup_v1 and not await asyncio.to_thread(is_cgroup2):
         # upstream validateKubeletOSConfiguration, at start: the kubelet exits
         raise kopf.PermanentError(f"failed to validate kubelet configuration, error: {FAIL_CGROUP_V1_MESSAGE}")
@@ -254,7 +257,8 @@ async def start_agent(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: 
                                        certificates=certificates)
         credentials = Credentials.from_kopf(info)
     try:
-        node = Node(cfg, credentials=credentials, runtime=runtime, host=await HostFacts.read(cfg),
+        host: HostFacts = memo.get("host_facts") or await HostFacts.read(cfg)  # a hollow node's are made up
+        node = Node(cfg, credentials=credentials, runtime=runtime, host=host,
                     metrics=memo.metrics, watchdog=memo.get("watchdog"))
     except UsernsError as exc:
         raise kopf.PermanentError(str(exc)) from exc  # upstream NewMainKubelet fails: the same error at every start

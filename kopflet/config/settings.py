@@ -117,6 +117,9 @@ class AgentConfig:
     """Per-pod files (termination-log files, later volumes), as ``/var/lib/kubelet`` upstream."""
     pod_log_root: str = paths.DEFAULT_POD_LOG_ROOT
     """``podLogsDir``: where CRI container logs go; log collectors expect the default."""
+    container_logs_dir: str = paths.DEFAULT_CONTAINER_LOGS_DIR
+    """Where the symlinks to the containers' logs go: no setting (upstream fixes ``/var/log/containers``); a hollow
+    node (`kopflet.hollow.plan`) moves it into its own directory, as many agents share the machine."""
     cluster_dns: tuple[str, ...] = ()
     """``--cluster-dns``: nameservers for ClusterFirst pods; empty means pods fall back to the host's."""
     cluster_domain: str = "cluster.local"
@@ -479,7 +482,8 @@ class AgentConfig:
     @property
     def layout(self) -> paths.Layout:
         """The node's kubelet directories (pods, checkpoints, logs) under `root_dir` and `pod_log_root`."""
-        return paths.Layout(root_dir=self.root_dir, pod_log_root=self.pod_log_root)
+        return paths.Layout(root_dir=self.root_dir, pod_log_root=self.pod_log_root,
+                            container_logs_dir=self.container_logs_dir)
 
     @property
     def cert_directory(self) -> str:
