@@ -58,7 +58,11 @@ class Hollow:
         self.port_base = free_ports(NODES)
         argv = [sys.executable, "-m", "handlers.cli", "hollow", f"--nodes={NODES}", f"--name-prefix={self.prefix}",
                 f"--state-dir={self.state}", f"--port-base={self.port_base}",
-                f"--bootstrap-kubeconfig={layout.bootstrap_kubeconfig}", "-v=2"]
+                f"--bootstrap-kubeconfig={layout.bootstrap_kubeconfig}", "-v=2",
+                # the kubelet API as the stack's node serves it: a CA-signed serving certificate (here through
+                # serverTLSBootstrap: the apiserver checks it), client certificates and webhook authorization
+                "--rotate-server-certificates", f"--client-ca-file={layout.pki / 'ca.crt'}", "--anonymous-auth=false",
+                "--authentication-token-webhook", "--authorization-mode=Webhook"]
         env = {**os.environ, "PYTHONPATH": str(REPO), "KUBECONFIG": str(tmp_path / "no-such-file")}
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", *argv], cwd=REPO, env=env,
@@ -135,6 +139,22 @@ def test_hollow_nodes_register_heartbeat_and_run_pods(hollow: Hollow, admin: Kub
         assert (info.common_name, info.organizations) == (f"system:node:{name}", ("system:nodes",))
     assert len({n["status"]["nodeInfo"]["machineID"] for n in seen.values()}) == NODES
 
+    # each node's kubelet-serving request, approved as an admin would (nobody else does), then its API through the
+    # apiserver
+    def serving_requests() -> list[str]:
+        return [c["metadata"]["name"] for c in admin.json("get", "csr")["items"]
+                if c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+                and c["spec"]["username"] in {f"system:node:{n}" for n in hollow.names}
+                and not (c.get("status") or {}).get("conditions")]
+
+    wait_until("a kubelet-serving request from every node", lambda: len(serving_requests()) == NODES, hollow, 60)
+    for name in serving_requests():
+        admin.run("certificate", "approve", name)
+    for name in hollow.names:
+        wait_until(f"{name}'s kubelet API through the apiserver",
+                   lambda name=name: admin.raw(f"/api/v1/nodes/{name}/proxy/healthz", check=False).stdout == "ok",
+                   hollow, 60)
+
     moment = time.time()
     for name in hollow.names:  # every node heartbeats (the Lease renewed every 10 s)
         lease_renewed_after(admin, name, moment)
@@ -155,6 +175,10 @@ def test_hollow_nodes_register_heartbeat_and_run_pods(hollow: Hollow, admin: Kub
         assert status["spec"]["nodeName"] == name
         assert status["status"]["podIP"].startswith(f"10.224.{index}.")  # the node's own /24
         assert status["status"]["containerStatuses"][0]["ready"]
+
+    assert admin.run("logs", "p2", "-n", namespace).stdout == ""  # the node's log file: nothing printed
+    explained = admin.raw(f"/api/v1/nodes/{hollow.names[2]}/proxy/debug/pods/{namespace}/p2?format=text").stdout
+    assert "[create]" in explained  # kopflet explain's decisions, from the node that made them
 
     admin.run("delete", "pod", "p1", "-n", namespace, "--wait=false")
     wait_until("the deleted pod gone", lambda: admin.run("get", "pod", "p1", "-n", namespace,
