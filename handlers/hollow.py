@@ -171,7 +171,7 @@ async def run(options: hollow_plan.HollowOptions, plans: Sequence[hollow_plan.No
 
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop_all, signum)
-        logger.info(f"{len(plans)} hollow nodes started: {plans[0].name} .. {plans[-1].name}")
+        logger.info(f"{len(plans)} hollow nodes starting: {plans[0].name} .. {plans[-1].name}")
         results = await asyncio.gather(*tasks, return_exceptions=True)
     finally:
         for stop in stops:
