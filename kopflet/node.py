@@ -206,9 +206,11 @@ class Runtime:
 
     def configured(self, cfg: AgentConfig) -> AgentConfig:
         """`cfg` with the runtime's cgroup driver when it told one (upstream getCgroupDriverFromCRI overwrites
-        the configuration before configz is registered and the container manager is built)."""
+        the configuration before configz is registered and the container manager is built), and its name."""
         if self.cgroup_driver and self.cgroup_driver != cfg.cgroup_driver:
-            return dataclasses.replace(cfg, cgroup_driver=self.cgroup_driver)
+            cfg = dataclasses.replace(cfg, cgroup_driver=self.cgroup_driver)
+        if self.name and self.name != cfg.runtime_name:  # containerIDs are <runtime name>://<id>
+            cfg = dataclasses.replace(cfg, runtime_name=self.name)
         return cfg
 
     @property

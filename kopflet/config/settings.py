@@ -117,6 +117,9 @@ class AgentConfig:
     """Per-pod files (termination-log files, later volumes), as ``/var/lib/kubelet`` upstream."""
     pod_log_root: str = paths.DEFAULT_POD_LOG_ROOT
     """``podLogsDir``: where CRI container logs go; log collectors expect the default."""
+    runtime_name: str = "containerd"
+    """The container runtime's name as CRI Version tells it (upstream kubeGenericRuntimeManager's runtimeName, the
+    ``<name>://`` of every containerID): no setting; `kopflet.node.Runtime.configured` sets it at start."""
     container_logs_dir: str = paths.DEFAULT_CONTAINER_LOGS_DIR
     """Where the symlinks to the containers' logs go: no setting (upstream fixes ``/var/log/containers``); a hollow
     node (`kopflet.hollow.plan`) moves it into its own directory, as many agents share the machine."""

@@ -495,6 +495,7 @@ def _status(obs: Observation, pod: spec.Pod, previous: Mapping[str, Any], cfg: A
         pod, obs.runtime, previous=previous, waiting=waiting, termination_messages=obs.termination_messages,
         readiness=obs.probes.readiness, startup=obs.probes.started, host_ip=cfg.node_ip,
         host_ips=(cfg.node_ip,) if cfg.node_ip else (), now=obs.now, pod_is_terminal=terminal,
+        runtime_name=cfg.runtime_name,
         generation=generation if isinstance(generation, int) else None,
         actuated=obs.actuated.containers if obs.actuated is not None else None,
         resize_conditions=list(conditions.values()),

@@ -175,6 +175,8 @@ def test_hollow_nodes_register_heartbeat_and_run_pods(hollow: Hollow, admin: Kub
         assert status["spec"]["nodeName"] == name
         assert status["status"]["podIP"].startswith(f"10.224.{index}.")  # the node's own /24
         assert status["status"]["containerStatuses"][0]["ready"]
+        # <runtime name>://<id>, the name CRI Version gives (upstream's runtimeName)
+        assert status["status"]["containerStatuses"][0]["containerID"].startswith("hollow://")
 
     assert admin.run("logs", "p2", "-n", namespace).stdout == ""  # the node's log file: nothing printed
     explained = admin.raw(f"/api/v1/nodes/{hollow.names[2]}/proxy/debug/pods/{namespace}/p2?format=text").stdout

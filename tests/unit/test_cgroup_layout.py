@@ -425,6 +425,15 @@ def test_an_unknown_driver_value_is_an_error() -> None:
         node_module.cgroup_driver_from_runtime_config(cri_types.RuntimeConfig(linux_cgroup_driver=7))
 
 
+@pytest.mark.parametrize(("name", "effective"), [("containerd", "containerd"), ("cri-o", "cri-o"), ("hollow", "hollow"),
+                                               ("", "containerd")])
+def test_container_ids_take_the_runtimes_name(name: str, effective: str) -> None:
+    """upstream kubeGenericRuntimeManager.runtimeName, from CRI Version: every containerID is <name>://<id>."""
+    cfg = settings.load([], {}, "node-1", lambda _: "")
+    runtime = node_module.Runtime(None, None, name, "2.1.0", "v1")  # type: ignore[arg-type]
+    assert runtime.configured(cfg).runtime_name == effective
+
+
 @pytest.mark.parametrize(("configured", "told", "effective"), [
     ("cgroupfs", "", "cgroupfs"), ("cgroupfs", "systemd", "systemd"), ("systemd", "cgroupfs", "cgroupfs"),
 ])
