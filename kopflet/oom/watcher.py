@@ -65,6 +65,10 @@ class OomWatcher:
             _hand_over(loop, queue, None)
             return
         batch: list[parser.KmsgRecord] = []
+        # poll(), not select(): select() refuses a descriptor above FD_SETSIZE (1024), which a busy agent, or a
+        # process of many hollow nodes, opens /dev/kmsg as ("filedescriptor out of range in select()")
+        readable = select.poll()
+        readable.register(fd, select.POLLIN)
         try:
             while not stop.is_set():
                 try:
@@ -74,7 +78,7 @@ class OomWatcher:
                         if not _hand_over(loop, queue, batch):
                             break
                         batch = []
-                    select.select([fd], [], [], POLL)
+                    readable.poll(POLL * 1000)
                     continue
                 except OSError as exc:
                     if exc.errno == errno.EPIPE:

@@ -119,3 +119,43 @@ async def test_the_ring_buffer_reaches_the_loop_in_batches(monkeypatch: pytest.M
         await asyncio.gather(task, return_exceptions=True)
     assert reported == [("SystemOOM", "System OOM encountered, victim process: stress, pid: 4242")]
     assert wakeups <= 5, wakeups
+
+
+async def test_a_descriptor_above_fd_setsize_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/dev/kmsg opened as a descriptor above 1024 (a busy agent; a process of many hollow nodes) is still waited
+    on: select() refuses such a descriptor ("filedescriptor out of range in select()") and the reader died."""
+    import asyncio
+    import os
+    import resource
+    import threading
+
+    from kopflet.oom import watcher as watcher_module
+    high = 1500
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] <= high:
+        pytest.skip("needs more than 1500 open files allowed")
+    read_end, write_end = os.pipe()
+    os.dup2(read_end, high)
+    pending = [f"6,{i},{i},-;{r.message}\n".encode() for i, r in enumerate(GLOBAL)]
+    waited = False
+    lock = threading.Lock()
+
+    def read(fd: int, size: int) -> bytes:
+        nonlocal waited
+        with lock:
+            if waited and pending:  # nothing at first: the reader waits on the descriptor before its records
+                return pending.pop(0)
+            waited = True
+        raise BlockingIOError
+
+    monkeypatch.setattr(watcher_module.os, "open", lambda path, flags: high)
+    monkeypatch.setattr(watcher_module.os, "read", read)
+    monkeypatch.setattr(watcher_module, "POLL", 0.01)
+    seen = asyncio.Event()
+    task = asyncio.create_task(watcher_module.OomWatcher(lambda reason, message: seen.set(), "/dev/kmsg").run())
+    try:
+        await asyncio.wait_for(seen.wait(), 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        for fd in (read_end, write_end):
+            os.close(fd)
