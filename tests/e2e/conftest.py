@@ -56,15 +56,20 @@ class Agent:
 
     def stop(self, timeout: float = 30.0) -> int:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError(f"agent ignored SIGTERM for {timeout}s") from None
-        return self.proc.returncode
+        return terminate(self.proc, timeout, "agent")
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout: float, what: str) -> int:
+    """SIGTERM, then its exit status; one that ignores SIGTERM for `timeout` is killed and fails the test."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"{what} ignored SIGTERM for {timeout}s") from None
+    return proc.returncode
 
 
 class DaemonCrashed(UserWarning):

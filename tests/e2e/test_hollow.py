@@ -13,7 +13,6 @@ import datetime
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import pytest
 
 from devstack.layout import Layout
 from tests.conftest import REPO, Kubectl
+from tests.e2e.conftest import terminate
 from tests.e2e.test_tls_bootstrap import bootstrap_token, certificate_info, lease_renewed_after  # noqa: F401
 
 NODES = 3
@@ -72,15 +72,7 @@ class Hollow:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def stop(self, timeout: float = 60.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError(f"kopflet hollow ignored SIGTERM for {timeout}s") from None
-        return self.proc.returncode
+        return terminate(self.proc, timeout, "kopflet hollow")
 
 
 @pytest.fixture

@@ -562,9 +562,10 @@ def test_real_requests_with_the_service_account(sa: Kubectl, layout: Layout) -> 
     sa.run("get", "--raw", "/api")  # discovery, as Kopf reads it at start
     sa.run("get", "pods", "--all-namespaces", f"--field-selector=spec.nodeName={layout.node_name}")
     sa.run("get", "node", layout.node_name)
+    sa.run("get", "nodes", f"--field-selector=metadata.name={layout.node_name}")  # the node watch's list
     sa.run("get", "services", "--all-namespaces")
     assert forbidden(sa.run("get", "secrets", "--all-namespaces", check=False))
-    assert forbidden(sa.run("get", "nodes", check=False))
+    assert forbidden(sa.run("delete", "node", "no-such-node", check=False))
 
 
 @pytest.mark.stack
