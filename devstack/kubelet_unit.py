@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 KUBEADM_FLAGS_ENV = Path("/var/lib/kubelet/kubeadm-flags.env")
@@ -138,18 +138,36 @@ def read_env(paths: Sequence[Path]) -> dict[str, str]:
     return env
 
 
-def _wait(child: subprocess.Popen[bytes], start: StartTimeout) -> int:
-    """The main process's exit code; a start-up that runs out of time is terminated as systemd does it."""
+RESTARTED = -1000
+"""`_wait`'s answer for a kopflet stopped because kubeadm's environment changed: started again at once."""
+
+
+def _wait(child: subprocess.Popen[bytes], start: StartTimeout,
+          environment: Callable[[], Mapping[str, str]] | None = None) -> int:
+    """The main process's exit code; a start-up that runs out of time is terminated as systemd does it.
+
+    `environment` reads the unit's environment files: when what it gives changes, kopflet is stopped and
+    `RESTARTED` returned. kubeadm writes kubeadm-flags.env (the node's ``--hostname-override``) and then runs
+    ``systemctl restart kubelet``, which fails here without systemd; a kopflet started between its start and the
+    file would otherwise run on without those flags (and register under the host's name)."""
     killed_at: float | None = None
+    started_with = environment() if environment is not None else None
+    restarting = False
     while True:
         try:
-            return child.wait(timeout=0.5)
+            code = child.wait(timeout=0.5)
+            return RESTARTED if restarting else code
         except subprocess.TimeoutExpired:
             pass
         except InterruptedError:
             continue
         now = time.monotonic()
-        if killed_at is None and start.expired(now):
+        if not restarting and killed_at is None and environment is not None and environment() != started_with:
+            print("kubelet.service: kubeadm-flags.env changed (kubeadm restarts the kubelet): restarting",
+                  flush=True)
+            child.send_signal(signal.SIGTERM)
+            restarting, killed_at = True, now
+        elif killed_at is None and start.expired(now):
             print("kubelet.service: start operation timed out. Terminating.", flush=True)
             child.send_signal(signal.SIGTERM)
             killed_at = now
@@ -183,16 +201,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         threading.Thread(target=_print_notifications, args=(notify, listening, current), daemon=True).start()
         env = {**os.environ, NOTIFY_SOCKET_ENV: str(notify.path)}  # Type=notify
         while not stopping:
-            command = exec_start(args.kopflet, read_env([KUBEADM_FLAGS_ENV, DEFAULTS_ENV]))
+            environment = read_env([KUBEADM_FLAGS_ENV, DEFAULTS_ENV])
+            command = exec_start(args.kopflet, environment)
             print(f"kubelet.service: starting {shlex.join(command)}", flush=True)
             current.append(StartTimeout(time.monotonic()))
             del current[:-1]
             child = subprocess.Popen(command, env=env)
             if stopping:  # a SIGTERM between the loop's check and the start: this agent stops too
                 child.send_signal(signal.SIGTERM)
-            code = _wait(child, current[-1])
+            code = _wait(child, current[-1], lambda: read_env([KUBEADM_FLAGS_ENV, DEFAULTS_ENV]))
             if stopping:
                 break
+            if code == RESTARTED:
+                continue
             print(f"kubelet.service: main process exited, code={code}; restarting in {RESTART_SEC:.0f}s",
                   flush=True)
             deadline = time.monotonic() + RESTART_SEC

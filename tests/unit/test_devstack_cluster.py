@@ -105,3 +105,30 @@ def test_the_unit_start_timeout(notifications: list[tuple[float, list[str]]], no
     for at, states in notifications:
         start.notified(states, at)
     assert start.expired(now) is expired
+
+
+def test_the_unit_restarts_kopflet_when_kubeadm_rewrites_its_flags() -> None:
+    """kubeadm writes kubeadm-flags.env, then asks systemd to restart the kubelet: without systemd, the runner sees
+    the file change and restarts it, so a kopflet started before the file was written does not run on without it."""
+    import subprocess
+    import time
+
+    reads = iter([{}, {}, {"KUBELET_KUBEADM_ARGS": "--hostname-override=vm-2"}])
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        code = kubelet_unit._wait(child, kubelet_unit.StartTimeout(time.monotonic()),
+                                  lambda: next(reads, {"KUBELET_KUBEADM_ARGS": "--hostname-override=vm-2"}))
+    finally:
+        child.kill()
+        child.wait()
+    assert code == kubelet_unit.RESTARTED
+    assert child.returncode == -15  # stopped with SIGTERM, not killed
+
+
+def test_the_unit_waits_for_kopflet_while_its_flags_stay() -> None:
+    import subprocess
+    import time
+
+    child = subprocess.Popen(["sh", "-c", "sleep 1; exit 3"])
+    code = kubelet_unit._wait(child, kubelet_unit.StartTimeout(time.monotonic()), dict)
+    assert code == 3
