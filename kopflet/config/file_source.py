@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from kopflet.api import times
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
 from kopflet.client.standalone import is_standalone
 from kopflet.config import static_pods
@@ -86,7 +87,7 @@ class StaticPodSource:
 
     async def scan(self) -> None:
         files = await asyncio.to_thread(read_manifests, self.cfg.pod_manifest_path)
-        seen = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        seen = times.micro_timestamp(datetime.datetime.now(datetime.UTC))
         found: dict[str, StaticPod] = {}
         for path, text in files.items():
             try:

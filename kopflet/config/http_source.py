@@ -26,6 +26,7 @@ from typing import Protocol
 import aiohttp
 
 from kopflet import gotext
+from kopflet.api import times
 from kopflet.config import static_pods
 from kopflet.config.static_pods import StaticPod
 from kopflet.logs.verbosity import v
@@ -184,7 +185,7 @@ class ManifestURLSource:
 
     async def poll(self) -> None:
         """One read (sourceURL.run, extractFromURL): the set handed over when it changed; a failure logged and said."""
-        seen = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        seen = times.micro_timestamp(datetime.datetime.now(datetime.UTC))
         try:
             status, reason, body = await self.fetch()
         except FetchError as exc:

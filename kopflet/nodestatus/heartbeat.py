@@ -19,7 +19,7 @@ from typing import Any
 
 from cri_client import CriClient, CriError
 from kopflet import __version__
-from kopflet.api import apparmor, spec
+from kopflet.api import apparmor, spec, times
 from kopflet.client.events import EventRecorder
 from kopflet.client.informer import Delta, Informer
 from kopflet.client.kubeapi import API_ERRORS, MERGE, STRATEGIC_MERGE, KubeApiError, KubeClient, q
@@ -84,6 +84,10 @@ def read_apparmor_enabled(sys_root: str = "/sys") -> bool:
     return apparmor.host_enabled(os.path.isdir(f"{sys_root}/kernel/security/apparmor"), parameter)
 
 
+LabelsAndTaints = tuple[dict[str, str], tuple[admission.Taint, ...]]
+"""What admission reads of the Node (`labels_and_taints`)."""
+
+
 class NodeAgent:
     def __init__(self, cfg: AgentConfig, api: KubeClient, cri_client: CriClient, runtime_version: str,
                  facts: setters.MachineFacts, recorder: EventRecorder | None = None,
@@ -100,11 +104,11 @@ class NodeAgent:
         self.labels: dict[str, str] | None = None
         """The Node object's labels as last read (None until then): what others add (`kubectl label`, an e2e
         spec's node selector) counts for admission, as upstream's node lister sees it."""
-        self.node_watch: Informer[Mapping[str, Any]] | None = None if is_standalone(api) else Informer(
-            api, "/api/v1/nodes", lambda node: node, what="node",
+        self.node_watch: Informer[LabelsAndTaints] | None = None if is_standalone(api) else Informer(
+            api, "/api/v1/nodes", labels_and_taints, what="node",
             params={"fieldSelector": f"metadata.name={cfg.node_name}"}, on_change=self._node_changed)
-        """The Node itself, listed and watched (upstream's node informer, field selector metadata.name): its labels
-        and taints follow without a request per pod; `run` runs it."""
+        """The Node itself, listed and watched (upstream's node informer, field selector metadata.name), cached as
+        its labels and taints only: they follow without a request per pod; `run` runs it."""
         self._posted: dict[str, Any] = {}
         self._conditions: list[dict[str, str]] = []
         self._last_report = 0.0
@@ -155,11 +159,10 @@ class NodeAgent:
         if is_standalone(self.api) or (self._watched() and pod is not None and _fits(pod, info)):
             return info
         try:
-            node = await self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}")
+            labels, taints = await self._read_node()
         except API_ERRORS as exc:
             logger.warning(f"could not read node {self.cfg.node_name}, admitting with known taints: {exc}")
             return info
-        labels, taints = _labels_and_taints(node)
         if not self._watched():
             self.labels, self.taints = labels, taints
         # Watched: this read is for this decision only; the watch alone updates what is kept (a GET answered
@@ -180,13 +183,13 @@ class NodeAgent:
         watch = self.node_watch
         return watch is not None and watch.has_synced() and ("", self.cfg.node_name) in watch.objects
 
-    def _node_changed(self, deltas: Sequence[Delta[Mapping[str, Any]]]) -> None:
+    def _node_changed(self, deltas: Sequence[Delta[LabelsAndTaints]]) -> None:
         for delta in deltas:
             if delta.new is not None:
-                self._take_node(delta.new)
+                self.labels, self.taints = delta.new
 
-    def _take_node(self, node: Mapping[str, Any]) -> None:
-        self.labels, self.taints = _labels_and_taints(node)
+    async def _read_node(self) -> LabelsAndTaints:
+        return labels_and_taints(await self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}"))
 
     async def register(self) -> None:
         """Create the Node with its taints, or adopt the existing one and reconcile its labels
@@ -267,7 +270,7 @@ class NodeAgent:
                 logger.warning(f"node heartbeat failed: {exc}")
 
     async def renew_lease(self) -> None:
-        renew = _now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        renew = times.micro_timestamp(_now())
         spec = {"holderIdentity": self.cfg.node_name, "leaseDurationSeconds": LEASE_DURATION, "renewTime": renew}
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
         try:
@@ -284,7 +287,7 @@ class NodeAgent:
 
     async def refresh_node(self) -> None:
         """Read the Node's labels and taints now and keep them (at registration, before the watch runs)."""
-        self._take_node(await self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}"))
+        self.labels, self.taints = await self._read_node()
 
     async def compute_status(self) -> dict[str, Any]:
         try:
@@ -344,7 +347,8 @@ def _fits(pod: spec.Pod, node: admission.NodeInfo) -> bool:
         admission.untolerated_taint(pod, node.taints, effect=admission.NO_EXECUTE) is None
 
 
-def _labels_and_taints(node: Mapping[str, Any]) -> tuple[dict[str, str], tuple[admission.Taint, ...]]:
+def labels_and_taints(node: Mapping[str, Any]) -> LabelsAndTaints:
+    """What admission reads of a Node: its labels and taints."""
     labels = {str(k): str(v) for k, v in ((node.get("metadata") or {}).get("labels") or {}).items()}
     taints = tuple(admission.Taint(t.get("key", ""), t.get("value", ""), t.get("effect", ""))
                    for t in (node.get("spec") or {}).get("taints", []) or [])

@@ -92,7 +92,7 @@ EXPECTED_CLUSTER_RULES = (
     # cache, field selector metadata.name), reading them again before a pod is refused.
     Rule("", ("nodes",), ("create", "get", "list", "patch", "watch"), (
         ("kopflet/nodestatus/heartbeat.py", 'self.api.request("POST", "/api/v1/nodes", body=body)'),
-        ("kopflet/nodestatus/heartbeat.py", 'api, "/api/v1/nodes", lambda node: node, what="node",'),
+        ("kopflet/nodestatus/heartbeat.py", 'api, "/api/v1/nodes", labels_and_taints, what="node",'),
         ("kopflet/client/informer.py", 'self.api.watch(self.path, version, params=self.params or None)'),
         ("kopflet/nodestatus/heartbeat.py", 'self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}",'),
         ("kopflet/nodestatus/heartbeat.py", 'self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}")'),

@@ -434,7 +434,7 @@ async def test_admission_reads_the_node_from_its_watch_and_again_before_refusing
                                 FACTS)
     agent.node_watch = Listed()  # type: ignore[assignment]
     node = {"metadata": {"name": "n1", "labels": watched_labels}, "spec": {"taints": watched_taints}}
-    agent._node_changed([Delta("ADDED", None, node)])
+    agent._node_changed([Delta("ADDED", None, heartbeat.labels_and_taints(node))])
     info = await agent.admission_info(pod)
     assert api.reads == reads
     assert (admission.admit(pod, info, []) is None) is admitted
