@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export KOPFLET_CACHE ?= /var/cache/kopflet
 PYTEST_ARGS ?=
 
-.PHONY: dev test bench profile conformance conformance-cluster reliability deps venv binaries runtime userns-smoke agent-image proto lint unit down \
+.PHONY: dev test bench bench-hollow profile conformance conformance-cluster reliability deps venv binaries runtime userns-smoke agent-image proto lint unit down \
 	status cluster cluster-down
 
 dev: deps venv binaries
@@ -23,6 +23,14 @@ BENCH_ARGS ?=
 bench: deps venv binaries
 	bash devstack/build-binaries.sh --kubelet >/dev/null
 	$(PY) -m devstack run -- $(PY) -m bench $(BENCH_ARGS)
+
+# `kopflet hollow` nodes beside upstream's kubemark hollow kubelets on one apiserver: per-node memory, CPU and API
+# requests, pod start at the scheduler's pace: bench/results/<date>-hollow-<N>.{json,md}. HOLLOW_ARGS: --nodes N,
+# --pods-per-node N, --fleets kopflet,kubemark, --quick.
+HOLLOW_ARGS ?=
+bench-hollow: deps venv binaries
+	bash devstack/build-binaries.sh --kubemark >/dev/null
+	$(PY) -m devstack run -- $(PY) -m bench.hollow $(HOLLOW_ARGS)
 
 # kopflet's stacks sampled (py-spy) through a 110-pod burst: bench/results/<date>-profile.{svg,txt,md}.
 # PROFILE_ARGS: --pods N, --rate HZ.
