@@ -55,7 +55,7 @@ class LoginError(Exception):
 
 def in_cluster_possible(environ: Mapping[str, str]) -> bool:
     """Whether the in-cluster service account is there: both variables set and not empty, and the token and CA
-    files (as the Kubernetes client's in-cluster login, which Kopf's login used, required both). Blocking."""
+    files (both, as the Kubernetes Python client's in-cluster login, which kopflet used before, required). Blocking."""
     return bool(environ.get(SERVICE_HOST_ENV)) and bool(environ.get(SERVICE_PORT_ENV)) and \
         os.path.isfile(TOKEN_FILE) and os.path.isfile(CA_FILE)
 
