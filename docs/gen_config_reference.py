@@ -173,8 +173,8 @@ def render() -> str:
     lines += [
         "",
         "Credentials are not a setting of their own: with `--kubeconfig` the agent logs in with that file; without "
-        "it, as Kopf does: the in-cluster ServiceAccount, then `$KUBECONFIG`, then `~/.kube/config`. With none of "
-        "them the `kopflet` command runs standalone: static pods only, no apiserver "
+        "it, as client-go finds them: the in-cluster ServiceAccount, then `$KUBECONFIG`, then `~/.kube/config`. "
+        "With none of them the `kopflet` command runs standalone: static pods only, no apiserver "
         "([operations](operations.md#standalone-mode)).",
         "",
         "## Config-file fields kopflet refuses",

@@ -18,6 +18,7 @@ Where no credentials are found at all (no ``--kubeconfig``, no in-cluster servic
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import datetime
 import logging
@@ -29,16 +30,15 @@ from typing import Any
 
 import kopf
 
+from kopflet.certificate import login as login_
+from kopflet.certificate.clientcmd import RestConfig
 from kopflet.certificate.manager import ClientCertificateManager
 from kopflet.config import modes
 from kopflet.config import settings as configuration
 
-SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
-SERVICE_PORT_ENV = "KUBERNETES_SERVICE_PORT"
-SERVICE_ACCOUNT_FILES = ("/var/run/secrets/kubernetes.io/serviceaccount/token",
-                         "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
-"""What the client's in-cluster login needs (kubernetes.config.incluster_config), besides the two variables."""
-DEFAULT_KUBECONFIG = "~/.kube/config"
+SERVICE_ACCOUNT_FILES = (login_.TOKEN_FILE, login_.CA_FILE)
+"""What the in-cluster login needs (client-go's InClusterConfig), besides the two variables."""
+DEFAULT_KUBECONFIG = login_.DEFAULT_KUBECONFIG
 
 
 def read_text(path: str) -> str:
@@ -63,16 +63,16 @@ def load_agent_config(environ: Mapping[str, str] | None = None) -> configuration
 
 
 def client_sources(environ: Mapping[str, str] | None = None) -> modes.ClientSources:
-    """Where Kopf's client login (`connection_info` without ``--kubeconfig``) would find credentials, looked for as
-    the client looks: the in-cluster service account (both variables set and not empty, both files there), else
-    ``$KUBECONFIG`` (when set, ``~/.kube/config`` is not read), else ``~/.kube/config``. Blocking (stat calls)."""
+    """Where the login without ``--kubeconfig`` (`connection_info`, `kopflet.certificate.login.login`) finds
+    credentials, in its order: the in-cluster service account (both variables set and not empty, both files there),
+    else ``$KUBECONFIG`` when set and not empty (then ``~/.kube/config`` is not read), else ``~/.kube/config``.
+    Blocking (stat calls)."""
     environ = os.environ if environ is None else environ
-    in_cluster = bool(environ.get(SERVICE_HOST_ENV)) and bool(environ.get(SERVICE_PORT_ENV)) and \
-        all(os.path.isfile(path) for path in SERVICE_ACCOUNT_FILES)
-    location = environ.get("KUBECONFIG")
+    in_cluster = login_.in_cluster_possible(environ)
+    location = environ.get(login_.KUBECONFIG_ENV)
     return modes.ClientSources(
         in_cluster=in_cluster, kubeconfig_env=bool(location),
-        default_kubeconfig=location is None and os.path.isfile(os.path.expanduser(DEFAULT_KUBECONFIG)))
+        default_kubeconfig=not location and os.path.isfile(os.path.expanduser(DEFAULT_KUBECONFIG)))
 
 
 def decide_mode(cfg: configuration.AgentConfig, environ: Mapping[str, str] | None = None) -> modes.Decision:
@@ -83,7 +83,7 @@ def decide_mode(cfg: configuration.AgentConfig, environ: Mapping[str, str] | Non
 def connection_info(cfg: configuration.AgentConfig, *, logger: logging.Logger | logging.LoggerAdapter[Any],
                     settings: kopf.OperatorSettings,
                     certificates: ClientCertificateManager | None = None) -> kopf.ConnectionInfo:
-    """Credentials from ``--kubeconfig``; without it, Kopf's own client login (in-cluster, then ``$KUBECONFIG``).
+    """Credentials from ``--kubeconfig``; without it, in-cluster, then ``$KUBECONFIG``, then ``~/.kube/config``.
     With a certificate manager (``certificates``), its current pair instead of the kubeconfig's authentication.
 
     Blocking (files, maybe an exec credential plugin): call it in a thread from async code.
@@ -108,44 +108,43 @@ def with_rotating_certificate(info: kopf.ConnectionInfo, certificates: ClientCer
 
 def _connection_info(cfg: configuration.AgentConfig, *, logger: logging.Logger | logging.LoggerAdapter[Any],
                      settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
-    if not cfg.kubeconfig:
-        try:
-            info = kopf.login_via_client(logger=logger, settings=settings)
-        except kopf.LoginError as exc:
-            raise kopf.PermanentError(f"no credentials for the apiserver: {exc} (use --kubeconfig)") from exc
-        if info is None:
-            raise kopf.PermanentError("no credentials for the apiserver (--kubeconfig, KUBECONFIG or in-cluster)")
-        return info
-    return _login_with_kubeconfig(cfg.kubeconfig, logger=logger, settings=settings)
-
-
-def _login_with_kubeconfig(path: str, *, logger: logging.Logger | logging.LoggerAdapter[Any],
-                           settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
-    """As ``kopf.login_via_client``, but from one given file and without touching the client's global default."""
-    import kubernetes.client
-    import kubernetes.config
-
-    client_config = kubernetes.client.Configuration()
+    """kopflet's own login (`kopflet.certificate.login`): the kubeconfig flag's file, else in-cluster, else
+    ``$KUBECONFIG``, else ``~/.kube/config``, as client-go's clientcmd finds them."""
     try:
-        kubernetes.config.load_kube_config(config_file=path, client_configuration=client_config)
-    except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
-        raise kopf.PermanentError(f"--kubeconfig {path}: {exc}") from exc
-    logger.debug(f"Logged in with the kubeconfig file {path}.")
-    # The bearer token, if any (an auth provider's or exec plugin's too): newer clients keep it under BearerToken.
-    header = (client_config.get_api_key_with_prefix("BearerToken")
-              or client_config.get_api_key_with_prefix("authorization"))
-    parts = header.split(" ", 1) if header else []
-    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+        found = login_.login(cfg.kubeconfig, logger=logger)
+    except login_.LoginError as exc:
+        if cfg.kubeconfig:
+            raise kopf.PermanentError(f"--kubeconfig {cfg.kubeconfig}: {exc}") from exc
+        raise kopf.PermanentError(f"no credentials for the apiserver: {exc} (use --kubeconfig)") from exc
+    if found is None:
+        raise kopf.PermanentError("no credentials for the apiserver (--kubeconfig, KUBECONFIG or in-cluster)")
+    source, rest = found
+    logger.debug(f"Logged in with {source}.")
+    return as_connection_info(rest, settings)
+
+
+def as_connection_info(rest: RestConfig, settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
+    """Kopf's form of the credentials. The *_data fields as base64 text, as Kopf's own kubeconfig login passes
+    them (Kopf and `kopflet.client.kubeapi.Credentials` decode both that and PEM)."""
+    def data(value: bytes) -> str | None:
+        return base64.b64encode(value).decode() if value else None
+
     return kopf.ConnectionInfo(
-        server=client_config.host,
-        ca_path=client_config.ssl_ca_cert,
-        insecure=not client_config.verify_ssl,
-        username=client_config.username or None,
-        password=client_config.password or None,
-        scheme=scheme,
-        token=token,
-        certificate_path=client_config.cert_file,
-        private_key_path=client_config.key_file,
+        server=rest.server,
+        default_namespace=rest.namespace or None,
+        expiration=rest.expiration,
+        ca_path=rest.ca_file or None,
+        ca_data=data(rest.ca_data),
+        insecure=rest.insecure,
+        username=rest.username or None,
+        password=rest.password or None,
+        scheme="Bearer" if rest.token else None,
+        token=rest.token or None,
+        certificate_path=rest.cert_file or None,
+        certificate_data=data(rest.cert_data),
+        private_key_path=rest.key_file or None,
+        private_key_data=data(rest.key_data),
+        proxy_url=rest.proxy_url or None,
         trust_env=settings.networking.trust_env,
     )
 

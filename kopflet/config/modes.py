@@ -3,10 +3,10 @@
 Upstream decides on ``--kubeconfig`` alone: without it the kubelet logs "Standalone mode, no API client", sets its
 clients to nil and runs only its static pods (``staticPodPath``, ``staticPodURL``): no Node, no Lease, no pod status,
 no mirror pods, no watch of the API's pods, no events in the API, no Service environment variables. kopflet finds
-credentials in more places without ``--kubeconfig`` (Kopf's client login: the in-cluster service account, then
-``$KUBECONFIG`` or ``~/.kube/config``), so it is standalone only when none of them is there. ``--bootstrap-kubeconfig``
-and ``rotateCertificates`` need ``--kubeconfig`` (`kopflet.config.settings` refuses them without it), so they are
-always cluster mode.
+credentials in more places without ``--kubeconfig`` (its login, `kopflet.certificate.login`: the in-cluster service
+account, then ``$KUBECONFIG`` or ``~/.kube/config``), so it is standalone only when none of them is there.
+``--bootstrap-kubeconfig`` and ``rotateCertificates`` need ``--kubeconfig`` (`kopflet.config.settings` refuses them
+without it), so they are always cluster mode.
 
 Standalone refuses what upstream's BuildAuth refuses without a client: webhook authentication or authorization
 (upstream's messages, authentication first). A standalone node with no static pod source at all is allowed, as
@@ -45,10 +45,11 @@ class ClientSources:
     """Where credentials were found besides ``--kubeconfig`` (the caller looks: environment and files)."""
 
     in_cluster: bool = False
-    """A service account's environment (KUBERNETES_SERVICE_HOST and _PORT) and files, as the client's in-cluster
-    login needs them."""
+    """A service account's environment (KUBERNETES_SERVICE_HOST and _PORT) and files, as the in-cluster login needs
+    them."""
     kubeconfig_env: bool = False
-    """``$KUBECONFIG`` is set (the client's login takes it; a wrong path is that login's error, not standalone)."""
+    """``$KUBECONFIG`` is set and not empty (the login takes it; a wrong path is that login's error, not
+    standalone)."""
     default_kubeconfig: bool = False
     """``~/.kube/config`` is a file."""
 

@@ -222,7 +222,9 @@ def test_runonce_is_refused_with_upstreams_message(started: list[dict[str, Any]]
      {configuring.SERVICE_ACCOUNT_FILES[0]}, modes.ClientSources()),
     # $KUBECONFIG set: taken as it is (a wrong path is the login's error); ~/.kube/config is then not read
     ({"KUBECONFIG": "/nowhere"}, {"HOME/.kube/config"}, modes.ClientSources(kubeconfig_env=True)),
-    ({"KUBECONFIG": ""}, {"HOME/.kube/config"}, modes.ClientSources()),
+    # ... but an empty one is as unset (client-go NewDefaultClientConfigLoadingRules: len(envVarFiles) != 0)
+    ({"KUBECONFIG": ""}, {"HOME/.kube/config"}, modes.ClientSources(default_kubeconfig=True)),
+    ({"KUBECONFIG": ""}, set(), modes.ClientSources()),
     ({}, {"HOME/.kube/config"}, modes.ClientSources(default_kubeconfig=True)),
 ])
 def test_client_sources_are_looked_for_as_the_clients_login_looks(monkeypatch: pytest.MonkeyPatch,
@@ -296,24 +298,63 @@ def test_login_with_a_missing_kubeconfig_is_permanent(tmp_path: Path) -> None:
         configuring.connection_info(cfg, logger=LOGGER, settings=kopf.OperatorSettings())
 
 
-@pytest.mark.parametrize(("result", "error"), [
-    (None, "no credentials for the apiserver"),
-    (kopf.LoginError("nothing"), "no credentials for the apiserver: nothing"),
-])
-def test_without_kubeconfig_kopf_client_login_is_used(monkeypatch: pytest.MonkeyPatch, result: Any,
-                                                      error: str) -> None:
-    def fake(**_: Any) -> Any:
-        if isinstance(result, Exception):
-            raise result
-        return result
+@pytest.fixture
+def no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A process with none of the login's sources: not in a pod, no $KUBECONFIG, an empty home; returns the home."""
+    for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return tmp_path
 
-    monkeypatch.setattr(kopf, "login_via_client", fake)
+
+@pytest.mark.parametrize(("kubeconfig_env", "error"), [
+    (None, r"^no credentials for the apiserver \(--kubeconfig, KUBECONFIG or in-cluster\)$"),
+    ("", r"^no credentials for the apiserver \(--kubeconfig, KUBECONFIG or in-cluster\)$"),
+    # $KUBECONFIG names only missing files: the login's error (client-go's MissingConfigError)
+    ("/nowhere/a:/nowhere/b", r"^no credentials for the apiserver: Config not found: /nowhere/a, /nowhere/b "
+                              r"\(use --kubeconfig\)$"),
+])
+def test_without_kubeconfig_and_no_credentials_the_login_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                                    no_credentials: Path, kubeconfig_env: str | None,
+                                                                    error: str) -> None:
+    if kubeconfig_env is not None:
+        monkeypatch.setenv("KUBECONFIG", kubeconfig_env)
     with pytest.raises(kopf.PermanentError, match=error):
         configuring.connection_info(AgentConfig(node_name="n"), logger=LOGGER, settings=kopf.OperatorSettings())
+    assert configuring.decide_mode(AgentConfig(node_name="n")).mode is (
+        modes.Mode.CLUSTER if kubeconfig_env else modes.Mode.STANDALONE)  # the mode agrees with the login
 
 
-def test_without_kubeconfig_the_client_login_result_is_returned(monkeypatch: pytest.MonkeyPatch) -> None:
-    info = kopf.ConnectionInfo(server="https://in-cluster:443", token="t")
-    monkeypatch.setattr(kopf, "login_via_client", lambda **_: info)
-    assert configuring.connection_info(AgentConfig(node_name="n"), logger=LOGGER,
-                                       settings=kopf.OperatorSettings()) is info
+@pytest.mark.parametrize("where", ["KUBECONFIG", "home"])
+def test_without_kubeconfig_kubeconfig_env_or_the_home_file_is_used(monkeypatch: pytest.MonkeyPatch,
+                                                                    no_credentials: Path, where: str) -> None:
+    folder = no_credentials / ".kube"
+    folder.mkdir()
+    path = write_kubeconfig(folder)
+    if where == "KUBECONFIG":
+        monkeypatch.setenv("KUBECONFIG", f"/nowhere:{path}")  # a missing file in the list is skipped
+    else:
+        path.rename(folder / "config")
+    info = configuring.connection_info(AgentConfig(node_name="n"), logger=LOGGER, settings=kopf.OperatorSettings())
+    assert (info.server, info.token, info.ca_path) == ("https://127.0.0.1:6443", "secret-token", str(folder / "ca.crt"))
+    assert configuring.decide_mode(AgentConfig(node_name="n")).mode is modes.Mode.CLUSTER
+
+
+def test_without_kubeconfig_the_in_cluster_service_account_comes_first(monkeypatch: pytest.MonkeyPatch,
+                                                                       no_credentials: Path) -> None:
+    account = no_credentials / "sa"
+    account.mkdir()
+    for name, content in (("token", "sa-token\n"), ("ca.crt", "CA"), ("namespace", "kopflet-system")):
+        (account / name).write_text(content)
+    monkeypatch.setattr(configuring.login_, "TOKEN_FILE", str(account / "token"))
+    monkeypatch.setattr(configuring.login_, "CA_FILE", str(account / "ca.crt"))
+    monkeypatch.setattr(configuring.login_, "NAMESPACE_FILE", str(account / "namespace"))
+    monkeypatch.setattr(configuring, "SERVICE_ACCOUNT_FILES", (str(account / "token"), str(account / "ca.crt")))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(no_credentials)))  # not read: in-cluster wins
+    info = configuring.connection_info(AgentConfig(node_name="n"), logger=LOGGER, settings=kopf.OperatorSettings())
+    assert info == kopf.ConnectionInfo(server="https://[fd00::1]:443", ca_path=str(account / "ca.crt"),
+                                       insecure=False, scheme="Bearer", token="sa-token",
+                                       default_namespace="kopflet-system")
+    assert configuring.client_sources().in_cluster

@@ -28,7 +28,7 @@ IMPURE = frozenset({
     "kopflet.allocation.state", "kopflet.apis.podresources.server",
     "kopflet.apis.podresources.proto.v1.api_pb2", "kopflet.apis.podresources.proto.v1.api_pb2_grpc",
     "kopflet.apis.podresources.proto.v1alpha1.api_pb2", "kopflet.apis.podresources.proto.v1alpha1.api_pb2_grpc",
-    "kopflet.certificate.bootstrap", "kopflet.certificate.manager",
+    "kopflet.certificate.bootstrap", "kopflet.certificate.login", "kopflet.certificate.manager",
     "kopflet.certificate.openssl", "kopflet.certificate.signing", "kopflet.certificate.store",
     "kopflet.client.events", "kopflet.client.informer", "kopflet.client.kubeapi", "kopflet.client.standalone",
     "kopflet.cm.cgroups",
