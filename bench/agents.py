@@ -7,6 +7,7 @@ the stack's serving certificate, so `kubectl logs` works the same way for both.
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import signal
@@ -88,6 +89,19 @@ class Agent:
             self._log.close()
 
 
+AGENT_VENV_ENV = "KOPFLET_AGENT_VENV"
+
+
+def agent_python() -> Path:
+    """The interpreter kopflet runs under in the benchmarks: the runtime-only venv the Makefile names
+    ($KOPFLET_AGENT_VENV, what `pip install kopflet` installs), else this one. The development venv also holds the
+    harness's `kubernetes` client, which Kopf imports whenever it is installed."""
+    venv = os.environ.get(AGENT_VENV_ENV)
+    if venv and (Path(venv) / "bin" / "python").exists():
+        return Path(venv) / "bin" / "python"
+    return Path(sys.executable)
+
+
 class Kopflet(Agent):
     name = "kopflet"
 
@@ -96,7 +110,7 @@ class Kopflet(Agent):
         return Path(KubeletLayout(AgentConfig.root_dir).pods_dir)  # the agent runs with the default --root-dir
 
     def argv(self) -> list[str]:
-        kopf = Path(sys.executable).with_name("kopf")
+        kopf = agent_python().with_name("kopf")
         return [str(kopf), "run", "--standalone", "--all-namespaces", str(REPO / "operator" / "main.py")]
 
     def env(self) -> dict[str, str]:

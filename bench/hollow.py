@@ -39,7 +39,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from bench import audit, cluster, host, stats
-from bench.agents import _version, other_agents_running
+from bench.agents import _version, agent_python, other_agents_running
 from devstack.layout import REPO, Layout
 
 RESULTS = REPO / "bench" / "results"
@@ -337,7 +337,7 @@ class KopfletFleet(Fleet):
     def start(self) -> None:
         # short: the nodes' unix sockets lie below the state dir (108 bytes at most)
         self.sockets = Path(tempfile.mkdtemp(prefix="kh-", dir="/tmp"))
-        argv = [sys.executable, "-m", "handlers.cli", "hollow", f"--nodes={self.nodes}",
+        argv = [str(agent_python()), "-m", "handlers.cli", "hollow", f"--nodes={self.nodes}",
                 f"--name-prefix={self.prefix}", f"--state-dir={self.sockets}", f"--port-base={self.port_base}",
                 "--runtime-latency=zero", f"--bootstrap-kubeconfig={self.layout.bootstrap_kubeconfig}",
                 f"--node-labels={FLEET_LABEL}={self.name}"]
