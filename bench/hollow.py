@@ -25,6 +25,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,7 @@ from typing import Any
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from bench import audit, cluster, host, stats
+from bench import audit, cluster, flamegraph, host, profile, stats
 from bench.agents import _version, agent_python, other_agents_running
 from devstack.layout import REPO, Layout
 
@@ -58,6 +59,8 @@ class Plan:
     ready_timeout: float = 900.0
     pods_timeout: float = 1800.0
     create_workers: int = 16
+    profile: bool = False
+    """py-spy samples the kopflet fleet (--gil) through its hold window: where 30 running pods a node cost."""
 
     @classmethod
     def quick(cls, nodes: int = 5) -> Plan:
@@ -143,6 +146,10 @@ def markdown(results: Mapping[str, Any]) -> str:
             if counts:
                 top = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:10])
                 lines.append(f"- {name}, {window.removeprefix('api_')} ({f[window]['window_seconds']} s): {top}")
+    for name, f in fleets.items():
+        if f.get("profile", {}).get("costs"):
+            lines += ["", f"## Where {name}'s CPU went with the pods running (py-spy --gil, {f['profile']['samples']} "
+                      "samples)", "", f["profile"]["costs"]]
     errors = [f"- {name}: {f['error']}" for name, f in fleets.items() if f.get("error")]
     if errors:
         lines += ["", "## Errors", "", *errors]
@@ -368,6 +375,27 @@ class KubemarkFleet(Fleet):
             self._spawn(argv, self.state / f"{i:04d}.log", {**os.environ, "TMPDIR": str(home)})
 
 
+def start_profile(fleet: Fleet) -> subprocess.Popen[bytes]:
+    raw = fleet.state / "profile.txt"
+    return subprocess.Popen([profile.py_spy(), "record", "--pid", str(fleet.pids()[0]), "--rate", "50", "--gil",
+                             "--nonblocking", "--format", "raw", "--output", str(raw)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def end_profile(spy: subprocess.Popen[bytes], fleet: Fleet) -> dict[str, Any]:
+    """The samples' largest costs (the raw stacks are kept beside the results)."""
+    spy.send_signal(signal.SIGINT)
+    _, err = spy.communicate(timeout=120)
+    raw = fleet.state / "profile.txt"
+    if spy.returncode != 0 or not raw.exists():
+        return {"error": f"py-spy failed ({spy.returncode}): {err.decode(errors='replace')[-500:]}"}
+    text = raw.read_text()
+    stacks = flamegraph.parse(text)
+    samples = sum(stacks.values())
+    return {"samples": samples, "raw": text,
+            "costs": flamegraph.markdown_table(flamegraph.costs(stacks), samples, rows=20)}
+
+
 def ready_nodes(core: kubernetes.client.CoreV1Api, fleet: Fleet) -> int:
     resp = core.list_node(label_selector=f"{FLEET_LABEL}={fleet.name}", _preload_content=False,
                           _request_timeout=cluster.REQUEST_TIMEOUT)
@@ -449,7 +477,10 @@ def measure(fleet: Fleet, core: kubernetes.client.CoreV1Api, plan: Plan, audit_l
                         "all_running_seconds": round(all_running, 1)}
         log(f"{fleet.name}: {len(names)} pods Running after {all_running:.1f} s")
         t1 = time.time()
+        spy = start_profile(fleet) if plan.profile and isinstance(fleet, KopfletFleet) else None
         out["running"] = fleet_footprint(fleet.pids(), plan.hold_seconds, plan.nodes)
+        if spy is not None:
+            out["profile"] = end_profile(spy, fleet)
         running_window = (t1, time.time())
         log(f"{fleet.name}: running {out['running']}")
 
@@ -505,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods-per-node", type=int, default=Plan.pods_per_node)
     parser.add_argument("--fleets", default=",".join(FLEETS), help="which fleets, in order (default: both)")
     parser.add_argument("--quick", action="store_true", help="5 nodes, 4 pods each, short windows")
+    parser.add_argument("--profile", action="store_true",
+                        help="sample the kopflet fleet with py-spy through its hold window (<stem>-profile.*)")
     args = parser.parse_args(argv)
     layout = Layout.from_env()
     busy = other_agents_running()
@@ -513,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plan = Plan.quick() if args.quick else dataclasses.replace(Plan(), nodes=args.nodes,
                                                                pods_per_node=args.pods_per_node)
+    plan = dataclasses.replace(plan, profile=args.profile)
     workdir = layout.root / "bench" / "hollow"
     workdir.mkdir(parents=True, exist_ok=True)
     core = cluster.api(layout.admin_kubeconfig)
@@ -531,6 +565,15 @@ def main(argv: list[str] | None = None) -> int:
         results["fleets"][name] = measure(fleet, core, plan, layout.audit_log)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / (now.strftime("%Y-%m-%d-%H%M") + f"-hollow-{plan.nodes}" + ("-quick" if args.quick else ""))
+    for name, fleet_results in results["fleets"].items():
+        spied = fleet_results.get("profile", {})
+        if "raw" in spied:
+            raw = stem.with_name(f"{stem.name}-{name}-profile")
+            raw.with_suffix(".txt").write_text(spied.pop("raw"))
+            raw.with_suffix(".svg").write_text(flamegraph.svg(
+                flamegraph.parse(raw.with_suffix(".txt").read_text()),
+                f"kopflet hollow, {plan.nodes} nodes x {plan.pods_per_node} pods running ({spied['samples']} "
+                "samples at 50 Hz, --gil)"))
     stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(results))
     log(f"wrote {stem}.json and .md")

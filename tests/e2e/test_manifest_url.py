@@ -81,6 +81,23 @@ def pod_list(*pods: str) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "PodList", "items": [json.loads(p) for p in pods]})
 
 
+def newest_node_event(admin: Kubectl, node: str, reason: str, text: str, timeout: float = 30) -> dict[str, Any]:
+    """The node's newest `reason` event (by its time, not the list's order: a long-lived stack holds older ones),
+    once its message has `text`; the event is posted a little after the log line."""
+    def when(event: dict[str, Any]) -> str:
+        return event.get("lastTimestamp") or event.get("eventTime") or event["metadata"]["creationTimestamp"]
+
+    deadline = time.monotonic() + timeout
+    while True:
+        events = admin.json("get", "events", "-A", "--field-selector",
+                            f"involvedObject.kind=Node,involvedObject.name={node},reason={reason}")["items"]
+        newest = max(events, key=when) if events else None
+        if newest is not None and text in newest["message"]:
+            return newest
+        assert time.monotonic() < deadline, f"no {reason} event saying {text!r}; the newest: {newest}"
+        time.sleep(1)
+
+
 def wait_containers_gone(layout: Layout, config_hash: str) -> None:
     deadline = time.monotonic() + 20
     while runtime_containers(layout, config_hash) and time.monotonic() < deadline:
@@ -109,9 +126,7 @@ def test_pods_from_a_url(url_agent: Agent, served: tuple[Manifests, str], admin:
     # A bad document keeps the pod that runs, and says why in the log and in a Node event.
     serve(state, '{"apiVersion": "v1", "kind": "Pod", "metadata": {}}')
     url_agent.wait_for(r"Failed to read pods from URL: .*name is needed for the pod")
-    events = admin.json("get", "events", "-A", "--field-selector",
-                        "involvedObject.kind=Node,reason=FailedToReadPodsFromURL")["items"]
-    assert events and "name is needed for the pod" in events[-1]["message"]
+    assert newest_node_event(admin, layout.node_name, "FailedToReadPodsFromURL", "name is needed for the pod")
     serve(state, b"", status=500)
     url_agent.wait_for(rf"{url}: 500 Internal Server Error")
     time.sleep(3)

@@ -210,14 +210,16 @@ async def test_a_hung_discovery_is_cut_off() -> None:
 
 async def test_not_synced_until_the_first_list_then_the_waiting_pods_are_woken() -> None:
     h = Harness(sync_wait=0.05)
-    h.api.list_errors = [KubeApiError(403, "Forbidden", "cannot list clustertrustbundles", "GET", "/x")] * 3
+    # five refusals: the informer's backoff (0.01 ... 0.16 s, 0.31 s in all) well past the 0.05 s wait, so a loaded
+    # machine's late timer cannot let the first list land inside it
+    h.api.list_errors = [KubeApiError(403, "Forbidden", "cannot list clustertrustbundles", "GET", "/x")] * 5
     h.api.put("ADDED", obj("a"), emit=False)
     pod = make_pod("u1", {"name": "missing", "optional": True, "path": "a.pem"})
     got = await h.manager.for_pod(pod)
     assert got == Bundles(error=ctb.NOT_SYNCED)
     assert got.error == "ClusterTrustBundle informer has not yet synced"  # upstream's words
     assert h.woken == []
-    await h.until(lambda: h.woken)  # the informer's backoff: 0.01, 0.02, 0.04, then the list
+    await h.until(lambda: h.woken)  # the informer's backoff: 0.01, 0.02, 0.04, 0.08, 0.16, then the list
     assert names(await h.manager.bundles()) == {"a": pem(b"root")}
     assert h.woken == [{"u1"}]  # told "not synced": woken by the first list, though it reads no bundle that exists
     await h.stop()
