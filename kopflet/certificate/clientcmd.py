@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from kopflet.certificate.kubeconfig import KubeconfigError, _data
+from kopflet.certificate.kubeconfig import KubeconfigError, _data, _mapping
+from kopflet.certificate.kubeconfig import _path as _resolve  # loader.go ResolvePaths
 
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 """The ExecCredential versions client-go v0.37 speaks (exec.go apiVersions)."""
@@ -93,14 +94,6 @@ class Kubeconfig:
     current_context: str = ""
 
 
-def _mapping(value: Any, what: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise KubeconfigError(f"{what}: expected a mapping")
-    return value
-
-
 def _entries(items: Any, kind: str) -> dict[str, Mapping[str, Any]]:
     """A kubeconfig list (``clusters``, ``users``, ``contexts``) by name; a later duplicate replaces an earlier one,
     as the v1 list-to-map conversion does."""
@@ -113,14 +106,6 @@ def _entries(items: Any, kind: str) -> dict[str, Mapping[str, Any]]:
         item = _mapping(item, f"{kind}s")
         out[str(item.get("name") or "")] = _mapping(item.get(kind), f"{kind} {item.get('name')!r}")
     return out
-
-
-def _resolve(value: Any, base: str) -> str:
-    """loader.go ResolvePaths: an empty or absolute path as it is, a relative one joined to the file's directory."""
-    if not value:
-        return ""
-    text = str(value)
-    return text if posixpath.isabs(text) else posixpath.normpath(posixpath.join(base, text))
 
 
 def load(text: str, location: str) -> Kubeconfig:
