@@ -169,15 +169,17 @@ def pss_bytes(pid: int) -> int:
 
 def fleet_footprint(pids: Sequence[int], seconds: float, nodes: int) -> dict[str, float]:
     """Memory at the end and CPU over a window, summed over the fleet's processes, total and per node."""
-    start, t0 = sum(host.cpu_seconds(p) for p in pids), time.monotonic()
+    wall, start, t0 = time.time(), sum(host.cpu_seconds(p) for p in pids), time.monotonic()
     time.sleep(seconds)
     used, elapsed = sum(host.cpu_seconds(p) for p in pids) - start, time.monotonic() - t0
+    window = (wall, time.time())
+    # memory after the window's end (reading a busy process's smaps can take long: not part of the window)
     rss, pss = sum(host.rss_bytes(p) for p in pids) / 2**20, sum(pss_bytes(p) for p in pids) / 2**20
     cpu = 100 * used / elapsed
     return {"processes": len(pids), "rss_mib": round(rss, 1), "pss_mib": round(pss, 1),
             "rss_mib_per_node": round(rss / nodes, 2), "pss_mib_per_node": round(pss / nodes, 2),
             "cpu_percent_of_core": round(cpu, 2), "cpu_percent_per_node": round(cpu / nodes, 3),
-            "window_seconds": round(elapsed, 1)}
+            "window_seconds": round(elapsed, 1), "window": window}
 
 
 class AuditTail:
@@ -449,9 +451,8 @@ def measure(fleet: Fleet, core: kubernetes.client.CoreV1Api, plan: Plan, audit_l
                                               f"{plan.nodes} Ready nodes", fleet), 1)
         log(f"{fleet.name}: all Ready after {out['ready_seconds']} s; settling")
         time.sleep(plan.settle_seconds)
-        t0 = time.time()
         out["idle"] = fleet_footprint(fleet.pids(), plan.idle_seconds, plan.nodes)
-        idle_window = (t0, time.time())
+        idle_window = out["idle"]["window"]
         log(f"{fleet.name}: idle {out['idle']}")
 
         watch.start()
@@ -476,12 +477,12 @@ def measure(fleet: Fleet, core: kubernetes.client.CoreV1Api, plan: Plan, audit_l
                         "bound_to_running": stats.summary(latencies(watch.records, "bound")),
                         "all_running_seconds": round(all_running, 1)}
         log(f"{fleet.name}: {len(names)} pods Running after {all_running:.1f} s")
-        t1 = time.time()
+        time.sleep(plan.settle_seconds)  # the last statuses of the burst are not the running pods' steady cost
         spy = start_profile(fleet) if plan.profile and isinstance(fleet, KopfletFleet) else None
         out["running"] = fleet_footprint(fleet.pids(), plan.hold_seconds, plan.nodes)
         if spy is not None:
             out["profile"] = end_profile(spy, fleet)
-        running_window = (t1, time.time())
+        running_window = out["running"]["window"]
         log(f"{fleet.name}: running {out['running']}")
 
         def delete(name: str) -> None:
