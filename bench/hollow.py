@@ -409,6 +409,13 @@ def ready_nodes(core: kubernetes.client.CoreV1Api, fleet: Fleet) -> int:
     return count
 
 
+def _discard(response: Any) -> None:
+    """An undecoded answer read to its end before its connection goes back to the pool (left unread, the next
+    request on it would read this body as its status line)."""
+    response.drain_conn()
+    response.release_conn()
+
+
 def remove_leftovers(core: kubernetes.client.CoreV1Api) -> None:
     """Nodes and namespaces an interrupted run left (its fleets gone, they would stay NotReady for ever)."""
     resp = core.list_node(label_selector=FLEET_LABEL, _preload_content=False, _request_timeout=cluster.REQUEST_TIMEOUT)
@@ -463,8 +470,8 @@ def measure(fleet: Fleet, core: kubernetes.client.CoreV1Api, plan: Plan, audit_l
         def create(name: str) -> None:
             watch.mark_created(name)
             # the answer left undecoded: the client's models would make the driver, not the fleet, the bottleneck
-            core.create_namespaced_pod(namespace, pod_manifest(name, fleet.name), _preload_content=False,
-                                       _request_timeout=cluster.REQUEST_TIMEOUT).release_conn()
+            _discard(core.create_namespaced_pod(namespace, pod_manifest(name, fleet.name), _preload_content=False,
+                                                _request_timeout=cluster.REQUEST_TIMEOUT))
 
         creating = threading.Thread(target=cluster.in_parallel, args=(create, names, plan.create_workers),
                                     daemon=True)
@@ -487,8 +494,8 @@ def measure(fleet: Fleet, core: kubernetes.client.CoreV1Api, plan: Plan, audit_l
 
         def delete(name: str) -> None:
             try:
-                core.delete_namespaced_pod(name, namespace, _preload_content=False,
-                                           _request_timeout=cluster.REQUEST_TIMEOUT).release_conn()
+                _discard(core.delete_namespaced_pod(name, namespace, _preload_content=False,
+                                                    _request_timeout=cluster.REQUEST_TIMEOUT))
             except ApiException as exc:
                 if exc.status != 404:
                     raise
