@@ -826,7 +826,8 @@ def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[st
         elif key in MERGE_KEYS and key in new:
             merge_key = MERGE_KEYS[key]
             before = {item.get(merge_key): item for item in old or []}
-            changed = [copy.deepcopy(item) for item in value or [] if before.get(item.get(merge_key)) != item]
+            changed = [_item_patch(before.get(item.get(merge_key)), item) for item in value or []
+                       if before.get(item.get(merge_key)) != item]
             if key == "conditions":
                 # The resize conditions are the kubelet's: one it cleared must go from the API object too.
                 kept = {item.get(merge_key) for item in value or []}
@@ -837,6 +838,17 @@ def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[st
         elif key in new and old != value:
             body[key] = copy.deepcopy(value)
     return {"status": body} if body else {}
+
+
+def _item_patch(before: Mapping[str, Any] | None, item: Mapping[str, Any]) -> dict[str, Any]:
+    """A keyed list item as the patch sends it: whole, and a field it had before but has no more as null. The
+    strategic merge merges the item into the API's by its key, so a field left out would stay (a Ready condition
+    turned True kept its old ``ContainersNotReady`` reason and message, and was patched again at every resync);
+    upstream's CreateTwoWayMergePatch sends such a field as null too."""
+    sent = copy.deepcopy(dict(item))
+    for key in before or {}:
+        sent.setdefault(key, None)
+    return sent
 
 
 def apply_status_patch(previous: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

@@ -132,6 +132,9 @@ def test_running_pod_gets_ip_ready_and_upstream_events(running_agent: Agent, adm
     conditions = {c["type"]: c["status"] for c in st["conditions"]}
     assert conditions == {"PodReadyToStartContainers": "True", "Initialized": "True", "ContainersReady": "True",
                           "Ready": "True", "PodScheduled": "True"}
+    # upstream's ready conditions carry no reason or message when True: not the Pending status's ContainersNotReady
+    for ready in (c for c in st["conditions"] if c["type"] in ("Ready", "ContainersReady")):
+        assert "reason" not in ready and "message" not in ready, ready
     main = statuses(pod)["main"]
     assert main["ready"] is True and main["started"] is True and main["restartCount"] == 0
     assert "running" in main["state"] and main["state"]["running"]["startedAt"]

@@ -26,6 +26,9 @@ BASE: dict[str, Any] = {"phase": "Running", "conditions": [READY, FOREIGN], "pod
                  {"status": {"containerStatuses": [{**RUNNING[0], "ready": False}]}},
                  id="container statuses are atomic: sent whole"),
     pytest.param({**BASE, "message": "old"}, BASE, {"status": {"message": None}}, id="a dropped owned field is nulled"),
+    pytest.param({**BASE, "conditions": [{**READY, "status": "False", "reason": "ContainersNotReady", "message": "m"},
+                                         FOREIGN]}, BASE, {"status": {"conditions": [{**READY, "reason": None, "message": None}]}},
+                 id="a field a merged condition dropped is nulled"),
     pytest.param({**BASE, "nominatedNodeName": "x"}, BASE, {}, id="fields the kubelet does not own are left"),
     pytest.param({}, {"phase": "Pending", "qosClass": "BestEffort"},
                  {"status": {"phase": "Pending", "qosClass": "BestEffort"}}, id="first status"),
@@ -47,6 +50,17 @@ APPLY_CASES = [
                  {"conditions": [{"type": "Ready", "status": "True"}]}, id="delete-directive"),
     pytest.param({}, {}, {}, id="empty"),
 ]
+
+
+def test_a_condition_that_lost_its_reason_is_written_once() -> None:
+    """Ready turned True (no reason, no message) over a Ready False with both: the API's condition loses them, and
+    the next sync, against what the API then holds, writes nothing (a steady pod was patched every resync)."""
+    pending = {**BASE, "conditions": [{**READY, "status": "False", "reason": "ContainersNotReady",
+                                       "message": "containers with unready status: [c]"}, FOREIGN]}
+    patch = status_patch(pending, BASE)
+    held = generate.apply_status_patch(pending, patch)
+    assert held["conditions"] == [READY, FOREIGN]
+    assert status_patch(held, BASE) == {}
 
 
 @pytest.mark.parametrize(("previous", "patch", "expected"), APPLY_CASES)
