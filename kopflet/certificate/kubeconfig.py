@@ -71,7 +71,8 @@ def _data(value: Any, field: str) -> bytes:
     if not value:
         return b""
     try:
-        return base64.b64decode(str(value), validate=True)
+        # Go's base64.StdEncoding skips line breaks (a YAML block wrapped at 64 columns); anything else is refused
+        return base64.b64decode(str(value).replace("\r", "").replace("\n", ""), validate=True)
     except (binascii.Error, ValueError):
         raise KubeconfigError(f"{field}: not base64") from None
 

@@ -828,11 +828,16 @@ def status_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[st
             before = {item.get(merge_key): item for item in old or []}
             changed = [_item_patch(before.get(item.get(merge_key)), item) for item in value or []
                        if before.get(item.get(merge_key)) != item]
+            kept = {item.get(merge_key) for item in value or []}
             if key == "conditions":
                 # The resize conditions are the kubelet's: one it cleared must go from the API object too.
-                kept = {item.get(merge_key) for item in value or []}
                 changed += [{"type": kind, "$patch": "delete"} for kind in before
                             if kind in RESIZE_CONDITIONS and kind not in kept]
+            else:
+                # podIPs/hostIPs are the kubelet's alone: an IP gone (a sandbox made again with a new one) is
+                # deleted, as upstream's two-way merge patch does; merged in, the old IP would stay first and the
+                # apiserver refuses every later patch ("podIPs[0] must be equal to podIP")
+                changed += [{merge_key: ip, "$patch": "delete"} for ip in before if ip not in kept]
             if changed:
                 body[key] = changed
         elif key in new and old != value:

@@ -115,3 +115,18 @@ def test_a_bootstrapped_kubeconfig_reads_back_with_the_pair_and_without_the_toke
     bootstrap = ClientConfig("https://a", ca_file="/ca", token="abcdef.0123456789abcdef")
     assert kubeconfig.parse(kubeconfig.bootstrapped(bootstrap, PEM), "/etc/kubelet.conf") == ClientConfig(
         "https://a", ca_file="/ca", cert_file=PEM, key_file=PEM)
+
+
+def test_inline_data_wrapped_over_lines_is_read_as_go_reads_it() -> None:
+    """Go's base64 skips line breaks: a kubeconfig whose data is a YAML block wrapped at 64 columns logs in."""
+    data = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n" + b"x" * 100 + b"\n-----END CERTIFICATE-----\n").decode()
+    wrapped = "\n".join(data[i:i + 64] for i in range(0, len(data), 64))
+    text = ("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+            "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+            "clusters:\n- name: k\n  cluster:\n    server: https://h:6443\n    certificate-authority-data: |\n"
+            + "".join(f"      {line}\n" for line in wrapped.splitlines())
+            + "users: [{name: u, user: {token: t}}]\n")
+    assert kubeconfig.parse(text, "/etc/kubernetes/kubelet.conf").ca_data == base64.b64decode(data)
+    with pytest.raises(kubeconfig.KubeconfigError, match="not base64"):
+        block = "certificate-authority-data: |\n      "
+        kubeconfig.parse(text.replace(block, block + "!"), "/etc/kubernetes/kubelet.conf")

@@ -27,9 +27,14 @@ BASE: dict[str, Any] = {"phase": "Running", "conditions": [READY, FOREIGN], "pod
                  id="container statuses are atomic: sent whole"),
     pytest.param({**BASE, "message": "old"}, BASE, {"status": {"message": None}}, id="a dropped owned field is nulled"),
     pytest.param({**BASE, "conditions": [{**READY, "status": "False", "reason": "ContainersNotReady", "message": "m"},
-                                         FOREIGN]}, BASE, {"status": {"conditions": [{**READY, "reason": None, "message": None}]}},
+                                         FOREIGN]}, BASE,
+                 {"status": {"conditions": [{**READY, "reason": None, "message": None}]}},
                  id="a field a merged condition dropped is nulled"),
     pytest.param({**BASE, "nominatedNodeName": "x"}, BASE, {}, id="fields the kubelet does not own are left"),
+    pytest.param(BASE, {**BASE, "podIP": "10.88.0.9", "podIPs": [{"ip": "10.88.0.9"}]},
+                 {"status": {"podIP": "10.88.0.9",
+                             "podIPs": [{"ip": "10.88.0.9"}, {"ip": "10.88.0.5", "$patch": "delete"}]}},
+                 id="a pod IP gone is deleted from the list"),
     pytest.param({}, {"phase": "Pending", "qosClass": "BestEffort"},
                  {"status": {"phase": "Pending", "qosClass": "BestEffort"}}, id="first status"),
 ])
@@ -50,6 +55,15 @@ APPLY_CASES = [
                  {"conditions": [{"type": "Ready", "status": "True"}]}, id="delete-directive"),
     pytest.param({}, {}, {}, id="empty"),
 ]
+
+
+def test_a_new_pod_ip_replaces_the_old_one() -> None:
+    """A sandbox made again with a new IP: the API ends with the new IP alone (merged in beside the old one, podIPs[0]
+    would differ from podIP and the apiserver would refuse this and every later patch)."""
+    moved = {**BASE, "podIP": "10.88.0.9", "podIPs": [{"ip": "10.88.0.9"}]}
+    held = generate.apply_status_patch(BASE, status_patch(BASE, moved))
+    assert held["podIPs"] == [{"ip": "10.88.0.9"}] and held["podIP"] == "10.88.0.9"
+    assert status_patch(held, moved) == {}
 
 
 def test_a_condition_that_lost_its_reason_is_written_once() -> None:
