@@ -38,6 +38,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 KUBEADM_FLAGS_ENV = Path("/var/lib/kubelet/kubeadm-flags.env")
+KUBELET_CONFIG = Path("/var/lib/kubelet/config.yaml")
+FLAGS_WAIT = 5.0
+"""How long a start waits for kubeadm's flags once its config is there (see `wait_for_flags`)."""
 DEFAULTS_ENV = Path("/etc/default/kubelet")
 KUBECONFIG_ARGS = ("--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
                    "--kubeconfig=/etc/kubernetes/kubelet.conf")
@@ -177,6 +180,21 @@ def _wait(child: subprocess.Popen[bytes], start: StartTimeout,
             killed_at = float("inf")
 
 
+def wait_for_flags(config: Path = KUBELET_CONFIG, flags: Path = KUBEADM_FLAGS_ENV, timeout: float = FLAGS_WAIT,
+                   stopping: Callable[[], bool] = lambda: False) -> bool:
+    """kubeadm writes config.yaml and then kubeadm-flags.env; a start between the two runs without the node's flags
+    (no --hostname-override: the devstack's second node takes the host's name and cert directory, and what that
+    start writes, a kubeconfig for the wrong identity, outlives kubeadm's restart). A real node's name is its host's,
+    so there the window is harmless; this stand-in waits up to `timeout` for the flags once the config is there, then
+    starts as systemd would. True when the flags are there (or no config is)."""
+    deadline = time.monotonic() + timeout
+    while config.exists() and not flags.exists():
+        if stopping() or time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack.kubelet_unit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kopflet", default=str(Path(sys.executable).with_name("kopflet")))
@@ -201,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         threading.Thread(target=_print_notifications, args=(notify, listening, current), daemon=True).start()
         env = {**os.environ, NOTIFY_SOCKET_ENV: str(notify.path)}  # Type=notify
         while not stopping:
+            wait_for_flags(stopping=lambda: stopping)
             environment = read_env([KUBEADM_FLAGS_ENV, DEFAULTS_ENV])
             command = exec_start(args.kopflet, environment)
             print(f"kubelet.service: starting {shlex.join(command)}", flush=True)

@@ -9,6 +9,7 @@ import re
 import shlex
 import socket
 import textwrap
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -178,3 +179,17 @@ def test_the_operations_guide_shows_a_watchdog_drop_in() -> None:
     entries = parse_unit(blocks[0])
     assert entries == [("Service", "WatchdogSec", "30s")]
     assert "kopflet.service.d/" in blocks[0] and "kubelet.service.d/" in blocks[0]
+
+
+def test_a_start_waits_for_kubeadms_flags_once_its_config_is_there(tmp_path: Path) -> None:
+    """A start between kubeadm's config.yaml and its kubeadm-flags.env would run without --hostname-override."""
+    config, flags = tmp_path / "config.yaml", tmp_path / "kubeadm-flags.env"
+    assert kubelet_unit.wait_for_flags(config, flags, timeout=0.2)  # no config yet: start (and fail) as before
+    config.write_text("kind: KubeletConfiguration\n")
+    assert not kubelet_unit.wait_for_flags(config, flags, timeout=0.2)  # never written: start anyway after the wait
+    timer = threading.Timer(0.2, flags.write_text, args=("KUBELET_KUBEADM_ARGS=--hostname-override=vm-2\n",))
+    timer.start()
+    try:
+        assert kubelet_unit.wait_for_flags(config, flags, timeout=5.0)
+    finally:
+        timer.cancel()
