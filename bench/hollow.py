@@ -159,14 +159,6 @@ def markdown(results: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------- the host side
 
 
-def pss_bytes(pid: int) -> int:
-    """Proportional set size (shared pages divided among the processes sharing them)."""
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def fleet_footprint(pids: Sequence[int], seconds: float, nodes: int) -> dict[str, float]:
     """Memory at the end and CPU over a window, summed over the fleet's processes, total and per node."""
     wall, start, t0 = time.time(), sum(host.cpu_seconds(p) for p in pids), time.monotonic()
@@ -174,7 +166,7 @@ def fleet_footprint(pids: Sequence[int], seconds: float, nodes: int) -> dict[str
     used, elapsed = sum(host.cpu_seconds(p) for p in pids) - start, time.monotonic() - t0
     window = (wall, time.time())
     # memory after the window's end (reading a busy process's smaps can take long: not part of the window)
-    rss, pss = sum(host.rss_bytes(p) for p in pids) / 2**20, sum(pss_bytes(p) for p in pids) / 2**20
+    rss, pss = sum(host.rss_bytes(p) for p in pids) / 2**20, sum(host.pss_bytes(p) for p in pids) / 2**20
     cpu = 100 * used / elapsed
     return {"processes": len(pids), "rss_mib": round(rss, 1), "pss_mib": round(pss, 1),
             "rss_mib_per_node": round(rss / nodes, 2), "pss_mib_per_node": round(pss / nodes, 2),

@@ -25,6 +25,15 @@ def rss_bytes(pid: int) -> int:
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
 
 
+def pss_bytes(pid: int) -> int:
+    """Proportional set size: shared pages divided among the processes sharing them (kubemark's hollow nodes share
+    one binary's pages, which RSS counts once per process)."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU time the process has used so far (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from kopflet import gotext
 from kopflet.certificate.kubeconfig import KubeconfigError, _data, _mapping
 from kopflet.certificate.kubeconfig import _path as _resolve  # loader.go ResolvePaths
 
@@ -287,15 +288,10 @@ def client_config(config: Kubeconfig) -> RestConfig:
     )
 
 
-def join_host_port(host: str, port: str) -> str:
-    """Go's net.JoinHostPort: an IPv6 address (one with a colon) in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def in_cluster(host: str, port: str, token: str, ca_file: str, namespace: str) -> RestConfig:
     """The service account's rest config (rest/config.go InClusterConfig; the namespace as clientcmd's
     inClusterClientConfig.Namespace reads it)."""
-    return RestConfig(server="https://" + join_host_port(host, port), ca_file=ca_file, token=token.strip(),
+    return RestConfig(server="https://" + gotext.join_host_port(host, port), ca_file=ca_file, token=token.strip(),
                       namespace=namespace.strip())
 
 
