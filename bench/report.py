@@ -126,6 +126,12 @@ def _row(label: str, s: Mapping[str, Any], extra: str = "") -> str:
             f"| {_ms(s.get('max'))} | {extra} |")
 
 
+FLOOR_TEXT = ("The runtime floor is the same pod straight through CRI, with no agent and no apiserver: RunPodSandbox "
+              "(its pod cgroup, a log directory and the RuntimeDefault seccomp profile every agent asks for a "
+              "sandbox, as upstream's kubelet does whatever the pod says), then CreateContainer and "
+              "StartContainer, back to back.")
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     """The summary page: latency tables (milliseconds), footprint, API cost, churn leftovers."""
     s = results["summary"]
@@ -150,7 +156,10 @@ def markdown(results: Mapping[str, Any]) -> str:
     def ratio(r: Mapping[str, float] | None) -> str:
         return f"{r.get('p50', '-')}x / {r.get('p99', '-')}x" if r else ""
 
-    lines += ["## Pod start (creation → Running, all containers started; one at a time)", "", *header]
+    lines += ["## Pod start (creation → Running, all containers started; one at a time)", ""]
+    if s["floor"]:
+        lines += [FLOOR_TEXT, ""]
+    lines += header
     if s["floor"]:
         lines.append(_row("runtime floor (CRI)", s["floor"]["start"]))
     for name, agent in agents.items():

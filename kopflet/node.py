@@ -75,6 +75,7 @@ from kopflet.nodestatus.heartbeat import NodeAgent, read_machine_facts
 from kopflet.nodestatus.setters import MachineFacts
 from kopflet.oom.watcher import OomWatcher
 from kopflet.pleg.evented import RuntimeEvents
+from kopflet.pleg.own_stops import OwnStops
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pluginmanager.cache import CSI_PLUGIN
 from kopflet.pluginmanager.plugin_manager import PluginManager
@@ -357,6 +358,7 @@ class Node:
         servers, searches, options = sandbox_config.parse_resolv_conf(host.resolv_conf)
         dns = sandbox_config.DnsSettings(cluster_dns=cfg.cluster_dns, cluster_domain=cfg.cluster_domain,
                                          host_servers=servers, host_searches=searches, host_options=options)
+        own_stops = OwnStops()  # the syncer's stop calls, which the runtime events wait for instead of polling
         self.executor = PodSyncer(
             cfg, cri, self.api, self.recorder, self.images, self.backoff, dns,
             node_memory_capacity=host.machine.memory_bytes,
@@ -369,7 +371,7 @@ class Node:
             hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths,
             before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager, devices=self.device_manager,
             memory=self.memory_manager, userns=self.userns, swap_controller=host.swap_controller,
-            metrics=self.metrics)
+            metrics=self.metrics, own_stops=own_stops)
         self.relist = RuntimeCache(cri, on_relist=self.metrics.observe_pleg_relist)
         self.prober = ProbeManager(cri, self.recorder, self._wake, metrics=self.probe_metrics)
         self.status = StatusManager(self.api)
@@ -389,7 +391,7 @@ class Node:
             memory=self.memory_manager, hooks=self.policy_hooks, tracer=self.tracer)
         self.runtime_events = RuntimeEvents(  # the streams opened when it runs: building touches no runtime
             self.relist, (("containerd", lambda: cri.containerd_events()), ("CRI", lambda: cri.container_events())),
-            self.workers.wake, self.metrics)
+            self.workers.wake, self.metrics, own_stops=own_stops)
         self.housekeeping = Housekeeping(self.api, self.relist, self.workers, self.teardown, self.layout,
                                          cfg.pod_field_selector, userns=self.userns, cgroups=self.cgroups,
                                          sources_ready=self._sources_ready)

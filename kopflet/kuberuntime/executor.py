@@ -52,6 +52,7 @@ from kopflet.lifecycle.hooks import HookRunner
 from kopflet.logs import manager as log_manager
 from kopflet.logs.verbosity import v
 from kopflet.metrics import KubeletMetrics
+from kopflet.pleg.own_stops import OwnStops
 from kopflet.prober import probes
 from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager
@@ -99,7 +100,7 @@ class PodSyncer:
                  cpus: CPUManager | None = None, devices: DeviceManager | None = None,
                  memory: MemoryManager | None = None, userns: UsernsManager | None = None,
                  swap_controller: helpers.SwapController = helpers.SwapController.NONE,
-                 metrics: KubeletMetrics | None = None) -> None:
+                 metrics: KubeletMetrics | None = None, own_stops: OwnStops | None = None) -> None:
         """The parts default to ones of its own; the node's composition root (`kopflet.node`) passes its own.
         `hugepage_sizes` and `masked_paths` are the host's (`read_host_container_facts`); `before_pod_cgroup` brings
         the QoS tiers up to date before a new pod cgroup is made (the container manager's `update_qos`); `cpus` is
@@ -107,10 +108,12 @@ class PodSyncer:
         gives it its NUMA nodes (``cpuset.mems``); `devices` the device manager, whose plugins' Allocate answers go
         into the container's config; `userns` the user namespace manager, which gives ``hostUsers: false`` pods
         their ID ranges (none of its own: it reads every pod directory when built); `swap_controller` the node's
-        (`cgroups.swap_controller`); `metrics` the kubelet's metrics, where the image volume counters go."""
+        (`cgroups.swap_controller`); `metrics` the kubelet's metrics, where the image volume counters go; `own_stops`
+        where each stop call is marked while it runs (the runtime events wait for it instead of polling)."""
         self.before_pod_cgroup, self.cpus, self.devices, self.memory = before_pod_cgroup, cpus, devices, memory
         self.swap_controller, self.metrics = swap_controller, metrics
         self.userns = userns
+        self.own_stops = own_stops if own_stops is not None else OwnStops()
         self.cfg, self.cri, self.api, self.recorder = cfg, cri_client, api, recorder
         self.layout = layout if layout is not None else cfg.layout
         self.allocations = allocations if allocations is not None else AllocationManager(self.layout)
@@ -143,27 +146,37 @@ class PodSyncer:
             await self.reset_containers(pod, actions.containers_to_reset)
 
         # Volumes first, as upstream waits for them before creating anything; on every sync, so ConfigMap,
-        # Secret and token updates reach running pods. A missing source keeps the pod ContainerCreating.
+        # Secret and token updates reach running pods. A missing source keeps the pod ContainerCreating. The pod
+        # cgroup is made meanwhile: upstream's syncPod makes it before it waits for the volumes, and neither needs
+        # the other.
         began = time.monotonic()
-        try:
-            plans = await self.volumes.setup(pod)
-        except VolumeError as exc:
-            result.volume_error = str(exc)
-            events = exc.events if exc.events is not None else (("FailedMount", str(exc)),)
+        volumes, cgroup = await asyncio.gather(self.volumes.setup(pod), self.ensure_pod_cgroup(pod, result),
+                                               return_exceptions=True)
+        if isinstance(volumes, VolumeError):
+            result.volume_error = str(volumes)
+            events = volumes.events if volumes.events is not None else (("FailedMount", str(volumes)),)
             for reason, message in events:
                 self.recorder.pod_event(pod, WARNING, reason, message)
             failure = events[0][0] if events else "FailedMount"
             result.steps.append(StepTime(VOLUMES, "", began, time.monotonic(), failure))
             return result
+        for outcome in (volumes, cgroup):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        plans: dict[str, plugins.VolumePlan] = volumes  # type: ignore[assignment]
         result.steps.append(StepTime(VOLUMES, "", began, time.monotonic()))
 
-        # The sandbox step, when there is one to create: its config, the pod cgroup and RunPodSandbox.
+        # The sandbox step, when there is one to create: its config and RunPodSandbox (a pod cgroup that could not
+        # be made fails it).
         began = time.monotonic()
 
         def sandbox_step(error: str = "") -> None:
             if actions.create_sandbox:
                 result.steps.append(StepTime(SANDBOX, "", began, time.monotonic(), error))
 
+        if not cgroup:  # its FailedCreatePodSandBox event is sent
+            sandbox_step("FailedCreatePodSandBox")
+            return result
         sandbox_id = actions.sandbox_id
         try:
             handler, handlers = await self.user_namespace_facts(pod)
@@ -182,9 +195,6 @@ class PodSyncer:
             # event, and SyncPod retries.
             result.sandbox_error = f"Failed to create pod sandbox: {exc}"
             self.recorder.pod_event(pod, WARNING, "FailedCreatePodSandBox", result.sandbox_error)
-            sandbox_step("FailedCreatePodSandBox")
-            return result
-        if not await self.ensure_pod_cgroup(pod, result):
             sandbox_step("FailedCreatePodSandBox")
             return result
         if actions.create_sandbox:
@@ -790,7 +800,8 @@ class PodSyncer:
         logger.log(v(2), f"pod {pod.namespace}/{pod.name}: killing container {name} ({container_id}) with a grace "
                          f"period of {seconds}s")
         try:
-            await self.cri.containers.stop(container_id, seconds)
+            async with self.own_stops.stopping(container_id):
+                await self.cri.containers.stop(container_id, seconds)
         except CriError as exc:
             if not exc.not_found:
                 raise
@@ -833,7 +844,8 @@ class PodSyncer:
         for sandbox in runtime.sandboxes:
             if sandbox.ready:
                 try:
-                    await self.cri.sandboxes.stop(sandbox.id)
+                    async with self.own_stops.stopping(sandbox.id):
+                        await self.cri.sandboxes.stop(sandbox.id)
                 except CriError as exc:
                     if not exc.not_found:
                         raise
@@ -844,7 +856,8 @@ class PodSyncer:
             await self._remove_container(cid)
         for sid in sandbox_ids:
             try:
-                await self.cri.sandboxes.stop(sid)
+                async with self.own_stops.stopping(sid):
+                    await self.cri.sandboxes.stop(sid)
                 await self.cri.sandboxes.remove(sid)
             except CriError as exc:
                 if not exc.not_found:

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from cri_client import CriError
 from cri_client import types as cri
 from kopflet.metrics import KubeletMetrics
+from kopflet.pleg.own_stops import OwnStops
 from kopflet.pleg.relist import RuntimeCache
 
 logger = logging.getLogger(__name__)
@@ -46,10 +47,13 @@ agent's own actions, after which the worker reads the pod again anyway."""
 
 class RuntimeEvents:
     def __init__(self, cache: RuntimeCache, sources: Sequence[Source], wake: Callable[[Iterable[str]], None],
-                 metrics: KubeletMetrics | None = None, clock: Callable[[], float] = time.time) -> None:
+                 metrics: KubeletMetrics | None = None, clock: Callable[[], float] = time.time,
+                 own_stops: OwnStops | None = None) -> None:
         """`sources`: the streams to try, in order; the first the runtime implements is used. `wake`: the pods'
-        workers' (`kopflet.pods.workers.PodWorkers.wake`)."""
+        workers' (`kopflet.pods.workers.PodWorkers.wake`). `own_stops`: the stops the agent is making (the pod
+        syncer's), whose exits are read once their call has returned instead of polled for."""
         self.cache, self.sources, self.wake, self.metrics, self.clock = cache, tuple(sources), wake, metrics, clock
+        self.own_stops = own_stops if own_stops is not None else OwnStops()
         self.source: str | None = None
         """The stream in use; None until one has given an event or stayed open `STREAM_SETTLED`, while it is
         broken, or when the runtime has none."""
@@ -135,6 +139,9 @@ class RuntimeEvents:
                     return
             uid, is_sandbox = owner
             if event.type is cri.ContainerEventType.STOPPED:
+                # The agent's own stop: its call returns once the CRI plugin has recorded the exit, so the one read
+                # after it sees the exit (no polling meanwhile).
+                await self.own_stops.wait(event.container_id)
                 if self.cache.seen_stopped(event.container_id):
                     return  # the agent's own stop, already read back by its worker (or the relist saw it first)
                 await self._settled(event.container_id, is_sandbox)

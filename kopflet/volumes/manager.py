@@ -96,13 +96,33 @@ class VolumeManager:
         if refusal:
             raise VolumeError(refusal)
         config_map_names, secret_names = plugins.referenced_objects(pod)
-        config_maps = {n: await self.api.config_map_data(pod.namespace, n) for n in sorted(config_map_names)}
-        secrets = {n: await self.api.secret_data(pod.namespace, n) for n in sorted(secret_names)}
-        tokens = {}
+        config_map_list, secret_list = sorted(config_map_names), sorted(secret_names)
+        # One request per audience and lifetime (the first volume's, which its error names): volumes asking for the
+        # same token share it, as they did through the token cache when read one by one.
+        token_list: list[plugins.TokenSpec] = []
         for token in plugins.token_requests(pod):
-            tokens[(token.audience, token.expiration_seconds)] = await self._token(pod, token)
-        trust_bundles = await self._trust_bundles(pod) if ctb.wanted(pod) else None
-        certificates = await self.pod_certificates.credentials(pod) if self.pod_certificates is not None else {}
+            if all((t.audience, t.expiration_seconds) != (token.audience, token.expiration_seconds)
+                   for t in token_list):
+                token_list.append(token)
+        # The sources are independent reads (and token requests): all at once, not one round trip after another.
+        # The error raised is the first in this order, as it was when they were read one by one.
+        fetched = await asyncio.gather(
+            *(self.api.config_map_data(pod.namespace, n) for n in config_map_list),
+            *(self.api.secret_data(pod.namespace, n) for n in secret_list),
+            *(self._token(pod, token) for token in token_list),
+            self._trust_bundles(pod) if ctb.wanted(pod) else _none(),
+            self.pod_certificates.credentials(pod) if self.pod_certificates is not None else _none(),
+            return_exceptions=True)
+        for outcome in fetched:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        answers = iter(fetched)
+        config_maps = {n: next(answers) for n in config_map_list}
+        secrets = {n: next(answers) for n in secret_list}
+        tokens = {(token.audience, token.expiration_seconds): next(answers) for token in token_list}
+        trust_bundles, certificates = next(answers), next(answers)
+        if certificates is None:
+            certificates = {}
         persistent = await self._persistent(pod)
         plans = plugins.plan_volumes(pod, layout=self.layout, config_maps=config_maps, secrets=secrets,
                                      tokens=tokens, node_name=self.cfg.node_name,
@@ -549,3 +569,8 @@ def _same_payload(current: Path, files: tuple[plugins.FileEntry, ...], fs_group:
     except OSError:
         return False
     return True
+
+
+async def _none() -> None:
+    """An absent source's place among the gathered ones."""
+    return None

@@ -15,6 +15,7 @@ from kopflet.container import labels
 from kopflet.metrics import KubeletMetrics
 from kopflet.pleg import evented
 from kopflet.pleg.evented import RuntimeEvents
+from kopflet.pleg.own_stops import OwnStops
 from kopflet.pleg.relist import RuntimeCache
 
 STOPPED, DELETED, STARTED = (cri.ContainerEventType.STOPPED, cri.ContainerEventType.DELETED,
@@ -191,6 +192,62 @@ async def test_an_exit_wakes_its_pod_once_the_runtime_status_shows_it() -> None:
         assert events.source == "containerd"
     finally:
         await stop(task)
+
+
+@pytest.mark.parametrize("is_sandbox", [False, True], ids=["container", "sandbox"])
+async def test_the_agents_own_stop_is_waited_for_not_polled(is_sandbox: bool) -> None:
+    """An exit the agent's own stop call causes: no status read while the call runs, one read once it returned (the
+    CRI plugin has recorded the exit by then), then the pod is woken."""
+    runtime = FakeRuntime()
+    if is_sandbox:
+        runtime.sandbox_states["x1"] = [sandbox("x1", "u1", cri.SandboxState.NOTREADY)]
+        known: cri.ContainerStatus | cri.PodSandboxStatus = sandbox("x1", "u1", cri.SandboxState.READY)
+    else:
+        runtime.container_states["x1"] = [container("x1", "u1", cri.ContainerState.EXITED)]
+        known = container("x1", "u1", cri.ContainerState.RUNNING)
+    stops, woken = OwnStops(), []
+    events = RuntimeEvents(cache_with(runtime, known),
+                           [("containerd", stream_of(cri.ContainerEvent(container_id="x1", type=STOPPED)))],
+                           woken.extend, own_stops=stops)
+    call_ends = asyncio.Event()
+
+    async def stop_call() -> None:
+        async with stops.stopping("x1"):
+            await call_ends.wait()
+
+    stopping = asyncio.create_task(stop_call())
+    await asyncio.sleep(0)
+    task = await running(events)
+    try:
+        await asyncio.sleep(0.05)  # the event is in; the stop call still runs
+        assert runtime.reads == [] and woken == []
+        call_ends.set()
+        await until(lambda: bool(woken))
+        assert woken == ["u1"] and runtime.reads == ["x1"]
+    finally:
+        await stop(task)
+        await stopping
+
+
+async def test_own_stops_of_one_object_end_with_the_last() -> None:
+    stops = OwnStops()
+    assert not await stops.wait("x")  # none running: at once
+    first, second = asyncio.Event(), asyncio.Event()
+
+    async def call(done: asyncio.Event) -> None:
+        async with stops.stopping("x"):
+            await done.wait()
+
+    calls = [asyncio.create_task(call(first)), asyncio.create_task(call(second))]
+    await asyncio.sleep(0)
+    waiting = asyncio.create_task(stops.wait("x"))
+    first.set()
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    second.set()
+    assert await asyncio.wait_for(waiting, 1)
+    await asyncio.gather(*calls)
+    assert not await stops.wait("x")
 
 
 async def test_a_sandbox_exit_waits_for_the_sandbox_to_be_not_ready() -> None:

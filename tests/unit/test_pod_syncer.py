@@ -28,6 +28,7 @@ from kopflet.kuberuntime.executor import MINIMUM_GRACE_PERIOD, PodSyncer, _sandb
 from kopflet.logs.rotation import container_log_symlink
 from kopflet.logs.verbosity import v
 from kopflet.paths import Layout
+from kopflet.pleg.own_stops import OwnStops
 from kopflet.userns.userns_manager import UsernsManager
 from kopflet.volumes.plugins import VolumeError
 
@@ -88,6 +89,7 @@ def make_syncer(slow: dict[str, float]) -> tuple[PodSyncer, FakeCri, FakeRecorde
     cri, recorder = FakeCri(slow), FakeRecorder()
     syncer.cri, syncer.recorder = cri, recorder  # type: ignore[assignment]
     syncer.layout = Layout(f"/nonexistent-{id(syncer)}", container_logs_dir=f"/nonexistent-{id(syncer)}/containers")
+    syncer.own_stops = OwnStops()
     return syncer, cri, recorder
 
 
@@ -233,10 +235,14 @@ def userns_pod(host_users: bool | None) -> Pod:
 
 
 def userns_syncer(runtime_cri: StatusCri) -> tuple[PodSyncer, FakeRecorder]:
+    from kopflet.config.settings import AgentConfig
+
     syncer = PodSyncer.__new__(PodSyncer)
     recorder = FakeRecorder()
     syncer.cri, syncer.recorder, syncer.volumes = runtime_cri, recorder, NoVolumes()  # type: ignore[assignment]
     syncer.dns, syncer.layout = sandbox_config.DnsSettings(), Layout("/nonexistent")
+    syncer.cfg, syncer.before_pod_cgroup = AgentConfig(node_name="n"), None
+    syncer.cgroups, syncer.allocations = RecordingCgroups(), ActuatedAllocations()  # type: ignore[assignment]
     return syncer, recorder
 
 
@@ -252,12 +258,14 @@ NOT_SUPPORTED = "Failed to create pod sandbox: can't set `spec.hostUsers: false`
 ], ids=["containerd 1.6: no handlers", "Status failed", "supported: no ID mappings"])
 async def test_a_hostusers_false_pod_gets_no_sandbox(runtime_cri: StatusCri, message: str) -> None:
     """Upstream createPodSandbox: generatePodSandboxConfig fails in NamespacesForPod; SyncPod records
-    FailedCreatePodSandBox ("Failed to create pod sandbox: <error>") and nothing is created."""
+    FailedCreatePodSandBox ("Failed to create pod sandbox: <error>") and no sandbox is created (the pod cgroup is:
+    upstream's syncPod makes it before it waits for the volumes)."""
     syncer, recorder = userns_syncer(runtime_cri)
     actions = reconciler.PodActions(create_sandbox=True, containers_to_start=("app",))
     result = await syncer.sync(userns_pod(False), RuntimePodStatus(uid="u"), actions)
     assert result.sandbox_error == message
     assert recorder.events == [("Warning", "FailedCreatePodSandBox", message, None, False)]
+    assert [name for name, _ in syncer.cgroups.applied] == [helpers.pod_cgroup_parent(userns_pod(False))]  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("host_users", [None, True])
@@ -296,6 +304,8 @@ async def test_a_volume_error_is_its_events_and_nothing_starts(error: VolumeErro
     result = await syncer.sync(userns_pod(None), RuntimePodStatus(uid="u"), actions)
     assert result.volume_error == str(error) and result.failed
     assert recorder.events == events
+    # Upstream's syncPod makes the pod cgroup before it waits for the volumes: it is there all the same.
+    assert [name for name, _ in syncer.cgroups.applied] == [helpers.pod_cgroup_parent(userns_pod(None))]  # type: ignore[attr-defined]
 
 
 def test_containers_get_the_sandboxs_user_namespace() -> None:
