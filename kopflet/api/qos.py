@@ -10,6 +10,7 @@ Pure: quantities are exact `Fraction`s, the node's memory capacity is a paramete
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -62,6 +63,13 @@ def parse_quantity(text: Quantity) -> Fraction:
         raise QuantityError(f"quantities must be strings or numbers, not {text!r}")
     if isinstance(text, int | float):
         return Fraction(text)
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Fraction:
+    """`parse_quantity` of a string, remembered: the same few quantities are compared on every pod sync (resize
+    progress, eviction ranking), and a Fraction is immutable."""
     match = _QUANTITY.match(text)
     if match is None:
         raise QuantityError(f"quantities must match the regular expression "

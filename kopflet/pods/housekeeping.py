@@ -124,8 +124,8 @@ class Housekeeping:
         no one knows any more (not `listed` by the apiserver, no worker, nothing on the runtime) and of pods whose
         directory is gone. Whether a pod is known is asked under the manager's lock, so a pod whose worker
         allocates meanwhile keeps its range. A failure is logged, as upstream does."""
-        if self.userns is None:
-            return
+        if self.userns is None or not self.userns.holds_ranges:
+            return  # nothing to free: no directory read, no thread
 
         def known(uid: str) -> bool:
             return uid in listed or uid in self.workers or uid in self.relist.pods

@@ -169,6 +169,12 @@ class UsernsManager:
         except OSError:
             pass  # upstream ignores it: the range is free in memory, the directory goes with the pod
 
+    @property
+    def holds_ranges(self) -> bool:
+        """Whether any pod has a range: with none, no cleanup can free anything (most nodes run no ``hostUsers:
+        false`` pod), and the pod directories need not be read."""
+        return bool(self._allocations.used_by)
+
     def cleanup_orphaned(self, known: Callable[[str], bool]) -> list[str]:
         """Upstream CleanupOrphanedPodUsernsAllocations (HandlePodCleanups): free the ranges of pod directories
         no one knows (`known`: the pod sources, the workers and the runtime, asked under the lock) and of

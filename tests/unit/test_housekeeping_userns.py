@@ -96,3 +96,21 @@ async def test_one_orphan_that_cannot_be_removed_does_not_stop_the_round(tmp_pat
     # the other runtime orphan and the other directory were still removed, and the user namespaces cleaned up
     assert teardown.pods == ["fine", "unknown"]
     assert not userns.allocations.used_by  # the round went on to free the ranges no one knows
+
+
+async def test_with_no_range_held_the_pod_directories_are_not_read(tmp_path: Path, monkeypatch: Any) -> None:
+    """Most nodes run no ``hostUsers: false`` pod: nothing can be freed, so nothing is read (no thread either)."""
+    from kopflet.userns import userns_manager
+
+    keeper, userns, _ = housekeeping(tmp_path, workers=set(), listed=[])
+    (tmp_path / "pods" / "orphan").mkdir(parents=True)
+    read: list[Layout] = []
+    real = userns_manager.list_pods_from_disk
+    monkeypatch.setattr(userns_manager, "list_pods_from_disk", lambda layout: read.append(layout) or real(layout))
+    assert not userns.holds_ranges
+    await keeper.cleanup_user_namespaces(set())
+    assert read == []
+    userns.get_or_create("orphan")  # one range: the directories are read, and the orphan's range freed
+    assert userns.holds_ranges
+    await keeper.cleanup_user_namespaces(set())
+    assert len(read) == 1 and not userns.holds_ranges
