@@ -129,7 +129,8 @@ def _row(label: str, s: Mapping[str, Any], extra: str = "") -> str:
 FLOOR_TEXT = ("The runtime floor is the same pod straight through CRI, with no agent and no apiserver: RunPodSandbox "
               "(its pod cgroup, a log directory and the RuntimeDefault seccomp profile every agent asks for a "
               "sandbox, as upstream's kubelet does whatever the pod says), then CreateContainer and "
-              "StartContainer, back to back.")
+              "StartContainer, back to back. Reports before 2026-11-28 19:00 UTC measured a floor without the "
+              "seccomp profile (about 15 ms lower on this machine): their floor ratios are not comparable.")
 
 
 def markdown(results: Mapping[str, Any]) -> str:

@@ -152,6 +152,16 @@ class PodSyncer:
         began = time.monotonic()
         volumes, cgroup = await asyncio.gather(self.volumes.setup(pod), self.ensure_pod_cgroup(pod, result),
                                                return_exceptions=True)
+        if cgroup is not True:
+            # Upstream's syncPod stops at the pod cgroup, before the volumes: its failure (the event is sent) or its
+            # error is the sync's, whatever the volumes did.
+            if isinstance(volumes, BaseException) and not isinstance(volumes, VolumeError):
+                logger.warning(f"{pod.namespace}/{pod.name}: volume setup failed too: {volumes}")
+            if isinstance(cgroup, BaseException):
+                raise cgroup
+            if actions.create_sandbox:
+                result.steps.append(StepTime(SANDBOX, "", began, time.monotonic(), "FailedCreatePodSandBox"))
+            return result
         if isinstance(volumes, VolumeError):
             result.volume_error = str(volumes)
             events = volumes.events if volumes.events is not None else (("FailedMount", str(volumes)),)
@@ -160,23 +170,19 @@ class PodSyncer:
             failure = events[0][0] if events else "FailedMount"
             result.steps.append(StepTime(VOLUMES, "", began, time.monotonic(), failure))
             return result
-        for outcome in (volumes, cgroup):
-            if isinstance(outcome, BaseException):
-                raise outcome
-        plans: dict[str, plugins.VolumePlan] = volumes  # type: ignore[assignment]
+        if isinstance(volumes, BaseException):
+            raise volumes
+        plans: dict[str, plugins.VolumePlan] = volumes
         result.steps.append(StepTime(VOLUMES, "", began, time.monotonic()))
 
-        # The sandbox step, when there is one to create: its config and RunPodSandbox (a pod cgroup that could not
-        # be made fails it).
+        # The sandbox step, when there is one to create: its config and RunPodSandbox (the pod cgroup's time is in
+        # the volumes step, which it runs beside).
         began = time.monotonic()
 
         def sandbox_step(error: str = "") -> None:
             if actions.create_sandbox:
                 result.steps.append(StepTime(SANDBOX, "", began, time.monotonic(), error))
 
-        if not cgroup:  # its FailedCreatePodSandBox event is sent
-            sandbox_step("FailedCreatePodSandBox")
-            return result
         sandbox_id = actions.sandbox_id
         try:
             handler, handlers = await self.user_namespace_facts(pod)

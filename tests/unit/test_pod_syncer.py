@@ -777,3 +777,22 @@ async def test_without_cgroups_per_qos_a_resize_changes_the_containers_only() ->
     assert result.resize_error == ""
     assert log == []  # no read-back, no cgroup write, nothing to tell the runtime
     assert len(allocations.pod_level) == 1  # the pod-level resources count as actuated
+
+
+class FailingCgroups(RecordingCgroups):
+    def apply(self, name: str, config: helpers.ResourceConfig) -> None:
+        raise OSError(28, "No space left on device")
+
+
+async def test_a_pod_cgroup_that_cannot_be_made_is_the_syncs_one_failure() -> None:
+    """Upstream's syncPod stops at the pod cgroup, before it waits for the volumes: with both failing, the cgroup's
+    FailedCreatePodSandBox is the one event and error (the volumes, set up beside it, report nothing)."""
+    syncer, recorder = userns_syncer(StatusCri())
+    syncer.cgroups = FailingCgroups()  # type: ignore[assignment]
+    syncer.volumes = FailingVolumes(VolumeError('configmap "c" not found'))  # type: ignore[assignment]
+    actions = reconciler.PodActions(create_sandbox=True, containers_to_start=("app",))
+    result = await syncer.sync(userns_pod(None), RuntimePodStatus(uid="u"), actions)
+    assert result.volume_error == "" and result.sandbox_error.startswith(
+        "Failed to create pod sandbox: failed to ensure that the pod cgroup exists: ")
+    assert [(type_, reason) for type_, reason, *_ in recorder.events] == [("Warning", "FailedCreatePodSandBox")]
+    assert [(step.kind, step.error) for step in result.steps] == [("sandbox", "FailedCreatePodSandBox")]
