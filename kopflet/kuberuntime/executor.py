@@ -21,6 +21,7 @@ import stat
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from cri_client import CriClient, CriError
 from cri_client import types as cri
@@ -61,6 +62,7 @@ from kopflet.volumes.manager import VolumeManager
 from kopflet.volumes.plugins import VolumeError
 
 logger = logging.getLogger(__name__)
+_R = TypeVar("_R")
 
 CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
 CREATE_CONTAINER_ERROR = "CreateContainerError"
@@ -150,8 +152,12 @@ class PodSyncer:
         # cgroup is made meanwhile: upstream's syncPod makes it before it waits for the volumes, and neither needs
         # the other.
         began = time.monotonic()
-        volumes, cgroup = await asyncio.gather(self.volumes.setup(pod), self.ensure_pod_cgroup(pod, result),
-                                               return_exceptions=True)
+        if actions.create_sandbox:  # a start waits for both: side by side
+            volumes, cgroup = await asyncio.gather(self.volumes.setup(pod), self.ensure_pod_cgroup(pod, result),
+                                                   return_exceptions=True)
+        else:  # a running pod's sync (no wait to shorten): one after the other, in upstream's order
+            cgroup = await _outcome(self.ensure_pod_cgroup(pod, result))
+            volumes = await _outcome(self.volumes.setup(pod)) if cgroup is True else None
         if cgroup is not True:
             # Upstream's syncPod stops at the pod cgroup, before the volumes: its failure (the event is sent) or its
             # error is the sync's, whatever the volumes did.
@@ -973,12 +979,25 @@ def _remove_tree(path: Path) -> None:
 
 def pod_log_dirs(pod_log_root: str, uid: str | None = None) -> list[Path]:
     """The pod log directories under `pod_log_root`, those of pod `uid` only when given (blocking)."""
+    return [Path(pod_log_root, name) for name in pod_log_dir_names(pod_log_root)
+            if uid is None or paths.pod_uid_from_log_dir(name) == uid]
+
+
+def pod_log_dir_names(pod_log_root: str) -> list[str]:
+    """The names of the pod log directories under `pod_log_root` (blocking)."""
     try:
         entries = list(os.scandir(pod_log_root))
     except FileNotFoundError:
         return []
-    return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)
-            and (uid is None or paths.pod_uid_from_log_dir(e.name) == uid)]
+    return [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+
+
+async def _outcome(step: Awaitable[_R]) -> _R | Exception:
+    """What `step` returns, or the exception it raises (as gather's ``return_exceptions`` gives it)."""
+    try:
+        return await step
+    except Exception as exc:
+        return exc
 
 
 def _remove_log_files(log_path: str) -> None:

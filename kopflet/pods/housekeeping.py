@@ -19,7 +19,7 @@ from kopflet import paths
 from kopflet.client.kubeapi import API_ERRORS, KubeClient
 from kopflet.client.standalone import is_standalone
 from kopflet.cm.cgroups import CgroupError, PodCgroups
-from kopflet.kuberuntime.executor import pod_log_dirs
+from kopflet.kuberuntime.executor import pod_log_dir_names
 from kopflet.logs.verbosity import v
 from kopflet.pleg.relist import RuntimeCache
 from kopflet.pods.teardown import Teardown
@@ -55,8 +55,8 @@ class Housekeeping:
         dirs = await asyncio.to_thread(pod_dirs, self.layout)
         # Log directories outlive everything else of a pod removed while the agent was down (its sandboxes gone,
         # nothing names it any more): upstream's container GC removes them by UID (evictPodLogsDirectories).
-        log_dirs = {paths.pod_uid_from_log_dir(d.name)
-                    for d in await asyncio.to_thread(pod_log_dirs, self.layout.pod_log_root)}
+        log_dirs = {paths.pod_uid_from_log_dir(name)
+                    for name in await asyncio.to_thread(pod_log_dir_names, self.layout.pod_log_root)}
         dirs += sorted(log_dirs - set(dirs))
         cgroups = await asyncio.to_thread(self.cgroups.pod_cgroups) if self.cgroups is not None else {}
         candidates = [uid for uid in (*self.relist.pods, *dirs, *cgroups) if uid not in self.workers]

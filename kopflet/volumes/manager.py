@@ -35,7 +35,7 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import KubeApiError, KubeClient, q
 from kopflet.client.standalone import is_standalone
 from kopflet.config.settings import AgentConfig
+from kopflet.podcertificate import states as pc_states
 from kopflet.podcertificate.manager import PodCertificateManager
 from kopflet.volumes import csi_rules, desired_state, plugins, pvc
 from kopflet.volumes import trust_bundles as ctb
@@ -106,13 +107,18 @@ class VolumeManager:
                 token_list.append(token)
         # The sources are independent reads (and token requests): all at once, not one round trip after another.
         # The error raised is the first in this order, as it was when they were read one by one.
-        fetched = await asyncio.gather(
+        bundles = ctb.wanted(pod)
+        certificates_wanted = self.pod_certificates is not None and bool(pc_states.projections(pod))
+        reads: list[Awaitable[Any]] = [
             *(self.api.config_map_data(pod.namespace, n) for n in config_map_list),
             *(self.api.secret_data(pod.namespace, n) for n in secret_list),
             *(self._token(pod, token) for token in token_list),
-            self._trust_bundles(pod) if ctb.wanted(pod) else _none(),
-            self.pod_certificates.credentials(pod) if self.pod_certificates is not None else _none(),
-            return_exceptions=True)
+            self._trust_bundles(pod) if bundles else _none(),
+            self.pod_certificates.credentials(pod) if self.pod_certificates is not None else _none()]
+        if len(config_map_list) + len(secret_list) + len(token_list) + bundles + certificates_wanted > 1:
+            fetched = await asyncio.gather(*reads, return_exceptions=True)
+        else:  # one source or none: no tasks to make for it
+            fetched = [await _outcome(read) for read in reads]
         for outcome in fetched:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -574,3 +580,11 @@ def _same_payload(current: Path, files: tuple[plugins.FileEntry, ...], fs_group:
 async def _none() -> None:
     """An absent source's place among the gathered ones."""
     return None
+
+
+async def _outcome(read: Awaitable[Any]) -> Any:
+    """What `read` returns, or the exception it raises (as gather's ``return_exceptions`` gives it)."""
+    try:
+        return await read
+    except Exception as exc:
+        return exc

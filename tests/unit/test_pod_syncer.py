@@ -796,3 +796,24 @@ async def test_a_pod_cgroup_that_cannot_be_made_is_the_syncs_one_failure() -> No
         "Failed to create pod sandbox: failed to ensure that the pod cgroup exists: ")
     assert [(type_, reason) for type_, reason, *_ in recorder.events] == [("Warning", "FailedCreatePodSandBox")]
     assert [(step.kind, step.error) for step in result.steps] == [("sandbox", "FailedCreatePodSandBox")]
+
+
+class CountingVolumes(NoVolumes):
+    def __init__(self) -> None:
+        self.setups = 0
+
+    async def setup(self, pod: Pod) -> dict[str, Any]:
+        self.setups += 1
+        return await super().setup(pod)
+
+
+@pytest.mark.parametrize("cgroups_fail", [False, True])
+async def test_a_running_pods_sync_makes_the_cgroup_then_the_volumes(cgroups_fail: bool) -> None:
+    """No sandbox to create: upstream's order, one after the other; a pod cgroup that cannot be made stops the sync
+    before the volumes."""
+    syncer, _ = userns_syncer(StatusCri())
+    syncer.cgroups = FailingCgroups() if cgroups_fail else RecordingCgroups()  # type: ignore[assignment]
+    syncer.volumes = volumes = CountingVolumes()  # type: ignore[assignment]
+    result = await syncer.sync(userns_pod(None), RuntimePodStatus(uid="u"), reconciler.PodActions())
+    assert volumes.setups == (0 if cgroups_fail else 1)
+    assert bool(result.sandbox_error) == cgroups_fail and not result.volume_error
