@@ -91,9 +91,11 @@ def run(args: argparse.Namespace) -> int:
     now = datetime.datetime.now(datetime.UTC)
     results: dict = {"date": now.strftime("%Y-%m-%d %H:%M UTC"), "machine": host.machine(),
                      "versions": versions(layout, chosen), "plan": dataclasses.asdict(plan), "agents": {}}
+    core = cluster.api(layout.admin_kubeconfig)
+    for name in cluster.remove_leftover_namespaces(core, "bench-"):
+        print(f"bench: removed namespace {name} and its pods, left by an interrupted run", file=sys.stderr)
     print(f"bench: runtime floor ({plan.sequential} sequential, bursts {plan.bursts})", file=sys.stderr)
     results["floor"] = floor.measure(layout.runtime_endpoint, plan.sequential, plan.bursts)
-    core = cluster.api(layout.admin_kubeconfig)
     for name, agent in chosen.items():
         print(f"bench: {name}", file=sys.stderr)
         r = Run(agent, plan, core, layout.audit_log)

@@ -179,6 +179,23 @@ def ensure_namespace(core: kubernetes.client.CoreV1Api, name: str, timeout: floa
     raise RuntimeError(f"namespace {name} never got its default ServiceAccount")
 
 
+def remove_leftover_namespaces(core: kubernetes.client.CoreV1Api, prefix: str) -> list[str]:
+    """The namespaces named `prefix`... that an interrupted run left, and their pods: such a pod is bound to the node
+    and counts against the next run's pods (a 110-pod burst then has one refused, OutOfpods). The pods are deleted at
+    once (no agent runs to stop them; the next agent removes what the runtime still holds), then the namespaces.
+    The names removed."""
+    removed = []
+    for ns in core.list_namespace(_request_timeout=REQUEST_TIMEOUT).items:
+        name = ns.metadata.name
+        if not name.startswith(prefix):
+            continue
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0, _request_timeout=REQUEST_TIMEOUT)
+        if ns.status is None or ns.status.phase != "Terminating":
+            core.delete_namespace(name, _request_timeout=REQUEST_TIMEOUT)
+        removed.append(name)
+    return removed
+
+
 def node_ready_since(core: kubernetes.client.CoreV1Api, node: str, since_wall: float) -> bool:
     """The node is Ready on a heartbeat written after `since_wall` (so by the agent under test)."""
     try:
