@@ -112,7 +112,7 @@ EXPECTED_CLUSTER_RULES = (
     # ConfigMaps pods reference (volumes, env, kube-root-ca.crt).
     Rule("", ("configmaps",), ("get",), (
         ("kopflet/client/kubeapi.py", 'self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/configmaps/{q(name)}")'),
-        ("kopflet/volumes/manager.py", "await self.api.config_map_data(pod.namespace, n)"),
+        ("kopflet/volumes/manager.py", "self.api.config_map_data(pod.namespace, n) for n in config_map_list"),
     )),
     # Secrets pods reference (volumes, env, imagePullSecrets).
     Rule("", ("secrets",), ("get",), (
