@@ -94,6 +94,7 @@ from kopflet.status.manager import StatusManager
 from kopflet.tracing.exporter import StartTracer
 from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager, read_kubelet_mappings
+from kopflet.util.manager import DirectObjects, PodObjects
 from kopflet.volumes.csi.handler import RegistrationHandler
 from kopflet.volumes.csi.nodeinfomanager import NodeInfoManager
 from kopflet.volumes.csi.registration import DriversStore
@@ -318,7 +319,13 @@ class Node:
         self.heartbeat = NodeAgent(cfg, self.api, cri, runtime.node_version, host.machine, self.recorder,
                                    pressure=lambda: self.eviction.conditions(), devices=self.device_manager.capacity)
         self.services = ServiceCache(self.api)
-        self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api, metrics=self.metrics)
+        # The ConfigMaps and Secrets pods reference (volumes, env, pull secrets): a watch of each while a pod holds
+        # it (upstream's default Watch strategy), or a GET each time ('Get', and standalone, where reads fail).
+        self.objects: PodObjects | None = PodObjects(self.api, sync_frequency=cfg.resync_period) \
+            if not self.standalone and cfg.config_map_and_secret_strategy == "Watch" else None
+        objects = self.objects if self.objects is not None else DirectObjects(self.api)
+        self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api, metrics=self.metrics,
+                                   objects=objects)
         self.allocations = AllocationManager(self.layout)
         self.userns = new_userns_manager(cfg, host)
         self.cgroups = PodCgroups(layout=cfg.cgroup_layout)
@@ -367,7 +374,8 @@ class Node:
             layout=self.layout, hooks=HookRunner(cri),
             volumes=VolumeManager(cfg, self.api, self.heartbeat.allocatable, layout=self.layout,
                                   pod_certificates=self.pod_certificates, trust_bundles=self.trust_bundles,
-                                  node_labels=self.heartbeat.known_labels, recorder=self.recorder),
+                                  node_labels=self.heartbeat.known_labels, recorder=self.recorder,
+                                  objects=objects),
             hugepage_sizes=host.hugepage_sizes, masked_paths=host.masked_paths,
             before_pod_cgroup=self.container_manager.update_qos, cpus=self.cpu_manager, devices=self.device_manager,
             memory=self.memory_manager, userns=self.userns, swap_controller=host.swap_controller,
@@ -389,6 +397,8 @@ class Node:
             allocations=self.allocations, cgroups=self.cgroups, images=self.images, teardown=self.teardown,
             metrics=self.metrics, cpus=self.cpu_manager, allocating=allocating, devices=self.device_manager,
             memory=self.memory_manager, hooks=self.policy_hooks, tracer=self.tracer)
+        if self.objects is not None:
+            self.objects.pods = self.workers  # a registered pod without a worker is let go of
         self.runtime_events = RuntimeEvents(  # the streams opened when it runs: building touches no runtime
             self.relist, (("containerd", lambda: cri.containerd_events()), ("CRI", lambda: cri.container_events())),
             self.workers.wake, self.metrics, own_stops=own_stops)
@@ -583,6 +593,8 @@ class Node:
         await self.pod_resources.start()
         if not self.standalone:
             self._tasks.append(asyncio.create_task(self.services.run(), name="services"))
+        if self.objects is not None:  # idle watches stopped every minute; every watch at the end
+            self._tasks.append(asyncio.create_task(self.objects.run(), name="object-watches"))
         if self.static_pods is not None and cfg.pod_manifest_path:
             await self.static_pods.scan()
             self._tasks.append(asyncio.create_task(self.static_pods.run(), name="static-pods"))

@@ -1,12 +1,15 @@
 """A list+watch cache of one kind of object (client-go's reflector, store and informer event handlers, in one).
 
-`Informer.run` lists the objects, then watches them from the list's resourceVersion, resuming each watch the
-server ends from the last resourceVersion seen (bookmarks included). A watch that answers 410 Gone (its version
-too old) is followed at once by a new list; any other failure (an error answer, no answer, a malformed event, a
-watch ended within a second without an event: client-go's "very short watch") by a new list after a pause that
-doubles from `retry_min` up to `retry_max` and is reset only once a watch has worked, so an identity that may list
-but not watch lists every `retry_max` seconds, not every second. Every call is bounded: a list by `call_timeout`,
-a watch by the client's own watch timeout plus `call_timeout`.
+`Informer.run` lists the objects, then watches them from the list's resourceVersion, resuming each watch the server
+ends from the last resourceVersion seen (bookmarks included). With `watch_list` the list is client-go's WatchList
+instead: one watch asked to send the current objects first (``sendInitialEvents``), ending them with a bookmark
+annotated ``k8s.io/initial-events-end``, and going on as a watch (one request where list+watch is two); a server
+that refuses it (400 or 422: the WatchList feature off) is listed from then on, as client-go falls back. A watch
+that answers 410 Gone (its version too old) is followed at once by a new list; any other failure (an error answer,
+no answer, a malformed event, a watch ended within a second without an event: client-go's "very short watch") by a
+new list after a pause that doubles from `retry_min` up to `retry_max` and is reset only once a watch has worked, so
+an identity that may list but not watch lists every `retry_max` seconds, not every second. Every call is bounded: a
+list by `call_timeout`, a watch by the client's own watch timeout plus `call_timeout`.
 
 The cache (`objects`) holds each object transformed (client-go's SetTransform), keyed by (namespace, name), with
 namespace "" for cluster-scoped kinds. `on_change` gets what changed, as client-go's OnAdd, OnUpdate and OnDelete:
@@ -39,6 +42,8 @@ SHORT_WATCH = 1.0
 """client-go's reflector: a watch closed within a second without an event is an error (backoff, relist)."""
 
 ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+"""The annotation on the bookmark that ends a WatchList's initial events (metav1.InitialEventsAnnotationKey)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,14 +74,17 @@ class Informer(Generic[T]):
                  params: Mapping[str, str] | None = None,
                  on_change: Callable[[Sequence[Delta[T]]], None] | None = None,
                  retry_min: float = RETRY_MIN, retry_max: float = RETRY_MAX,
-                 call_timeout: float = DEFAULT_TIMEOUT, watch_timeout: float = WATCH_TIMEOUT) -> None:
+                 call_timeout: float = DEFAULT_TIMEOUT, watch_timeout: float = WATCH_TIMEOUT,
+                 watch_list: bool = False) -> None:
         """`path`: the collection (``/apis/<group>/<version>/<resource>``); `params`: its list and watch
-        parameters (a field selector ...); `what`: the kind, for the log."""
+        parameters (a field selector ...); `what`: the kind, for the log; `watch_list`: fill the cache with a
+        WatchList rather than a list (see above)."""
         self.api, self.path, self.transform, self.what = api, path, transform, what
         self.params = dict(params or {})
         self.on_change = on_change
         self.retry_min, self.retry_max = retry_min, retry_max
         self.call_timeout, self.watch_timeout = call_timeout, watch_timeout
+        self.watch_list = watch_list
         self._objects: dict[Key, T] = {}
         self._versions: dict[Key, str] = {}
         self._synced = asyncio.Event()
@@ -103,12 +111,16 @@ class Informer(Generic[T]):
         """List, then watch from that version, for as long as the task runs (cancel it to stop)."""
         while True:
             try:
-                version = await self._list()
+                version = await self._watch_list() if self.watch_list else await self._list()
                 while True:
                     version = await self._watch(version)
             except KubeApiError as exc:
                 if exc.status == 410:
                     logger.log(v(2), f"{self.what} watch: too old resource version ({exc.message}), listing again")
+                    continue
+                if self.watch_list and exc.status in (400, 422):
+                    logger.info(f"{self.what} watch: the server refuses a watch list ({exc.message}), listing instead")
+                    self.watch_list = False
                     continue
                 await self._pause(exc)
             except (*API_ERRORS, ValueError, ShortWatchError) as exc:
@@ -126,7 +138,42 @@ class Informer(Generic[T]):
         version = str((payload.get("metadata") or {}).get("resourceVersion") or "")
         if not version:
             raise ValueError(f"the list of {self.path} has no resourceVersion to watch from")
-        items = [i for i in payload.get("items") or () if isinstance(i, Mapping)]
+        self._replace([i for i in payload.get("items") or () if isinstance(i, Mapping)], version)
+        return version
+
+    async def _watch_list(self) -> str:
+        """One WatchList request: its initial events into the cache as a list's items, then its other events, until
+        the server ends it; the version to go on from. ValueError when it ends before its initial events do."""
+        params = {**self.params, "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
+        initial: dict[Key, Mapping[str, Any]] | None = {}
+        version = ""
+        async with asyncio.timeout(self.watch_timeout + self.call_timeout):
+            async for event in self.api.watch(self.path, "", params=params):
+                if initial is None:  # the initial events are in: a watch like any other
+                    version = self._apply(event) or version
+                    continue
+                obj = event.get("object")
+                if not isinstance(obj, Mapping):
+                    raise ValueError(f"a {self.what} watch event without an object: {event.get('type')}")
+                kind, version = event.get("type"), resource_version(obj) or version
+                if kind == BOOKMARK:
+                    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+                    if annotations.get(INITIAL_EVENTS_END) == "true":
+                        self._replace(list(initial.values()), version)
+                        initial = None
+                        self._delay = self.retry_min
+                elif kind in (ADDED, MODIFIED):
+                    initial[object_key(obj)] = obj
+                elif kind == DELETED:
+                    initial.pop(object_key(obj), None)
+                else:
+                    raise ValueError(f"a {self.what} watch event of unknown type {kind!r}")
+        if initial is not None:
+            raise ValueError(f"the watch list of {self.path} ended before its initial events did")
+        return version
+
+    def _replace(self, items: Sequence[Mapping[str, Any]], version: str) -> None:
+        """The cache made what a list (or a WatchList's initial events) says, its changes notified."""
         deltas: list[Delta[T]] = []
         objects: dict[Key, T] = {}
         versions: dict[Key, str] = {}
@@ -144,7 +191,6 @@ class Informer(Generic[T]):
         self._synced.set()
         logger.log(v(4), f"listed {len(objects)} {self.what} objects at resourceVersion {version}")
         self._notify(deltas)
-        return version
 
     async def _watch(self, version: str) -> str:
         """One watch request from `version`, until the server ends it; the version to go on from."""

@@ -122,13 +122,17 @@ class KubeClient:
             headers["Authorization"] = f"{credentials.scheme or 'Bearer'} {credentials.token}"
         self._headers = headers
         self._session: aiohttp.ClientSession | None = None
+        self._watches: aiohttp.ClientSession | None = None
+        """Watches' own pool, unbounded: a watch holds its HTTP/1.1 connection for minutes (client-go multiplexes
+        them over one HTTP/2 connection), and one per object pods reference must never take the requests' places."""
 
     async def open(self) -> None:
         if self._session is None:
-            self._session = self._new_session(self.credentials.ssl_context())
+            context = self.credentials.ssl_context()
+            self._session, self._watches = self._new_session(context), self._new_session(context, limit=0)
 
-    def _new_session(self, context: ssl.SSLContext) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(ssl=context, limit=32)
+    def _new_session(self, context: ssl.SSLContext, limit: int = 32) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(ssl=context, limit=limit)
         # read_bufsize: a watch event is one JSON line, and aiohttp refuses lines longer than its buffer.
         return aiohttp.ClientSession(connector=connector, headers=self._headers,
                                      timeout=aiohttp.ClientTimeout(total=self.timeout), read_bufsize=WATCH_LINE_LIMIT)
@@ -144,13 +148,18 @@ class KubeClient:
         context = await asyncio.to_thread(self.credentials.ssl_context)
         if self._session is not old:  # closed, or renewed by another call, meanwhile
             return
-        self._session = self._new_session(context)
+        old_watches = self._watches
+        self._session, self._watches = self._new_session(context), self._new_session(context, limit=0)
         await old.close()
+        if old_watches is not None:
+            await old_watches.close()
 
     async def close(self) -> None:
-        session, self._session = self._session, None
+        session, watches, self._session, self._watches = self._session, self._watches, None, None
         if session is not None:
             await session.close()
+        if watches is not None:
+            await watches.close()
 
     async def request(self, method: str, path: str, *, body: Any = None, content_type: str = "application/json",
                       params: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -198,13 +207,13 @@ class KubeClient:
 
         An ERROR event (410 Gone when `resource_version` is too old) is raised as KubeApiError, so the
         caller lists again, as client-go's reflector does."""
-        if self._session is None:
+        if self._watches is None:
             await self.open()
-        assert self._session is not None
+        assert self._watches is not None
         query = {**(params or {}), "watch": "1", "resourceVersion": resource_version,
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
         timeout = aiohttp.ClientTimeout(total=timeout_seconds + self.timeout, sock_connect=self.timeout)
-        async with self._session.get(f"{self.credentials.server}{path}", params=query, timeout=timeout) as resp:
+        async with self._watches.get(f"{self.credentials.server}{path}", params=query, timeout=timeout) as resp:
             if resp.status >= 400:
                 text = await resp.text()
                 raise KubeApiError(resp.status, "", text, "WATCH", path)
@@ -262,22 +271,6 @@ class KubeClient:
     async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/secrets/{q(name)}")
 
-    async def config_map_data(self, namespace: str, name: str) -> dict[str, bytes] | None:
-        """A ConfigMap's ``data`` and ``binaryData`` as bytes; None when it does not exist."""
-        obj = await self.get_config_map(namespace, name)
-        if obj is None:
-            return None
-        data = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
-        data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
-        return data
-
-    async def secret_data(self, namespace: str, name: str) -> dict[str, bytes] | None:
-        """A Secret's decoded ``data``; None when it does not exist."""
-        obj = await self.get_secret(namespace, name)
-        if obj is None:
-            return None
-        return secret_bytes(obj)
-
     # ------------------------------------------------------------------------- certificate signing requests
 
     async def create_csr(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -302,6 +295,13 @@ class KubeClient:
     async def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         return await self.request("PATCH", f"/api/v1/namespaces/{q(namespace)}/events/{q(name)}",
                                   body=patch, content_type=STRATEGIC_MERGE)
+
+
+def config_map_bytes(config_map: Mapping[str, Any]) -> dict[str, bytes]:
+    """A ConfigMap object's ``data`` and ``binaryData`` as bytes (binascii.Error when binaryData is not base64)."""
+    data = {k: v.encode() for k, v in (config_map.get("data") or {}).items()}
+    data.update({k: base64.b64decode(v) for k, v in (config_map.get("binaryData") or {}).items()})
+    return data
 
 
 def secret_bytes(secret: Mapping[str, Any]) -> dict[str, bytes]:

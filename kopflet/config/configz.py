@@ -186,6 +186,7 @@ _FIELDS: tuple[tuple[str, Callable[[AgentConfig], Any], bool], ...] = (
     ("containerLogMaxFiles", lambda c: c.container_log_max_files, False),
     ("containerLogMaxWorkers", lambda c: c.container_log_max_workers, False),
     ("containerLogMonitorInterval", lambda c: _duration(c.container_log_monitor_interval), False),
+    ("configMapAndSecretChangeDetectionStrategy", lambda c: c.config_map_and_secret_strategy, True),
     ("systemReserved", lambda c: _map(c.system_reserved), True),
     ("kubeReserved", lambda c: _map(c.kube_reserved), True),
     ("reservedSystemCPUs", lambda c: c.reserved_system_cpus, True),  # as written (upstream's configz is set first)

@@ -129,6 +129,9 @@ class AgentConfig:
     """``--cluster-domain``."""
     resync_period: float = 60.0
     """``syncFrequency``: every pod is synced at least this often."""
+    config_map_and_secret_strategy: str = "Watch"
+    """``configMapAndSecretChangeDetectionStrategy``: ``Watch`` (a watch per object pods reference) or ``Get``
+    (a GET at each read); ``Cache`` (upstream's TTL cache) is refused (`kopflet.util.manager`)."""
     kubeconfig: str = ""
     """``--kubeconfig``: the apiserver credentials; empty means in-cluster, then ``$KUBECONFIG``/``~/.kube/config``,
     and with none of them standalone mode (`kopflet.config.modes`)."""
@@ -1515,6 +1518,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Only false is accepted: true is refused, as upstream refuses it (run-once mode is deprecated)."),
     Setting("resync_period", "sync-frequency", "syncFrequency", DURATION, "1m0s",
             "Every pod is synced with the runtime at least this often."),
+    Setting("config_map_and_secret_strategy", None, "configMapAndSecretChangeDetectionStrategy", STRING, '"Watch"',
+            "How the ConfigMaps and Secrets pods reference are read: 'Watch', a watch of each one while a pod "
+            "references it (reads answered from it); 'Get', a GET at every read (every sync of every pod reads its "
+            "volumes' objects again). upstream's 'Cache' (a TTL cache) is refused."),
     Setting("max_pods", "max-pods", "maxPods", COUNT, "110",
             "The most pods this node runs; more are rejected (OutOfpods)."),
     Setting("pod_pids_limit", "pod-max-pids", "podPidsLimit", POD_PIDS_LIMIT, "-1",
@@ -1933,7 +1940,7 @@ UNSUPPORTED_FIELDS = frozenset({
     "maxOpenFiles", "contentType", "kubeAPIQPS", "kubeAPIBurst", "maxParallelImagePulls",
     "podsPerCore", "enableControllerAttachDetach",
     "makeIPTablesUtilChains", "iptablesMasqueradeBit", "iptablesDropBit",
-    "failSwapOn", "configMapAndSecretChangeDetectionStrategy", "defaultPodSysctls",
+    "failSwapOn", "defaultPodSysctls",
     "showHiddenMetricsForVersion", "systemReservedCgroup", "kubeReservedCgroup",
     "volumePluginDir", "providerID", "kernelMemcgNotification",
     "enableProfilingHandler",
@@ -2257,6 +2264,12 @@ def load(argv: Sequence[str], environ: Mapping[str, str], hostname: str,
     cgroup_error = _cgroup_error(values)
     if cgroup_error:
         raise ConfigError(cgroup_error)
+    strategy = values.get("config_map_and_secret_strategy", AgentConfig.config_map_and_secret_strategy)
+    if strategy == "Cache":
+        raise ConfigError('configMapAndSecretChangeDetectionStrategy "Cache" is not supported by kopflet (upstream\'s '
+                          'TTL cache); use "Watch" or "Get"')
+    if strategy not in ("Watch", "Get"):
+        raise ConfigError(f"unknown configmap and secret manager mode: {strategy}")  # upstream NewMainKubelet
     if values.get("exit_on_lock_contention") and not values.get("lock_file"):
         raise ConfigError(LOCK_CONTENTION_WITHOUT_FILE)  # upstream server.go run, before it takes the lock
     if values.get("bootstrap_kubeconfig") and not values.get("kubeconfig"):

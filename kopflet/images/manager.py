@@ -26,6 +26,7 @@ from kopflet.client.kubeapi import API_ERRORS, KubeClient, secret_bytes
 from kopflet.container.sync_result import IMAGE_PULL, StepTime
 from kopflet.images import credentials, imageref
 from kopflet.metrics import KubeletMetrics, image_size_bucket
+from kopflet.util.manager import DirectObjects, Objects
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +53,11 @@ class ImageManager:
     """Where kubelet_image_pull_duration_seconds goes (None: not recorded)."""
 
     def __init__(self, cri_client: CriClient, recorder: EventRecorder, backoff: backoffs.Backoff,
-                 api: KubeClient | None = None, *, metrics: KubeletMetrics | None = None) -> None:
+                 api: KubeClient | None = None, *, metrics: KubeletMetrics | None = None,
+                 objects: Objects | None = None) -> None:
         self.cri, self.recorder, self.backoff, self.api, self.metrics = cri_client, recorder, backoff, api, metrics
+        # where pull secrets are read: the node's watches of what its pods reference (default a GET each time)
+        self.objects: Objects | None = objects if objects is not None or api is None else DirectObjects(api)
         self._pull_lock = asyncio.Lock()
         self.pulling: dict[str, tuple[float, float]] = {}
         """Pod uid -> (first pull started, last pull finished), wall clock: the pod start SLI leaves it out
@@ -169,12 +173,12 @@ class ImageManager:
         ones that cannot be read get one FailedToRetrieveImagePullSecret event and are left out."""
         refs = [r.get("name") for r in pod.spec.raw.get("imagePullSecrets") or () if isinstance(r, dict)]
         names = [n for n in refs if isinstance(n, str) and n]
-        if not names or self.api is None:
+        if not names or self.objects is None:
             return credentials.Keyring()
         secrets, failed = [], []
         for name in names:
             try:
-                obj = await self.api.get_secret(pod.namespace, name)
+                obj = await self.objects.secret(pod, name)
             except API_ERRORS as exc:
                 logger.info(f"{pod.namespace}/{pod.name}: cannot read pull secret {name}: {exc}")
                 obj = None

@@ -705,15 +705,15 @@ class PodSyncer:
 
     async def environment(self, pod: spec.Pod, container: spec.ContainerSpec,
                           sandbox: cri.PodSandboxStatus) -> list[tuple[str, str]]:
-        """Fetch the ConfigMaps/Secrets the container references, one object at a time (the node
-        authorizer allows only what its pods reference, never a list), then resolve in upstream order. In standalone
+        """Read the ConfigMaps/Secrets the container references (through the volume manager's objects: the node's
+        watches of what its pods reference), then resolve in upstream order. In standalone
         mode there is nothing to fetch them from: a reference is upstream's error."""
         refusal = container_env.standalone_refusal(pod, container) if is_standalone(self.api) else ""
         if refusal:
             raise container_env.EnvError(refusal)
         config_map_names, secret_names = container_env.referenced_objects(pod, container)
-        config_maps = {n: _text(await self.api.config_map_data(pod.namespace, n)) for n in sorted(config_map_names)}
-        secret_values = {n: _text(await self.api.secret_data(pod.namespace, n)) for n in sorted(secret_names)}
+        config_maps = {n: _text(await self.volumes.config_map_data(pod, n)) for n in sorted(config_map_names)}
+        secret_values = {n: _text(await self.volumes.secret_data(pod, n)) for n in sorted(secret_names)}
         pod_ips = self._pod_ips(pod, sandbox)
         service_env: Mapping[str, str] = {}
         if self.services is not None:

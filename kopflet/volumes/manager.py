@@ -1,7 +1,8 @@
 """Setting up a pod's volumes on the node (upstream volumemanager + the volume plugins' SetUp).
 
 What each volume holds is decided by the pure ``kopflet.volumes.plugins``; this module fetches what it needs
-(ConfigMaps and Secrets one at a time, ServiceAccount tokens through TokenRequest bound to the pod, the
+(ConfigMaps and Secrets from `kopflet.util.manager`, the node's watch of each one its pods reference, or a GET
+with the Get strategy; ServiceAccount tokens through TokenRequest bound to the pod, the
 cluster's ClusterTrustBundles from the ClusterTrustBundle manager's list+watch cache when a projected volume has a
 ``clusterTrustBundle`` source, podCertificate sources' keys and chains from the pod certificate manager),
 mounts tmpfs where the plan says, checks hostPath types, mounts the pod's persistent volumes (see below), and
@@ -43,11 +44,12 @@ from kopflet import paths
 from kopflet.api import spec, times
 from kopflet.api.events import WARNING
 from kopflet.client.events import EventRecorder
-from kopflet.client.kubeapi import KubeApiError, KubeClient, q
+from kopflet.client.kubeapi import KubeApiError, KubeClient, config_map_bytes, q, secret_bytes
 from kopflet.client.standalone import is_standalone
 from kopflet.config.settings import AgentConfig
 from kopflet.podcertificate import states as pc_states
 from kopflet.podcertificate.manager import PodCertificateManager
+from kopflet.util.manager import DirectObjects, Objects
 from kopflet.volumes import csi_rules, desired_state, plugins, pvc
 from kopflet.volumes import trust_bundles as ctb
 from kopflet.volumes.plugins import VolumeError, VolumePlan
@@ -71,13 +73,16 @@ class VolumeManager:
                  *, layout: paths.Layout | None = None, pod_certificates: PodCertificateManager | None = None,
                  trust_bundles: ClusterTrustBundleManager | None = None,
                  node_labels: Callable[[], Mapping[str, str]] = dict, recorder: EventRecorder | None = None,
-                 mountinfo: str = MOUNTINFO) -> None:
+                 mountinfo: str = MOUNTINFO, objects: Objects | None = None) -> None:
         """`pod_certificates`: None, podCertificate sources fail as upstream's NoOpManager makes them fail;
         `trust_bundles`: None, clusterTrustBundle sources fail as upstream's NoopManager makes them fail.
         `node_labels`: the Node's labels as last read (a PV's node affinity is checked against them, as upstream's
         CheckNodeAffinity against its node lister's Node); `recorder`: where the AlreadyMountedVolume warning goes
-        (None: logged only); `mountinfo`: the mount table a local PV's other mounts are looked up in."""
+        (None: logged only); `mountinfo`: the mount table a local PV's other mounts are looked up in; `objects`:
+        where the ConfigMaps and Secrets pods reference are read (the node's watches; default a GET each time),
+        which the container environment and the image pulls read through too."""
         self.cfg, self.api, self.node_allocatable = cfg, api, node_allocatable
+        self.objects: Objects = objects if objects is not None else DirectObjects(api)
         self.layout = layout if layout is not None else cfg.layout
         self.pod_certificates, self.trust_bundles = pod_certificates, trust_bundles
         self.node_labels, self.recorder, self.mountinfo = node_labels, recorder, mountinfo
@@ -110,8 +115,8 @@ class VolumeManager:
         bundles = ctb.wanted(pod)
         certificates_wanted = self.pod_certificates is not None and bool(pc_states.projections(pod))
         reads: list[Awaitable[Any]] = [
-            *(self.api.config_map_data(pod.namespace, n) for n in config_map_list),
-            *(self.api.secret_data(pod.namespace, n) for n in secret_list),
+            *(self.config_map_data(pod, n) for n in config_map_list),
+            *(self.secret_data(pod, n) for n in secret_list),
             *(self._token(pod, token) for token in token_list),
             self._trust_bundles(pod) if bundles else _none(),
             self.pod_certificates.credentials(pod) if self.pod_certificates is not None else _none()]
@@ -137,6 +142,16 @@ class VolumeManager:
         fs_group = pod.spec.security_context.get("fsGroup")
         await asyncio.to_thread(materialize, plans, fs_group if isinstance(fs_group, int) else None)
         return plans
+
+    async def config_map_data(self, pod: spec.Pod, name: str) -> dict[str, bytes] | None:
+        """A ConfigMap the pod references, its ``data`` and ``binaryData`` as bytes; None when it does not exist."""
+        obj = await self.objects.config_map(pod, name)
+        return None if obj is None else config_map_bytes(obj)
+
+    async def secret_data(self, pod: spec.Pod, name: str) -> dict[str, bytes] | None:
+        """A Secret the pod references, its ``data`` decoded; None when it does not exist."""
+        obj = await self.objects.secret(pod, name)
+        return None if obj is None else secret_bytes(obj)
 
     # ---------------------------------------------------------------------------------- persistent volumes
 
@@ -285,6 +300,7 @@ class VolumeManager:
         return await self.trust_bundles.for_pod(pod)
 
     def forget(self, uid: str) -> None:
+        self.objects.unregister(uid)  # upstream: the secret and configmap managers let go once the volumes are gone
         for key in [k for k in self._tokens if k[0] == uid]:
             del self._tokens[key]
         self._forget_persistent(uid)

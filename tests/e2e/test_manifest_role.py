@@ -21,7 +21,14 @@ from tests.stack.test_manifests import remove_service_account, service_account_k
 def role_agent(layout: Layout, admin: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     folder = tmp_path_factory.mktemp("role-agent")
     kubeconfig = service_account_kubeconfig(admin, folder / "sa.kubeconfig")
-    agent = Agent(layout, folder / "agent.log", env={"KUBECONFIG": str(kubeconfig)})
+    # As the DaemonSet's config: a GET for each ConfigMap and Secret (the role grants no list or watch of them).
+    dropins = folder / "kubelet.conf.d"
+    dropins.mkdir()
+    (dropins / "10-objects.conf").write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+        "configMapAndSecretChangeDetectionStrategy: Get\n")
+    agent = Agent(layout, folder / "agent.log", env={"KUBECONFIG": str(kubeconfig),
+                                                     "KOPFLET_ARGS": f"--config-dir={dropins}"})
     agent.start()
     try:
         agent.wait_for(r"Activity 'start_agent' succeeded")

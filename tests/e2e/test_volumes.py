@@ -100,6 +100,30 @@ def test_config_map_update_reaches_the_running_pod(running_agent: Agent, admin: 
     admin.run("patch", "configmap", "live", "-n", namespace, "-p", '{"data": {"version": "2"}}')
     pod = wait_pod(admin, namespace, "watcher", is_ready, timeout=90, what="Ready: the update is in the volume")
     assert statuses(pod)["main"]["restartCount"] == 0
+    # The agent's reads of it (the apiserver's audit log of node requests): the Watch strategy's one watch (a
+    # WatchList, field selector metadata.name), never a GET, however many syncs the pod had.
+    verbs: list[str] = []
+    deadline = time.monotonic() + 10
+    while "watch" not in verbs and time.monotonic() < deadline:
+        time.sleep(0.5)
+        verbs = audited_verbs(layout, namespace, "configmaps", "live")
+    assert "watch" in verbs and "get" not in verbs and "list" not in verbs, verbs
+
+
+def audited_verbs(layout: Layout, namespace: str, resource: str, name: str) -> list[str]:
+    """The verbs of the node's requests for one object in the audit log, each request once."""
+    user, seen, verbs = f"system:node:{layout.node_name}", set(), []
+    for line in layout.audit_log.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        ref = entry.get("objectRef") or {}
+        if (entry.get("user", {}).get("username") == user and ref.get("namespace") == namespace
+                and ref.get("resource") == resource and ref.get("name") == name and entry["auditID"] not in seen):
+            seen.add(entry["auditID"])
+            verbs.append(entry.get("verb", ""))
+    return verbs
 
 
 def test_host_path_read_and_written_from_the_container(running_agent: Agent, admin: Kubectl, layout: Layout,

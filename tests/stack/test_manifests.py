@@ -109,15 +109,17 @@ EXPECTED_CLUSTER_RULES = (
         ("kopflet/client/kubeapi.py", 'self.request("POST", f"/api/v1/namespaces/{q(namespace)}/events", body=event)'),
         ("kopflet/client/kubeapi.py", 'self.request("PATCH", f"/api/v1/namespaces/{q(namespace)}/events/{q(name)}",'),
     )),
-    # ConfigMaps pods reference (volumes, env, kube-root-ca.crt).
+    # ConfigMaps pods reference (volumes, env, kube-root-ca.crt), a GET at each read: the DaemonSet's config sets
+    # configMapAndSecretChangeDetectionStrategy Get, as RBAC cannot scope list and watch to the objects its pods
+    # reference (a node identity's Watch strategy lists and watches each one, which the Node authorizer scopes).
     Rule("", ("configmaps",), ("get",), (
         ("kopflet/client/kubeapi.py", 'self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/configmaps/{q(name)}")'),
-        ("kopflet/volumes/manager.py", "self.api.config_map_data(pod.namespace, n) for n in config_map_list"),
+        ("kopflet/util/manager.py", "return await self.api.get_config_map(pod.namespace, name)"),
     )),
-    # Secrets pods reference (volumes, env, imagePullSecrets).
+    # Secrets pods reference (volumes, env, imagePullSecrets), likewise a GET at each read.
     Rule("", ("secrets",), ("get",), (
         ("kopflet/client/kubeapi.py", 'self.get_or_none(f"/api/v1/namespaces/{q(namespace)}/secrets/{q(name)}")'),
-        ("kopflet/images/manager.py", "await self.api.get_secret(pod.namespace, name)"),
+        ("kopflet/util/manager.py", "return await self.api.get_secret(pod.namespace, name)"),
     )),
     # PVCs pods use and the PVs they are bound to (persistentVolumeClaim and generic ephemeral volumes).
     Rule("", ("persistentvolumeclaims", "persistentvolumes"), ("get",), (
@@ -432,6 +434,11 @@ def test_the_daemonset_registers_its_own_tainted_labelled_node() -> None:
                                                                   "operator": "DoesNotExist"}]}]
     assert not any(t.get("key") == "kopflet.dev/agent" or (t.get("operator") == "Exists" and not t.get("key"))
                    for t in _daemonset_pod().get("tolerations", []))
+
+
+def test_the_daemonset_reads_configmaps_and_secrets_with_get_only() -> None:
+    # Its role grants get on them, never list or watch (the DENIED table): the Watch strategy's watches would fail.
+    assert _agent_config().config_map_and_secret_strategy == "Get"
 
 
 def test_the_daemonset_stays_clear_of_a_resident_kubelet() -> None:

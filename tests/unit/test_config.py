@@ -408,6 +408,7 @@ FULL_FILE = """\
 staticPodPath: /etc/kubernetes/manifests
 podLogsDir: /srv/logs/pods
 syncFrequency: 30s
+configMapAndSecretChangeDetectionStrategy: Get
 fileCheckFrequency: 10s
 healthzPort: 10300
 healthzBindAddress: 0.0.0.0
@@ -523,7 +524,8 @@ def test_full_config_file() -> None:
     assert cfg == AgentConfig(
         node_name="node-1", kubeconfig="/etc/kopflet/kubelet.conf", rotate_certificates=True, server_tls_bootstrap=True,
         pod_manifest_path="/etc/kubernetes/manifests", pod_log_root="/srv/logs/pods",
-        resync_period=30.0, file_check_frequency=10.0, healthz_port=10300, healthz_bind_address="0.0.0.0",
+        resync_period=30.0, config_map_and_secret_strategy="Get",
+        file_check_frequency=10.0, healthz_port=10300, healthz_bind_address="0.0.0.0",
         cluster_domain="corp.local", cluster_dns=("10.96.0.10", "10.96.0.11"), node_status_update_frequency=5.0,
         node_status_report_frequency=60.0, runtime_request_timeout=240.0, max_pods=50, serialize_image_pulls=False,
         system_reserved={"cpu": "100m", "memory": "256Mi"}, kube_reserved={"cpu": "200m", "ephemeral-storage": "1Gi"},
@@ -723,6 +725,24 @@ def test_config_file_from_the_environment_below_the_flag() -> None:
     assert run(["--config=/flag.yaml"], environ={"KOPFLET_CONFIG": "/env.yaml"}, **files_).max_pods == 9
     with pytest.raises(ConfigError, match=r"KOPFLET_CONFIG /nope\.yaml: cannot read it"):
         run(environ={"KOPFLET_CONFIG": "/nope.yaml"})
+
+
+@pytest.mark.parametrize(("value", "strategy", "error"), [
+    ("", "Watch", ""),
+    ("Watch", "Watch", ""),
+    ("Get", "Get", ""),
+    ("Cache", "", 'configMapAndSecretChangeDetectionStrategy "Cache" is not supported by kopflet (upstream\'s TTL '
+               'cache); use "Watch" or "Get"'),
+    ("watch", "", "unknown configmap and secret manager mode: watch"),
+])
+def test_config_map_and_secret_strategy(value: str, strategy: str, error: str) -> None:
+    body = f"configMapAndSecretChangeDetectionStrategy: {value!r}\n"
+    if error:
+        with pytest.raises(ConfigError) as info:
+            with_file(body)
+        assert str(info.value) == error
+    else:
+        assert with_file(body).config_map_and_secret_strategy == strategy
 
 
 def test_every_known_field_is_either_honoured_or_refused() -> None:

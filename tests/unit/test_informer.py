@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kopflet.client import informer as informer_module
-from kopflet.client.informer import ADDED, DELETED, MODIFIED, Delta, Informer
+from kopflet.client.informer import ADDED, DELETED, INITIAL_EVENTS_END, MODIFIED, Delta, Informer
 from kopflet.client.kubeapi import KubeApiError
 
 PATH = "/apis/example.com/v1/things"
@@ -39,6 +39,8 @@ class FakeApi:
         self.list_errors: list[BaseException] = []
         self.list_hangs = False
         self.list_version: str | None = None  # an answer's resourceVersion other than the current one
+        self.watch_list_refused: BaseException | None = None  # a server without the WatchList feature
+        self.initial_events_end = True  # False: a WatchList that never says its initial events are over
 
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
                       **_: Any) -> dict[str, Any]:
@@ -54,7 +56,18 @@ class FakeApi:
     async def watch(self, path: str, resource_version: str, *,
                     params: Mapping[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
         assert path == PATH
-        self.calls.append(("WATCH", resource_version, params))
+        if params is not None and params.get("sendInitialEvents") == "true":
+            # a WatchList: the objects as ADDED events, the bookmark that ends them, then what is queued
+            self.calls.append(("WATCHLIST", resource_version, params))
+            if self.watch_list_refused is not None:
+                raise self.watch_list_refused
+            for obj in list(self.objects.values()):
+                yield {"type": ADDED, "object": copy.deepcopy(obj)}
+            if self.initial_events_end:
+                yield {"type": "BOOKMARK", "object": {"metadata": {
+                    "resourceVersion": str(self.version), "annotations": {INITIAL_EVENTS_END: "true"}}}}
+        else:
+            self.calls.append(("WATCH", resource_version, params))
         while True:
             item = await self.events.get()
             if item is END:
@@ -83,6 +96,9 @@ class FakeApi:
 
     def watches(self) -> list[str]:
         return [str(c[1]) for c in self.calls if c[0] == "WATCH"]
+
+    def watch_lists(self) -> int:
+        return sum(1 for c in self.calls if c[0] == "WATCHLIST")
 
 
 def value(obj: Mapping[str, Any]) -> str:
@@ -286,3 +302,71 @@ async def test_list_and_watch_parameters() -> None:
     assert h.api.calls == [("LIST", PATH, {"fieldSelector": "spec.nodeName=n"}),
                            ("WATCH", "100", {"fieldSelector": "spec.nodeName=n"})]
     await h.stop()
+
+
+# ------------------------------------------------------------------------------------------------ WatchList
+
+async def test_a_watch_list_fills_the_cache_in_one_request_then_goes_on_as_a_watch() -> None:
+    h = Harness(watch_list=True)
+    api = h.api
+    api.change(ADDED, thing("a", "1", namespace="ns"), emit=False)
+    api.change(ADDED, thing("b", "1", namespace="ns"), emit=False)
+    try:
+        await h.start()
+        assert h.informer.has_synced() and api.lists() == 0 and api.watch_lists() == 1
+        (call,) = [c for c in api.calls if c[0] == "WATCHLIST"]
+        assert call[1] == "" and call[2] == {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
+        assert h.cache() == {("ns", "a"): "1", ("ns", "b"): "1"}
+        assert h.changes == [[(ADDED, None, "1"), (ADDED, None, "1")]]  # one change set, as after a list
+        api.change(MODIFIED, thing("a", "2", namespace="ns"))
+        await h.settle()
+        assert h.cache()[("ns", "a")] == "2" and h.changes[1:] == [[(MODIFIED, "1", "2")]]
+        api.events.put_nowait(END)  # the server's timeout: a plain watch from the last version, no list
+        await h.settle()
+        assert api.watches() == ["103"] and api.lists() == 0 and api.watch_lists() == 1
+    finally:
+        await h.stop()
+
+
+async def test_a_watch_list_is_not_synced_before_its_initial_events_end() -> None:
+    h = Harness(watch_list=True)
+    h.api.initial_events_end = False
+    h.api.change(ADDED, thing("a", "1"), emit=False)
+    try:
+        await h.start()
+        assert not h.informer.has_synced() and h.cache() == {}
+        h.api.events.put_nowait(END)  # ended before the bookmark: a failure, tried again after the pause
+        await h.settle(0.05)
+        assert not h.informer.has_synced() and h.api.watch_lists() >= 2 and h.api.lists() == 0
+    finally:
+        await h.stop()
+
+
+@pytest.mark.parametrize("status", [400, 422])
+async def test_a_server_that_refuses_a_watch_list_is_listed_from_then_on(
+        status: int, caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness(watch_list=True)
+    h.api.watch_list_refused = KubeApiError(status, "Invalid", "sendInitialEvents is forbidden", "WATCH", PATH)
+    h.api.change(ADDED, thing("a", "1"), emit=False)
+    try:
+        with caplog.at_level(logging.INFO):
+            await h.start()
+        assert h.informer.has_synced() and h.cache() == {("", "a"): "1"}
+        assert h.api.watch_lists() == 1 and h.api.lists() == 1 and h.api.watches() == ["101"]
+        assert "refuses a watch list" in caplog.text and "watch failed" not in caplog.text
+        h.api.events.put_nowait(KubeApiError(410, "Expired", "too old", "WATCH", PATH))
+        await h.settle()
+        assert h.api.watch_lists() == 1 and h.api.lists() == 2  # listed again, no second WatchList
+    finally:
+        await h.stop()
+
+
+async def test_a_watch_list_forbidden_is_a_failure_not_a_fallback() -> None:
+    h = Harness(watch_list=True)
+    h.api.watch_list_refused = KubeApiError(403, "Forbidden", "cannot watch", "WATCH", PATH)
+    try:
+        await h.start()
+        await h.settle(0.05)
+        assert not h.informer.has_synced() and h.api.lists() == 0 and h.api.watch_lists() >= 2
+    finally:
+        await h.stop()

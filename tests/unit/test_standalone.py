@@ -55,7 +55,7 @@ async def test_the_standalone_client_opens_nothing_and_refuses_every_request() -
     assert isinstance(info.value, API_ERRORS) and isinstance(info.value, KubeApiError)  # a refusal to the callers
     assert info.value.message == "not supported due to running kubelet in standalone mode"  # volume_host.go
     with pytest.raises(StandaloneError):
-        await api.config_map_data("ns", "cm")
+        await api.get_config_map("ns", "cm")
     with pytest.raises(StandaloneError):
         async for _ in api.watch("/api/v1/services", "0"):
             pass

@@ -42,13 +42,13 @@ class FakeApi:
             await asyncio.sleep(delay)
             raise error
 
-    async def config_map_data(self, namespace: str, name: str) -> dict[str, bytes]:
+    async def get_config_map(self, namespace: str, name: str) -> dict[str, Any]:
         await self._arrive(name)
-        return {"ca.crt": b"CA"}
+        return {"data": {"ca.crt": "CA"}}
 
-    async def secret_data(self, namespace: str, name: str) -> dict[str, bytes]:
+    async def get_secret(self, namespace: str, name: str) -> dict[str, Any]:
         await self._arrive(name)
-        return {"password": b"s3cret"}
+        return {"data": {"password": "czNjcmV0"}}
 
     async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
         assert method == "POST" and path.endswith("/serviceaccounts/default/token"), (method, path)
