@@ -88,6 +88,10 @@ class Informer(Generic[T]):
         self._objects: dict[Key, T] = {}
         self._versions: dict[Key, str] = {}
         self._synced = asyncio.Event()
+        self._hopeless = asyncio.Event()
+        """Set once the informer cannot sync without help: a list or watch refused (401, 403), or its run ended."""
+        self.last_error: BaseException | None = None
+        """The last failure (for a reader's error message); None once a list or WatchList has filled the cache."""
         self._delay = retry_min
 
     @property
@@ -99,16 +103,35 @@ class Informer(Generic[T]):
         """Whether a list has filled the cache (client-go HasSynced: stays true once true)."""
         return self._synced.is_set()
 
-    async def wait_synced(self, within: float) -> bool:
-        """Wait up to `within` seconds for the first list (client-go WaitForCacheSync); whether it came."""
+    async def wait_synced(self, within: float, *, or_refused: bool = False) -> bool:
+        """Wait up to `within` seconds for the first list (client-go WaitForCacheSync); whether it came. With
+        `or_refused`, the wait also ends once the informer is refused or stops (`refused`, `last_error`)."""
+        if self._synced.is_set():
+            return True
+        waits = [asyncio.ensure_future(self._synced.wait())]
+        if or_refused:
+            waits.append(asyncio.ensure_future(self._hopeless.wait()))
         try:
-            await asyncio.wait_for(self._synced.wait(), within)
-        except TimeoutError:
-            return False
-        return True
+            await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        return self._synced.is_set()
+
+    @property
+    def refused(self) -> bool:
+        """Whether the server refused this identity the list or watch (401, 403) since the last sync, or the
+        informer's run has ended: waiting for it is of no use."""
+        return self._hopeless.is_set()
 
     async def run(self) -> None:
         """List, then watch from that version, for as long as the task runs (cancel it to stop)."""
+        try:
+            await self._run()
+        finally:
+            self._hopeless.set()
+
+    async def _run(self) -> None:
         while True:
             try:
                 version = await self._watch_list() if self.watch_list else await self._list()
@@ -127,6 +150,9 @@ class Informer(Generic[T]):
                 await self._pause(exc)
 
     async def _pause(self, exc: BaseException) -> None:
+        self.last_error = exc
+        if isinstance(exc, KubeApiError) and exc.status in (401, 403):
+            self._hopeless.set()
         logger.warning(f"{self.what} watch failed, listing again in {self._delay:.0f}s: {exc or type(exc).__name__}")
         await asyncio.sleep(self._delay)
         self._delay = min(self._delay * 2, self.retry_max)
@@ -157,8 +183,9 @@ class Informer(Generic[T]):
                     raise ValueError(f"a {self.what} watch event without an object: {event.get('type')}")
                 kind, version = event.get("type"), resource_version(obj) or version
                 if kind == BOOKMARK:
-                    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-                    if annotations.get(INITIAL_EVENTS_END) == "true":
+                    meta = obj.get("metadata")
+                    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+                    if isinstance(annotations, Mapping) and annotations.get(INITIAL_EVENTS_END) == "true":
                         self._replace(list(initial.values()), version)
                         initial = None
                         self._delay = self.retry_min
@@ -188,6 +215,8 @@ class Informer(Generic[T]):
             versions[key] = rv
         deltas += [Delta(DELETED, old, None) for key, old in self._objects.items() if key not in objects]
         self._objects, self._versions = objects, versions
+        self.last_error = None
+        self._hopeless.clear()
         self._synced.set()
         logger.log(v(4), f"listed {len(objects)} {self.what} objects at resourceVersion {version}")
         self._notify(deltas)

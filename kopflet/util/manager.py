@@ -27,12 +27,12 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Awaitable, Callable, Container, Mapping
 from typing import Any, Protocol
 
 from kopflet.api import spec
 from kopflet.client.informer import Informer
-from kopflet.client.kubeapi import DEFAULT_TIMEOUT, KubeClient, q
+from kopflet.client.kubeapi import DEFAULT_TIMEOUT, KubeApiError, KubeClient, q
 from kopflet.envvars import container_env
 from kopflet.logs.verbosity import v
 from kopflet.volumes import plugins
@@ -62,21 +62,34 @@ def trimmed(obj: Mapping[str, Any]) -> Object:
     return {k: obj[k] for k in KEPT_FIELDS if k in obj}
 
 
+def _trimmed_or_none(obj: Mapping[str, Any] | None) -> Object | None:
+    return None if obj is None else trimmed(obj)
+
+
 def immutable(obj: Object) -> bool:
     return obj.get("immutable") is True
+
+
+def _env_names(pod: spec.Pod) -> tuple[frozenset[str], frozenset[str]]:
+    """The env and envFrom references of every container: init, regular and ephemeral (upstream's visitors)."""
+    config_maps, secrets = container_env.referenced_objects(pod)
+    for container in pod.spec.ephemeral_containers:
+        more_config_maps, more_secrets = container_env.referenced_objects(pod, container)
+        config_maps, secrets = config_maps | more_config_maps, secrets | more_secrets
+    return config_maps, secrets
 
 
 def config_map_names(pod: spec.Pod) -> frozenset[str]:
     """upstream getConfigMapNames: the volumes' (projected too) and every container's env and envFrom."""
     volumes, _ = plugins.referenced_objects(pod)
-    env, _ = container_env.referenced_objects(pod)
+    env, _ = _env_names(pod)
     return volumes | env
 
 
 def secret_names(pod: spec.Pod) -> frozenset[str]:
     """upstream getSecretNames: imagePullSecrets, the volumes' (projected too), every container's env and envFrom."""
     _, volumes = plugins.referenced_objects(pod)
-    _, env = container_env.referenced_objects(pod)
+    _, env = _env_names(pod)
     pull = {r["name"] for r in pod.spec.raw.get("imagePullSecrets") or ()
             if isinstance(r, Mapping) and isinstance(r.get("name"), str) and r["name"]}
     return volumes | env | frozenset(pull)
@@ -91,17 +104,22 @@ class _Item:
     task: asyncio.Task[None] | None = None
     last_access: float = 0.0
     immutable: bool = False
+    direct: bool = False
+    """The identity may not watch it (401, 403): read with a GET each time instead."""
 
 
 class ObjectCache:
     """Watched objects of one resource by (namespace, name), reference-counted by pod UID (upstream objectCache)."""
 
-    def __init__(self, api: KubeClient, resource: str, collection: Callable[[str], str], *,
-                 max_idle: float = MIN_IDLE_TIME, sync_timeout: float = SYNC_TIMEOUT,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """`resource`: the plural, for messages; `collection`: its path in a namespace; `max_idle`: how long a
-        watch may go unread before `recycle_idle` stops it (at least `MIN_IDLE_TIME`)."""
-        self.api, self.resource, self.collection = api, resource, collection
+    def __init__(self, api: KubeClient, resource: str, collection: Callable[[str], str],
+                 fetch: Callable[[str, str], Awaitable[Object | None]], *, max_idle: float = MIN_IDLE_TIME,
+                 sync_timeout: float = SYNC_TIMEOUT, clock: Callable[[], float] = time.monotonic) -> None:
+        """`resource`: the plural, for messages; `collection`: its path in a namespace; `fetch`: a GET of one
+        object (None when it does not exist), for an identity that may not watch it; `max_idle`: how long a watch
+        may go unread before `recycle_idle` stops it (at least `MIN_IDLE_TIME`)."""
+        self.api, self.resource, self.collection, self.fetch = api, resource, collection, fetch
+        self._watch_list = True  # False once the server has refused one (each later watch lists instead)
+        self._refusal_logged = False
         self.max_idle, self.sync_timeout, self.clock = max(max_idle, MIN_IDLE_TIME), sync_timeout, clock
         self._items: dict[Key, _Item] = {}
         self._stopping: set[asyncio.Task[None]] = set()
@@ -110,7 +128,7 @@ class ObjectCache:
     def _informer(self, namespace: str, name: str) -> Informer[Object]:
         return Informer(self.api, self.collection(namespace), trimmed,
                         what=f"{self.resource} {namespace}/{name}", params={"fieldSelector": f"metadata.name={name}"},
-                        watch_list=True)
+                        watch_list=self._watch_list)
 
     def _start(self, item: _Item, namespace: str, name: str) -> None:
         if self._closed:  # upstream: no reflector is started once the kubelet shuts down (its reads time out)
@@ -152,24 +170,46 @@ class ObjectCache:
 
     async def get(self, namespace: str, name: str) -> Object | None:
         """The object as its watch last saw it; None when it does not exist. LookupError when no pod references it;
-        CacheSyncError when its watch has not answered within `sync_timeout`."""
+        CacheSyncError when its watch has not answered within `sync_timeout` or the cache is closed. An identity
+        refused the watch (401, 403: a role that grants get only) reads the object with a GET from then on."""
         item = self._items.get((namespace, name))
         if item is None:
             raise LookupError(f'object "{namespace}"/"{name}" not registered')
+        singular = self.resource.removesuffix("s")
+        if self._closed:
+            raise CacheSyncError(f"failed to sync {singular} cache: the {singular} manager is stopped")
+        if item.direct:
+            return _trimmed_or_none(await self.fetch(namespace, name))
         item.last_access = self.clock()  # before waiting: a slow first answer is not taken for idleness
         if item.task is None and not item.immutable:  # stopped while idle: watched again, its cache from scratch
             item.informer = self._informer(namespace, name)
             self._start(item, namespace, name)
         informer = item.informer
-        if not informer.has_synced() and not await informer.wait_synced(self.sync_timeout):
-            singular = self.resource.removesuffix("s")
-            raise CacheSyncError(f"failed to sync {singular} cache: timed out waiting for the condition")
+        if not informer.has_synced() and not await informer.wait_synced(self.sync_timeout, or_refused=True):
+            error = informer.last_error
+            if isinstance(error, KubeApiError) and error.status in (401, 403):
+                return await self._refused(item, namespace, name, error)
+            cause = f": {error}" if error is not None else ""
+            raise CacheSyncError(f"failed to sync {singular} cache: timed out waiting for the condition{cause}")
+        if not informer.watch_list:
+            self._watch_list = False
         obj = informer.objects.get((namespace, name))
         if obj is not None and immutable(obj) and not item.immutable and self._items.get((namespace, name)) is item:
             item.immutable = True  # it cannot change: its watch is no longer needed
             self._stop(item)
             logger.log(v(4), f"Stopped watching for changes - object is immutable: {self.resource} {namespace}/{name}")
         return obj
+
+    async def _refused(self, item: _Item, namespace: str, name: str, error: KubeApiError) -> Object | None:
+        """The watch was refused: GETs for this object from now on (a GET refused too is the read's error)."""
+        if not self._refusal_logged:
+            self._refusal_logged = True
+            logger.warning(f"cannot watch {self.resource} ({error.message}): reading {self.resource} the agent may "
+                           f"not watch with a GET at each read; with a role that grants get only, set "
+                           f"configMapAndSecretChangeDetectionStrategy: Get")
+        item.direct = True
+        self._stop(item)
+        return _trimmed_or_none(await self.fetch(namespace, name))
 
     def recycle_idle(self) -> int:
         """Stop the watches no read has used for `max_idle` (upstream startRecycleIdleWatch); how many."""
@@ -219,9 +259,13 @@ class DirectObjects:
 
 @dataclasses.dataclass
 class _Registered:
+    """What a pod holds: its spec's references and the names read for it beyond them (kept until it goes)."""
+
     namespace: str
     config_maps: frozenset[str]
     secrets: frozenset[str]
+    extra_config_maps: frozenset[str] = frozenset()
+    extra_secrets: frozenset[str] = frozenset()
 
 
 class PodObjects:
@@ -234,9 +278,9 @@ class PodObjects:
         self.pods = pods
         max_idle = 5 * sync_frequency  # upstream NewWatchBasedManager: an integer multiple of the resync period
         self.config_maps = ObjectCache(api, "configmaps", lambda ns: f"/api/v1/namespaces/{q(ns)}/configmaps",
-                                       max_idle=max_idle, clock=clock)
+                                       api.get_config_map, max_idle=max_idle, clock=clock)
         self.secrets = ObjectCache(api, "secrets", lambda ns: f"/api/v1/namespaces/{q(ns)}/secrets",
-                                   max_idle=max_idle, clock=clock)
+                                   api.get_secret, max_idle=max_idle, clock=clock)
         self._pods: dict[str, _Registered] = {}
         self._specs: dict[str, spec.Pod] = {}
 
@@ -244,8 +288,9 @@ class PodObjects:
         """Reference what the pod references now: what it no longer does is dropped (upstream RegisterPod)."""
         if self._specs.get(pod.uid) is pod:
             return
-        now = _Registered(pod.namespace, config_map_names(pod), secret_names(pod))
         before = self._pods.get(pod.uid) or _Registered(pod.namespace, frozenset(), frozenset())
+        now = _Registered(pod.namespace, config_map_names(pod) | before.extra_config_maps,
+                          secret_names(pod) | before.extra_secrets, before.extra_config_maps, before.extra_secrets)
         self._pods[pod.uid], self._specs[pod.uid] = now, pod
         for cache, new, old in ((self.config_maps, now.config_maps, before.config_maps),
                                 (self.secrets, now.secrets, before.secrets)):
@@ -273,15 +318,18 @@ class PodObjects:
 
     async def _get(self, cache: ObjectCache, pod: spec.Pod, name: str) -> Object | None:
         self.register(pod)
-        if not cache.registered(pod.namespace, name):
+        kept = self._pods[pod.uid]
+        held = kept.config_maps if cache is self.config_maps else kept.secrets
+        if name not in held:
             # Not a reference the pod's spec shows (a caller's own read): held for the pod all the same, until it is
             # unregistered, so the read is answered as the others are.
             cache.add_reference(pod.namespace, name, pod.uid)
-            kept = self._pods[pod.uid]
             if cache is self.config_maps:
-                self._pods[pod.uid] = dataclasses.replace(kept, config_maps=kept.config_maps | {name})
+                self._pods[pod.uid] = dataclasses.replace(kept, config_maps=kept.config_maps | {name},
+                                                          extra_config_maps=kept.extra_config_maps | {name})
             else:
-                self._pods[pod.uid] = dataclasses.replace(kept, secrets=kept.secrets | {name})
+                self._pods[pod.uid] = dataclasses.replace(kept, secrets=kept.secrets | {name},
+                                                          extra_secrets=kept.extra_secrets | {name})
         return await cache.get(pod.namespace, name)
 
     def registered_pods(self) -> frozenset[str]:
@@ -297,9 +345,12 @@ class PodObjects:
         try:
             while True:
                 await asyncio.sleep(RECYCLE_PERIOD)
-                self.retain(self.pods)
-                self.config_maps.recycle_idle()
-                self.secrets.recycle_idle()
+                try:
+                    self.retain(self.pods)
+                    self.config_maps.recycle_idle()
+                    self.secrets.recycle_idle()
+                except Exception:  # a round's failure is logged; the watches stay, as the next round
+                    logger.exception("the ConfigMap and Secret watches' housekeeping failed")
         finally:
             await self.close()
 

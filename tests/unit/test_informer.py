@@ -361,12 +361,36 @@ async def test_a_server_that_refuses_a_watch_list_is_listed_from_then_on(
         await h.stop()
 
 
-async def test_a_watch_list_forbidden_is_a_failure_not_a_fallback() -> None:
+async def test_a_watch_list_forbidden_is_a_failure_not_a_fallback_and_says_so_to_a_reader() -> None:
     h = Harness(watch_list=True)
-    h.api.watch_list_refused = KubeApiError(403, "Forbidden", "cannot watch", "WATCH", PATH)
+    forbidden = KubeApiError(403, "Forbidden", "cannot watch", "WATCH", PATH)
+    h.api.watch_list_refused = forbidden
+    try:
+        await h.start()
+        assert not await asyncio.wait_for(h.informer.wait_synced(30, or_refused=True), 1.0)
+        assert h.informer.refused and h.informer.last_error is forbidden
+        await h.settle(0.05)
+        assert not h.informer.has_synced() and h.api.lists() == 0 and h.api.watch_lists() >= 2
+        h.api.watch_list_refused = None  # allowed now (the node authorizer's graph caught up)
+        await h.settle(0.05)
+        assert h.informer.has_synced() and not h.informer.refused and h.informer.last_error is None
+    finally:
+        await h.stop()
+
+
+async def test_a_reader_waits_through_other_failures_and_is_told_when_the_run_ends() -> None:
+    h = Harness()
+    h.api.list_errors = [KubeApiError(500, "InternalError", "etcd is gone", "GET", PATH)]
+    waiting = asyncio.create_task(h.informer.wait_synced(30, or_refused=True))
     try:
         await h.start()
         await h.settle(0.05)
-        assert not h.informer.has_synced() and h.api.lists() == 0 and h.api.watch_lists() >= 2
+        assert await asyncio.wait_for(waiting, 1.0)  # the 500 was tried again, and the list came
+        h2 = Harness()
+        h2.api.list_hangs = True
+        await h2.start()
+        reader = asyncio.create_task(h2.informer.wait_synced(30, or_refused=True))
+        await h2.stop()
+        assert not await asyncio.wait_for(reader, 1.0) and h2.informer.refused
     finally:
         await h.stop()

@@ -16,7 +16,7 @@ import pytest
 
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.client.informer import INITIAL_EVENTS_END
-from kopflet.client.kubeapi import API_ERRORS, Credentials, KubeClient
+from kopflet.client.kubeapi import API_ERRORS, Credentials, KubeApiError, KubeClient
 from kopflet.util import manager
 from kopflet.util.manager import CacheSyncError, DirectObjects, ObjectCache, PodObjects
 
@@ -32,6 +32,7 @@ class FakeApi:
         self.open: set[tuple[str, str]] = set()
         self.gets: list[str] = []
         self.silent: set[str] = set()
+        self.refused: set[str] = set()  # paths this identity may not watch (a role granting get only)
         self.version = 10
 
     async def watch(self, path: str, resource_version: str, *,
@@ -43,6 +44,8 @@ class FakeApi:
         self.open.add(key)
         queue = self.queues.setdefault(key, asyncio.Queue())
         try:
+            if path in self.refused:
+                raise KubeApiError(403, "Forbidden", f'cannot watch resource "{path.rsplit("/", 1)[1]}"', "WATCH", path)
             if path in self.silent:
                 await asyncio.sleep(3600)
             if key in self.objects:
@@ -124,11 +127,13 @@ def test_the_names_a_pod_references(spec: dict[str, Any], config_maps: set[str],
     assert manager.secret_names(pod) == secrets
 
 
-def test_env_from_and_init_containers_count_too() -> None:
+def test_env_from_and_init_and_ephemeral_containers_count_too() -> None:
     pod = pod_from_body({"metadata": {"name": "p", "namespace": "shop", "uid": "u"}, "spec": {
         "initContainers": [{"name": "init", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cm-init"}}]}],
-        "containers": [{"name": "app", "image": "busybox", "envFrom": [{"secretRef": {"name": "s-app"}}]}]}})
-    assert manager.config_map_names(pod) == {"cm-init"} and manager.secret_names(pod) == {"s-app"}
+        "containers": [{"name": "app", "image": "busybox", "envFrom": [{"secretRef": {"name": "s-app"}}]}],
+        "ephemeralContainers": [{"name": "debug", "image": "busybox", "env": [
+            {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm-debug", "key": "k"}}}]}]}})
+    assert manager.config_map_names(pod) == {"cm-init", "cm-debug"} and manager.secret_names(pod) == {"s-app"}
 
 
 # ------------------------------------------------------------------------------------------------- the watches
@@ -214,7 +219,8 @@ async def test_an_idle_watch_is_stopped_and_the_next_read_starts_it_again() -> N
 async def test_a_watch_that_never_answers_is_a_cache_sync_error() -> None:
     api = FakeApi()
     api.silent.add(CM)
-    cache = ObjectCache(api, "configmaps", lambda ns: CM, sync_timeout=0.05)  # type: ignore[arg-type]
+    cache = ObjectCache(api, "configmaps", lambda ns: CM, api.get_config_map,  # type: ignore[arg-type]
+                        sync_timeout=0.05)
     try:
         cache.add_reference("shop", "conf", "uid-1")
         with pytest.raises(CacheSyncError) as info:
@@ -230,9 +236,15 @@ async def test_a_watch_that_never_answers_is_a_cache_sync_error() -> None:
 async def test_a_read_the_spec_does_not_show_is_held_for_the_pod(objects: tuple[PodObjects, FakeApi]) -> None:
     managed, api = objects
     api.change(SECRETS, "extra", {"data": {}})
-    pod = make_pod()
+    pod, other = make_pod("uid-1"), make_pod("uid-2")
+    assert await managed.secret(other, "extra") == {"data": {}}  # another pod holds it first
     assert await managed.secret(pod, "extra") == {"data": {}}
+    managed.unregister(other.uid)
+    assert managed.secrets.registered("shop", "extra")  # this pod holds its own reference
+    managed.register(make_pod("uid-1"))  # its next sync's spec (a new object): the extra name stays
+    await settle()
     assert managed.secrets.registered("shop", "extra")
+    assert [w for w in api.watches if w[0] == SECRETS] == [(SECRETS, "extra")]  # never stopped and watched again
     managed.unregister(pod.uid)
     assert not managed.secrets.registered("shop", "extra")
 
@@ -246,16 +258,42 @@ async def test_pods_without_a_worker_are_let_go_of(objects: tuple[PodObjects, Fa
     assert managed.config_maps.registered("shop", "kube-root-ca.crt")
 
 
-async def test_after_close_no_watch_starts(objects: tuple[PodObjects, FakeApi]) -> None:
+async def test_after_close_no_watch_starts_and_reads_fail_at_once(objects: tuple[PodObjects, FakeApi]) -> None:
     managed, api = objects
     managed.register(make_pod("uid-1"))
     await settle()
     await managed.close()
     assert api.open == set()
-    managed.config_maps.sync_timeout = 0.01
-    with pytest.raises(CacheSyncError):
-        await managed.config_map(make_pod("uid-2"), "kube-root-ca.crt")
+    with pytest.raises(CacheSyncError, match="the configmap manager is stopped"):
+        await asyncio.wait_for(managed.config_map(make_pod("uid-2"), "kube-root-ca.crt"), 1.0)
     assert len(api.watches) == 1
+
+
+async def test_a_read_waiting_for_a_watch_stopped_meanwhile_ends_at_once(objects: tuple[PodObjects, FakeApi]) -> None:
+    managed, api = objects
+    api.silent.add(CM)
+    pod = make_pod()
+    reading = asyncio.create_task(managed.config_map(pod, "kube-root-ca.crt"))
+    await settle()
+    managed.unregister(pod.uid)  # the pod's teardown while its sync still reads
+    with pytest.raises(CacheSyncError, match="timed out waiting for the condition"):
+        await asyncio.wait_for(reading, 1.0)  # not the 30 s sync timeout
+
+
+async def test_an_identity_refused_the_watch_reads_with_a_get(objects: tuple[PodObjects, FakeApi],
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    managed, api = objects
+    api.refused.add(CM)
+    api.change(CM, "kube-root-ca.crt", {"data": {"ca.crt": "CA"}})
+    first, second = make_pod("uid-1"), make_pod("uid-2")
+    assert await asyncio.wait_for(managed.config_map(first, "kube-root-ca.crt"), 1.0) == {"data": {"ca.crt": "CA"}}
+    api.change(CM, "kube-root-ca.crt", {"data": {"ca.crt": "CA2"}})
+    assert await managed.config_map(second, "kube-root-ca.crt") == {"data": {"ca.crt": "CA2"}}
+    await settle()
+    assert api.gets == ["configmaps/kube-root-ca.crt"] * 2 and api.watches == [(CM, "kube-root-ca.crt")]
+    assert api.open == set()  # not watched again: every read is a GET
+    assert caplog.text.count("cannot watch configmaps") == 1
+    assert "configMapAndSecretChangeDetectionStrategy: Get" in caplog.text
 
 
 async def test_the_get_strategy_reads_with_a_get_each_time() -> None:
