@@ -95,6 +95,7 @@ from kopflet.tracing.exporter import StartTracer
 from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager, read_kubelet_mappings
 from kopflet.util.manager import DirectObjects, PodObjects
+from kopflet.volumes import plugins
 from kopflet.volumes.csi.handler import RegistrationHandler
 from kopflet.volumes.csi.nodeinfomanager import NodeInfoManager
 from kopflet.volumes.csi.registration import DriversStore
@@ -321,7 +322,8 @@ class Node:
         self.services = ServiceCache(self.api)
         # The ConfigMaps and Secrets pods reference (volumes, env, pull secrets): a watch of each while a pod holds
         # it (upstream's default Watch strategy), or a GET each time ('Get', and standalone, where reads fail).
-        self.objects: PodObjects | None = PodObjects(self.api, sync_frequency=cfg.resync_period) \
+        self.objects: PodObjects | None = PodObjects(
+            self.api, plugins.object_names, sync_frequency=cfg.resync_period) \
             if not self.standalone and cfg.config_map_and_secret_strategy == "Watch" else None
         objects = self.objects if self.objects is not None else DirectObjects(self.api)
         self.images = ImageManager(runtime.image_cri, self.recorder, self.backoff, self.api, metrics=self.metrics,

@@ -6,11 +6,12 @@ Why not a GET each time: the volume manager sets a pod's volumes up again at eve
 ServiceAccount's ``kube-root-ca.crt`` would send 110 GETs a minute for as long as they run; upstream's kubelet
 sends none once its watches hold the objects. As upstream:
 
-- a pod is registered (`PodObjects.register`, at each of its syncs; idempotent) with every object it references:
-  ConfigMaps and Secrets of its volumes (projected sources included), of its containers' ``env`` and
-  ``envFrom``, and its ``imagePullSecrets``; a new reference starts a watch of that one object (field selector
-  ``metadata.name``, the only watch the node authorizer lets a node make), a reference dropped or the pod
-  unregistered (`unregister`, once its volumes are torn down) stops it when no other pod holds it;
+- a pod is registered (`PodObjects.register`, at each of its syncs; idempotent) with every object it references
+  (`kopflet.volumes.plugins.object_names`): ConfigMaps and Secrets of its volumes (projected sources included), of
+  its containers' ``env`` and ``envFrom``, and its ``imagePullSecrets``; a new reference starts a watch of that one
+  object (field selector ``metadata.name``, the only watch the node authorizer lets a node make), a reference
+  dropped or the pod unregistered (`unregister`, once its volumes are torn down) stops it when no other pod holds
+  it; an identity refused the watch (a role that grants get only) reads that object with a GET instead;
 - a read waits for the watch's first answer (as long as a GET may take; then ``failed to sync configmap cache:
   timed out waiting for the condition``), then answers from the cache: None when the object does not exist;
 - an immutable object's watch stops at its first read (it cannot change) and the object stays cached;
@@ -33,9 +34,7 @@ from typing import Any, Protocol
 from kopflet.api import spec
 from kopflet.client.informer import Informer
 from kopflet.client.kubeapi import DEFAULT_TIMEOUT, KubeApiError, KubeClient, q
-from kopflet.envvars import container_env
 from kopflet.logs.verbosity import v
-from kopflet.volumes import plugins
 
 logger = logging.getLogger(__name__)
 
@@ -68,31 +67,6 @@ def _trimmed_or_none(obj: Mapping[str, Any] | None) -> Object | None:
 
 def immutable(obj: Object) -> bool:
     return obj.get("immutable") is True
-
-
-def _env_names(pod: spec.Pod) -> tuple[frozenset[str], frozenset[str]]:
-    """The env and envFrom references of every container: init, regular and ephemeral (upstream's visitors)."""
-    config_maps, secrets = container_env.referenced_objects(pod)
-    for container in pod.spec.ephemeral_containers:
-        more_config_maps, more_secrets = container_env.referenced_objects(pod, container)
-        config_maps, secrets = config_maps | more_config_maps, secrets | more_secrets
-    return config_maps, secrets
-
-
-def config_map_names(pod: spec.Pod) -> frozenset[str]:
-    """upstream getConfigMapNames: the volumes' (projected too) and every container's env and envFrom."""
-    volumes, _ = plugins.referenced_objects(pod)
-    env, _ = _env_names(pod)
-    return volumes | env
-
-
-def secret_names(pod: spec.Pod) -> frozenset[str]:
-    """upstream getSecretNames: imagePullSecrets, the volumes' (projected too), every container's env and envFrom."""
-    _, volumes = plugins.referenced_objects(pod)
-    _, env = _env_names(pod)
-    pull = {r["name"] for r in pod.spec.raw.get("imagePullSecrets") or ()
-            if isinstance(r, Mapping) and isinstance(r.get("name"), str) and r["name"]}
-    return volumes | env | frozenset(pull)
 
 
 @dataclasses.dataclass(eq=False)
@@ -271,11 +245,13 @@ class _Registered:
 class PodObjects:
     """The ConfigMaps and Secrets of the registered pods (upstream's cacheBasedManager over two objectCaches)."""
 
-    def __init__(self, api: KubeClient, *, sync_frequency: float = 60.0, pods: Container[str] = (),
+    def __init__(self, api: KubeClient, names: Callable[[spec.Pod], tuple[frozenset[str], frozenset[str]]], *,
+                 sync_frequency: float = 60.0, pods: Container[str] = (),
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """`pods`: the UIDs the node has workers for; each minute a registered pod not among them is unregistered
-        (a pod gone without its volumes' teardown holds no watch)."""
-        self.pods = pods
+        """`names`: the ConfigMaps and the Secrets a pod references (`kopflet.volumes.plugins.object_names`: the
+        volumes live above this module); `pods`: the UIDs the node has workers for; each minute a registered pod
+        not among them is unregistered (a pod gone without its volumes' teardown holds no watch)."""
+        self.names, self.pods = names, pods
         max_idle = 5 * sync_frequency  # upstream NewWatchBasedManager: an integer multiple of the resync period
         self.config_maps = ObjectCache(api, "configmaps", lambda ns: f"/api/v1/namespaces/{q(ns)}/configmaps",
                                        api.get_config_map, max_idle=max_idle, clock=clock)
@@ -289,8 +265,9 @@ class PodObjects:
         if self._specs.get(pod.uid) is pod:
             return
         before = self._pods.get(pod.uid) or _Registered(pod.namespace, frozenset(), frozenset())
-        now = _Registered(pod.namespace, config_map_names(pod) | before.extra_config_maps,
-                          secret_names(pod) | before.extra_secrets, before.extra_config_maps, before.extra_secrets)
+        config_maps, secrets = self.names(pod)
+        now = _Registered(pod.namespace, config_maps | before.extra_config_maps, secrets | before.extra_secrets,
+                          before.extra_config_maps, before.extra_secrets)
         self._pods[pod.uid], self._specs[pod.uid] = now, pod
         for cache, new, old in ((self.config_maps, now.config_maps, before.config_maps),
                                 (self.secrets, now.secrets, before.secrets)):
@@ -361,5 +338,4 @@ class PodObjects:
         await self.secrets.close()
 
 
-__all__ = ["CacheSyncError", "DirectObjects", "ObjectCache", "Objects", "PodObjects", "config_map_names",
-           "immutable", "secret_names", "trimmed"]
+__all__ = ["CacheSyncError", "DirectObjects", "ObjectCache", "Objects", "PodObjects", "immutable", "trimmed"]

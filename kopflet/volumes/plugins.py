@@ -199,6 +199,20 @@ def referenced_objects(pod: spec.Pod) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(config_maps), frozenset(secrets)
 
 
+def object_names(pod: spec.Pod) -> tuple[frozenset[str], frozenset[str]]:
+    """Every ConfigMap and Secret the pod references, what the node's watches of them are registered with
+    (`kopflet.util.manager`; upstream getConfigMapNames and getSecretNames): its volumes' (projected sources too),
+    every container's ``env`` and ``envFrom`` (init, regular and ephemeral), and, for Secrets, its
+    ``imagePullSecrets``."""
+    config_maps, secrets = referenced_objects(pod)
+    for container in (None, *pod.spec.ephemeral_containers):  # None: the init and regular containers
+        env_config_maps, env_secrets = container_env.referenced_objects(pod, container)
+        config_maps, secrets = config_maps | env_config_maps, secrets | env_secrets
+    pull = {r["name"] for r in pod.spec.raw.get("imagePullSecrets") or ()
+            if isinstance(r, Mapping) and isinstance(r.get("name"), str) and r["name"]}
+    return config_maps, secrets | pull
+
+
 STANDALONE_NOT_SUPPORTED = "not supported due to running kubelet in standalone mode"
 """upstream volume_host.go GetConfigMapFunc/GetSecretFunc without a client."""
 

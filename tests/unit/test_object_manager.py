@@ -17,8 +17,8 @@ import pytest
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.client.informer import INITIAL_EVENTS_END
 from kopflet.client.kubeapi import API_ERRORS, Credentials, KubeApiError, KubeClient
-from kopflet.util import manager
 from kopflet.util.manager import CacheSyncError, DirectObjects, ObjectCache, PodObjects
+from kopflet.volumes import plugins
 
 
 class FakeApi:
@@ -102,7 +102,7 @@ async def settle() -> None:
 @pytest.fixture
 async def objects() -> AsyncIterator[tuple[PodObjects, FakeApi]]:
     api = FakeApi()
-    managed = PodObjects(api)  # type: ignore[arg-type]
+    managed = PodObjects(api, plugins.object_names)  # type: ignore[arg-type]
     yield managed, api
     await managed.close()
 
@@ -122,9 +122,7 @@ async def objects() -> AsyncIterator[tuple[PodObjects, FakeApi]]:
     ({"volumes": []}, set(), set()),
 ], ids=["volumes", "projected", "env", "pull-secrets", "none"])
 def test_the_names_a_pod_references(spec: dict[str, Any], config_maps: set[str], secrets: set[str]) -> None:
-    pod = make_pod(**spec)
-    assert manager.config_map_names(pod) == config_maps
-    assert manager.secret_names(pod) == secrets
+    assert plugins.object_names(make_pod(**spec)) == (config_maps, secrets)
 
 
 def test_env_from_and_init_and_ephemeral_containers_count_too() -> None:
@@ -133,7 +131,7 @@ def test_env_from_and_init_and_ephemeral_containers_count_too() -> None:
         "containers": [{"name": "app", "image": "busybox", "envFrom": [{"secretRef": {"name": "s-app"}}]}],
         "ephemeralContainers": [{"name": "debug", "image": "busybox", "env": [
             {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm-debug", "key": "k"}}}]}]}})
-    assert manager.config_map_names(pod) == {"cm-init", "cm-debug"} and manager.secret_names(pod) == {"s-app"}
+    assert plugins.object_names(pod) == ({"cm-init", "cm-debug"}, {"s-app"})
 
 
 # ------------------------------------------------------------------------------------------------- the watches
@@ -198,7 +196,8 @@ async def test_an_immutable_objects_watch_stops_at_its_first_read(objects: tuple
 
 async def test_an_idle_watch_is_stopped_and_the_next_read_starts_it_again() -> None:
     api, now = FakeApi(), [1000.0]
-    managed = PodObjects(api, sync_frequency=60.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    managed = PodObjects(api, plugins.object_names, sync_frequency=60.0,  # type: ignore[arg-type]
+                         clock=lambda: now[0])
     try:
         api.change(CM, "kube-root-ca.crt", {"data": {"ca.crt": "CA"}})
         pod = make_pod()
