@@ -33,7 +33,8 @@ DEFAULTS = {
     "evictionPressureTransitionPeriod": "5m0s", "mergeDefaultEvictionSettings": False,
     "memorySwap": {},
     "containerLogMaxSize": "10Mi", "containerLogMaxFiles": 5, "containerLogMaxWorkers": 1,
-    "containerLogMonitorInterval": "10s", "enforceNodeAllocatable": ["pods"],
+    "containerLogMonitorInterval": "10s", "configMapAndSecretChangeDetectionStrategy": "Watch",
+    "enforceNodeAllocatable": ["pods"],
     "logging": {"format": "text", "flushFrequency": "5s", "verbosity": 0,
                 "options": {"text": {"infoBufferSize": "0"}, "json": {"infoBufferSize": "0"}}},
     "enableSystemLogHandler": True, "enableSystemLogQuery": False,  # a defaulted *bool; the internal bool converted
