@@ -71,6 +71,12 @@ class _MalformedError(ValueError):
     """A secret's docker config that upstream's json.Unmarshal would reject."""
 
 
+def pull_secret_names(pod_spec: Mapping[str, Any]) -> list[str]:
+    """The Secret names a pod spec's ``imagePullSecrets`` gives, in order (entries without a name left out)."""
+    return [r["name"] for r in pod_spec.get("imagePullSecrets") or ()
+            if isinstance(r, Mapping) and isinstance(r.get("name"), str) and r["name"]]
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PullSecret:
     """One Secret named in imagePullSecrets: its name (for warnings), type and base64-decoded data."""

@@ -171,8 +171,7 @@ class ImageManager:
     async def keyring(self, pod: spec.Pod) -> credentials.Keyring:
         """The pod's imagePullSecrets as a keyring (upstream getPullSecretsForPod + MakeDockerKeyring); the
         ones that cannot be read get one FailedToRetrieveImagePullSecret event and are left out."""
-        refs = [r.get("name") for r in pod.spec.raw.get("imagePullSecrets") or () if isinstance(r, dict)]
-        names = [n for n in refs if isinstance(n, str) and n]
+        names = credentials.pull_secret_names(pod.spec.raw)
         if not names or self.objects is None:
             return credentials.Keyring()
         secrets, failed = [], []

@@ -38,6 +38,7 @@ from cri_client import types as cri
 from kopflet import gotext, paths
 from kopflet.api import qos, spec, unsupported
 from kopflet.envvars import container_env
+from kopflet.images import credentials
 from kopflet.podcertificate import states as podcertificate
 from kopflet.volumes import pvc
 from kopflet.volumes import trust_bundles as ctb
@@ -208,9 +209,7 @@ def object_names(pod: spec.Pod) -> tuple[frozenset[str], frozenset[str]]:
     for container in (None, *pod.spec.ephemeral_containers):  # None: the init and regular containers
         env_config_maps, env_secrets = container_env.referenced_objects(pod, container)
         config_maps, secrets = config_maps | env_config_maps, secrets | env_secrets
-    pull = {r["name"] for r in pod.spec.raw.get("imagePullSecrets") or ()
-            if isinstance(r, Mapping) and isinstance(r.get("name"), str) and r["name"]}
-    return config_maps, secrets | pull
+    return config_maps, secrets | frozenset(credentials.pull_secret_names(pod.spec.raw))
 
 
 STANDALONE_NOT_SUPPORTED = "not supported due to running kubelet in standalone mode"
