@@ -9,7 +9,9 @@ that answers 410 Gone (its version too old) is followed at once by a new list; a
 no answer, a malformed event, a watch ended within a second without an event: client-go's "very short watch") by a
 new list after a pause that doubles from `retry_min` up to `retry_max` and is reset only once a watch has worked, so
 an identity that may list but not watch lists every `retry_max` seconds, not every second. Every call is bounded: a
-list by `call_timeout`, a watch by the client's own watch timeout plus `call_timeout`.
+list by `call_timeout`, a watch by its own timeout plus `call_timeout`. Each watch asks the server to end it after
+between one and two `watch_timeout`s, picked at random per watch (client-go's reflector: minWatchTimeout of 5
+minutes times 1 + rand), so the watches of an agent, and of many agents, do not all end and resume together.
 
 The cache (`objects`) holds each object transformed (client-go's SetTransform), keyed by (namespace, name), with
 namespace "" for cluster-scoped kinds. `on_change` gets what changed, as client-go's OnAdd, OnUpdate and OnDelete:
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 import time
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -173,8 +176,9 @@ class Informer(Generic[T]):
         params = {**self.params, "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
         initial: dict[Key, Mapping[str, Any]] | None = {}
         version = ""
-        async with asyncio.timeout(self.watch_timeout + self.call_timeout):
-            async for event in self.api.watch(self.path, "", params=params):
+        timeout = self._watch_seconds()
+        async with asyncio.timeout(timeout + self.call_timeout):
+            async for event in self.api.watch(self.path, "", timeout_seconds=timeout, params=params):
                 if initial is None:  # the initial events are in: a watch like any other
                     version = self._apply(event) or version
                     continue
@@ -198,6 +202,11 @@ class Informer(Generic[T]):
         if initial is not None:
             raise ValueError(f"the watch list of {self.path} ended before its initial events did")
         return version
+
+    def _watch_seconds(self) -> int:
+        """This watch's timeoutSeconds: `watch_timeout` times 1 + rand (client-go's reflector), whole seconds (the
+        apiserver refuses a fraction)."""
+        return max(1, int(self.watch_timeout * (1.0 + random.random())))
 
     def _replace(self, items: Sequence[Mapping[str, Any]], version: str) -> None:
         """The cache made what a list (or a WatchList's initial events) says, its changes notified."""
@@ -224,8 +233,9 @@ class Informer(Generic[T]):
     async def _watch(self, version: str) -> str:
         """One watch request from `version`, until the server ends it; the version to go on from."""
         started, seen = time.monotonic(), 0
-        async with asyncio.timeout(self.watch_timeout + self.call_timeout):
-            async for event in self.api.watch(self.path, version, params=self.params or None):
+        timeout = self._watch_seconds()
+        async with asyncio.timeout(timeout + self.call_timeout):
+            async for event in self.api.watch(self.path, version, timeout_seconds=timeout, params=self.params or None):
                 seen += 1
                 self._delay = self.retry_min  # the watch works: the next failure starts the backoff afresh
                 version = self._apply(event) or version

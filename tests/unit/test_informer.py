@@ -41,6 +41,7 @@ class FakeApi:
         self.list_version: str | None = None  # an answer's resourceVersion other than the current one
         self.watch_list_refused: BaseException | None = None  # a server without the WatchList feature
         self.initial_events_end = True  # False: a WatchList that never says its initial events are over
+        self.timeouts: list[int] = []  # each watch request's timeoutSeconds
 
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
                       **_: Any) -> dict[str, Any]:
@@ -53,9 +54,10 @@ class FakeApi:
         version = str(self.version) if self.list_version is None else self.list_version
         return {"metadata": {"resourceVersion": version}, "items": [copy.deepcopy(o) for o in self.objects.values()]}
 
-    async def watch(self, path: str, resource_version: str, *,
+    async def watch(self, path: str, resource_version: str, *, timeout_seconds: int = 300,
                     params: Mapping[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
         assert path == PATH
+        self.timeouts.append(timeout_seconds)
         if params is not None and params.get("sendInitialEvents") == "true":
             # a WatchList: the objects as ADDED events, the bookmark that ends them, then what is queued
             self.calls.append(("WATCHLIST", resource_version, params))
@@ -302,6 +304,23 @@ async def test_list_and_watch_parameters() -> None:
     assert h.api.calls == [("LIST", PATH, {"fieldSelector": "spec.nodeName=n"}),
                            ("WATCH", "100", {"fieldSelector": "spec.nodeName=n"})]
     await h.stop()
+
+
+@pytest.mark.parametrize("watch_list", [False, True])
+async def test_each_watch_asks_for_between_one_and_two_watch_timeouts_at_random(
+        watch_list: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # client-go's reflector: timeoutSeconds = minWatchTimeout * (1 + rand), so watches do not all end together
+    draws = iter([0.0, 0.5, 0.999])
+    monkeypatch.setattr("kopflet.client.informer.random.random", lambda: next(draws))
+    h = Harness(watch_timeout=300, watch_list=watch_list)
+    await h.start()
+    try:
+        for _ in range(2):
+            h.api.events.put_nowait(END)
+            await h.settle()
+        assert h.api.timeouts == [300, 450, 599]
+    finally:
+        await h.stop()
 
 
 # ------------------------------------------------------------------------------------------------ WatchList

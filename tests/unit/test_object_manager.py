@@ -35,7 +35,7 @@ class FakeApi:
         self.refused: set[str] = set()  # paths this identity may not watch (a role granting get only)
         self.version = 10
 
-    async def watch(self, path: str, resource_version: str, *,
+    async def watch(self, path: str, resource_version: str, *, timeout_seconds: int = 300,
                     params: Mapping[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
         assert params is not None and params["sendInitialEvents"] == "true", params
         name = params["fieldSelector"].removeprefix("metadata.name=")

@@ -133,7 +133,7 @@ class FakeApi:
                          **status}
         await self.emit("MODIFIED", obj)
 
-    async def watch(self, path: str, resource_version: str, *,
+    async def watch(self, path: str, resource_version: str, *, timeout_seconds: int = 300,
                     params: Mapping[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
         self.calls.append(("WATCH", path, params))
         while True:

@@ -69,7 +69,7 @@ class FakeApi:
             raise answer
         return answer
 
-    async def watch(self, path: str, resource_version: str, *,
+    async def watch(self, path: str, resource_version: str, *, timeout_seconds: int = 300,
                     params: Mapping[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
         self.calls.append(f"WATCH {path}?resourceVersion={resource_version}")
         while True:
