@@ -26,7 +26,7 @@ from kopflet.client.kubeapi import API_ERRORS, KubeClient, secret_bytes
 from kopflet.container.sync_result import IMAGE_PULL, StepTime
 from kopflet.images import credentials, imageref
 from kopflet.metrics import KubeletMetrics, image_size_bucket
-from kopflet.util.manager import DirectObjects, Objects
+from kopflet.util.manager import DirectObjects, NotRegisteredError, Objects
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class ImageManager:
         for name in names:
             try:
                 obj = await self.objects.secret(pod, name)
-            except API_ERRORS as exc:
+            except (*API_ERRORS, NotRegisteredError) as exc:  # upstream: any GetSecret error
                 logger.info(f"{pod.namespace}/{pod.name}: cannot read pull secret {name}: {exc}")
                 obj = None
             if obj is None:

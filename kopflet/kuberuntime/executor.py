@@ -57,7 +57,7 @@ from kopflet.pleg.own_stops import OwnStops
 from kopflet.prober import probes
 from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager
-from kopflet.util.manager import CacheSyncError
+from kopflet.util.manager import CacheSyncError, NotRegisteredError
 from kopflet.volumes import plugins
 from kopflet.volumes.manager import VolumeManager
 from kopflet.volumes.plugins import VolumeError
@@ -593,7 +593,7 @@ class PodSyncer:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         except KubeApiError as exc:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, exc.message)
-        except CacheSyncError as exc:  # upstream: any error of generateContainerConfig is this one
+        except (CacheSyncError, NotRegisteredError) as exc:  # upstream: generateContainerConfig's errors are all this
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         try:  # upstream generateContainerConfig: the image's user decides runAsNonRoot
             image = await self.cri.images.status(image_ref)

@@ -57,6 +57,10 @@ class CacheSyncError(TimeoutError):
     """The object's watch has not answered within `SYNC_TIMEOUT` (upstream: failed to sync <resource> cache)."""
 
 
+class NotRegisteredError(LookupError):
+    """No pod references the object (upstream: object "<ns>"/"<name>" not registered)."""
+
+
 def trimmed(obj: Mapping[str, Any]) -> Object:
     return {k: obj[k] for k in KEPT_FIELDS if k in obj}
 
@@ -143,12 +147,12 @@ class ObjectCache:
         return (namespace, name) in self._items
 
     async def get(self, namespace: str, name: str) -> Object | None:
-        """The object as its watch last saw it; None when it does not exist. LookupError when no pod references it;
-        CacheSyncError when its watch has not answered within `sync_timeout` or the cache is closed. An identity
+        """The object as its watch last saw it; None when it does not exist. NotRegisteredError when no pod references
+        it; CacheSyncError when its watch has not answered within `sync_timeout` or the cache is closed. An identity
         refused the watch (401, 403: a role that grants get only) reads the object with a GET from then on."""
         item = self._items.get((namespace, name))
         if item is None:
-            raise LookupError(f'object "{namespace}"/"{name}" not registered')
+            raise NotRegisteredError(f'object "{namespace}"/"{name}" not registered')
         singular = self.resource.removesuffix("s")
         if self._closed:
             raise CacheSyncError(f"failed to sync {singular} cache: the {singular} manager is stopped")
@@ -338,4 +342,5 @@ class PodObjects:
         await self.secrets.close()
 
 
-__all__ = ["CacheSyncError", "DirectObjects", "ObjectCache", "Objects", "PodObjects", "immutable", "trimmed"]
+__all__ = ["CacheSyncError", "DirectObjects", "NotRegisteredError", "ObjectCache", "Objects", "PodObjects", "immutable",
+           "trimmed"]

@@ -49,7 +49,7 @@ from kopflet.client.standalone import is_standalone
 from kopflet.config.settings import AgentConfig
 from kopflet.podcertificate import states as pc_states
 from kopflet.podcertificate.manager import PodCertificateManager
-from kopflet.util.manager import DirectObjects, Objects
+from kopflet.util.manager import CacheSyncError, DirectObjects, NotRegisteredError, Objects
 from kopflet.volumes import csi_rules, desired_state, plugins, pvc
 from kopflet.volumes import trust_bundles as ctb
 from kopflet.volumes.plugins import VolumeError, VolumePlan
@@ -63,6 +63,9 @@ PERSISTENT_PLUGINS = (pvc.PLUGIN_LOCAL, pvc.PLUGIN_HOST_PATH)
 """The PersistentVolume plugins the volume manager runs (CSI's staging and publishing are not wired yet)."""
 ALREADY_MOUNTED_VOLUME = "AlreadyMountedVolume"  # kubelet events WarnAlreadyMountedVolume
 MOUNTINFO = "/proc/self/mountinfo"
+OBJECT_READ_ERRORS = (CacheSyncError, NotRegisteredError, KubeApiError)
+"""A ConfigMap or Secret read's failures that are its volume's SetUp error (a FailedMount), as upstream's; no answer
+at all (the apiserver unreachable) is still the sync's failure, retried."""
 BLOCK_NOT_MAPPED = "kopflet does not map raw block volumes yet (volumeMode: Block)"
 LOCAL_BLOCK_DEVICE_NOT_MOUNTED = ("kopflet does not format and mount local volumes on block devices yet (a local "
                                   "PersistentVolume's path must be a directory)")
@@ -124,8 +127,14 @@ class VolumeManager:
             fetched = await asyncio.gather(*reads, return_exceptions=True)
         else:  # one source or none: no tasks to make for it
             fetched = [await _outcome(read) for read in reads]
-        for outcome in fetched:
-            if isinstance(outcome, BaseException):
+        objects_read = len(config_map_list) + len(secret_list)
+        for index, outcome in enumerate(fetched):
+            if index < objects_read and isinstance(outcome, OBJECT_READ_ERRORS):
+                # upstream: getConfigMap/getSecret's error fails the volume's SetUp (a FailedMount naming it, with
+                # the pod's other volumes), not the sync: "failed to sync configmap cache: timed out waiting for
+                # the condition", `object "ns"/"x" not registered`, a refused or failed read.
+                fetched[index] = plugins.FetchError(_read_error(outcome))
+            elif isinstance(outcome, BaseException):
                 raise outcome
         answers = iter(fetched)
         config_maps = {n: next(answers) for n in config_map_list}
@@ -596,6 +605,12 @@ def _same_payload(current: Path, files: tuple[plugins.FileEntry, ...], fs_group:
 async def _none() -> None:
     """An absent source's place among the gathered ones."""
     return None
+
+
+def _read_error(exc: BaseException) -> str:
+    """The error as upstream's getter says it: the apiserver's own message for a refused read (``secrets "x" is
+    forbidden: ...``), the cache's text otherwise."""
+    return exc.message if isinstance(exc, KubeApiError) and exc.message else str(exc)
 
 
 async def _outcome(read: Awaitable[Any]) -> Any:

@@ -105,6 +105,19 @@ def _setup_failed(volume: str, detail: str) -> VolumeError:
 
 
 @dataclasses.dataclass(frozen=True)
+class FetchError:
+    """A ConfigMap or Secret that could not be read (its cache not synced, the read refused): the error upstream's
+    getConfigMap/getSecret returns, which fails the volume's SetUp (a FailedMount) even for an optional source; only
+    NotFound (None) lets an optional one through."""
+
+    message: str
+
+
+ObjectData = Mapping[str, bytes] | FetchError | None
+"""A referenced ConfigMap's or Secret's data: None when it does not exist."""
+
+
+@dataclasses.dataclass(frozen=True)
 class FileEntry:
     """One file of a configMap/secret/projected/downwardAPI volume, relative to the volume's directory."""
 
@@ -285,10 +298,13 @@ def _mode(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def _fetched(name: str, objects: Mapping[str, Mapping[str, bytes] | None], kind: str) -> Mapping[str, bytes] | None:
+def _fetched(name: str, objects: Mapping[str, ObjectData], kind: str) -> Mapping[str, bytes] | None:
     if name not in objects:
         raise ValueError(f"{kind} {name!r} was not fetched (missing from the mapping passed in)")
-    return objects[name]
+    data = objects[name]
+    if isinstance(data, FetchError):  # upstream: getConfigMap/getSecret's error fails SetUp, optional or not
+        raise _Failed(data.message)
+    return data
 
 
 def _key_payload(ref: Mapping[str, Any], data: Mapping[str, bytes], default_mode: int,
@@ -316,7 +332,7 @@ def _as_bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
-def _object_payload(ref: Mapping[str, Any], objects: Mapping[str, Mapping[str, bytes] | None], kind: str,
+def _object_payload(ref: Mapping[str, Any], objects: Mapping[str, ObjectData], kind: str,
                     default_mode: int) -> dict[str, tuple[bytes, int]]:
     """A configMap or secret source: raises VolumeError's detail as `_Failed`."""
     name = ref.get("secretName" if kind == KIND_SECRET and "secretName" in ref else "name") or ""
@@ -392,8 +408,8 @@ def _files(volume: str, payload: Mapping[str, _File]) -> tuple[FileEntry, ...]:
 # ------------------------------------------------------------------------------------------------- planning
 
 
-def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[str, Mapping[str, bytes] | None],
-                 secrets: Mapping[str, Mapping[str, bytes] | None], tokens: Mapping[tuple[str, int], str],
+def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[str, ObjectData],
+                 secrets: Mapping[str, ObjectData], tokens: Mapping[tuple[str, int], str],
                  node_name: str = "", node_allocatable: Mapping[str, str] | None = None,
                  trust_bundles: ctb.Bundles | None = None,
                  pod_certificates: Mapping[tuple[str, int], tuple[bytes, bytes] | str] | None = None,
@@ -438,7 +454,7 @@ def plan_volumes(pod: spec.Pod, *, layout: paths.Layout, config_maps: Mapping[st
 
 
 def _plan(pod: spec.Pod, name: str, kind: str, body: Mapping[str, Any], *, layout: paths.Layout,
-          config_maps: Mapping[str, Mapping[str, bytes] | None], secrets: Mapping[str, Mapping[str, bytes] | None],
+          config_maps: Mapping[str, ObjectData], secrets: Mapping[str, ObjectData],
           tokens: Mapping[tuple[str, int], str], node_allocatable: Mapping[str, str] | None,
           trust_bundles: ctb.Bundles | None = None,
           pod_certificates: Mapping[tuple[str, int], tuple[bytes, bytes] | str] | None = None) -> VolumePlan:
@@ -511,8 +527,8 @@ def _image_plan(name: str, body: Mapping[str, Any]) -> VolumePlan:
 
 
 def _projected_payload(pod: spec.Pod, name: str, body: Mapping[str, Any], default_mode: int, *,
-                       config_maps: Mapping[str, Mapping[str, bytes] | None],
-                       secrets: Mapping[str, Mapping[str, bytes] | None], tokens: Mapping[tuple[str, int], str],
+                       config_maps: Mapping[str, ObjectData],
+                       secrets: Mapping[str, ObjectData], tokens: Mapping[tuple[str, int], str],
                        node_allocatable: Mapping[str, str] | None,
                        trust_bundles: ctb.Bundles | None = None,
                        pod_certificates: Mapping[tuple[str, int], tuple[bytes, bytes] | str] | None = None,
@@ -702,7 +718,9 @@ def _expand_sub_path(template: str, env: Mapping[str, str], volume: str) -> str:
 
 
 __all__ = [
+    "FetchError",
     "FileEntry",
+    "ObjectData",
     "TokenSpec",
     "VolumeError",
     "VolumePlan",

@@ -9,12 +9,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.client.kubeapi import KubeApiError
 from kopflet.config.settings import AgentConfig
 from kopflet.paths import Layout
+from kopflet.util.manager import CacheSyncError, NotRegisteredError
 from kopflet.volumes import manager
 
 
@@ -22,7 +24,7 @@ class FakeApi:
     """Each read waits until `together` reads are in flight (or gives up after a second, so reads made one after
     another fail the test instead of hanging it); `errors` by ConfigMap/Secret name or "token"."""
 
-    def __init__(self, together: int, errors: dict[str, tuple[float, KubeApiError]] | None = None) -> None:
+    def __init__(self, together: int, errors: dict[str, tuple[float, Exception]] | None = None) -> None:
         self.together, self.errors = together, errors or {}
         self.in_flight = 0
         self.all_in_flight = asyncio.Event()
@@ -89,10 +91,10 @@ async def test_the_sources_are_read_at_once(tmp_path: Path) -> None:
 async def test_the_first_source_in_order_names_the_failure(tmp_path: Path) -> None:
     # The token fails first in time, the ConfigMap later: the ConfigMap's error is the one raised, as when the
     # ConfigMaps were read before the tokens.
-    cm_error = KubeApiError(500, "InternalError", "configmap read failed", "GET", "/cm")
+    cm_error = aiohttp.ClientConnectionError("configmap read failed: connection reset")
     token_error = KubeApiError(500, "InternalError", "token request failed", "POST", "/token")
     api = FakeApi(together=3, errors={"kube-root-ca.crt": (0.05, cm_error), "token": (0.0, token_error)})
-    with pytest.raises(KubeApiError) as raised:
+    with pytest.raises(aiohttp.ClientConnectionError) as raised:
         await volume_manager(tmp_path, api).setup(make_pod())
     assert raised.value is cm_error
 
@@ -109,4 +111,28 @@ async def test_a_failed_token_request_is_the_volume_error(tmp_path: Path) -> Non
     error = KubeApiError(403, "Forbidden", "serviceaccounts \"default\" is forbidden", "POST", "/token")
     api = FakeApi(together=3, errors={"token": (0.0, error)})
     with pytest.raises(manager.VolumeError, match='volume "access" : failed to fetch token: '):
+        await volume_manager(tmp_path, api).setup(make_pod())
+
+
+@pytest.mark.parametrize(("error", "detail"), [
+    (CacheSyncError("failed to sync configmap cache: timed out waiting for the condition"),
+     "failed to sync configmap cache: timed out waiting for the condition"),
+    (NotRegisteredError('object "shop"/"kube-root-ca.crt" not registered'),
+     'object "shop"/"kube-root-ca.crt" not registered'),
+    (KubeApiError(403, "Forbidden", 'configmaps "kube-root-ca.crt" is forbidden: no relationship found', "GET",
+                  "/cm"), 'configmaps "kube-root-ca.crt" is forbidden: no relationship found'),
+])
+async def test_a_failed_object_read_is_the_volumes_mount_failure(tmp_path: Path, error: Exception,
+                                                                  detail: str) -> None:
+    # upstream: getConfigMap's error fails that volume's SetUp (a FailedMount naming it), not the pod's sync
+    api = FakeApi(together=3, errors={"kube-root-ca.crt": (0.0, error)})
+    with pytest.raises(manager.VolumeError) as raised:
+        await volume_manager(tmp_path, api).setup(make_pod())
+    assert str(raised.value) == f'MountVolume.SetUp failed for volume "access" : {detail}'
+
+
+async def test_no_answer_from_the_apiserver_is_still_the_syncs_failure(tmp_path: Path) -> None:
+    error = aiohttp.ClientConnectionError("connection refused")
+    api = FakeApi(together=3, errors={"db": (0.0, error)})
+    with pytest.raises(aiohttp.ClientConnectionError):
         await volume_manager(tmp_path, api).setup(make_pod())

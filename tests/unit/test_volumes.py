@@ -43,12 +43,15 @@ def make_pod(vols: list[dict[str, Any]], mounts: list[dict[str, Any]] | None = N
     })
 
 
-CONFIG_MAPS: dict[str, dict[str, bytes] | None] = {
+UNSYNCED = "failed to sync configmap cache: timed out waiting for the condition"
+CONFIG_MAPS: dict[str, plugins.ObjectData] = {
     "cfg": {"a.conf": b"A", "b.conf": b"B"},
     "kube-root-ca.crt": {"ca.crt": b"CERT"},
     "missing": None,
+    "unsynced": plugins.FetchError(UNSYNCED),
 }
-SECRETS: dict[str, dict[str, bytes] | None] = {"creds": {"user": b"u", "pass": b"p"}, "gone": None}
+SECRETS: dict[str, plugins.ObjectData] = {"creds": {"user": b"u", "pass": b"p"}, "gone": None,
+                                          "forbidden": plugins.FetchError('secrets "forbidden" is forbidden: no')}
 TOKENS = {("", 3607): "TOKEN", ("vault", 600): "VAULT-TOKEN"}
 
 KUBE_API_ACCESS = {"name": "kube-api-access-x1y2z", "projected": {"defaultMode": 420, "sources": [
@@ -198,6 +201,15 @@ ERROR_CASES: list[tuple[str, dict[str, Any], str]] = [
      failed("c", 'configmap "missing" not found')),
     ("secret missing", {"name": "s", "secret": {"secretName": "gone"}},
      failed("s", 'secret "gone" not found')),
+    # a read that failed (not NotFound) fails the volume's SetUp, optional or not (upstream configmap/secret SetUpAt)
+    ("configMap not synced", {"name": "c", "configMap": {"name": "unsynced"}}, failed("c", UNSYNCED)),
+    ("optional configMap not synced", {"name": "c", "configMap": {"name": "unsynced", "optional": True}},
+     failed("c", UNSYNCED)),
+    ("secret refused", {"name": "s", "secret": {"secretName": "forbidden", "optional": True}},
+     failed("s", 'secrets "forbidden" is forbidden: no')),
+    ("projected configMap not synced, with a missing secret", {"name": "p", "projected": {"sources": [
+        {"configMap": {"name": "unsynced", "optional": True}}, {"secret": {"name": "gone"}}]}},
+     failed("p", f'[{UNSYNCED}, secret "gone" not found]')),
     ("configMap missing key", {"name": "c", "configMap": {"name": "cfg", "items": [{"key": "nope", "path": "x"}]}},
      failed("c", "configmap references non-existent config key: nope")),
     ("secret missing key", {"name": "s", "secret": {"secretName": "creds", "items": [{"key": "k", "path": "x"}]}},
