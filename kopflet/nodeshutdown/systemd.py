@@ -12,12 +12,13 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from dbus_fast import BusType, Message, MessageType
-from dbus_fast.aio import MessageBus
+from typing import TYPE_CHECKING, Any
 
 from kopflet.nodeshutdown import rules
+
+if TYPE_CHECKING:  # dbus-fast is imported on the first connection: a node without shutdownGracePeriod never loads it
+    from dbus_fast import Message
+    from dbus_fast.aio import MessageBus
 
 LOGIND_SERVICE = "org.freedesktop.login1"
 LOGIND_OBJECT = "/org/freedesktop/login1"
@@ -45,6 +46,9 @@ class LogindBus:
 
     @classmethod
     async def connect(cls, *, logind_conf_dir: str = rules.LOGIND_CONFIG_DIRECTORY) -> LogindBus:
+        from dbus_fast import BusType
+        from dbus_fast.aio import MessageBus
+
         try:
             bus = MessageBus(bus_type=BusType.SYSTEM, negotiate_unix_fd=True, auth_timeout=CALL_TIMEOUT)
         except Exception as exc:  # a malformed DBUS_SYSTEM_BUS_ADDRESS
@@ -58,6 +62,8 @@ class LogindBus:
 
     async def _call(self, destination: str, path: str, interface: str, member: str, signature: str = "",
                     body: list[Any] | None = None) -> Message:
+        from dbus_fast import Message, MessageType
+
         try:
             reply = await asyncio.wait_for(self._bus.call(Message(
                 destination=destination, path=path, interface=interface, member=member, signature=signature,
@@ -120,6 +126,8 @@ class LogindBus:
     async def monitor_shutdown(self, on_event: Callable[[bool], None], on_bad: Callable[[str], None]) -> None:
         """Calls `on_event` with each PrepareForShutdown's boolean (True: the node is shutting down, False: the
         shutdown was cancelled); a signal without a boolean is reported to `on_bad` and skipped."""
+        from dbus_fast import MessageType
+
         def handler(message: Message) -> None:
             if (message.message_type != MessageType.SIGNAL or message.member != "PrepareForShutdown"
                     or message.interface != LOGIND_INTERFACE or message.path != LOGIND_OBJECT):
