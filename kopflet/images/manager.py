@@ -35,6 +35,8 @@ IMAGE_PULL_BACKOFF = "ImagePullBackOff"
 ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"
 INVALID_IMAGE_NAME = "InvalidImageName"
 FAILED_TO_INSPECT_IMAGE = "InspectFailed"  # upstream events.FailedToInspectImage
+MAX_KNOWN_IMAGES = 256
+"""How many images' statuses `image_status` keeps by ID (the oldest dropped first)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +67,23 @@ class ImageManager:
         self.pull_steps: dict[str, list[StepTime]] = {}
         """Pod uid -> the pulls tried for it since its worker last took them (`take_pull_steps`), for its start
         timeline."""
+        self._known: dict[str, cri.Image] = {}
+        """Image ID -> its status as the last `ensure_image` read it."""
+
+    def _remember(self, image: cri.Image) -> None:
+        if image.id.startswith("sha256:"):
+            self._known.pop(image.id, None)
+            self._known[image.id] = image
+            while len(self._known) > MAX_KNOWN_IMAGES:
+                del self._known[next(iter(self._known))]
+
+    async def image_status(self, ref: str) -> cri.Image | None:
+        """The image `ensure` just returned the reference of (its user, for runAsNonRoot): what that call read when
+        `ref` is an image ID, which names the same content (and so the same config) for as long as it exists; the
+        runtime's ImageStatus otherwise. Upstream asks the runtime again (getImageUser), a round trip per container
+        start that the ID makes needless."""
+        known = self._known.get(ref)
+        return known if known is not None else await self.cri.images.status(ref)
 
     def pull_time(self, uid: str) -> float:
         """Seconds the pod spent pulling images, from its first pull's start to its last pull's end; forgotten once
@@ -108,6 +127,7 @@ class ImageManager:
         present = await self.cri.images.status(spec_image)
         if present is not None and policy != spec.PULL_ALWAYS:
             event(NORMAL, "Pulled", f"Container image {gotext.go_quote(image)} already present on machine")
+            self._remember(present)
             return present.id or spec_image
         if policy == spec.PULL_NEVER:
             message = f"Container image {gotext.go_quote(image)} is not present with pull policy of Never"
@@ -142,6 +162,8 @@ class ImageManager:
         self.pulling[pod.uid] = (first, done)
         self.backoff.reset(key)
         pulled = await self.cri.images.status(ref or spec_image)
+        if pulled is not None:
+            self._remember(pulled)
         # image_manager.go pullImage: both times Truncate(time.Millisecond), the size 0 when not known.
         size = pulled.size if pulled is not None else 0
         pulling = gotext.go_duration(max(done - started, 0.0), truncate=0.001)

@@ -596,7 +596,7 @@ class PodSyncer:
         except (CacheSyncError, NotRegisteredError) as exc:  # upstream: generateContainerConfig's errors are all this
             return failed(CREATE_CONTAINER_CONFIG_ERROR, str(exc))
         try:  # upstream generateContainerConfig: the image's user decides runAsNonRoot
-            image = await self.cri.images.status(image_ref)
+            image = await self.images.image_status(image_ref)
         except CriError as exc:
             return failed(CREATE_CONTAINER_CONFIG_ERROR, _details(exc))
         refusal = container_config.verify_run_as_non_root(

@@ -296,6 +296,9 @@ class FakeImages:
     async def ensure(self, *_: Any) -> str:
         return "sha256:i"
 
+    async def image_status(self, ref: str) -> None:
+        return None
+
     async def status(self, ref: str) -> None:
         return None
 

@@ -70,6 +70,9 @@ class FakeImages:
     async def ensure(self, *_: Any) -> str:
         return "sha256:busybox"
 
+    async def image_status(self, ref: str) -> None:
+        return None
+
 
 class FakeRecorder:
     def pod_event(self, *_: Any, **__: Any) -> None:

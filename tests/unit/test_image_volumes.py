@@ -142,6 +142,9 @@ class FakeImages:
     async def ensure(self, pod: Pod, c: Any, sandbox: Any, init: bool = False) -> str:
         return await self.ensure_image(pod, c.image, c.image_pull_policy, sandbox, container=c.name, init=init)
 
+    async def image_status(self, ref: str) -> None:
+        return None
+
 
 class FakeContainers:
     def __init__(self, error: CriError | None = None) -> None:

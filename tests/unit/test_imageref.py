@@ -191,3 +191,16 @@ async def test_the_runtime_gets_the_default_tag_and_events_name_the_pods_image()
     assert images.asked == ["busybox:latest", "pull busybox:latest", "sha256:pulled"]
     assert [e[:3] for e in recorder.events[:1]] == [("Normal", "Pulling", 'Pulling image "busybox"')]
     assert recorder.events[1][2].startswith('Successfully pulled image "busybox" in ')
+
+
+async def test_the_image_a_start_ensured_is_not_asked_for_again() -> None:
+    # The runAsNonRoot check reads the image's user: the status ensure read names the same content by its ID.
+    manager, images, _ = _manager()
+    pod = _pod("busybox:1.36")
+    ref = await manager.ensure(pod, pod.spec.containers[0], SANDBOX)
+    assert ref == "sha256:present" and images.asked == ["busybox:1.36"]
+    image = await manager.image_status(ref)
+    assert image is not None and image.id == ref and images.asked == ["busybox:1.36"]
+    await manager.image_status("sha256:other")  # not one ensure returned: the runtime is asked
+    await manager.image_status("busybox:1.36")  # a name, not an ID: it may name other content tomorrow
+    assert images.asked == ["busybox:1.36", "sha256:other", "busybox:1.36"]

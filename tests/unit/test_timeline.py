@@ -284,6 +284,9 @@ class _Images:
     async def ensure(self, *_: Any) -> str:
         return "sha256:busybox"
 
+    async def image_status(self, ref: str) -> None:
+        return None
+
 
 class _Volumes:
     def __init__(self, error: VolumeError | None = None) -> None:
