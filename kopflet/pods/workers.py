@@ -139,6 +139,7 @@ class PodWorkers:
         uid = body.get("metadata", {}).get("uid", "")
         if not uid:
             return
+        body = _kept(body)
         cached = self.status.observed(uid, body.get("status") or {})
         if cached is not None:  # the status the agent decided and the apiserver has not taken yet is the one to see
             body = {**body, "status": cached}
@@ -616,6 +617,15 @@ def _gate_conditions(body: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
              if isinstance(g, Mapping)}
     return tuple(sorted((str(c.get("type")), str(c.get("status"))) for c in
                         (body.get("status") or {}).get("conditions") or () if c.get("type") in gates))
+
+
+def _kept(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod as a worker keeps it: without ``metadata.managedFields``, which nothing on a node reads and which is
+    some 40 % of a pod's objects once the agent has written its status (server-side apply's field sets)."""
+    metadata = body.get("metadata")
+    if not isinstance(metadata, Mapping) or "managedFields" not in metadata:
+        return body
+    return {**body, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
 
 
 def _sync_type(worker: _Worker) -> str:
