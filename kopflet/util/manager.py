@@ -10,18 +10,13 @@ sends none once its watches hold the objects. As upstream:
   (`kopflet.volumes.plugins.object_names`): ConfigMaps and Secrets of its volumes (projected sources included), of
   its containers' ``env`` and ``envFrom``, and its ``imagePullSecrets``; a new reference starts a watch of that one
   object (field selector ``metadata.name``, the only watch the node authorizer lets a node make), a reference
-  dropped or the pod unregistered (`unregister`, once its volumes are torn down) releases it when no other pod
-  holds it; an identity refused the watch (a role that grants get only) reads that object with a GET instead;
+  dropped or the pod unregistered (`unregister`, once its volumes are torn down) stops it when no other pod holds
+  it; an identity refused the watch (a role that grants get only) reads that object with a GET instead;
 - a read waits for the watch's first answer (as long as a GET may take; then ``failed to sync configmap cache:
   timed out waiting for the condition``), then answers from the cache: None when the object does not exist;
 - an immutable object's watch stops at its first read (it cannot change) and the object stays cached;
 - a watch no read has used for five sync periods (an object only ``env`` reads, at container creation) is stopped
   by `recycle_idle` and started again by the next read, which waits for it.
-
-Where kopflet differs: upstream stops a released object's watch at once; here it lingers until it has gone five sync
-periods unread (at most `MAX_RELEASED` of them), so a pod that replaces another (a Deployment's rollout, a Job's
-next pod, a churn of pods in one namespace) finds the object cached: no new watch request, no wait for its first
-answer. A read of a released object is refused all the same (not registered).
 
 Each watch is a WatchList (its current object first, then changes: one request per object, as upstream's).
 `DirectObjects` is the ``Get`` strategy (a GET for every read), for callers built without the node's managers.
@@ -51,8 +46,6 @@ MIN_IDLE_TIME = 60.0
 """upstream minIdleTime; maxIdleTime is five resync periods (NewWatchBasedManager), never less than this."""
 RECYCLE_PERIOD = 60.0
 """upstream: startRecycleIdleWatch every minute."""
-MAX_RELEASED = 64
-"""How many objects no pod references any more keep their watch (per resource) until idle: kopflet's own bound."""
 KEPT_FIELDS = ("data", "binaryData", "stringData", "type", "immutable")
 """What the cache keeps of an object (its readers use these; managedFields and the rest are dropped)."""
 
@@ -107,8 +100,6 @@ class ObjectCache:
         self._refusal_logged = False
         self.max_idle, self.sync_timeout, self.clock = max(max_idle, MIN_IDLE_TIME), sync_timeout, clock
         self._items: dict[Key, _Item] = {}
-        self._released: dict[Key, None] = {}
-        """The objects no pod references any more, oldest released first (their watches linger)."""
         self._stopping: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -131,24 +122,16 @@ class ObjectCache:
             item.task = None
 
     def add_reference(self, namespace: str, name: str, uid: str) -> None:
-        """The first reference starts the object's watch (its first read waits for it), unless a watch released
-        a moment ago still holds it (`delete_reference`)."""
+        """The first reference starts the object's watch (its first read waits for it)."""
         item = self._items.get((namespace, name))
         if item is None:
             item = self._items[(namespace, name)] = _Item(self._informer(namespace, name), last_access=self.clock())
             self._start(item, namespace, name)
-        elif not item.refs:
-            self._released.pop((namespace, name), None)
         item.refs[uid] = item.refs.get(uid, 0) + 1
 
     def delete_reference(self, namespace: str, name: str, uid: str) -> None:
-        """The last reference releases the object: unlike upstream, whose reflector stops at once, its watch runs
-        on until it has gone `max_idle` unread (`recycle_idle`), so the next pod that references it (a Deployment's
-        replacement pod, a Job's next one) reads it from the cache, without a new watch and its first answer's
-        wait. Reads of a released object are refused (not registered) as upstream's; at most `MAX_RELEASED` are
-        kept, the oldest released stopped first; one whose watch has not answered yet is stopped at once."""
-        key = (namespace, name)
-        item = self._items.get(key)
+        """The last reference stops the watch and forgets the object."""
+        item = self._items.get((namespace, name))
         if item is None:
             return
         count = item.refs.get(uid, 0) - 1
@@ -156,35 +139,19 @@ class ObjectCache:
             item.refs[uid] = count
         else:
             item.refs.pop(uid, None)
-        if not item.refs and not (item.direct or item.informer.has_synced()):
-            self._forget(key)  # nothing cached yet: no use keeping it, and a read waiting for it ends at once
-        elif not item.refs:
-            item.last_access = self.clock()
-            self._released[key] = None
-            while len(self._released) > MAX_RELEASED:
-                self._forget(next(iter(self._released)))
-
-    def _forget(self, key: Key) -> None:
-        self._released.pop(key, None)
-        item = self._items.pop(key, None)
-        if item is not None:
+        if not item.refs:
             self._stop(item)
+            del self._items[(namespace, name)]
 
     def registered(self, namespace: str, name: str) -> bool:
-        item = self._items.get((namespace, name))
-        return item is not None and bool(item.refs)
-
-    def watched(self, namespace: str, name: str) -> bool:
-        """Whether the object's watch runs (a released object's lingers)."""
-        item = self._items.get((namespace, name))
-        return item is not None and item.task is not None
+        return (namespace, name) in self._items
 
     async def get(self, namespace: str, name: str) -> Object | None:
         """The object as its watch last saw it; None when it does not exist. NotRegisteredError when no pod references
         it; CacheSyncError when its watch has not answered within `sync_timeout` or the cache is closed. An identity
         refused the watch (401, 403: a role that grants get only) reads the object with a GET from then on."""
         item = self._items.get((namespace, name))
-        if item is None or not item.refs:
+        if item is None:
             raise NotRegisteredError(f'object "{namespace}"/"{name}" not registered')
         singular = self.resource.removesuffix("s")
         if self._closed:
@@ -223,12 +190,8 @@ class ObjectCache:
         return _trimmed_or_none(await self.fetch(namespace, name))
 
     def recycle_idle(self) -> int:
-        """Stop the watches no read has used for `max_idle` (upstream startRecycleIdleWatch), and forget the released
-        objects unread as long; how many watches stopped."""
+        """Stop the watches no read has used for `max_idle` (upstream startRecycleIdleWatch); how many."""
         now, stopped = self.clock(), 0
-        for key in [k for k in self._released if now - self._items[k].last_access > self.max_idle]:
-            stopped += self._items[key].task is not None
-            self._forget(key)
         for (namespace, name), item in self._items.items():
             if item.task is not None and item.informer.has_synced() and now - item.last_access > self.max_idle:
                 self._stop(item)
@@ -242,7 +205,6 @@ class ObjectCache:
         for item in self._items.values():
             self._stop(item)
         self._items.clear()
-        self._released.clear()
         if self._stopping:
             await asyncio.gather(*self._stopping, return_exceptions=True)
 

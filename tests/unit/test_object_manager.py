@@ -17,8 +17,7 @@ import pytest
 from kopflet.api.spec import Pod, pod_from_body
 from kopflet.client.informer import INITIAL_EVENTS_END
 from kopflet.client.kubeapi import API_ERRORS, Credentials, KubeApiError, KubeClient
-from kopflet.util import manager
-from kopflet.util.manager import CacheSyncError, DirectObjects, NotRegisteredError, ObjectCache, PodObjects
+from kopflet.util.manager import CacheSyncError, DirectObjects, ObjectCache, PodObjects
 from kopflet.volumes import plugins
 
 
@@ -151,51 +150,7 @@ async def test_pods_share_one_watch_per_object_until_the_last_lets_go(objects: t
     managed.unregister("uid-2")
     managed.unregister("uid-2")  # idempotent
     await settle()
-    assert not managed.config_maps.registered("shop", "kube-root-ca.crt")
-    with pytest.raises(NotRegisteredError, match=r"kube-root-ca\.crt.* not registered"):
-        await managed.config_maps.get("shop", "kube-root-ca.crt")  # released: refused, as upstream's
-
-
-async def test_a_released_objects_watch_lingers_for_the_next_pod_until_idle() -> None:
-    # kopflet's own: upstream stops the reflector at the last reference; the next pod would watch it again
-    api, now = FakeApi(), [1000.0]
-    managed = PodObjects(api, plugins.object_names, sync_frequency=60.0,  # type: ignore[arg-type]
-                         clock=lambda: now[0])
-    try:
-        api.change(CM, "kube-root-ca.crt", {"data": {"ca.crt": "CA"}})
-        assert await managed.config_map(make_pod("uid-1"), "kube-root-ca.crt") == {"data": {"ca.crt": "CA"}}
-        managed.unregister("uid-1")
-        await settle()
-        assert api.open == {(CM, "kube-root-ca.crt")}
-        api.change(CM, "kube-root-ca.crt", {"data": {"ca.crt": "CA2"}})  # seen by the lingering watch
-        await settle()
-        now[0] += 200
-        assert managed.config_maps.recycle_idle() == 0
-        assert await managed.config_map(make_pod("uid-2"), "kube-root-ca.crt") == {"data": {"ca.crt": "CA2"}}
-        assert api.watches == [(CM, "kube-root-ca.crt")] and api.gets == []  # the replacement pod: no request
-        managed.unregister("uid-2")
-        now[0] += 299  # five sync periods since it was released: not yet
-        assert managed.config_maps.recycle_idle() == 0
-        now[0] += 2
-        assert managed.config_maps.recycle_idle() == 1
-        await settle()
-        assert api.open == set()
-        assert await managed.config_map(make_pod("uid-3"), "kube-root-ca.crt") == {"data": {"ca.crt": "CA2"}}
-        assert api.watches == [(CM, "kube-root-ca.crt")] * 2  # forgotten: watched afresh
-    finally:
-        await managed.close()
-
-
-async def test_at_most_max_released_objects_linger_the_oldest_stopped_first(
-        objects: tuple[PodObjects, FakeApi], monkeypatch: pytest.MonkeyPatch) -> None:
-    managed, api = objects
-    monkeypatch.setattr(manager, "MAX_RELEASED", 2)
-    for name in ("a", "b", "c"):
-        pod = make_pod(f"uid-{name}", volumes=[{"name": "v", "configMap": {"name": name}}])
-        assert await managed.config_map(pod, name) is None
-        managed.unregister(pod.uid)
-    await settle()
-    assert api.open == {(CM, "b"), (CM, "c")}
+    assert api.open == set() and not managed.config_maps.registered("shop", "kube-root-ca.crt")
 
 
 async def test_a_read_sees_changes_and_a_missing_object_once_it_is_made(objects: tuple[PodObjects, FakeApi]) -> None:
@@ -217,7 +172,7 @@ async def test_a_read_sees_changes_and_a_missing_object_once_it_is_made(objects:
     assert len(api.watches) == 2 and api.gets == []
 
 
-async def test_a_dropped_reference_releases_the_object(objects: tuple[PodObjects, FakeApi]) -> None:
+async def test_a_dropped_reference_stops_its_watch(objects: tuple[PodObjects, FakeApi]) -> None:
     managed, api = objects
     pod = make_pod(volumes=[{"name": "a", "configMap": {"name": "a"}}, {"name": "b", "configMap": {"name": "b"}}])
     managed.register(pod)
@@ -225,18 +180,7 @@ async def test_a_dropped_reference_releases_the_object(objects: tuple[PodObjects
     assert api.open == {(CM, "a"), (CM, "b")}
     managed.register(make_pod(volumes=[{"name": "a", "configMap": {"name": "a"}}]))  # the same UID, b dropped
     await settle()
-    assert managed.config_maps.registered("shop", "a") and not managed.config_maps.registered("shop", "b")
-
-
-async def test_a_released_object_not_yet_answered_stops_at_once(objects: tuple[PodObjects, FakeApi]) -> None:
-    managed, api = objects
-    api.silent.add(CM)
-    managed.register(make_pod())
-    await settle()
-    assert api.open == {(CM, "kube-root-ca.crt")}
-    managed.unregister("uid-1")
-    await settle()
-    assert api.open == set()
+    assert api.open == {(CM, "a")}
 
 
 async def test_an_immutable_objects_watch_stops_at_its_first_read(objects: tuple[PodObjects, FakeApi]) -> None:
