@@ -46,6 +46,9 @@ MIN_IDLE_TIME = 60.0
 """upstream minIdleTime; maxIdleTime is five resync periods (NewWatchBasedManager), never less than this."""
 RECYCLE_PERIOD = 60.0
 """upstream: startRecycleIdleWatch every minute."""
+MIN_WATCH_TIMEOUT = 30 * 60
+"""upstream NewWatchBasedManager: each object's reflector has MinWatchTimeout 30 minutes (client-go's default 5
+bumped "to avoid recreating watches too often"), so a watch ends after 30 to 60 minutes, not 5 to 10."""
 KEPT_FIELDS = ("data", "binaryData", "stringData", "type", "immutable")
 """What the cache keeps of an object (its readers use these; managedFields and the rest are dropped)."""
 
@@ -106,7 +109,7 @@ class ObjectCache:
     def _informer(self, namespace: str, name: str) -> Informer[Object]:
         return Informer(self.api, self.collection(namespace), trimmed,
                         what=f"{self.resource} {namespace}/{name}", params={"fieldSelector": f"metadata.name={name}"},
-                        watch_list=self._watch_list)
+                        watch_list=self._watch_list, watch_timeout=MIN_WATCH_TIMEOUT)
 
     def _start(self, item: _Item, namespace: str, name: str) -> None:
         if self._closed:  # upstream: no reflector is started once the kubelet shuts down (its reads time out)

@@ -33,6 +33,7 @@ class FakeApi:
         self.gets: list[str] = []
         self.silent: set[str] = set()
         self.refused: set[str] = set()  # paths this identity may not watch (a role granting get only)
+        self.timeouts: list[int] = []  # each watch's timeoutSeconds
         self.version = 10
 
     async def watch(self, path: str, resource_version: str, *, timeout_seconds: int = 300,
@@ -41,6 +42,7 @@ class FakeApi:
         name = params["fieldSelector"].removeprefix("metadata.name=")
         key = (path, name)
         self.watches.append(key)
+        self.timeouts.append(timeout_seconds)
         self.open.add(key)
         queue = self.queues.setdefault(key, asyncio.Queue())
         try:
@@ -323,3 +325,12 @@ async def test_watches_have_a_pool_of_their_own_renewed_with_the_requests() -> N
     finally:
         await client.close()
     assert client._session is None and client._watches is None
+
+
+async def test_each_objects_watch_lasts_30_to_60_minutes(objects: tuple[PodObjects, FakeApi]) -> None:
+    # upstream NewWatchBasedManager: MinWatchTimeout 30 minutes (client-go's reflector picks 1 to 2 times it)
+    managed, api = objects
+    for uid in ("uid-1", "uid-2"):
+        managed.register(make_pod(uid, volumes=[{"name": "v", "configMap": {"name": f"cm-{uid}"}}]))
+    await settle()
+    assert len(api.timeouts) == 2 and all(1800 <= t < 3600 for t in api.timeouts)
