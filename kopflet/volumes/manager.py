@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import dataclasses
 import datetime
+import functools
 import logging
 import os
 import re
@@ -356,9 +359,25 @@ def is_mounted(path: Path) -> bool:
 
 def mount_tmpfs(path: Path, size_limit: int | None) -> None:
     """Upstream setupTmpfs passes no mode, so the mount's root is tmpfs's default 1777 (drwxrwxrwt): the sticky
-    bit shows in the container, and a subPath created in the volume inherits it."""
-    argv = ["mount", "-t", "tmpfs", *(["-o", f"size={size_limit}"] if size_limit else []), "tmpfs", str(path)]
-    subprocess.run(argv, check=True, capture_output=True, timeout=30)
+    bit shows in the container, and a subPath created in the volume inherits it. mount(2) itself, what ``mount -t
+    tmpfs [-o size=N] tmpfs <path>`` asks the kernel (upstream execs mount(8)): no fork and exec per Secret or
+    projected volume, a few milliseconds of every pod start."""
+    data = f"size={size_limit}".encode() if size_limit else None
+    if _libc().mount(b"tmpfs", os.fsencode(str(path)), b"tmpfs", ctypes.c_ulong(0), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs at {path}: {os.strerror(err)}")
+
+
+def is_mount_point(path: Path) -> bool:
+    """mount-utils IsLikelyNotMountPoint, negated: a directory on another device than its parent (what upstream's
+    emptyDir and tmpfs-backed volumes check before mounting; a tmpfs always is one). Two stat calls, not a parse of
+    the node's whole mount table at every sync of every pod."""
+    return os.stat(path).st_dev != os.stat(path.parent).st_dev
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 def _mounted_below(prefix: str) -> list[str]:
@@ -397,7 +416,7 @@ def materialize(plans: Mapping[str, VolumePlan], fs_group: int | None = None) ->
             path.mkdir(mode=0o777, parents=True, exist_ok=True)
             if stat.S_IMODE(path.stat().st_mode) & 0o777 != 0o777:
                 os.chmod(path, stat.S_IMODE(path.stat().st_mode) | 0o777)
-            if plan.tmpfs and not is_mounted(path):
+            if plan.tmpfs and not is_mount_point(path):
                 mount_tmpfs(path, plan.size_limit)
                 created = True
             changed = write_atomically(path, plan.files, fs_group) if plan.files is not None else created
