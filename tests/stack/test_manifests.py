@@ -93,7 +93,7 @@ EXPECTED_CLUSTER_RULES = (
     Rule("", ("nodes",), ("create", "get", "list", "patch", "watch"), (
         ("kopflet/nodestatus/heartbeat.py", 'self.api.request("POST", "/api/v1/nodes", body=body)'),
         ("kopflet/nodestatus/heartbeat.py", 'api, "/api/v1/nodes", labels_and_taints, what="node",'),
-        ("kopflet/client/informer.py", 'self.api.watch(self.path, version, params=self.params or None)'),
+        ("kopflet/client/informer.py", 'self.api.watch(self.path, version, timeout_seconds=timeout,'),
         ("kopflet/nodestatus/heartbeat.py", 'self.api.request("PATCH", f"/api/v1/nodes/{q(self.cfg.node_name)}",'),
         ("kopflet/nodestatus/heartbeat.py", 'self.api.request("GET", f"/api/v1/nodes/{q(self.cfg.node_name)}")'),
     )),
@@ -136,14 +136,14 @@ EXPECTED_CLUSTER_RULES = (
     Rule("", ("services",), ("list", "watch"), (
         ("kopflet/envvars/services.py", 'Informer(api, "/api/v1/services", '),
         ("kopflet/client/informer.py", 'await self.api.request("GET", self.path, params=self.params or None)'),
-        ("kopflet/client/informer.py", 'self.api.watch(self.path, version, params=self.params or None)'),
+        ("kopflet/client/informer.py", 'self.api.watch(self.path, version, timeout_seconds=timeout,'),
     )),
     # ClusterTrustBundles for projected clusterTrustBundle sources (a list+watch cache from the first pod that has
     # one, as upstream's informer).
     Rule("certificates.k8s.io", ("clustertrustbundles",), ("list", "watch"), (
         ("kopflet/volumes/trust_bundles.py", 'return f"/apis/certificates.k8s.io/{version}/clustertrustbundles"'),
         ("kopflet/volumes/trust_bundle_manager.py", "Informer(self.api, ctb.list_path(version), "),
-        ("kopflet/client/informer.py", 'self.api.watch(self.path, version, params=self.params or None)'),
+        ("kopflet/client/informer.py", 'self.api.watch(self.path, version, timeout_seconds=timeout,'),
     )),
     # runtimeClassName to the CRI handler.
     Rule("node.k8s.io", ("runtimeclasses",), ("get",), (
