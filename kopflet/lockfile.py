@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import logging
@@ -24,6 +23,7 @@ import threading
 from collections.abc import Callable
 
 from kopflet import gotext
+from kopflet.libc import libc as load_libc
 
 logger = logging.getLogger(__name__)
 
@@ -165,10 +165,6 @@ async def _flock_in_thread(path: str, fd: int) -> None:
 
 # ---------------------------------------------------------------------------------------------------- inotify
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
 def describe_events(data: bytes) -> list[str]:
     """inotify_event records as text: ``IN_OPEN``, ``IN_DELETE_SELF|IN_IGNORED`` ..."""
     events, offset = [], 0
@@ -192,7 +188,7 @@ class ContentionWatch:
     async def start(self) -> None:
         """Watch the file from now on (OSError when inotify is unavailable or the file is gone). Only opens by
         others count: the agent has its descriptor already and does not open the file again."""
-        libc = _libc()
+        libc = load_libc()
         fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             err = ctypes.get_errno()

@@ -28,10 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import dataclasses
 import datetime
-import functools
 import logging
 import os
 import re
@@ -50,6 +48,7 @@ from kopflet.client.events import EventRecorder
 from kopflet.client.kubeapi import KubeApiError, KubeClient, config_map_bytes, q, secret_bytes
 from kopflet.client.standalone import is_standalone
 from kopflet.config.settings import AgentConfig
+from kopflet.libc import libc
 from kopflet.podcertificate import states as pc_states
 from kopflet.podcertificate.manager import PodCertificateManager
 from kopflet.util.manager import CacheSyncError, DirectObjects, NotRegisteredError, Objects
@@ -363,7 +362,7 @@ def mount_tmpfs(path: Path, size_limit: int | None) -> None:
     tmpfs [-o size=N] tmpfs <path>`` asks the kernel (upstream execs mount(8)): no fork and exec per Secret or
     projected volume, a few milliseconds of every pod start."""
     data = f"size={size_limit}".encode() if size_limit else None
-    if _libc().mount(b"tmpfs", os.fsencode(str(path)), b"tmpfs", ctypes.c_ulong(0), data) != 0:
+    if libc().mount(b"tmpfs", os.fsencode(str(path)), b"tmpfs", ctypes.c_ulong(0), data) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount tmpfs at {path}: {os.strerror(err)}")
 
@@ -373,11 +372,6 @@ def is_mount_point(path: Path) -> bool:
     emptyDir and tmpfs-backed volumes check before mounting; a tmpfs always is one). Two stat calls, not a parse of
     the node's whole mount table at every sync of every pod."""
     return os.stat(path).st_dev != os.stat(path.parent).st_dev
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 def _mounted_below(prefix: str) -> list[str]:

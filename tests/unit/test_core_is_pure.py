@@ -40,7 +40,7 @@ IMPURE = frozenset({
     "kopflet.images.gc_manager", "kopflet.images.manager", "kopflet.kuberuntime.executor",
     "kopflet.kuberuntime.gc_manager", "kopflet.lifecycle.hooks", "kopflet.logs.manager", "kopflet.logs.reader",
     "kopflet.logs.setup",
-    "kopflet.checkpointmanager", "kopflet.lockfile", "kopflet.node", "kopflet.nodestatus.heartbeat",
+    "kopflet.checkpointmanager", "kopflet.libc", "kopflet.lockfile", "kopflet.node", "kopflet.nodestatus.heartbeat",
     "kopflet.nodeshutdown.manager", "kopflet.nodeshutdown.systemd",
     "kopflet.oom.watcher",
     "kopflet.pluginmanager.operationexecutor", "kopflet.pluginmanager.plugin_manager",
