@@ -95,6 +95,7 @@ from kopflet.tracing.exporter import StartTracer
 from kopflet.userns.allocator import UsernsError
 from kopflet.userns.userns_manager import UsernsManager, read_kubelet_mappings
 from kopflet.util.manager import DirectObjects, PodObjects
+from kopflet.util.scavenger import SCAVENGER
 from kopflet.volumes import plugins
 from kopflet.volumes.csi.handler import RegistrationHandler
 from kopflet.volumes.csi.nodeinfomanager import NodeInfoManager
@@ -619,6 +620,7 @@ class Node:
             # upstream initializeRuntimeDependentModules: the plugin manager after the container manager
             asyncio.create_task(self.plugin_manager.run(), name="plugin-manager"),
         ]
+        SCAVENGER.start()  # one per process, however many (hollow) nodes run in it; it ends with the event loop
         for line in hook_loader.describe(self.policy_hooks.hooks):
             logger.info(line)
         if self.policy_hooks.observes:

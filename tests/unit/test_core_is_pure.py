@@ -54,7 +54,7 @@ IMPURE = frozenset({
     "kopflet.server.healthz_server", "kopflet.server.http_server",
     "kopflet.server.server", "kopflet.server.system_logs",
     "kopflet.stats.collector", "kopflet.status.manager", "kopflet.tracing.exporter", "kopflet.userns.userns_manager",
-    "kopflet.util.manager",
+    "kopflet.util.manager", "kopflet.util.scavenger",
     "kopflet.volumes.csi.client", "kopflet.volumes.csi.handler", "kopflet.volumes.csi.nodeinfomanager",
     "kopflet.volumes.csi.proto.csi_pb2", "kopflet.volumes.csi.proto.csi_pb2_grpc",
     "kopflet.volumes.manager", "kopflet.volumes.trust_bundle_manager", "kopflet.watchdog.health_checker",
