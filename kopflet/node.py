@@ -479,6 +479,7 @@ class Node:
         self.serving_certificates: ServerCertificateManager | None = None
         self.watchdog = watchdog
         self._tasks: list[asyncio.Task[None]] = []
+        self._scavenging = False  # holds the process's heap scavenger (from start to stop)
 
     # ------------------------------------------------------------------------------- eviction's edges
 
@@ -620,7 +621,8 @@ class Node:
             # upstream initializeRuntimeDependentModules: the plugin manager after the container manager
             asyncio.create_task(self.plugin_manager.run(), name="plugin-manager"),
         ]
-        SCAVENGER.start()  # one per process, however many (hollow) nodes run in it; it ends with the event loop
+        SCAVENGER.acquire()  # one per process, however many (hollow) nodes hold it
+        self._scavenging = True
         for line in hook_loader.describe(self.policy_hooks.hooks):
             logger.info(line)
         if self.policy_hooks.observes:
@@ -755,6 +757,9 @@ class Node:
         `close_runtime` False keeps the runtime connection open (a start that failed is tried again with it). The
         watchdog loses the node's checks (it pings while the process cleans up, and a start tried again gives it the
         new node's)."""
+        if self._scavenging:
+            self._scavenging = False
+            await SCAVENGER.release()
         if self.watchdog is not None:
             self.watchdog.set_health_checkers(None)
         if self.healthz_server is not None:

@@ -1,17 +1,21 @@
-"""Giving freed heap memory back to the host, as Go's background scavenger does for the upstream kubelet.
+"""Freed heap memory back to the host, as Go's background scavenger gives back the upstream kubelet's.
 
 CPython hands objects larger than 512 bytes (watch event bodies, JSON, protobuf messages) to the C library's
-malloc. glibc gives memory back on its own only from the top of each heap: after a burst of pods the pages freed
-in the middle stay in the process's RSS for good, though nothing uses them (a 110-pod burst left ~10 MiB so). The
-Go runtime returns such pages to the OS in the background (its scavenger, madvise(MADV_DONTNEED)); here
-``malloc_trim(0)`` does the same for every arena, asked only when the heaps hold enough free memory to matter.
-Without glibc (musl) there is nothing to ask, and nothing runs.
+malloc. glibc gives memory back on its own only from the top of a heap, and only above a trim threshold that grows
+to as much as 64 MiB once large blocks have been freed: after a burst of pods the pages freed inside the heaps stay
+in the process's RSS, though nothing uses them. The Go runtime returns such pages to the OS in the background
+(madvise(MADV_DONTNEED)); here ``malloc_trim(0)`` does the same for every arena, asked when the free memory in the
+heaps has grown by `MIN_FREE_BYTES` since the last trim (a trim leaves the pages it gave back counted as free, so
+asking again without new frees would only walk the arenas for nothing). Without glibc 2.33 or later (musl:
+no mallinfo2) nothing runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
+import functools
 import logging
 
 from kopflet.libc import libc
@@ -20,75 +24,105 @@ from kopflet.logs.verbosity import v
 logger = logging.getLogger(__name__)
 
 PERIOD = 10.0
-# Free bytes in the malloc heaps worth a trim: below this the pages freed are too few to show in RSS.
 MIN_FREE_BYTES = 4 * 2**20
+"""New free memory in the heaps worth a trim: below this the pages given back are too few to show in RSS."""
 
 
 class _MallInfo2(ctypes.Structure):
-    """glibc's struct mallinfo2 (2.33+): the totals over every arena."""
+    """glibc's struct mallinfo2 (2.33+): totals over every arena."""
     _fields_ = [(name, ctypes.c_size_t) for name in
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
                  "keepcost")]
 
 
-def worth_trimming(free_bytes: int, top_releasable: int, minimum: int = MIN_FREE_BYTES) -> bool:
-    """Whether the free memory inside the heaps (not the releasable top, which glibc trims itself) is enough to
-    ask for a trim."""
-    return free_bytes - top_releasable >= minimum
+def decide(free: int, baseline: int, minimum: int = MIN_FREE_BYTES) -> tuple[bool, int]:
+    """Whether to trim with `free` bytes free in the heaps, `baseline` free after the last trim; and the baseline
+    from now on (it follows the free memory down as it is used again, and is the free memory a trim left)."""
+    baseline = min(baseline, free)
+    trim = free - baseline >= minimum
+    return trim, free if trim else baseline
+
+
+@functools.cache
+def _functions() -> tuple[ctypes._CFuncPtr, ctypes._CFuncPtr] | None:
+    """mallinfo2 and malloc_trim with their signatures, or None without them (not glibc, glibc before 2.33)."""
+    try:
+        c = libc()
+        mallinfo2, malloc_trim = c.mallinfo2, c.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype, mallinfo2.argtypes = _MallInfo2, []
+    malloc_trim.restype, malloc_trim.argtypes = ctypes.c_int, [ctypes.c_size_t]
+    return mallinfo2, malloc_trim
+
+
+def mallinfo2() -> _MallInfo2:
+    functions = _functions()
+    assert functions is not None
+    info: _MallInfo2 = functions[0]()
+    return info
+
+
+def _round(baseline: int, minimum: int) -> tuple[bool, int, int]:
+    """One round, in a thread (mallinfo2 and malloc_trim both lock and walk every arena): whether it trimmed, the
+    free bytes it saw and the next baseline."""
+    free = mallinfo2().fordblks
+    trim, baseline = decide(free, baseline, minimum)
+    if trim:
+        functions = _functions()
+        assert functions is not None
+        functions[1](0)
+        # the pages given back inside the heaps stay counted as free; a heap top released is not any more
+        baseline = mallinfo2().fordblks
+    return trim, free, baseline
 
 
 class Scavenger:
-    """One per process (hollow nodes share it): `start` is idempotent."""
+    """One per process, held by each node that runs in it (hollow nodes share it): the first `acquire` starts it,
+    the last `release` stops it."""
 
     def __init__(self, period: float = PERIOD, min_free: int = MIN_FREE_BYTES) -> None:
         self.period, self.min_free = period, min_free
+        self.trims, self._baseline, self._holders = 0, 0, 0
         self._task: asyncio.Task[None] | None = None
-        self.trims = 0
 
     @staticmethod
     def available() -> bool:
-        try:
-            c = libc()
-            return hasattr(c, "mallinfo2") and hasattr(c, "malloc_trim")
-        except OSError:
-            return False
+        return _functions() is not None
 
-    def start(self) -> None:
-        if self._task is None and self.available():
-            self._task = asyncio.create_task(self.run(), name="heap-scavenger")
+    def acquire(self) -> None:
+        self._holders += 1
+        if (self._task is None or self._task.done()) and self.available():
+            # a context without a node: hollow nodes' task owners (handlers.hollow, by the NODE context variable)
+            # leave it to every node; under `kopf run` the last node's stop releases it before Kopf's own end
+            self._task = asyncio.create_task(self.run(), name="heap-scavenger", context=contextvars.Context())
 
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+    async def release(self) -> None:
+        self._holders = max(0, self._holders - 1)
+        if self._holders == 0:
+            task, self._task = self._task, None
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.period)
-            await self.scavenge()
+            try:
+                await self.scavenge()
+            except Exception:  # a round that fails is said, and the next one tried
+                logger.exception("heap scavenger: a round failed")
 
     async def scavenge(self) -> bool:
-        """One round: trim when the heaps hold enough free memory; whether it released any."""
-        info = _mallinfo2()
-        if not worth_trimming(info.fordblks, info.keepcost, self.min_free):
-            return False
-        # malloc_trim walks every arena (milliseconds on a large heap): off the event loop
-        released = bool(await asyncio.to_thread(libc().malloc_trim, 0))
-        self.trims += 1
-        logger.log(v(5), f"heap scavenger: {info.fordblks / 2**20:.1f} MiB free in the heaps, trimmed "
-                         f"({'some' if released else 'nothing'} released)")
-        return released
-
-
-def _mallinfo2() -> _MallInfo2:
-    fn = libc().mallinfo2
-    fn.restype = _MallInfo2
-    fn.argtypes = []
-    info: _MallInfo2 = fn()
-    return info
+        """One round; whether it trimmed."""
+        trimmed, free, self._baseline = await asyncio.to_thread(_round, self._baseline, self.min_free)
+        if trimmed:
+            self.trims += 1
+            logger.log(v(5), f"heap scavenger: {free / 2**20:.1f} MiB free in the heaps, trimmed")
+        return trimmed
 
 
 SCAVENGER = Scavenger()
 
-__all__ = ["MIN_FREE_BYTES", "PERIOD", "SCAVENGER", "Scavenger", "worth_trimming"]
+
+__all__ = ["MIN_FREE_BYTES", "PERIOD", "SCAVENGER", "Scavenger", "decide", "mallinfo2"]
