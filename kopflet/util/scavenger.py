@@ -17,6 +17,8 @@ import contextvars
 import ctypes
 import functools
 import logging
+from collections.abc import Callable
+from typing import NamedTuple
 
 from kopflet.libc import libc
 from kopflet.logs.verbosity import v
@@ -43,9 +45,15 @@ def decide(free: int, baseline: int, minimum: int = MIN_FREE_BYTES) -> tuple[boo
     return trim, free if trim else baseline
 
 
+class _Malloc(NamedTuple):
+    mallinfo2: Callable[[], _MallInfo2]
+    malloc_trim: Callable[[int], int]
+
+
 @functools.cache
-def _functions() -> tuple[ctypes._CFuncPtr, ctypes._CFuncPtr] | None:
-    """mallinfo2 and malloc_trim with their signatures, or None without them (not glibc, glibc before 2.33)."""
+def _malloc() -> _Malloc | None:
+    """glibc's mallinfo2 and malloc_trim with their signatures, or None without them (not glibc, glibc before
+    2.33)."""
     try:
         c = libc()
         mallinfo2, malloc_trim = c.mallinfo2, c.malloc_trim
@@ -53,27 +61,26 @@ def _functions() -> tuple[ctypes._CFuncPtr, ctypes._CFuncPtr] | None:
         return None
     mallinfo2.restype, mallinfo2.argtypes = _MallInfo2, []
     malloc_trim.restype, malloc_trim.argtypes = ctypes.c_int, [ctypes.c_size_t]
-    return mallinfo2, malloc_trim
+    return _Malloc(mallinfo2, malloc_trim)
 
 
 def mallinfo2() -> _MallInfo2:
-    functions = _functions()
-    assert functions is not None
-    info: _MallInfo2 = functions[0]()
-    return info
+    malloc = _malloc()
+    assert malloc is not None
+    return malloc.mallinfo2()
 
 
 def _round(baseline: int, minimum: int) -> tuple[bool, int, int]:
     """One round, in a thread (mallinfo2 and malloc_trim both lock and walk every arena): whether it trimmed, the
     free bytes it saw and the next baseline."""
-    free = mallinfo2().fordblks
+    malloc = _malloc()
+    assert malloc is not None
+    free = malloc.mallinfo2().fordblks
     trim, baseline = decide(free, baseline, minimum)
     if trim:
-        functions = _functions()
-        assert functions is not None
-        functions[1](0)
+        malloc.malloc_trim(0)
         # the pages given back inside the heaps stay counted as free; a heap top released is not any more
-        baseline = mallinfo2().fordblks
+        baseline = malloc.mallinfo2().fordblks
     return trim, free, baseline
 
 
@@ -88,7 +95,7 @@ class Scavenger:
 
     @staticmethod
     def available() -> bool:
-        return _functions() is not None
+        return _malloc() is not None
 
     def acquire(self) -> None:
         self._holders += 1
