@@ -151,6 +151,11 @@ def qos_class(pod: spec.Pod) -> str:
     pod_resources = pod_level_resources(pod)
     if pod_resources is not None:
         return resource_qos(pod_resources.get("requests") or {}, pod_resources.get("limits") or {})
+    return containers_qos_class(pod)
+
+
+def containers_qos_class(pod: spec.Pod) -> str:
+    """The QoS class the pod's init and regular containers make, whatever its pod-level resources say."""
     result = ""
     for container in (*pod.spec.init_containers, *pod.spec.containers):
         current = resource_qos(container.resources.requests, container.resources.limits)
@@ -210,6 +215,7 @@ __all__ = [
     "GUARANTEED",
     "QuantityError",
     "byte_value",
+    "containers_qos_class",
     "milli_cpu",
     "milli_value",
     "oom_score_adj",

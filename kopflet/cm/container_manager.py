@@ -165,6 +165,7 @@ class ContainerManager:
         self.hugepage_sizes = tuple(hugepage_sizes)
         self.active_pods, self.node_event = active_pods, node_event
         self._lock = asyncio.Lock()
+        self._qos_kept: dict[str, tuple[spec.Pod, helpers.PodQOSRequests]] = {}
         self._enforcing: asyncio.Task[None] | None = None
 
     @property
@@ -239,7 +240,7 @@ class ContainerManager:
 
     def qos_configs(self, pods: Iterable[spec.Pod]) -> dict[str, helpers.ResourceConfig]:
         """The tiers' settings for the active `pods` (keyed by class; Guaranteed is ``kubepods``)."""
-        pods = list(pods)
+        pods = self._qos_requests(pods)
         percent = self.memory_reserved
         if percent is not None and self.allocatable_absolute_memory == 0:
             logger.debug("Allocatable memory reported as 0, might be in standalone mode, not setting QoS memory limits")
@@ -250,6 +251,19 @@ class ContainerManager:
         return helpers.qos_cgroup_configs(pods, hugepage_sizes=self.hugepage_sizes,
                                           qos_reserved_memory_percent=percent,
                                           allocatable_memory=self.allocatable_absolute_memory)
+
+    def _qos_requests(self, pods: Iterable[spec.Pod]) -> list[helpers.PodQOSRequests]:
+        """Each pod's `PodQOSRequests`, kept while the pod is the same object (a pod's spec objects are never
+        changed; a resize or a new pod brings a new one): the tiers are brought up to date before every new pod
+        cgroup, over every active pod, so a burst would otherwise work out each pod's requests N times."""
+        kept, self._qos_kept = self._qos_kept, {}
+        out = []
+        for pod in pods:
+            held = kept.get(pod.uid)
+            requests = held[1] if held is not None and held[0] is pod else helpers.pod_qos_requests(pod)
+            self._qos_kept[pod.uid] = (pod, requests)
+            out.append(requests)
+        return out
 
     def _tiers(self) -> tuple[tuple[str, str], ...]:
         """(class, cgroup) in the order they are written: burstable, besteffort, then kubepods (whose own QoS

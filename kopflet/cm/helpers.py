@@ -223,8 +223,7 @@ def pod_qos_class(pod: spec.Pod, status_qos_class: str | None = None) -> str:
         return status_qos_class
     if pod_level_resources_set(pod):
         return qos.resource_qos(_pod_level(pod, "requests"), _pod_level(pod, "limits"))
-    raw = {key: value for key, value in pod.spec.raw.items() if key != "resources"}
-    return qos.qos_class(dataclasses.replace(pod, spec=dataclasses.replace(pod.spec, raw=raw)))
+    return qos.containers_qos_class(pod)
 
 
 def hugepage_limits(resources: Mapping[str, Any]) -> dict[int, int]:
@@ -701,16 +700,38 @@ def parse_qos_reserved(values: Mapping[str, str]) -> dict[str, int]:
     return reservations
 
 
-def qos_memory_requests(pods: Iterable[spec.Pod]) -> dict[str, int]:
+@dataclasses.dataclass(frozen=True)
+class PodQOSRequests:
+    """What the QoS tiers take of one pod: its class and, unless BestEffort, its cpu (milliCPU) and memory (bytes,
+    rounded up) requests by `pod_requests`. Pure of the pod, so a caller may keep it for as long as it holds the
+    same pod object (the container manager does: a burst recomputes the tiers for every new pod over all pods)."""
+
+    qos_class: str
+    milli_cpu: int = 0
+    memory: int = 0
+
+
+def pod_qos_requests(pod: spec.Pod) -> PodQOSRequests:
+    klass = pod_qos_class(pod)
+    if klass == qos.BEST_EFFORT:
+        return PodQOSRequests(klass)
+    requests = pod_requests(pod)
+    return PodQOSRequests(klass, qos.milli_value(requests.get(CPU, 0)), qos.value(requests.get(MEMORY, 0)))
+
+
+def _qos_requests(pods: Iterable[spec.Pod | PodQOSRequests]) -> list[PodQOSRequests]:
+    return [p if isinstance(p, PodQOSRequests) else pod_qos_requests(p) for p in pods]
+
+
+def qos_memory_requests(pods: Iterable[spec.Pod | PodQOSRequests]) -> dict[str, int]:
     """Upstream `getQoSMemoryRequests`: the summed memory requests of the Guaranteed and of the Burstable `pods`,
     in bytes, each pod's by `pod_requests` (pod-level requests, init and sidecar containers, overhead: upstream's
-    `resource.PodRequests`) rounded up to a byte; BestEffort pods count for nothing."""
+    `resource.PodRequests`) rounded up to a byte; BestEffort pods count for nothing. A pod may come as its
+    `PodQOSRequests`."""
     requests = {qos.GUARANTEED: 0, qos.BURSTABLE: 0}
-    for pod in pods:
-        klass = pod_qos_class(pod)
-        if klass == qos.BEST_EFFORT:
-            continue
-        requests[klass] += qos.value(pod_requests(pod).get(MEMORY, 0))
+    for pod in _qos_requests(pods):
+        if pod.qos_class != qos.BEST_EFFORT:
+            requests[pod.qos_class] += pod.memory
     return requests
 
 
@@ -756,7 +777,7 @@ def qos_memory_retry_limits(configs: Mapping[str, ResourceConfig],
     return adjusted
 
 
-def qos_cgroup_configs(pods: Iterable[spec.Pod], *, hugepage_sizes: Sequence[str] = (),
+def qos_cgroup_configs(pods: Iterable[spec.Pod | PodQOSRequests], *, hugepage_sizes: Sequence[str] = (),
                        enforce_memory_qos: bool = False, memory_reservation_policy: str = MEMORY_RESERVATION_NONE,
                        qos_reserved_memory_percent: int | None = None,
                        allocatable_memory: int = 0) -> dict[str, ResourceConfig]:
@@ -769,14 +790,11 @@ def qos_cgroup_configs(pods: Iterable[spec.Pod], *, hugepage_sizes: Sequence[str
     requests and memory.low = Burstable ones, burstable memory.low = Burstable ones. With the QOSReserved gate
     (alpha, off) and a memory percentage (`qos_reserved_memory_percent`, None without either): burstable and
     besteffort memory limits as `qos_reserved_memory_limits` over `allocatable_memory`; kubepods none (its limit is
-    node allocatable's).
+    node allocatable's). A pod may come as its `PodQOSRequests`.
     """
-    pods = list(pods)
-    burstable_milli_cpu = 0
-    for pod in pods:
-        if pod_qos_class(pod) == qos.BURSTABLE:
-            burstable_milli_cpu += qos.milli_value(pod_requests(pod).get(CPU, 0))
-    memory_requests = qos_memory_requests(pods)
+    summaries = _qos_requests(pods)
+    burstable_milli_cpu = sum(p.milli_cpu for p in summaries if p.qos_class == qos.BURSTABLE)
+    memory_requests = qos_memory_requests(summaries)
     unbounded = {hugepage_size_bytes(size): HUGEPAGES_UNBOUNDED for size in hugepage_sizes}
     configs = {
         qos.GUARANTEED: ResourceConfig(hugepage_limits=unbounded),
@@ -823,6 +841,7 @@ __all__ = [
     "SHARES_PER_CPU",
     "ContainerLimits",
     "ExclusiveCPUs",
+    "PodQOSRequests",
     "QOSMemoryLimits",
     "ResourceConfig",
     "SwapController",
@@ -854,6 +873,7 @@ __all__ = [
     "pod_limits",
     "pod_memory_high",
     "pod_qos_class",
+    "pod_qos_requests",
     "pod_requests",
     "pod_resource_config",
     "qos_cgroup_configs",

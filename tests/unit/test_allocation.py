@@ -111,7 +111,25 @@ TWO_PODS = {
 @pytest.mark.parametrize(("entries", "text"), [({}, GO_EMPTY), (TWO_PODS, GO_TWO_PODS)])
 def test_checkpoint_text_is_byte_for_byte_upstreams(entries: dict[str, PodAllocation], text: str) -> None:
     assert policy.checkpoint_text(entries) == text
+    assert policy.checkpoint_text(entries, policy.ChecksumChain()) == text
     assert policy.read_checkpoint(text) == entries
+
+
+def test_a_checksum_chain_gives_each_write_the_checksum_of_its_whole_data() -> None:
+    """One chain through a file's life (pods added before, between and after others, changed, removed, all gone):
+    every text is the one written without it, whose checksum `read_checkpoint` checks over the whole data."""
+    chain = policy.ChecksumChain()
+    small, large = alloc({"c": res({"cpu": "1"})}), alloc({"c": res({"cpu": "2", "memory": "1Gi"}), "d": {}})
+    entries: dict[str, PodAllocation] = {}
+    steps = [("m", small), ("c", small), ("x", large), ("a", small), ("m", large), ("c", None), ("a", None),
+             ("é", small), ("x", None), ("m", None), ("é", None), ("b", small)]
+    for uid, value in steps:
+        entries = {k: v for k, v in entries.items() if k != uid}
+        if value is not None:
+            entries[uid] = value
+        text = policy.checkpoint_text(entries, chain)
+        assert text == policy.checkpoint_text(entries)
+        assert policy.read_checkpoint(text) == entries
 
 
 def test_read_checkpoint_accepts_an_entry_without_containers() -> None:

@@ -398,3 +398,28 @@ async def test_a_limit_left_by_an_earlier_run_is_reported_not_removed(
     assert ("the QoS cgroup /kubepods/burstable has a memory limit of 3221225472 bytes" in caplog.text) is warned
     assert (root / "memory" / "kubepods" / "burstable" / "memory.limit_in_bytes").read_text() == limit
     await cm.close()
+
+
+def test_the_tiers_count_each_pod_once_while_it_is_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pod's requests are worked out once for as long as the manager is given the same pod object: a new
+    object (a resize) is worked out again, and a pod no longer active is forgotten."""
+    pods = [guaranteed("g", "64Mi"), burstable("b", "32Mi", cpu="500m"), best_effort("e")]
+    tiers = manager(tmp_path, pods, qos_reserved=None)
+    expected = helpers.qos_cgroup_configs(pods)
+    worked_out: list[str] = []
+    real = helpers.pod_qos_requests
+
+    def counting(pod: spec.Pod) -> helpers.PodQOSRequests:
+        worked_out.append(pod.uid)
+        return real(pod)
+
+    monkeypatch.setattr(helpers, "pod_qos_requests", counting)
+    first = tiers.qos_configs(pods)
+    assert first == expected and first[qos.BURSTABLE].cpu_shares == 512
+    assert sorted(worked_out) == ["b", "e", "g"]
+    assert tiers.qos_configs(pods) == first and len(worked_out) == 3
+    resized = burstable("b", "32Mi", cpu="1")
+    assert tiers.qos_configs([pods[0], resized])[qos.BURSTABLE].cpu_shares == 1024
+    assert worked_out[3:] == ["b"]
+    assert tiers.qos_configs([pods[0]])[qos.BURSTABLE].cpu_shares == 2 and worked_out[4:] == []
+    assert set(tiers._qos_kept) == {"g"}
