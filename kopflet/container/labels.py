@@ -152,6 +152,11 @@ def pod_identity(labels: Mapping[str, str]) -> PodIdentity:
     return PodIdentity(uid=_text(labels, POD_UID), name=_text(labels, POD_NAME), namespace=_text(labels, POD_NAMESPACE))
 
 
+def pod_uid(labels: Mapping[str, str]) -> str:
+    """The pod UID label of a sandbox or container ("" when it is missing): `pod_identity`'s uid."""
+    return _text(labels, POD_UID)
+
+
 def container_name(labels: Mapping[str, str]) -> str:
     """The container's name in its pod ("" when the label is missing)."""
     return _text(labels, CONTAINER_NAME)

@@ -188,7 +188,8 @@ class RuntimeCache:
 
 
 def _uid(values: Mapping[str, str]) -> str:
-    return labels.pod_identity(values).uid
+    """The pod UID label alone: a refresh of one pod reads it for every object the cache holds."""
+    return labels.pod_uid(values)
 
 
 def _fingerprint(pod: podstate.RuntimePodStatus) -> tuple[tuple[str, str], ...]:

@@ -64,6 +64,7 @@ def test_sandbox_labels_carry_the_pod_labels_and_identity() -> None:
     assert labels.pod_labels(labels.sandbox_labels(pod)) == {"app": "web"}
     assert labels.pod_identity(labels.sandbox_labels(pod)) == labels.PodIdentity(uid="uid-a", name="web",
                                                                                  namespace="shop")
+    assert labels.pod_uid(labels.sandbox_labels(pod)) == "uid-a"
 
 
 def test_identity_labels_win_over_pod_labels_of_the_same_key() -> None:
@@ -139,6 +140,7 @@ def test_reading_annotations_never_raises(annotations: dict[str, str], expected:
 
 def test_identity_of_unlabelled_objects_is_empty() -> None:
     assert labels.pod_identity({}) == labels.PodIdentity()
+    assert labels.pod_uid({}) == "" and labels.pod_uid({labels.POD_UID: 7}) == ""  # type: ignore[dict-item]
     assert labels.container_name({"other": "x"}) == ""
 
 
