@@ -632,8 +632,8 @@ def checksum(data: str) -> int:
 class ChecksumChain:
     """The checksum of a checkpoint's data, piece by piece (its opening, one piece per pod, its end), remembering the
     hash's state after each piece of the last data: the next data is hashed again only from its first changed
-    piece. A burst of pods writes the checkpoint for every pod, over every pod, in Python: this halves that on
-    average. Not thread-safe: its checkpoint's lock holds it."""
+    piece. A burst of pods writes the checkpoint for every pod, over every pod, in Python: this halves the hashing
+    on average (each pod's JSON is still made on every write). Not thread-safe: its checkpoint's lock holds it."""
 
     def __init__(self) -> None:
         self._pieces: list[str] = []

@@ -240,15 +240,15 @@ class ContainerManager:
 
     def qos_configs(self, pods: Iterable[spec.Pod]) -> dict[str, helpers.ResourceConfig]:
         """The tiers' settings for the active `pods` (keyed by class; Guaranteed is ``kubepods``)."""
-        pods = self._qos_requests(pods)
+        summaries = self._qos_requests(pods)
         percent = self.memory_reserved
         if percent is not None and self.allocatable_absolute_memory == 0:
             logger.debug("Allocatable memory reported as 0, might be in standalone mode, not setting QoS memory limits")
         elif percent is not None and logger.isEnabledFor(logging.DEBUG):
-            requests = helpers.qos_memory_requests(pods)
+            requests = helpers.qos_memory_requests(summaries)
             for klass in (qos.GUARANTEED, qos.BURSTABLE):
                 logger.debug(f"QoS pod memory limit: qos={klass} limits={requests[klass]} percentReserve={percent}")
-        return helpers.qos_cgroup_configs(pods, hugepage_sizes=self.hugepage_sizes,
+        return helpers.qos_cgroup_configs(summaries, hugepage_sizes=self.hugepage_sizes,
                                           qos_reserved_memory_percent=percent,
                                           allocatable_memory=self.allocatable_absolute_memory)
 

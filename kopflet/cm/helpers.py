@@ -712,6 +712,7 @@ class PodQOSRequests:
 
 
 def pod_qos_requests(pod: spec.Pod) -> PodQOSRequests:
+    """The pod's `PodQOSRequests`, from its spec (its status' qosClass is not read, as `pod_qos_class` without it)."""
     klass = pod_qos_class(pod)
     if klass == qos.BEST_EFFORT:
         return PodQOSRequests(klass)

@@ -39,6 +39,8 @@ def test_the_pod_is_parsed_again_only_for_new_metadata_or_spec() -> None:
     assert worker.parsed(relabeled).labels == {"app": "web"}
     respecced = {**relabeled, "spec": {"containers": [{"name": "d", "image": "busybox"}]}}
     assert [c.name for c in worker.parsed(respecced).spec.containers] == ["d"]
-    with pytest.raises(spec.SpecError):  # a body that does not parse raises every time, never a kept pod
-        worker.parsed({**respecced, "spec": {"containers": "none"}})
+    broken = {**respecced, "spec": {"containers": "none"}}
+    for _ in range(2):  # a body that does not parse raises every time, never a kept pod
+        with pytest.raises(spec.SpecError):
+            worker.parsed(broken)
     assert worker.parsed(respecced).spec.containers[0].name == "d"
