@@ -31,7 +31,8 @@ def test_concurrent_writers_from_threads_lose_nothing(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_each_write_hashes_again_only_from_the_first_changed_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_write_hashes_again_only_from_the_first_changed_pod(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The file's checksum chain is kept from one write to the next: a pod added after the others hashes its own
     piece and the end again, not the pods before it; the file read back is whole."""
     layout = paths.Layout(root_dir=str(tmp_path))
