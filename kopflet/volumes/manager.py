@@ -387,8 +387,17 @@ def unmount_all(volumes_dir: Path) -> list[str]:
         return []
     prefix = str(volumes_dir.resolve()) + "/"
     for target in sorted(_mounted_below(prefix), key=len, reverse=True):
-        subprocess.run(["umount", target], capture_output=True, timeout=30)
+        unmount(target)
     return _mounted_below(prefix)
+
+
+def unmount(target: str) -> None:
+    """umount(2) itself, what ``umount <target>`` asks the kernel for the tmpfs volumes the agent mounts (upstream
+    execs umount(8)): no fork and exec of the agent per volume at every pod's teardown. When the kernel refuses
+    (a mount that needs its umount helper, say), umount(8) is run as before; what stays mounted is the caller's to
+    report."""
+    if libc().umount2(os.fsencode(target), 0) != 0:
+        subprocess.run(["umount", target], capture_output=True, timeout=30)
 
 
 def materialize(plans: Mapping[str, VolumePlan], fs_group: int | None = None) -> None:
