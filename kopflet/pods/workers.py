@@ -88,19 +88,6 @@ class _Worker:
         """The last decisions, for `kopflet explain` (`PodWorkers.decisions`)."""
         self.timeline: timeline.Timeline | None = None
         """The pod's last start, step by step (None: none seen by this agent, such as a pod adopted running)."""
-        self._parsed: tuple[object, object, spec.Pod] | None = None
-
-    def parsed(self, body: Mapping[str, Any]) -> spec.Pod:
-        """The pod of `body`, one of this worker's bodies (`spec.SpecError` when it does not parse), parsed again
-        only when its metadata or spec is a new object: a status written replaces the body but keeps both (bodies
-        are never changed in place), so the sync after a start does not parse the same pod again."""
-        metadata, pod_spec = body.get("metadata"), body.get("spec")
-        kept = self._parsed
-        if kept is not None and kept[0] is metadata and kept[1] is pod_spec:
-            return kept[2]
-        pod = spec.pod_from_body(body)
-        self._parsed = (metadata, pod_spec, pod)
-        return pod
 
     @property
     def holds_node(self) -> bool:
@@ -461,7 +448,7 @@ class PodWorkers:
             return Observation(body=body, gone=True, runtime=runtime, memory=worker.memory, backoff=self.backoff,
                                now=now)
         try:
-            pod = worker.parsed(body)
+            pod = spec.pod_from_body(body)
         except spec.SpecError as exc:
             return Observation(body=body, spec_error=str(exc), runtime=runtime, memory=worker.memory,
                                backoff=self.backoff, now=now)
