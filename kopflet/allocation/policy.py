@@ -29,7 +29,7 @@ import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any, Final
+from typing import Any
 
 from kopflet import gotext
 from kopflet.api import qos, spec
@@ -611,61 +611,26 @@ def resize_event_message(prefix: str, pod: spec.Pod, generation: int, error: str
 # ------------------------------------------------------------------------------------------ checkpoints
 
 
-_FNV_OFFSET: Final = 0x811C9DC5
-
-
-def _fnv1a_32(data: bytes, value: int = _FNV_OFFSET) -> int:
-    """fnv-1a 32 of `data`, going on from `value` (the state after what came before it)."""
+def _fnv1a_32(data: bytes) -> int:
+    value = 0x811C9DC5
     for byte in data:
         value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
     return value
 
 
-_SPEWED: Final = _fnv1a_32(b"(string)")
-
-
 def checksum(data: str) -> int:
     """Upstream `checksum.New(data)`: fnv-1a 32 over spew's ``%#v`` of the string, ``(string)<data>``."""
-    return _fnv1a_32(data.encode("utf-8", "surrogatepass"), _SPEWED)
+    return _fnv1a_32(b"(string)" + data.encode("utf-8", "surrogatepass"))
 
 
-class ChecksumChain:
-    """The checksum of a checkpoint's data, piece by piece (its opening, one piece per pod, its end), remembering the
-    hash's state after each piece of the last data: the next data is hashed again only from its first changed
-    piece. A burst of pods writes the checkpoint for every pod, over every pod, in Python: this halves the hashing
-    on average (each pod's JSON is still made on every write). Not thread-safe: its checkpoint's lock holds it."""
-
-    def __init__(self) -> None:
-        self._pieces: list[str] = []
-        self._states: list[int] = []
-
-    def checksum(self, pieces: Sequence[str]) -> int:
-        same = 0
-        for old, new in zip(self._pieces, pieces, strict=False):
-            if old != new:
-                break
-            same += 1
-        states = self._states[:same]
-        value = states[-1] if states else _SPEWED
-        for piece in pieces[same:]:
-            value = _fnv1a_32(piece.encode("utf-8", "surrogatepass"), value)
-            states.append(value)
-        self._pieces, self._states = list(pieces), states
-        return value
-
-
-def checkpoint_text(entries: Mapping[str, PodAllocation], chain: ChecksumChain | None = None) -> str:
+def checkpoint_text(entries: Mapping[str, PodAllocation]) -> str:
     """The content of ``allocated_pods_state`` / ``actuated_pods_state`` for these pods (by UID), byte for byte
-    what upstream's checkpoint manager writes: ``{"data":"<json>","checksum":<n>}``. `chain` keeps the checksum's
-    work from one write of the file to the next."""
-    if entries:  # {"entries":{"<uid>":{...},...}}: Go's map, keys sorted, as go_json writes it whole
-        pieces = ['{"entries":{', *(("," if index else "") + gotext.go_json(uid) + ":" + gotext.go_json(
-            entries[uid].to_json()) for index, uid in enumerate(sorted(entries))), "}}"]
-    else:
-        pieces = [gotext.go_json({})]
-    data = "".join(pieces)
-    value = chain.checksum(pieces) if chain is not None else checksum(data)
-    return gotext.go_json({"data": data, "checksum": value})
+    what upstream's checkpoint manager writes: ``{"data":"<json>","checksum":<n>}``."""
+    info: dict[str, Any] = {}
+    if entries:
+        info["entries"] = {uid: entries[uid].to_json() for uid in sorted(entries)}
+    data = gotext.go_json(info)
+    return gotext.go_json({"data": data, "checksum": checksum(data)})
 
 
 def read_checkpoint(text: str) -> dict[str, PodAllocation]:
@@ -706,7 +671,6 @@ __all__ = [
     "RESIZE_STARTED",
     "UNCHANGED",
     "CheckpointError",
-    "ChecksumChain",
     "PendingResize",
     "PodAllocation",
     "ResizeDecision",

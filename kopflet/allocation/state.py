@@ -37,7 +37,6 @@ class _State:
         self.path = path
         self._lock = threading.Lock()
         self.entries: dict[str, PodAllocation] = {}
-        self._chain = policy.ChecksumChain()
         self._file = checkpointmanager.CheckpointFile(path)  # a torn file would stop the agent at its start
         text = self._file.read()
         if text is not None:
@@ -63,7 +62,7 @@ class _State:
                 self._save()
 
     def _save(self) -> None:
-        self._file.write(policy.checkpoint_text(self.entries, self._chain))
+        self._file.write(policy.checkpoint_text(self.entries))
 
 
 class AllocationManager:

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from kopflet import gotext
 from kopflet.allocation import policy
 from kopflet.allocation.policy import PendingResize, PodAllocation, ResizeEvent
 from kopflet.api.spec import Pod, Resources, pod_from_body
@@ -112,44 +111,7 @@ TWO_PODS = {
 @pytest.mark.parametrize(("entries", "text"), [({}, GO_EMPTY), (TWO_PODS, GO_TWO_PODS)])
 def test_checkpoint_text_is_byte_for_byte_upstreams(entries: dict[str, PodAllocation], text: str) -> None:
     assert policy.checkpoint_text(entries) == text
-    assert policy.checkpoint_text(entries, policy.ChecksumChain()) == text
     assert policy.read_checkpoint(text) == entries
-
-
-ODD_UIDS = ["<a&b>", "line\u2028sep", "é", "😀", "lone\ud83d", 'quote"back\\slash', "\ufeffbom", "ctl\x01"]
-
-
-@pytest.mark.parametrize("uids", [ODD_UIDS, ODD_UIDS[:1], ["x", *ODD_UIDS[3:5]]])
-def test_checkpoint_pieces_make_the_whole_documents_bytes(uids: list[str]) -> None:
-    """The text built piece by piece is Go's encoding of the whole document (HTML and line-separator escapes,
-    non-ASCII, surrogates), with the checksum of its whole data, with and without a chain."""
-    entries = {uid: alloc({"c<&>\u2028": res({"cpu": "1"})}) for uid in uids}
-    data = gotext.go_json({"entries": {uid: entries[uid].to_json() for uid in sorted(entries)}})
-    whole = gotext.go_json({"data": data, "checksum": policy.checksum(data)})
-    assert policy.checkpoint_text(entries) == whole
-    assert policy.checkpoint_text(entries, policy.ChecksumChain()) == whole
-    # the checksum itself, as upstream's checksum.New: fnv-1a 32 of "(string)" and the data's UTF-8 bytes
-    value = 0x811C9DC5
-    for byte in b"(string)" + data.encode("utf-8", "surrogatepass"):
-        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
-    assert policy.checksum(data) == value
-
-
-def test_a_checksum_chain_gives_each_write_the_checksum_of_its_whole_data() -> None:
-    """One chain through a file's life (pods added before, between and after others, changed, removed, all gone):
-    every text is the one written without it, whose checksum `read_checkpoint` checks over the whole data."""
-    chain = policy.ChecksumChain()
-    small, large = alloc({"c": res({"cpu": "1"})}), alloc({"c": res({"cpu": "2", "memory": "1Gi"}), "d": {}})
-    entries: dict[str, PodAllocation] = {}
-    steps = [("m", small), ("c", small), ("x", large), ("a", small), ("m", large), ("c", None), ("a", None),
-             ("é", small), ("x", None), ("m", None), ("é", None), ("b", small)]
-    for uid, value in steps:
-        entries = {k: v for k, v in entries.items() if k != uid}
-        if value is not None:
-            entries[uid] = value
-        text = policy.checkpoint_text(entries, chain)
-        assert text == policy.checkpoint_text(entries)
-        assert policy.read_checkpoint(text) == entries
 
 
 def test_read_checkpoint_accepts_an_entry_without_containers() -> None:
