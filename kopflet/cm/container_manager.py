@@ -240,7 +240,7 @@ class ContainerManager:
 
     def qos_configs(self, pods: Iterable[spec.Pod]) -> dict[str, helpers.ResourceConfig]:
         """The tiers' settings for the active `pods` (keyed by class; Guaranteed is ``kubepods``)."""
-        summaries = self._qos_requests(pods)
+        summaries = self._kept_qos_requests(pods)
         percent = self.memory_reserved
         if percent is not None and self.allocatable_absolute_memory == 0:
             logger.debug("Allocatable memory reported as 0, might be in standalone mode, not setting QoS memory limits")
@@ -252,7 +252,7 @@ class ContainerManager:
                                           qos_reserved_memory_percent=percent,
                                           allocatable_memory=self.allocatable_absolute_memory)
 
-    def _qos_requests(self, pods: Iterable[spec.Pod]) -> list[helpers.PodQOSRequests]:
+    def _kept_qos_requests(self, pods: Iterable[spec.Pod]) -> list[helpers.PodQOSRequests]:
         """Each pod's `PodQOSRequests`, kept while the pod is the same object (a pod's spec objects are never
         changed; a resize or a new pod brings a new one): the tiers are brought up to date before every new pod
         cgroup, over every active pod, so a burst would otherwise work out each pod's requests N times."""

@@ -730,9 +730,9 @@ def qos_memory_requests(pods: Iterable[spec.Pod | PodQOSRequests]) -> dict[str, 
     `resource.PodRequests`) rounded up to a byte; BestEffort pods count for nothing. A pod may come as its
     `PodQOSRequests`."""
     requests = {qos.GUARANTEED: 0, qos.BURSTABLE: 0}
-    for pod in _qos_requests(pods):
-        if pod.qos_class != qos.BEST_EFFORT:
-            requests[pod.qos_class] += pod.memory
+    for summary in _qos_requests(pods):
+        if summary.qos_class != qos.BEST_EFFORT:
+            requests[summary.qos_class] += summary.memory
     return requests
 
 
