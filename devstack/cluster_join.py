@@ -263,8 +263,12 @@ def join(layout: Layout) -> None:
 
 def wait_ready(layout: Layout) -> None:
     name = node_name(layout)
-    proc = cluster.kubectl(layout, "wait", "--for=condition=Ready", f"node/{name}", f"--timeout={int(READY_TIMEOUT)}s",
-                           check=False)
+    # kubeadm join returns once the kubelet has written kubelet.conf, which (as upstream's bootstrap does) points at
+    # the client certificate before the certificate is issued: the Node may not exist yet, and `kubectl wait` for a
+    # condition fails at once on a missing object. The node's CSR can also meet a 401 while a just-restarted
+    # apiserver's bootstrap-token cache syncs; the kubelet retries it after 2 s.
+    proc = cluster.kubectl(layout, "wait", "--for=create", "--for=condition=Ready", f"node/{name}",
+                           f"--timeout={int(READY_TIMEOUT)}s", check=False)
     if proc.returncode != 0:
         raise processes.StackError(f"{name} did not become Ready: {proc.stderr.strip()}\n"
                                    f"{processes.tail(layout.logs / f'{UNIT}.log')}")
