@@ -1,8 +1,9 @@
 """``python -m bench [run] [--quick] [--agents kopflet,kubelet]`` and ``python -m bench report FILE.json``.
 
-`make bench` runs this inside the dev stack (``python -m devstack run -- ...``): the runtime floor first,
-then each agent alone on the node with the same workloads. Results go to bench/results/<date>.json with a
-markdown summary and a PNG plot beside it; a full run also refreshes the README's benchmark section.
+`make bench` runs this inside the dev stack (``python -m devstack run -- ...``): each agent alone on the node
+with the same workloads, and the runtime floor before each agent and after the last. Results go to
+bench/results/<date>.json with a markdown summary and a PNG plot beside it; a full run also refreshes the
+README's benchmark section.
 """
 
 from __future__ import annotations
@@ -94,9 +95,14 @@ def run(args: argparse.Namespace) -> int:
     core = cluster.api(layout.admin_kubeconfig)
     for name in cluster.remove_leftover_namespaces(core, "bench-"):
         print(f"bench: removed namespace {name} and its pods, left by an interrupted run", file=sys.stderr)
-    print(f"bench: runtime floor ({plan.sequential} sequential, bursts {plan.bursts})", file=sys.stderr)
-    results["floor"] = floor.measure(layout.runtime_endpoint, plan.sequential, plan.bursts)
+    # The floor before each agent and once after the last: each agent is compared with the two floors around it.
+    # The VM's speed drifts over minutes (a 110-pod floor burst took 10.7 s and 14.9 s an hour apart), and one
+    # floor at the start sat half an hour before the second agent's bursts.
+    floors: list[dict] = []
+    brackets: dict[str, list[int]] = {}
     for name, agent in chosen.items():
+        floors.append(_floor(layout, plan, before=name))
+        brackets[name] = [len(floors) - 1, len(floors)]
         print(f"bench: {name}", file=sys.stderr)
         r = Run(agent, plan, core, layout.audit_log)
         try:
@@ -104,12 +110,21 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             traceback.print_exc()
             results["agents"][name] = {**r.results, "error": f"{type(exc).__name__}: {exc}"}
+    floors.append(_floor(layout, plan, before=None))
+    results["floors"], results["floor_brackets"] = floors, brackets
+    results["floor"] = report.merge_floors(floors)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / (now.strftime("%Y-%m-%d") + ("-quick" if args.quick else ""))
     if not args.quick and stem.with_suffix(".json").exists():
         stem = stem.with_name(stem.name + now.strftime("-%H%M"))  # a second full run that day keeps the first
     write_outputs(results, stem, update_readme=not args.quick)
     return 1 if any("error" in a for a in results["agents"].values()) else 0
+
+
+def _floor(layout: Layout, plan: Plan, *, before: str | None) -> dict:
+    when = f"before {before}" if before else "after the agents"
+    print(f"bench: runtime floor, {when} ({plan.sequential} sequential, bursts {plan.bursts})", file=sys.stderr)
+    return floor.measure(layout.runtime_endpoint, plan.sequential, plan.bursts)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ The apiserver's request metrics carry no user, so the audit log is the one sourc
 requests from the controllers' and the benchmark's own. Each request is counted once (by auditID: a watch
 logs ResponseStarted and later ResponseComplete), by verb and resource[/subresource], inside a time window.
 
-Pure: lines in, counts out; the caller reads the file.
+`parse` and the counts are pure (lines in, counts out); `AuditTail` reads the file, across its rotation.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -49,6 +51,61 @@ def parse(lines: Iterable[str]) -> list[Request]:
             code=int((event.get("responseStatus") or {}).get("code", 0)),
             received=_epoch(event.get("requestReceivedTimestamp", ""))))
     return out
+
+
+HEAD_BYTES = 4096
+
+
+class AuditTail:
+    """The audit log from a point on. The apiserver rotates it (``--audit-log-maxsize``: the file is renamed to
+    ``<name>-<time>.log`` beside it and a new one begun), so what was written after the point may be in the renamed
+    file and the new one. The file of the point is known by its inode and its first bytes (a new file may get a
+    freed inode). `lost` is set when the renamed file is gone too (rotated again with one backup kept): what it
+    held after the point is not in the counts."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.inode: int | None = None
+        self.offset, self.head = 0, b""
+        try:
+            with path.open("rb") as f:
+                self.inode, self.offset = os.fstat(f.fileno()).st_ino, f.seek(0, 2)
+                f.seek(0)
+                self.head = f.read(HEAD_BYTES)
+        except FileNotFoundError:
+            pass
+        self.lost = False
+
+    def _is_the_first(self, path: Path) -> bool:
+        try:
+            with path.open("rb") as f:
+                return os.fstat(f.fileno()).st_ino == self.inode and f.read(len(self.head)) == self.head
+        except FileNotFoundError:
+            return False
+
+    def requests(self) -> list[Request]:
+        """Every request logged since the point (each time from the point, not from the last call)."""
+        if self.inode is None:
+            chunks = [_read_from(self.path, 0)]
+        elif self._is_the_first(self.path):
+            chunks = [_read_from(self.path, self.offset)]
+        else:
+            renamed = next((p for p in self.path.parent.glob(f"{self.path.stem}-*{self.path.suffix}")
+                            if self._is_the_first(p)), None)
+            self.lost = self.lost or renamed is None
+            chunks = [_read_from(renamed, self.offset) if renamed is not None else b"", _read_from(self.path, 0)]
+        return parse(line for chunk in chunks for line in chunk.decode(errors="replace").splitlines())
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    """The file from `offset` on (from its start when it is shorter: truncated); nothing when it is gone."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(offset if size >= offset else 0)
+            return f.read()
+    except FileNotFoundError:
+        return b""
 
 
 def _epoch(stamp: str) -> float:

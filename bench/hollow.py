@@ -174,20 +174,6 @@ def fleet_footprint(pids: Sequence[int], seconds: float, nodes: int) -> dict[str
             "window_seconds": round(elapsed, 1), "window": window}
 
 
-class AuditTail:
-    """The audit log from a point on (the file is long on a long-lived stack; it rotates at 200 MB)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = path.stat().st_size if path.exists() else 0
-
-    def requests(self) -> list[audit.Request]:
-        size = self.path.stat().st_size
-        with self.path.open("rb") as f:
-            f.seek(self.offset if size >= self.offset else 0)
-            return audit.parse(f.read().decode(errors="replace").splitlines())
-
-
 @dataclasses.dataclass
 class PodTimes:
     created: float | None = None
@@ -439,7 +425,7 @@ def wait_for(check: Any, timeout: float, what: str, fleet: Fleet) -> float:
 
 def measure(fleet: Fleet, core: kubernetes.client.CoreV1Api, plan: Plan, audit_log: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"nodes": plan.nodes, "pods_per_node": plan.pods_per_node}
-    tail = AuditTail(audit_log)
+    tail = audit.AuditTail(audit_log)
     namespace = f"hollow-bench-{fleet.name}-{uuid.uuid4().hex[:6]}"
     cluster.ensure_namespace(core, namespace)
     watch = RawPodWatch(core, namespace)
@@ -497,6 +483,9 @@ def measure(fleet: Fleet, core: kubernetes.client.CoreV1Api, plan: Plan, audit_l
         burst_end = time.time()
         time.sleep(2)  # the audit log is written a little after the request
         requests = tail.requests()
+        if tail.lost:
+            out["api_lost"] = "the audit log rotated twice during the run: some requests are not counted"
+            log(f"{fleet.name}: {out['api_lost']}")
         for key, (start, end) in {"api_idle": idle_window, "api_running": running_window}.items():
             counts = requests_by_user(requests, fleet.users, start, end)
             out[key] = {"window_seconds": round(end - start, 1), "counts": counts,

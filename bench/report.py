@@ -6,7 +6,7 @@ markdown and the JSON are the same); `plot` draws with matplotlib's non-interact
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,28 +80,50 @@ def _agent_summary(raw: Mapping[str, Any]) -> dict[str, Any]:
                       "idle_per_minute": raw["api_idle"]["per_minute"],
                       "idle_per_minute_total": round(sum(raw["api_idle"]["per_minute"].values()), 1),
                       "user_agents": raw["api_per_pod"]["user_agents"]}
+        if "api_lost" in raw:
+            out["api"]["lost"] = raw["api_lost"]
     return out
+
+
+def merge_floors(measures: Sequence[Mapping[str, Any]]) -> dict:
+    """Several floor runs as one: every sample of each set together, and the mean of the bursts' all-started
+    times. A burst size missing from any run is left out (its floor would lean on some runs only)."""
+    if not measures:
+        return {}
+    sizes = [size for size in measures[0].get("bursts", {}) if all(size in m.get("bursts", {}) for m in measures)]
+    return {"start": [x for m in measures for x in m["start"]], "stop": [x for m in measures for x in m["stop"]],
+            "bursts": {size: {"per_pod": [x for m in measures for x in m["bursts"][size]["per_pod"]],
+                              "all_started": sum(m["bursts"][size]["all_started"] for m in measures) / len(measures)}
+                       for size in sizes}}
+
+
+def _floor_summary(floor: Mapping[str, Any]) -> dict[str, Any]:
+    if "start" not in floor:
+        return {}
+    return {"start": summary(floor["start"]), "stop": summary(floor["stop"]),
+            "bursts": {size: {"per_pod": summary(b["per_pod"]), "all_started": round(b["all_started"], 3)}
+                       for size, b in floor["bursts"].items()}}
 
 
 def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     """Percentiles for every latency set, with each agent's ratios to the floor and to the upstream kubelet."""
-    floor = results.get("floor", {})
-    out: dict[str, Any] = {"floor": {}, "agents": {}}
-    if "start" in floor:
-        out["floor"] = {"start": summary(floor["start"]), "stop": summary(floor["stop"]),
-                        "bursts": {size: {"per_pod": summary(b["per_pod"]), "all_started": round(b["all_started"], 3)}
-                                   for size, b in floor["bursts"].items()}}
+    out: dict[str, Any] = {"floor": _floor_summary(results.get("floor", {})), "agents": {}}
+    floors, brackets = results.get("floors", []), results.get("floor_brackets", {})
     for name, raw in results.get("agents", {}).items():
         out["agents"][name] = _agent_summary(raw)
     reference = out["agents"].get(REFERENCE, {})
     for name, agent in out["agents"].items():
         if "start" not in agent:
             continue
-        if out["floor"]:
-            agent["start_vs_floor"] = ratios(agent["start"], out["floor"]["start"])
+        # Its own floor: the runs right before and after it (reports before 2026-11-29 measured one floor first).
+        own = out["floor"]
+        if name in brackets and all(0 <= i < len(floors) for i in brackets[name]):
+            own = agent["floor"] = _floor_summary(merge_floors([floors[i] for i in brackets[name]]))
+        if own:
+            agent["start_vs_floor"] = ratios(agent["start"], own["start"])
             for size, burst in agent.get("bursts", {}).items():
-                if size in out["floor"]["bursts"]:
-                    burst["per_pod_vs_floor"] = ratios(burst["per_pod"], out["floor"]["bursts"][size]["per_pod"])
+                if size in own["bursts"]:
+                    burst["per_pod_vs_floor"] = ratios(burst["per_pod"], own["bursts"][size]["per_pod"])
         if name != REFERENCE and "start" in reference:
             agent["vs_kubelet"] = {
                 "start": ratios(agent["start"], reference["start"]),
@@ -132,6 +154,11 @@ FLOOR_TEXT = ("The runtime floor is the same pod straight through CRI, with no a
               "StartContainer, back to back. Reports before 2026-11-28 19:00 UTC measured a floor without the "
               "seccomp profile (about 15 ms lower on this machine): their floor ratios are not comparable.")
 
+BRACKET_TEXT = ("The floor is measured before each agent and once after the last, and each agent is compared with the "
+                "two runs around it (their samples together): the machine's speed drifts over minutes, so a floor "
+                "measured once at the start sat half an hour before the second agent's bursts. Reports before "
+                "2026-11-29 12:30 UTC measured one floor, first.")
+
 
 def markdown(results: Mapping[str, Any]) -> str:
     """The summary page: latency tables (milliseconds), footprint, API cost, churn leftovers."""
@@ -160,10 +187,15 @@ def markdown(results: Mapping[str, Any]) -> str:
     lines += ["## Pod start (creation → Running, all containers started; one at a time)", ""]
     if s["floor"]:
         lines += [FLOOR_TEXT, ""]
+    bracketed = any("floor" in agent for agent in agents.values())
+    if bracketed:
+        lines += [BRACKET_TEXT, ""]
     lines += header
-    if s["floor"]:
+    if s["floor"] and not bracketed:
         lines.append(_row("runtime floor (CRI)", s["floor"]["start"]))
     for name, agent in agents.items():
+        if "floor" in agent:
+            lines.append(_row(f"runtime floor (CRI), around {name}", agent["floor"]["start"]))
         if "start" in agent:
             lines.append(_row(name, agent["start"], "vs floor " + ratio(agent.get("start_vs_floor"))))
     for name, agent in agents.items():
@@ -174,10 +206,14 @@ def markdown(results: Mapping[str, Any]) -> str:
     sizes = sorted({size for a in agents.values() for size in a.get("bursts", {})}, key=int)
     for size in sizes:
         lines += ["", f"## Burst of {size} pods (per-pod creation → Running)", "", *header]
-        if size in s["floor"].get("bursts", {}):
+        if size in s["floor"].get("bursts", {}) and not bracketed:
             fb = s["floor"]["bursts"][size]
             lines.append(_row("runtime floor (CRI)", fb["per_pod"], f"all started {fb['all_started']:.2f} s"))
         for name, agent in agents.items():
+            if size in agent.get("floor", {}).get("bursts", {}):
+                fb = agent["floor"]["bursts"][size]
+                lines.append(_row(f"runtime floor (CRI), around {name}", fb["per_pod"],
+                                  f"all started {fb['all_started']:.2f} s (mean)"))
             if size in agent.get("bursts", {}):
                 b = agent["bursts"][size]
                 extra = f"all Running {b['all_running']:.2f} s; vs floor {ratio(b.get('per_pod_vs_floor'))}"
@@ -210,6 +246,8 @@ def markdown(results: Mapping[str, Any]) -> str:
             a = agent["api"]
             breakdown = ", ".join(f"{k}: {v}" for k, v in sorted(a["per_pod"].items(), key=lambda kv: -kv[1]))
             lines.append(f"| {name} | {a['per_pod_total']} | {a['idle_per_minute_total']} | {breakdown} |")
+    lines += [f"\n**{name}:** {agent['api']['lost']}." for name, agent in agents.items()
+              if "lost" in agent.get("api", {})]
     lines += ["", "## Churn (create → Running → delete → gone, mixed specs)", "",
               "Leftovers are counted before the agent starts (what earlier runs left), right after the last pod is "
               "gone and again after one upstream GC period.", "",

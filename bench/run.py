@@ -78,7 +78,8 @@ class Plan:
 
 class Run:
     def __init__(self, agent: Agent, plan: Plan, core: kubernetes.client.CoreV1Api, audit_log: Path) -> None:
-        self.agent, self.plan, self.core, self.audit_log = agent, plan, core, audit_log
+        self.agent, self.plan, self.core = agent, plan, core
+        self.audit = audit.AuditTail(audit_log)  # this agent's run on: not the whole log, and across its rotation
         layout = agent.layout
         self.node, self.endpoint = layout.node_name, layout.runtime_endpoint
         self.user = f"system:node:{layout.node_name}"
@@ -92,7 +93,9 @@ class Run:
         return f"{prefix}-{self._seq:04d}"
 
     def _api_counts(self, start: float, end: float) -> tuple[dict[str, int], list[str]]:
-        requests = audit.parse(self.audit_log.read_text(errors="replace").splitlines())
+        requests = self.audit.requests()
+        if self.audit.lost:
+            self.results["api_lost"] = "the audit log rotated twice during the run: some requests are not counted"
         return audit.count(requests, self.user, start, end), audit.user_agents(requests, self.user, start, end)
 
     # ---------------------------------------------------------------------------------------- phases

@@ -460,7 +460,9 @@ class PodWorkers:
         allocated = self.allocations.allocation(uid)
         node = await self.node_info(pod) if decide.needs_node_info(pod, previous, runtime, worker.memory, allocated) \
             else None
-        messages = await asyncio.to_thread(self._termination_messages, runtime)
+        # Only an exited container has a message to read: no thread hand-off at every sync of a running pod.
+        messages = await asyncio.to_thread(self._termination_messages, runtime) \
+            if any(c.state == podstate.State.EXITED for c in runtime.containers) else {}
         cgroup_name = self.cgroups.pod_cgroup_parent(pod)  # "" without cgroupsPerQOS: none to read
         pod_cgroup = await asyncio.to_thread(self.cgroups.read, cgroup_name) \
             if cgroup_name and previous.get("phase") == "Running" else None

@@ -67,6 +67,43 @@ def test_audit_counts_each_request_once_by_user_verb_resource_and_window():
     assert audit.user_agents(requests, "system:node:vm", start, start + 10) == ["kopf/1.45"]
 
 
+def _audit_line(audit_id: str) -> str:
+    return json.dumps({"kind": "Event", "auditID": audit_id, "verb": "get", "user": {"username": "u"},
+                       "objectRef": {"resource": "pods"}, "requestReceivedTimestamp": "2026-11-29T12:00:00Z"}) + "\n"
+
+
+def _append(path, *ids: str) -> None:
+    with path.open("a") as f:
+        f.writelines(_audit_line(i) for i in ids)
+
+
+def test_the_audit_tail_reads_from_its_start_point_across_the_apiservers_rotation(tmp_path):
+    log = tmp_path / "audit.log"
+    _append(log, "before")
+    tail = audit.AuditTail(log)
+    _append(log, "a", "b")
+    assert [r.audit_id for r in tail.requests()] == ["a", "b"]
+    # The apiserver renames the full file beside it and begins a new one.
+    log.rename(tmp_path / "audit-2026-11-29T12-00-00.000.log")
+    _append(log, "c")
+    assert [r.audit_id for r in tail.requests()] == ["a", "b", "c"]
+    assert not tail.lost
+    # Rotated again with one backup kept: what the first file held after the point is gone.
+    (tmp_path / "audit-2026-11-29T12-00-00.000.log").unlink()
+    log.rename(tmp_path / "audit-2026-11-29T12-05-00.000.log")
+    _append(log, "d")
+    assert [r.audit_id for r in tail.requests()] == ["d"]
+    assert tail.lost
+
+
+def test_an_audit_tail_begun_before_the_log_exists_reads_it_whole(tmp_path):
+    log = tmp_path / "audit.log"
+    tail = audit.AuditTail(log)
+    assert tail.requests() == []
+    _append(log, "a")
+    assert [r.audit_id for r in tail.requests()] == ["a"]
+
+
 def test_audit_rates_and_net_cost_per_pod():
     assert audit.rate_per_minute({"update leases": 6}, 60) == {"update leases": 6.0}
     assert audit.rate_per_minute({"x": 1}, 0) == {}
@@ -116,6 +153,41 @@ def test_summary_has_ratios_to_floor_and_to_the_kubelet():
     assert kopflet["api"]["per_pod_total"] == 7.0
     assert "vs_kubelet" not in s["agents"]["kubelet"]  # the reference is not compared with itself
     assert s["agents"]["kubelet"]["churn"]["failures"] == 0
+
+
+def _floor(start: float, burst: float, all_started: float) -> dict:
+    return {"start": [start], "stop": [0.3], "bursts": {"3": {"per_pod": [burst], "all_started": all_started}}}
+
+
+def test_floors_merge_every_sample_and_average_the_all_started_times():
+    merged = report.merge_floors([_floor(0.5, 1.0, 2.0), _floor(0.7, 1.4, 3.0)])
+    assert merged == {"start": [0.5, 0.7], "stop": [0.3, 0.3],
+                      "bursts": {"3": {"per_pod": [1.0, 1.4], "all_started": 2.5}}}
+    partial = _floor(0.6, 1.0, 2.0)
+    partial["bursts"] = {}  # a size one run lacks is left out, not taken from the others alone
+    assert report.merge_floors([_floor(0.5, 1.0, 2.0), partial])["bursts"] == {}
+    assert report.merge_floors([]) == {}
+
+
+def test_each_agent_is_compared_with_the_floors_around_it():
+    results = _results()
+    # The machine slowed down between the agents: kopflet's floors are fast, the kubelet's slow.
+    results["floors"] = [_floor(0.4, 0.5, 1.0), _floor(0.6, 0.7, 1.0), _floor(1.0, 1.5, 2.0)]
+    results["floor_brackets"] = {"kopflet": [0, 1], "kubelet": [1, 2]}
+    results["floor"] = report.merge_floors(results["floors"])
+    s = report.summarize(results)
+    kopflet, kubelet = s["agents"]["kopflet"], s["agents"]["kubelet"]
+    assert kopflet["floor"]["start"]["n"] == 2 and kubelet["floor"]["start"]["n"] == 2
+    assert kopflet["start_vs_floor"]["p50"] == pytest.approx(2.0 / 0.4, abs=0.01)  # the p50 of 0.4, 0.6
+    assert kubelet["start_vs_floor"]["p50"] == pytest.approx(1.0 / 0.6, abs=0.01)  # 1.0 over the p50 of 0.6, 1.0
+    assert kubelet["bursts"]["3"]["per_pod_vs_floor"]["p50"] == pytest.approx(2.0 / 0.7, abs=0.01)  # over 0.7, 1.5
+    assert s["floor"]["start"]["n"] == 3  # the tables' overall floor: every run
+    results["summary"] = s
+    md = report.markdown(results)
+    assert report.BRACKET_TEXT in md
+    assert "| runtime floor (CRI), around kubelet | 2 | 600 | 1000 |" in md
+    assert "| runtime floor (CRI), around kopflet | 2 | 500 | 700 | 700 | 700 | all started 1.00 s (mean) |" in md
+    assert "| runtime floor (CRI) | 3 |" not in md  # no overall row when each agent has its own
 
 
 def test_a_failed_agent_still_summarises():
