@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -58,15 +59,16 @@ HEAD_BYTES = 4096
 
 class AuditTail:
     """The audit log from a point on. The apiserver rotates it (``--audit-log-maxsize``: the file is renamed to
-    ``<name>-<time>.log`` beside it and a new one begun), so what was written after the point may be in the renamed
-    file and the new one. The file of the point is known by its inode and its first bytes (a new file may get a
-    freed inode). `lost` is set when the renamed file is gone too (rotated again with one backup kept): what it
-    held after the point is not in the counts."""
+    ``<name>-<UTC time>.log`` beside it and a new one begun, the oldest backups removed), so what was written after
+    the point is in the file of the point (from its offset), every backup renamed after it, and the current file.
+    The file of the point is known by its inode and first bytes (a new file may get a freed inode). `lost` is set
+    when that file is gone (its part after the point is not in the counts)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.inode: int | None = None
         self.offset, self.head = 0, b""
+        self.started = time.time()
         try:
             with path.open("rb") as f:
                 self.inode, self.offset = os.fstat(f.fileno()).st_ino, f.seek(0, 2)
@@ -83,18 +85,33 @@ class AuditTail:
         except FileNotFoundError:
             return False
 
+    def _backups(self) -> list[Path]:
+        """The renamed files, oldest first (their names end in a sortable UTC time)."""
+        return sorted(self.path.parent.glob(f"{self.path.stem}-*{self.path.suffix}"))
+
     def requests(self) -> list[Request]:
         """Every request logged since the point (each time from the point, not from the last call)."""
-        if self.inode is None:
-            chunks = [_read_from(self.path, 0)]
-        elif self._is_the_first(self.path):
+        if self.inode is not None and self._is_the_first(self.path):
             chunks = [_read_from(self.path, self.offset)]
         else:
-            renamed = next((p for p in self.path.parent.glob(f"{self.path.stem}-*{self.path.suffix}")
-                            if self._is_the_first(p)), None)
-            self.lost = self.lost or renamed is None
-            chunks = [_read_from(renamed, self.offset) if renamed is not None else b"", _read_from(self.path, 0)]
+            backups = self._backups()
+            first = next((i for i, p in enumerate(backups) if self._is_the_first(p)), None) \
+                if self.inode is not None else None
+            if first is not None:
+                chunks = [_read_from(backups[first], self.offset), *(_read_from(p, 0) for p in backups[first + 1:])]
+            else:
+                # The file of the point is gone (or there was none): the backups written to since the point.
+                self.lost = self.lost or self.inode is not None
+                chunks = [_read_from(p, 0) for p in backups if _modified_since(p, self.started)]
+            chunks.append(_read_from(self.path, 0))
         return parse(line for chunk in chunks for line in chunk.decode(errors="replace").splitlines())
+
+
+def _modified_since(path: Path, since: float) -> bool:
+    try:
+        return path.stat().st_mtime >= since
+    except FileNotFoundError:
+        return False
 
 
 def _read_from(path: Path, offset: int) -> bytes:

@@ -127,6 +127,7 @@ def markdown(results: Mapping[str, Any]) -> str:
             f"| {f.get('api_idle', {}).get('per_node_per_minute', '-')} "
             f"| {f.get('api_running', {}).get('per_node_per_minute', '-')} "
             f"| {f.get('api_pods', {}).get('per_pod', '-')} |")
+    lines += [f"\n**{name}:** {f['api_lost']}." for name, f in fleets.items() if "api_lost" in f]
     lines += ["", "## Pod start at the scheduler's pace", "",
               "| fleet | pods | what | p50 ms | p90 ms | p99 ms | max ms | all Running s |",
               "|---|---|---|---|---|---|---|---|"]

@@ -88,6 +88,7 @@ def _agent_summary(raw: Mapping[str, Any]) -> dict[str, Any]:
 def merge_floors(measures: Sequence[Mapping[str, Any]]) -> dict:
     """Several floor runs as one: every sample of each set together, and the mean of the bursts' all-started
     times. A burst size missing from any run is left out (its floor would lean on some runs only)."""
+    measures = [m for m in measures if "start" in m]  # a run that failed ({"error": ...}) adds nothing
     if not measures:
         return {}
     sizes = [size for size in measures[0].get("bursts", {}) if all(size in m.get("bursts", {}) for m in measures)]
@@ -118,7 +119,9 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
         # Its own floor: the runs right before and after it (reports before 2026-11-29 measured one floor first).
         own = out["floor"]
         if name in brackets and all(0 <= i < len(floors) for i in brackets[name]):
-            own = agent["floor"] = _floor_summary(merge_floors([floors[i] for i in brackets[name]]))
+            around = _floor_summary(merge_floors([floors[i] for i in brackets[name]]))
+            if around:
+                own = agent["floor"] = around
         if own:
             agent["start_vs_floor"] = ratios(agent["start"], own["start"])
             for size, burst in agent.get("bursts", {}).items():
@@ -356,23 +359,24 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
     panels: list[tuple[str, dict[str, list[float]]]] = []
     agents = results.get("agents", {})
     floor = results.get("floor", {})
+    floor_name = "runtime floor (all runs)" if results.get("floors") else "runtime floor"  # pooled around agents
 
     def collect(fn: Any) -> dict[str, list[float]]:
         return {name: fn(raw) for name, raw in agents.items() if fn(raw)}
 
     start = collect(lambda r: r.get("sequential", {}).get("start", []))
     if floor.get("start"):
-        start = {"runtime floor": floor["start"], **start}
+        start = {floor_name: floor["start"], **start}
     panels.append(("Pod start, one at a time", start))
     for size in sorted({size for r in agents.values() for size in r.get("bursts", {})}, key=int):
         burst = collect(lambda r, size=size: r.get("bursts", {}).get(size, {}).get("per_pod", []))
         if size in floor.get("bursts", {}):
-            burst = {"runtime floor": floor["bursts"][size]["per_pod"], **burst}
+            burst = {floor_name: floor["bursts"][size]["per_pod"], **burst}
         panels.append((f"Pod start, burst of {size}", burst))
     panels.append(("Container exit → status", collect(lambda r: r.get("exit_to_status", []))))
     panels.append(("Delete → Pod gone", collect(lambda r: r.get("sequential", {}).get("delete", []))))
 
-    names = ["runtime floor", *agents]
+    names = [floor_name, *agents]
     colors = {name: f"C{i}" for i, name in enumerate(names)}  # one colour per series in every panel
     soaks = {name: raw["soak"]["series"] for name, raw in agents.items() if raw.get("soak", {}).get("series")}
     soak_panels = SOAK_PANELS if soaks else []

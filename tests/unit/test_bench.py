@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -88,20 +89,30 @@ def test_the_audit_tail_reads_from_its_start_point_across_the_apiservers_rotatio
     _append(log, "c")
     assert [r.audit_id for r in tail.requests()] == ["a", "b", "c"]
     assert not tail.lost
-    # Rotated again with one backup kept: what the first file held after the point is gone.
-    (tmp_path / "audit-2026-11-29T12-00-00.000.log").unlink()
+    # Rotated again: the first backup, then the second one whole, then the new file.
     log.rename(tmp_path / "audit-2026-11-29T12-05-00.000.log")
     _append(log, "d")
-    assert [r.audit_id for r in tail.requests()] == ["d"]
+    assert [r.audit_id for r in tail.requests()] == ["a", "b", "c", "d"]
+    assert not tail.lost
+    # With one backup kept, the oldest goes: what it held after the point is lost, the rest is still read.
+    (tmp_path / "audit-2026-11-29T12-00-00.000.log").unlink()
+    assert [r.audit_id for r in tail.requests()] == ["c", "d"]
     assert tail.lost
 
 
 def test_an_audit_tail_begun_before_the_log_exists_reads_it_whole(tmp_path):
     log = tmp_path / "audit.log"
+    old_backup = tmp_path / "audit-2026-11-28T00-00-00.000.log"
+    _append(old_backup, "older")
+    os.utime(old_backup, (1, 1))  # renamed long before the tail began
     tail = audit.AuditTail(log)
     assert tail.requests() == []
     _append(log, "a")
     assert [r.audit_id for r in tail.requests()] == ["a"]
+    log.rename(tmp_path / "audit-2026-11-29T12-00-00.000.log")  # rotated since: its lines still count
+    _append(log, "b")
+    assert [r.audit_id for r in tail.requests()] == ["a", "b"]
+    assert not tail.lost
 
 
 def test_audit_rates_and_net_cost_per_pod():
@@ -188,6 +199,28 @@ def test_each_agent_is_compared_with_the_floors_around_it():
     assert "| runtime floor (CRI), around kubelet | 2 | 600 | 1000 |" in md
     assert "| runtime floor (CRI), around kopflet | 2 | 500 | 700 | 700 | 700 | all started 1.00 s (mean) |" in md
     assert "| runtime floor (CRI) | 3 |" not in md  # no overall row when each agent has its own
+
+
+def test_a_failed_floor_run_leaves_the_others_to_compare_with():
+    results = _results()
+    results["floors"] = [_floor(0.4, 0.5, 1.0), {"error": "CriError: unavailable"}, _floor(1.0, 1.5, 2.0)]
+    results["floor_brackets"] = {"kopflet": [0, 1], "kubelet": [1, 2]}
+    results["floor"] = report.merge_floors(results["floors"])
+    assert results["floor"]["start"] == [0.4, 1.0]
+    s = report.summarize(results)
+    assert s["agents"]["kopflet"]["floor"]["start"]["n"] == 1  # the run before it alone
+    assert s["agents"]["kopflet"]["start_vs_floor"]["p50"] == pytest.approx(2.0 / 0.4, abs=0.01)
+    # Both runs around an agent failed: it is compared with every run that worked.
+    results["floors"][2] = {"error": "CriError: unavailable"}
+    results["floor"] = report.merge_floors(results["floors"])
+    s = report.summarize(results)
+    assert "floor" not in s["agents"]["kubelet"]
+    assert s["agents"]["kubelet"]["start_vs_floor"]["p50"] == pytest.approx(1.0 / 0.4, abs=0.01)
+    results["summary"] = s
+    report.markdown(results)  # renders
+    block = readme_block(results, "x.md")
+    assert "| runtime floor (CRI), around kopflet | 400 / 400 |" in block
+    assert "around kubelet" not in block
 
 
 def test_a_failed_agent_still_summarises():

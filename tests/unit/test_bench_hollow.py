@@ -63,7 +63,8 @@ def test_markdown_has_both_fleets_and_an_error() -> None:
             "api_idle": {"per_node_per_minute": 6.0, "window_seconds": 60.0, "counts": {"patch leases": 12}},
             "api_running": {"per_node_per_minute": 12.0, "window_seconds": 60.0, "counts": {}},
             "api_pods": {"per_pod": 7.5, "window_seconds": 30.0, "counts": {"create events": 9}},
-            "start": {"created_to_running": summary, "bound_to_running": summary, "all_running_seconds": 4.2}}
+            "start": {"created_to_running": summary, "bound_to_running": summary, "all_running_seconds": 4.2},
+            "api_lost": "the audit log rotated twice during the run: some requests are not counted"}
     results = {"date": "2026-11-28 15:00 UTC",
                "machine": {"cpu": "cpu", "cores": 2, "memory_mib": 1024, "kernel": "6"},
                "versions": {"kopflet": "abc"}, "plan": {"nodes": 2},
@@ -73,4 +74,5 @@ def test_markdown_has_both_fleets_and_an_error() -> None:
     assert "| kopflet | 3 | created → running | 500 | 600 | 700 | 800 | 4.2 |" in text
     assert "| kubemark | 2 | did not complete: RuntimeError: boom" in text
     assert "- kubemark: RuntimeError: boom" in text
+    assert "**kopflet:** the audit log rotated twice during the run: some requests are not counted." in text
     assert "- kopflet, idle (60.0 s): patch leases: 12" in text
