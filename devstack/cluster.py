@@ -95,9 +95,10 @@ def kubeadm(layout: Layout) -> str:
     return str(layout.bin_dir / "kubeadm")
 
 
-def kubectl(layout: Layout, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def kubectl(layout: Layout, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`timeout`: longer than any ``--timeout`` the command itself is given."""
     return subprocess.run([str(layout.bin_dir / "kubectl"), f"--kubeconfig={ADMIN_CONF}", *args],
-                          capture_output=True, text=True, check=check, timeout=120)
+                          capture_output=True, text=True, check=check, timeout=timeout)
 
 
 def build(layout: Layout) -> None:
@@ -185,13 +186,13 @@ def wait_addons(layout: Layout) -> None:
     for kind, name in (("daemonset", "kube-proxy"), ("deployment", "coredns"), ("deployment", "metrics-server")):
         remaining = max(1, int(deadline - time.monotonic()))
         proc = kubectl(layout, "-n", "kube-system", "rollout", "status", f"{kind}/{name}", f"--timeout={remaining}s",
-                       check=False)
+                       check=False, timeout=remaining + 30)
         if proc.returncode != 0:
             pods = kubectl(layout, "get", "pods", "-A", "-o", "wide", check=False).stdout
             raise processes.StackError(f"{kind}/{name} did not roll out: {proc.stderr.strip()}\n{pods}")
     remaining = max(1, int(deadline - time.monotonic()))
     proc = kubectl(layout, "wait", "--for=condition=Available", "apiservice/v1beta1.metrics.k8s.io",
-                   f"--timeout={remaining}s", check=False)
+                   f"--timeout={remaining}s", check=False, timeout=remaining + 30)
     if proc.returncode != 0:
         raise processes.StackError(f"the metrics API is not available: {proc.stderr.strip()}")
 

@@ -9,8 +9,9 @@ image store's files):
   InternalIP), with its pods' range (`POD_SUBNET`) routed to it; kube-proxy's DaemonSet pod there programs that
   namespace's iptables, as on another machine;
 - a mount namespace, held by a process that only sleeps, with empty directories of its own bound over
-  `PRIVATE_PATHS` (/etc/kubernetes, /var/lib/kubelet, the pod logs): kubeadm join writes its kubelet.conf,
-  bootstrap-kubelet.conf, config.yaml and kubeadm-flags.env there, and the node's kubelet reads them there;
+  `PRIVATE_PATHS` (/etc/kubernetes, /var/lib/kubelet, /var/lib/kopflet, the pod logs): kubeadm join writes its
+  kubelet.conf, bootstrap-kubelet.conf, config.yaml and kubeadm-flags.env there, and the node's kubelet reads them
+  there;
 - its own containerd (the stack's containerd, config and CNI bridge, in directories of its own), and a read-only
   registry over the stack's registry storage on the namespace's 127.0.0.1:5050, so image names resolve as on the
   first node;
@@ -43,7 +44,9 @@ VETH_HOST, VETH_NODE = "kn2-host", "kn2-node"
 HOST_ADDR, NODE_ADDR, PREFIX = "192.168.222.1", "192.168.222.2", 30
 POD_SUBNET = "10.90.0.0/24"  # outside the first node's pod range (10.88.0.0/16) and the DaemonSet's (10.89.0.0/24)
 CGROUP_ROOT = "/kopflet-node2"
-PRIVATE_PATHS = ("/etc/kubernetes", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers")
+# /var/lib/kopflet too: kopflet's own default root, where a start without kubeadm's flags would find the host's
+# agent state (a client certificate from another cluster, which the kubeconfig then points at).
+PRIVATE_PATHS = ("/etc/kubernetes", "/var/lib/kubelet", "/var/lib/kopflet", "/var/log/pods", "/var/log/containers")
 JOIN_TIMEOUT = 600.0
 READY_TIMEOUT = 300.0
 # The node's processes, in start order (each a pid file and a log under the stack's).
@@ -268,12 +271,12 @@ def wait_ready(layout: Layout) -> None:
     # condition fails at once on a missing object. The node's CSR can also meet a 401 while a just-restarted
     # apiserver's bootstrap-token cache syncs; the kubelet retries it after 2 s.
     proc = cluster.kubectl(layout, "wait", "--for=create", "--for=condition=Ready", f"node/{name}",
-                           f"--timeout={int(READY_TIMEOUT)}s", check=False)
+                           f"--timeout={int(READY_TIMEOUT)}s", check=False, timeout=READY_TIMEOUT + 30)
     if proc.returncode != 0:
         raise processes.StackError(f"{name} did not become Ready: {proc.stderr.strip()}\n"
                                    f"{processes.tail(layout.logs / f'{UNIT}.log')}")
     proc = cluster.kubectl(layout, "-n", "kube-system", "rollout", "status", "daemonset/kube-proxy",
-                           f"--timeout={int(READY_TIMEOUT)}s", check=False)
+                           f"--timeout={int(READY_TIMEOUT)}s", check=False, timeout=READY_TIMEOUT + 30)
     if proc.returncode != 0:
         raise processes.StackError(f"kube-proxy did not roll out to {name}: {proc.stderr.strip()}")
 

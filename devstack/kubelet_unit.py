@@ -186,9 +186,11 @@ def wait_for_flags(config: Path = KUBELET_CONFIG, flags: Path = KUBEADM_FLAGS_EN
     (no --hostname-override: the devstack's second node takes the host's name and cert directory, and what that
     start writes, a kubeconfig for the wrong identity, outlives kubeadm's restart). A real node's name is its host's,
     so there the window is harmless; this stand-in waits up to `timeout` for the flags once the config is there, then
-    starts as systemd would. True when the flags are there (or no config is)."""
+    starts as systemd would. True when the flags are written (or no config is)."""
     deadline = time.monotonic() + timeout
-    while config.exists() and not flags.exists():
+    # kubeadm's WriteFile creates the file and then writes it: an empty file is not written yet (a start that read
+    # it empty ran as the host, and the kubeconfig it wrote for that identity outlived kubeadm's restart).
+    while config.exists() and not (flags.exists() and flags.stat().st_size > 0):
         if stopping() or time.monotonic() >= deadline:
             return False
         time.sleep(0.1)

@@ -132,3 +132,19 @@ def test_the_unit_waits_for_kopflet_while_its_flags_stay() -> None:
     child = subprocess.Popen(["sh", "-c", "sleep 1; exit 3"])
     code = kubelet_unit._wait(child, kubelet_unit.StartTimeout(time.monotonic()), dict)
     assert code == 3
+
+
+def test_the_unit_starts_kopflet_only_once_kubeadm_has_written_its_flags(tmp_path: Path) -> None:
+    config, flags = tmp_path / "config.yaml", tmp_path / "kubeadm-flags.env"
+    assert kubelet_unit.wait_for_flags(config, flags, timeout=0.3)  # no config yet: systemd's crash loop goes on
+    config.write_text("kind: KubeletConfiguration\n")
+    assert not kubelet_unit.wait_for_flags(config, flags, timeout=0.3)  # config without flags: waited, then started
+    flags.touch()  # kubeadm's WriteFile has created the file and not yet written it
+    assert not kubelet_unit.wait_for_flags(config, flags, timeout=0.3)
+    flags.write_text('KUBELET_KUBEADM_ARGS="--hostname-override=vm-2"\n')
+    assert kubelet_unit.wait_for_flags(config, flags, timeout=0.3)
+
+
+def test_the_second_node_keeps_kopflets_own_root_to_itself() -> None:
+    # A start without kubeadm's flags uses kopflet's default root; the host's holds another cluster's certificate.
+    assert {"/var/lib/kopflet", "/var/lib/kubelet", "/etc/kubernetes"} <= set(cluster_join.PRIVATE_PATHS)
