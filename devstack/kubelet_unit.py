@@ -197,6 +197,18 @@ def wait_for_flags(config: Path = KUBELET_CONFIG, flags: Path = KUBEADM_FLAGS_EN
     return True
 
 
+def wait_for_config(config: Path = KUBELET_CONFIG, stopping: Callable[[], bool] = lambda: False) -> bool:
+    """Until kubeadm has written the kubelet's config (True), or the unit stops (False). systemd would start the
+    kubelet and let it fail every 10 s instead; but a start whose check comes just before kubeadm writes config.yaml
+    and kubeadm-flags.env reads the config and not the flags (it is still importing when they are written), and
+    runs as the host. kubeadm stops the kubelet before writing them, which this stand-in cannot be asked to do."""
+    while not config.exists():
+        if stopping():
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack.kubelet_unit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kopflet", default=str(Path(sys.executable).with_name("kopflet")))
@@ -221,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         threading.Thread(target=_print_notifications, args=(notify, listening, current), daemon=True).start()
         env = {**os.environ, NOTIFY_SOCKET_ENV: str(notify.path)}  # Type=notify
         while not stopping:
+            if not wait_for_config(stopping=lambda: stopping):
+                break
             wait_for_flags(stopping=lambda: stopping)
             environment = read_env([KUBEADM_FLAGS_ENV, DEFAULTS_ENV])
             command = exec_start(args.kopflet, environment)

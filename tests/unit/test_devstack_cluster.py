@@ -145,6 +145,13 @@ def test_the_unit_starts_kopflet_only_once_kubeadm_has_written_its_flags(tmp_pat
     assert kubelet_unit.wait_for_flags(config, flags, timeout=0.3)
 
 
+def test_the_unit_waits_for_kubeadms_config_before_it_starts_kopflet(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    assert not kubelet_unit.wait_for_config(config, stopping=lambda: True)  # stopped while waiting
+    config.write_text("kind: KubeletConfiguration\n")
+    assert kubelet_unit.wait_for_config(config, stopping=lambda: True)
+
+
 def test_the_second_node_keeps_kopflets_own_root_to_itself() -> None:
     # A start without kubeadm's flags uses kopflet's default root; the host's holds another cluster's certificate.
     assert {"/var/lib/kopflet", "/var/lib/kubelet", "/etc/kubernetes"} <= set(cluster_join.PRIVATE_PATHS)
