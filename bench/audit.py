@@ -62,7 +62,9 @@ class AuditTail:
     ``<name>-<UTC time>.log`` beside it and a new one begun, the oldest backups removed), so what was written after
     the point is in the file of the point (from its offset), every backup renamed after it, and the current file.
     The file of the point is known by its inode and first bytes (a new file may get a freed inode). `lost` is set
-    when that file is gone (its part after the point is not in the counts)."""
+    when that file is gone (its part after the point is not in the counts); `LOST` says so in a report."""
+
+    LOST = "the audit log rotated past its kept backups during the run: some requests are not counted"
 
     def __init__(self, path: Path) -> None:
         self.path = path

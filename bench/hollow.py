@@ -485,7 +485,7 @@ def measure(fleet: Fleet, core: kubernetes.client.CoreV1Api, plan: Plan, audit_l
         time.sleep(2)  # the audit log is written a little after the request
         requests = tail.requests()
         if tail.lost:
-            out["api_lost"] = "the audit log rotated twice during the run: some requests are not counted"
+            out["api_lost"] = audit.AuditTail.LOST
             log(f"{fleet.name}: {out['api_lost']}")
         for key, (start, end) in {"api_idle": idle_window, "api_running": running_window}.items():
             counts = requests_by_user(requests, fleet.users, start, end)

@@ -95,7 +95,7 @@ class Run:
     def _api_counts(self, start: float, end: float) -> tuple[dict[str, int], list[str]]:
         requests = self.audit.requests()
         if self.audit.lost:
-            self.results["api_lost"] = "the audit log rotated twice during the run: some requests are not counted"
+            self.results["api_lost"] = audit.AuditTail.LOST
         return audit.count(requests, self.user, start, end), audit.user_agents(requests, self.user, start, end)
 
     # ---------------------------------------------------------------------------------------- phases

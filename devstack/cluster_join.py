@@ -268,8 +268,7 @@ def wait_ready(layout: Layout) -> None:
     name = node_name(layout)
     # kubeadm join returns once the kubelet has written kubelet.conf, which (as upstream's bootstrap does) points at
     # the client certificate before the certificate is issued: the Node may not exist yet, and `kubectl wait` for a
-    # condition fails at once on a missing object. The node's CSR can also meet a 401 while a just-restarted
-    # apiserver's bootstrap-token cache syncs; the kubelet retries it after 2 s.
+    # condition fails at once on a missing object.
     proc = cluster.kubectl(layout, "wait", "--for=create", "--for=condition=Ready", f"node/{name}",
                            f"--timeout={int(READY_TIMEOUT)}s", check=False, timeout=READY_TIMEOUT + 30)
     if proc.returncode != 0:

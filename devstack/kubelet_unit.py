@@ -188,8 +188,7 @@ def wait_for_flags(config: Path = KUBELET_CONFIG, flags: Path = KUBEADM_FLAGS_EN
     so there the window is harmless; this stand-in waits up to `timeout` for the flags once the config is there, then
     starts as systemd would. True when the flags are written (or no config is)."""
     deadline = time.monotonic() + timeout
-    # kubeadm's WriteFile creates the file and then writes it: an empty file is not written yet (a start that read
-    # it empty ran as the host, and the kubeconfig it wrote for that identity outlived kubeadm's restart).
+    # kubeadm's WriteFile creates the file and then writes it: an empty file is not written yet.
     while config.exists() and not (flags.exists() and flags.stat().st_size > 0):
         if stopping() or time.monotonic() >= deadline:
             return False
